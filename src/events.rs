@@ -1,0 +1,828 @@
+//! `AgentEvent`, the agent's internal event vocabulary, and the pure mapping from one event to
+//! zero or more ACP `session/update` payloads (`update` objects, before the `_meta` envelope).
+//!
+//! Every client-visible shape of an event is decided here and nowhere else. The mapping follows
+//! the Prime Agent table (behaviour spec §1.12/§1.13), with two deliberate additions asked for by
+//! our users: human tool titles (not just the tool name) and tool-call `locations`/`diff` content.
+
+use serde_json::{json, Map, Value};
+
+use crate::meta::namespaced;
+
+/// One thing that happened in a session, as produced by turns, tools and (later) subagents.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    /// A streamed message delta; only assistant deltas reach the client.
+    MessageDelta {
+        assistant: bool,
+        kind: DeltaKind,
+        delta: String,
+    },
+    ToolStart {
+        id: String,
+        name: String,
+        args: Value,
+        locations: Vec<String>,
+    },
+    /// Output so far of a running tool (already tail-capped and throttled by the producer).
+    ToolProgress {
+        id: String,
+        output: String,
+    },
+    ToolEnd {
+        id: String,
+        name: String,
+        result: ToolResultView,
+    },
+    /// A user shell command (`!cmd`) started; `run_id` names its synthetic tool call.
+    BashStart {
+        run_id: Option<String>,
+        command: String,
+    },
+    BashOutput {
+        chunk: String,
+    },
+    BashEnd {
+        run_id: Option<String>,
+        exit_code: Option<i32>,
+        cancelled: bool,
+    },
+    CompactionEnd {
+        tokens_before: Option<u64>,
+        summary: Option<String>,
+    },
+    ChildUpdate(ChildSnapshot),
+    GoalUpdate {
+        status: String,
+        objective: Option<String>,
+        token_budget: Option<u64>,
+        tokens_used: Option<u64>,
+    },
+    RefineComplete {
+        summary: Option<String>,
+        edits: Vec<RefineEdit>,
+    },
+    RefineFailed {
+        error: String,
+    },
+    AgentMessageSent {
+        tool_call_id: String,
+        target: Option<String>,
+        delivery_status: Option<String>,
+    },
+    /// Connection-level: the heartbeat/cron schedule changed.
+    HeartbeatsChanged,
+    /// Lifecycle events with no ACP place (agent start, recap, turn start/end, …).
+    Lifecycle(&'static str),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaKind {
+    Text,
+    Thinking,
+    ToolCall,
+}
+
+/// What the client may see of a tool result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolResultView {
+    pub text: Option<String>,
+    pub is_error: bool,
+    pub ipython: Option<IpythonDetails>,
+    pub diff: Option<FileDiff>,
+    pub images: Vec<Image>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IpythonDetails {
+    pub attachments: Vec<Attachment>,
+    pub diff_count: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Attachment {
+    pub mime_type: Option<String>,
+    pub path: Option<String>,
+    /// Base64 payload; only its decoded size is reported.
+    pub data: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileDiff {
+    pub path: String,
+    pub old_text: Option<String>,
+    pub new_text: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image {
+    pub data: String,
+    pub mime_type: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChildSnapshot {
+    pub id: String,
+    pub session_name: Option<String>,
+    pub status: String,
+    pub model: Option<String>,
+    pub token_count: Option<u64>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefineEdit {
+    pub action: String,
+    pub kind: String,
+    pub id: String,
+    pub applied: bool,
+}
+
+/// Per-session mapping state (§1.13): which user shell run `BashOutput` belongs to.
+#[derive(Debug, Default)]
+pub struct MappingState {
+    active_bash_run_id: Option<String>,
+}
+
+/// ACP tool kind for a tool name.
+pub fn tool_kind(name: &str) -> &'static str {
+    match name {
+        "ipython" | "bash" => "execute",
+        "read" => "read",
+        "edit" | "write" => "edit",
+        _ => "other",
+    }
+}
+
+/// The synthetic tool-call id of a user shell run.
+pub fn bash_tool_call_id(run_id: Option<&str>) -> String {
+    match run_id {
+        Some(id) if !id.is_empty() => format!("prime-agent-bash-{id}"),
+        _ => "prime-agent-bash".to_owned(),
+    }
+}
+
+/// A title that says what the call does: the command, `Read src/main.rs`, the cell's first
+/// comment or line. Falls back to the tool name.
+pub fn tool_title(name: &str, args: &Value) -> String {
+    let s = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let title = match name {
+        "bash" => s("command").map(one_line),
+        "read" => s("path").map(|p| format!("Read {p}")),
+        "write" => s("path").map(|p| format!("Write {p}")),
+        "edit" => s("path").map(|p| format!("Edit {p}")),
+        "ipython" => s("code").and_then(cell_title),
+        _ => None,
+    };
+    title.unwrap_or_else(|| name.to_owned())
+}
+
+fn one_line(text: &str) -> String {
+    const MAX: usize = 120;
+    let first = text.lines().next().unwrap_or("").trim();
+    let mut out: String = first.chars().take(MAX).collect();
+    if out.len() < first.len() || text.trim().lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// The first comment (without `#`) or else the first non-blank line of a Python cell.
+fn cell_title(code: &str) -> Option<String> {
+    let mut lines = code.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next()?;
+    if let Some(rest) = first.strip_prefix("%%bash") {
+        let body = lines.next().unwrap_or(rest.trim());
+        return Some(format!("bash: {}", one_line(body)));
+    }
+    let comment = code
+        .lines()
+        .map(str::trim)
+        .find_map(|l| {
+            l.strip_prefix('#')
+                .map(|c| c.trim_start_matches('#').trim())
+        })
+        .filter(|c| !c.is_empty());
+    Some(one_line(comment.unwrap_or(first)))
+}
+
+/// Decoded size of a base64 payload without decoding it.
+pub fn base64_decoded_len(data: &str) -> u64 {
+    let padding = if data.ends_with("==") {
+        2
+    } else if data.ends_with('=') {
+        1
+    } else {
+        0
+    };
+    ((data.len() as u64) * 3 / 4).saturating_sub(padding)
+}
+
+fn text_content(text: &str) -> Value {
+    json!({ "type": "content", "content": { "type": "text", "text": text } })
+}
+
+fn info_update(payload: Value) -> Value {
+    json!({ "sessionUpdate": "session_info_update", "_meta": namespaced(payload) })
+}
+
+/// Inserts `key: value` when `value` is `Some`.
+fn put<T: Into<Value>>(obj: &mut Map<String, Value>, key: &str, value: Option<T>) {
+    if let Some(v) = value {
+        obj.insert(key.to_owned(), v.into());
+    }
+}
+
+/// The pure mapping: one event → zero or more `update` objects.
+pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<Value> {
+    match event {
+        AgentEvent::MessageDelta {
+            assistant: true,
+            kind,
+            delta,
+        } if !delta.is_empty() => {
+            let update = match kind {
+                DeltaKind::Text => "agent_message_chunk",
+                DeltaKind::Thinking => "agent_thought_chunk",
+                DeltaKind::ToolCall => return vec![],
+            };
+            vec![json!({ "sessionUpdate": update, "content": { "type": "text", "text": delta } })]
+        }
+        AgentEvent::MessageDelta { .. } => vec![],
+        AgentEvent::ToolStart {
+            id,
+            name,
+            args,
+            locations,
+        } => {
+            let raw_input = match (name.as_str(), args.get("code")) {
+                ("ipython", Some(Value::String(code))) => json!({ "code": code }),
+                _ => args.clone(),
+            };
+            let mut update = json!({
+                "sessionUpdate": "tool_call",
+                "toolCallId": id,
+                "title": tool_title(name, args),
+                "kind": tool_kind(name),
+                "status": "in_progress",
+                "rawInput": raw_input,
+            });
+            if !locations.is_empty() {
+                update["locations"] = locations.iter().map(|p| json!({ "path": p })).collect();
+            }
+            vec![update]
+        }
+        AgentEvent::ToolProgress { id, output } => vec![json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": id,
+            "status": "in_progress",
+            "content": [text_content(output)],
+        })],
+        AgentEvent::ToolEnd { id, name, result } => vec![tool_end(id, name, result)],
+        AgentEvent::BashStart { run_id, command } => {
+            state.active_bash_run_id = run_id.clone();
+            vec![json!({
+                "sessionUpdate": "tool_call",
+                "toolCallId": bash_tool_call_id(run_id.as_deref()),
+                "title": command,
+                "kind": "execute",
+                "status": "in_progress",
+                "rawInput": { "command": command },
+            })]
+        }
+        AgentEvent::BashOutput { chunk } => vec![json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": bash_tool_call_id(state.active_bash_run_id.as_deref()),
+            "status": "in_progress",
+            "content": [text_content(chunk)],
+        })],
+        AgentEvent::BashEnd {
+            run_id,
+            exit_code,
+            cancelled,
+        } => {
+            if state.active_bash_run_id == *run_id {
+                state.active_bash_run_id = None;
+            }
+            let ok = *exit_code == Some(0) && !cancelled;
+            vec![json!({
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": bash_tool_call_id(run_id.as_deref()),
+                "status": if ok { "completed" } else { "failed" },
+            })]
+        }
+        AgentEvent::CompactionEnd {
+            tokens_before,
+            summary,
+        } => {
+            let mut c = Map::new();
+            put(&mut c, "tokensBefore", *tokens_before);
+            put(&mut c, "summary", summary.clone());
+            vec![info_update(json!({ "compaction": c }))]
+        }
+        AgentEvent::ChildUpdate(child) => {
+            let mut c = Map::new();
+            c.insert("id".into(), json!(child.id));
+            put(&mut c, "sessionName", child.session_name.clone());
+            c.insert("status".into(), json!(child.status));
+            put(&mut c, "model", child.model.clone());
+            put(&mut c, "tokenCount", child.token_count);
+            put(&mut c, "error", child.error.clone());
+            vec![info_update(json!({ "subagents": [c] }))]
+        }
+        AgentEvent::GoalUpdate {
+            status,
+            objective,
+            token_budget,
+            tokens_used,
+        } => {
+            let mut g = Map::new();
+            g.insert("status".into(), json!(status));
+            put(&mut g, "objective", objective.clone());
+            put(&mut g, "tokenBudget", *token_budget);
+            put(&mut g, "tokensUsed", *tokens_used);
+            vec![info_update(json!({ "goal": g }))]
+        }
+        AgentEvent::RefineComplete { summary, edits } => {
+            let mut r = Map::new();
+            r.insert("status".into(), json!("complete"));
+            put(&mut r, "summary", summary.clone());
+            let changes: Vec<String> = edits
+                .iter()
+                .filter(|e| e.applied)
+                .map(|e| format!("{} {}:{}", e.action, e.kind, e.id))
+                .collect();
+            r.insert("changes".into(), json!(changes));
+            vec![info_update(json!({ "refinement": r }))]
+        }
+        AgentEvent::RefineFailed { error } => {
+            vec![info_update(
+                json!({ "refinement": { "status": "failed", "error": error } }),
+            )]
+        }
+        AgentEvent::AgentMessageSent {
+            tool_call_id,
+            target,
+            delivery_status,
+        } => {
+            let mut m = Map::new();
+            m.insert("toolCallId".into(), json!(tool_call_id));
+            put(&mut m, "target", target.clone());
+            put(&mut m, "deliveryStatus", delivery_status.clone());
+            vec![info_update(json!({ "agentMessage": m }))]
+        }
+        AgentEvent::HeartbeatsChanged => vec![info_update(json!({ "heartbeatsChanged": true }))],
+        AgentEvent::Lifecycle(_) => vec![],
+    }
+}
+
+fn tool_end(id: &str, name: &str, result: &ToolResultView) -> Value {
+    let mut update = json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": id,
+        "status": if result.is_error { "failed" } else { "completed" },
+    });
+    let mut content = Vec::new();
+    if let Some(text) = result.text.as_deref().filter(|t| !t.is_empty()) {
+        content.push(text_content(text));
+    }
+    for image in &result.images {
+        content.push(json!({
+            "type": "content",
+            "content": { "type": "image", "data": image.data, "mimeType": image.mime_type },
+        }));
+    }
+    if let Some(diff) = &result.diff {
+        content.push(json!({
+            "type": "diff",
+            "path": diff.path,
+            "oldText": diff.old_text,
+            "newText": diff.new_text,
+        }));
+    }
+    if !content.is_empty() {
+        update["content"] = Value::Array(content);
+    }
+    if name == "ipython" {
+        if let Some(meta) = result.ipython.as_ref().and_then(ipython_meta) {
+            update["_meta"] = namespaced(json!({ "ipython": meta }));
+        }
+    }
+    update
+}
+
+fn ipython_meta(details: &IpythonDetails) -> Option<Value> {
+    let mut m = Map::new();
+    if !details.attachments.is_empty() {
+        let attachments: Vec<Value> = details
+            .attachments
+            .iter()
+            .map(|a| {
+                let mut o = Map::new();
+                put(&mut o, "mimeType", a.mime_type.clone());
+                put(&mut o, "path", a.path.clone());
+                put(&mut o, "bytes", a.data.as_deref().map(base64_decoded_len));
+                Value::Object(o)
+            })
+            .collect();
+        m.insert("attachments".into(), Value::Array(attachments));
+    }
+    if details.diff_count > 0 {
+        m.insert("diffCount".into(), json!(details.diff_count));
+    }
+    (!m.is_empty()).then_some(Value::Object(m))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The 17 cases of the upstream `acp-events.test.ts` (behaviour spec §2.1), plus ours.
+    use super::*;
+    use crate::meta::NAMESPACE;
+
+    fn map(event: AgentEvent) -> Vec<Value> {
+        to_session_updates(&event, &mut MappingState::default())
+    }
+
+    fn text(delta: &str) -> AgentEvent {
+        AgentEvent::MessageDelta {
+            assistant: true,
+            kind: DeltaKind::Text,
+            delta: delta.into(),
+        }
+    }
+
+    fn meta(update: &Value) -> &Value {
+        &update["_meta"][NAMESPACE]
+    }
+
+    #[test]
+    fn c01_text_delta_is_agent_message_chunk() {
+        assert_eq!(
+            map(text("hello")),
+            vec![
+                json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hello"}})
+            ]
+        );
+    }
+
+    #[test]
+    fn c02_thinking_delta_is_agent_thought_chunk() {
+        let ev = AgentEvent::MessageDelta {
+            assistant: true,
+            kind: DeltaKind::Thinking,
+            delta: "hmm".into(),
+        };
+        assert_eq!(map(ev)[0]["sessionUpdate"], "agent_thought_chunk");
+    }
+
+    #[test]
+    fn c03_ignores_empty_deltas_and_non_assistant_messages() {
+        assert!(map(text("")).is_empty());
+        let user = AgentEvent::MessageDelta {
+            assistant: false,
+            kind: DeltaKind::Text,
+            delta: "x".into(),
+        };
+        assert!(map(user).is_empty());
+        let tc = AgentEvent::MessageDelta {
+            assistant: true,
+            kind: DeltaKind::ToolCall,
+            delta: "{".into(),
+        };
+        assert!(map(tc).is_empty());
+    }
+
+    #[test]
+    fn c04_ipython_is_an_execute_call_carrying_its_source() {
+        assert_eq!(tool_kind("ipython"), "execute");
+        let ev = AgentEvent::ToolStart {
+            id: "call-1".into(),
+            name: "ipython".into(),
+            args: json!({"code":"print(1)"}),
+            locations: vec![],
+        };
+        // Title: the cell's first line, not the constant "IPython cell" (upstream issue #1307).
+        assert_eq!(
+            map(ev),
+            vec![
+                json!({"sessionUpdate":"tool_call","toolCallId":"call-1","title":"print(1)",
+                "kind":"execute","status":"in_progress","rawInput":{"code":"print(1)"}})
+            ]
+        );
+    }
+
+    #[test]
+    fn c05_rich_ipython_output() {
+        let ev = AgentEvent::ToolEnd {
+            id: "call-1".into(),
+            name: "ipython".into(),
+            result: ToolResultView {
+                text: Some("done".into()),
+                ipython: Some(IpythonDetails {
+                    attachments: vec![Attachment {
+                        mime_type: Some("image/png".into()),
+                        path: Some("/tmp/plot.png".into()),
+                        data: Some("aGVsbG8=".into()),
+                    }],
+                    diff_count: 1,
+                }),
+                ..Default::default()
+            },
+        };
+        let u = &map(ev)[0];
+        assert_eq!(u["status"], "completed");
+        assert_eq!(u["content"][0]["content"]["text"], "done");
+        assert_eq!(
+            u["_meta"],
+            json!({NAMESPACE: {"ipython":{"attachments":[{"mimeType":"image/png","path":"/tmp/plot.png","bytes":5}],"diffCount":1}}})
+        );
+    }
+
+    #[test]
+    fn c06_omits_ipython_meta_when_cell_produced_none() {
+        let ev = AgentEvent::ToolEnd {
+            id: "c".into(),
+            name: "ipython".into(),
+            result: ToolResultView {
+                text: Some("x".into()),
+                ipython: Some(IpythonDetails::default()),
+                ..Default::default()
+            },
+        };
+        assert!(map(ev)[0].get("_meta").is_none());
+    }
+
+    #[test]
+    fn c07_failed_tool_calls_are_failed() {
+        let ev = AgentEvent::ToolEnd {
+            id: "c".into(),
+            name: "custom".into(),
+            result: ToolResultView {
+                text: Some("boom".into()),
+                is_error: true,
+                ..Default::default()
+            },
+        };
+        assert_eq!(map(ev)[0]["status"], "failed");
+    }
+
+    #[test]
+    fn c08_bash_has_a_stable_synthetic_id() {
+        let mut st = MappingState::default();
+        let start = AgentEvent::BashStart {
+            run_id: Some("r1".into()),
+            command: "ls".into(),
+        };
+        let out = AgentEvent::BashOutput {
+            chunk: "a\n".into(),
+        };
+        let end = AgentEvent::BashEnd {
+            run_id: Some("r1".into()),
+            exit_code: Some(0),
+            cancelled: false,
+        };
+        let s = to_session_updates(&start, &mut st);
+        let o = to_session_updates(&out, &mut st);
+        let e = to_session_updates(&end, &mut st);
+        let id = bash_tool_call_id(Some("r1"));
+        assert_eq!(id, "prime-agent-bash-r1");
+        for u in [&s[0], &o[0], &e[0]] {
+            assert_eq!(u["toolCallId"], json!(id));
+        }
+        assert_eq!(s[0]["kind"], "execute");
+        assert_eq!(s[0]["status"], "in_progress");
+        assert_eq!(s[0]["rawInput"], json!({"command":"ls"}));
+        assert_eq!(e[0]["status"], "completed");
+        assert!(st.active_bash_run_id.is_none());
+    }
+
+    #[test]
+    fn c09_bash_non_zero_exit_fails() {
+        let ev = AgentEvent::BashEnd {
+            run_id: Some("r".into()),
+            exit_code: Some(1),
+            cancelled: false,
+        };
+        assert_eq!(map(ev)[0]["status"], "failed");
+    }
+
+    #[test]
+    fn c10_subagent_updates_are_namespaced_meta() {
+        let ev = AgentEvent::ChildUpdate(ChildSnapshot {
+            id: "sub-1".into(),
+            session_name: Some("reviewer".into()),
+            status: "running".into(),
+            ..Default::default()
+        });
+        let u = &map(ev)[0];
+        assert_eq!(u["sessionUpdate"], "session_info_update");
+        assert_eq!(
+            meta(u)["subagents"],
+            json!([{"id":"sub-1","sessionName":"reviewer","status":"running"}])
+        );
+    }
+
+    #[test]
+    fn c11_compaction_is_meta() {
+        let ev = AgentEvent::CompactionEnd {
+            tokens_before: Some(1234),
+            summary: Some("compacted".into()),
+        };
+        assert_eq!(
+            meta(&map(ev)[0])["compaction"],
+            json!({"tokensBefore":1234,"summary":"compacted"})
+        );
+        let aborted = AgentEvent::CompactionEnd {
+            tokens_before: None,
+            summary: None,
+        };
+        assert_eq!(meta(&map(aborted)[0])["compaction"], json!({}));
+    }
+
+    #[test]
+    fn c12_goal_state_is_meta() {
+        let ev = AgentEvent::GoalUpdate {
+            status: "active".into(),
+            objective: Some("ship ACP".into()),
+            token_budget: Some(1000),
+            tokens_used: Some(25),
+        };
+        assert_eq!(
+            meta(&map(ev)[0])["goal"],
+            json!({"status":"active","objective":"ship ACP","tokenBudget":1000,"tokensUsed":25})
+        );
+    }
+
+    #[test]
+    fn c13_refinement_reports_applied_edits_only() {
+        let ev = AgentEvent::RefineComplete {
+            summary: Some("s".into()),
+            edits: vec![
+                RefineEdit {
+                    action: "create".into(),
+                    kind: "memory".into(),
+                    id: "m1".into(),
+                    applied: true,
+                },
+                RefineEdit {
+                    action: "delete".into(),
+                    kind: "skill".into(),
+                    id: "s1".into(),
+                    applied: false,
+                },
+            ],
+        };
+        assert_eq!(
+            meta(&map(ev)[0])["refinement"]["changes"],
+            json!(["create memory:m1"])
+        );
+        let failed = AgentEvent::RefineFailed {
+            error: "budget exhausted".into(),
+        };
+        assert_eq!(
+            meta(&map(failed)[0])["refinement"],
+            json!({"status":"failed","error":"budget exhausted"})
+        );
+    }
+
+    #[test]
+    fn c14_agent_messages_sent_from_the_kernel() {
+        let ev = AgentEvent::AgentMessageSent {
+            tool_call_id: "cell-9".into(),
+            target: Some("reviewer".into()),
+            delivery_status: Some("queued".into()),
+        };
+        assert_eq!(
+            meta(&map(ev)[0])["agentMessage"],
+            json!({"toolCallId":"cell-9","target":"reviewer","deliveryStatus":"queued"})
+        );
+    }
+
+    #[test]
+    fn c15_stateless_bash_output_and_compaction() {
+        let mut st = MappingState::default();
+        let s = to_session_updates(
+            &AgentEvent::BashStart {
+                run_id: None,
+                command: "echo hi".into(),
+            },
+            &mut st,
+        );
+        let o = to_session_updates(
+            &AgentEvent::BashOutput {
+                chunk: "hi\n".into(),
+            },
+            &mut st,
+        );
+        let e = to_session_updates(
+            &AgentEvent::BashEnd {
+                run_id: None,
+                exit_code: Some(0),
+                cancelled: false,
+            },
+            &mut st,
+        );
+        assert_eq!(s[0]["kind"], "execute");
+        assert_eq!(s[0]["toolCallId"], "prime-agent-bash");
+        assert!(o[0]["content"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hi"));
+        assert_eq!(e[0]["status"], "completed");
+        let c = AgentEvent::CompactionEnd {
+            tokens_before: Some(90000),
+            summary: Some("kept the last turns".into()),
+        };
+        assert_eq!(
+            meta(&map(c)[0])["compaction"],
+            json!({"tokensBefore":90000,"summary":"kept the last turns"})
+        );
+    }
+
+    #[test]
+    fn c16_cancelled_bash_run_fails() {
+        let ev = AgentEvent::BashEnd {
+            run_id: Some("r".into()),
+            exit_code: None,
+            cancelled: true,
+        };
+        assert_eq!(map(ev)[0]["status"], "failed");
+    }
+
+    #[test]
+    fn c17_emits_nothing_without_an_acp_place() {
+        assert!(map(AgentEvent::Lifecycle("agent_start")).is_empty());
+        assert!(map(AgentEvent::Lifecycle("recap_update")).is_empty());
+    }
+
+    #[test]
+    fn heartbeats_changed_is_meta() {
+        assert_eq!(
+            meta(&map(AgentEvent::HeartbeatsChanged)[0]),
+            &json!({"heartbeatsChanged": true})
+        );
+    }
+
+    #[test]
+    fn titles_say_what_the_call_does() {
+        let cases = [
+            ("bash", json!({"command":"cargo test"}), "cargo test"),
+            ("read", json!({"path":"src/main.rs"}), "Read src/main.rs"),
+            ("write", json!({"path":"a.txt","content":""}), "Write a.txt"),
+            ("edit", json!({"path":"a.txt"}), "Edit a.txt"),
+            (
+                "ipython",
+                json!({"code":"# Load the data\nimport pandas"}),
+                "Load the data",
+            ),
+            ("ipython", json!({"code":"\n\nx = 1\ny = 2"}), "x = 1"),
+            ("ipython", json!({"code":"%%bash\nls -la"}), "bash: ls -la"),
+            ("ipython", json!({}), "ipython"),
+            ("mystery", json!({}), "mystery"),
+        ];
+        for (name, args, want) in cases {
+            assert_eq!(tool_title(name, &args), want, "{name} {args}");
+        }
+        assert_eq!(tool_title("bash", &json!({"command":"a\nb"})), "a…");
+    }
+
+    #[test]
+    fn file_tools_carry_locations_and_diffs() {
+        let start = AgentEvent::ToolStart {
+            id: "t".into(),
+            name: "edit".into(),
+            args: json!({"path":"a.txt"}),
+            locations: vec!["/p/a.txt".into()],
+        };
+        assert_eq!(map(start)[0]["locations"], json!([{"path":"/p/a.txt"}]));
+        let end = AgentEvent::ToolEnd {
+            id: "t".into(),
+            name: "edit".into(),
+            result: ToolResultView {
+                text: Some("ok".into()),
+                diff: Some(FileDiff {
+                    path: "/p/a.txt".into(),
+                    old_text: Some("a".into()),
+                    new_text: "b".into(),
+                }),
+                ..Default::default()
+            },
+        };
+        assert_eq!(
+            map(end)[0]["content"][1],
+            json!({"type":"diff","path":"/p/a.txt","oldText":"a","newText":"b"})
+        );
+    }
+
+    #[test]
+    fn base64_sizes() {
+        for (data, want) in [("aGVsbG8=", 5), ("aGk=", 2), ("YWJj", 3), ("", 0)] {
+            assert_eq!(base64_decoded_len(data), want, "{data}");
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The `prime-agent` binary: parse arguments, set up logging, run ACP over stdio.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use prime_agent::cli::{self, Command};
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .target(env_logger::Target::Stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match cli::parse(&args) {
+        Ok(Command::Help) => write_stdout(cli::HELP),
+        Ok(Command::Version) => write_stdout(&format!("prime-agent {}\n", prime_agent::VERSION)),
+        Ok(Command::Run(cfg)) => prime_agent::run_stdio(&cfg).map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "Error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--help` and `--version` are the only output that is not protocol, and happen before any.
+fn write_stdout(text: &str) -> Result<(), String> {
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,414 @@
+//! The main loop: one closed `Event` enum, one `select!`, one `match`.
+//!
+//! This is the only code that sends to the client, and the only owner of session state. It
+//! blocks only in its `select!`. Turn workers report back through `TurnMsg`; their events are
+//! mapped to `session/update`s here, in order, with the `_meta` envelope, so "every update of a
+//! turn is written before its response and none after" holds by construction.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use serde_json::{json, Value};
+
+use crate::abort::AbortFlag;
+use crate::acp::{self, McpServer};
+use crate::events::{to_session_updates, MappingState};
+use crate::meta::{self, Envelope, Phase, Quiescence};
+use crate::rpc::{self, Incoming, RequestId, RpcError};
+use crate::stop_reason::{acp_stop_reason, StopReason};
+use crate::transport::{Connection, Inbound};
+use crate::turn::{spawn_turn, Agent, Conversation, TurnMsg, TurnMsgKind, TurnOutcome};
+
+pub const ONE_SESSION: &str =
+    "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
+pub const PROMPT_RUNNING: &str = "A prompt turn is already running for this ACP session";
+pub const TURN_FAILED: &str = "prime-agent turn failed: ";
+
+/// ACP methods that exist in the protocol but that this agent does not serve (§1.10).
+const UNSUPPORTED: &[&str] = &[
+    "authenticate",
+    "session/load",
+    "session/resume",
+    "session/list",
+    "session/set_mode",
+    "session/set_config_option",
+    "session/set_model",
+];
+
+/// How the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Stdin closed: the client is gone.
+    ClientClosed,
+    /// SIGINT or SIGTERM.
+    Signal,
+}
+
+enum Event {
+    Client(Incoming),
+    ClientClosed,
+    Turn(TurnMsg),
+    Signal,
+}
+
+struct Session {
+    id: String,
+    mapping: MappingState,
+    /// Last `eventSequence` used; strictly increasing per session, starting at 1.
+    sequence: u64,
+    /// Last `promptTurnId` allocated (1, 2, 3, …).
+    prompt_counter: u64,
+    conversation: Arc<Mutex<Conversation>>,
+    active: Option<ActiveTurn>,
+    /// Validated and kept for the kernel's `mcp` object.
+    #[allow(dead_code)] // Read once the kernel lands (issue 4); validated today.
+    mcp_servers: Vec<McpServer>,
+}
+
+struct ActiveTurn {
+    request: RequestId,
+    prompt_turn_id: u64,
+    /// Routing key of the worker's messages.
+    turn: u64,
+    abort: AbortFlag,
+}
+
+struct MainLoop {
+    out: Sender<Vec<u8>>,
+    agent: Arc<Agent>,
+    session: Option<Session>,
+    turn_tx: Sender<TurnMsg>,
+    turn_rx: Receiver<TurnMsg>,
+    next_turn: u64,
+    /// The newest turn worker; each new worker joins its predecessor.
+    last_worker: Option<JoinHandle<()>>,
+    version: String,
+}
+
+/// Runs until the client closes stdin or a signal arrives. Consumes the connection, so the
+/// writer drains and exits once this returns.
+pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: &str) -> Exit {
+    let (turn_tx, turn_rx) = unbounded();
+    let mut ml = MainLoop {
+        out: conn.sender,
+        agent,
+        session: None,
+        turn_tx,
+        turn_rx,
+        next_turn: 0,
+        last_worker: None,
+        version: version.to_owned(),
+    };
+    let exit = loop {
+        let event = select! {
+            recv(conn.receiver) -> msg => match msg {
+                Ok(Inbound::Message(m)) => Event::Client(m),
+                Ok(Inbound::Closed) | Err(_) => Event::ClientClosed,
+            },
+            recv(ml.turn_rx) -> msg => match msg {
+                Ok(m) => Event::Turn(m),
+                Err(_) => continue, // Unreachable: the loop holds a sender.
+            },
+            recv(signals) -> _ => Event::Signal,
+        };
+        match event {
+            Event::Client(msg) => ml.on_client(msg),
+            Event::Turn(msg) => ml.on_turn(msg),
+            Event::ClientClosed => break Exit::ClientClosed,
+            Event::Signal => {
+                // The client may still be reading: answer the running prompt first.
+                ml.cancel_active();
+                break Exit::Signal;
+            }
+        }
+    };
+    ml.shutdown();
+    exit
+}
+
+impl MainLoop {
+    fn send(&self, frame: &Value) {
+        let bytes = serde_json::to_vec(frame).expect("a JSON value always serialises");
+        if log::log_enabled!(log::Level::Debug) {
+            log::debug!("> {}", String::from_utf8_lossy(&bytes));
+        }
+        // A closed writer means the client is gone; the reader will report it.
+        let _ = self.out.send(bytes);
+    }
+
+    fn respond(&self, id: &RequestId, result: Result<Value, RpcError>) {
+        match result {
+            Ok(v) => self.send(&rpc::response_ok(id, v)),
+            Err(e) => self.send(&rpc::response_err(id, &e)),
+        }
+    }
+
+    /// Wraps `update` in the envelope and sends it as `session/update`.
+    fn publish(
+        &mut self,
+        mut update: Value,
+        prompt_turn_id: u64,
+        phase: Phase,
+        outcome_ok: Option<bool>,
+    ) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        session.sequence += 1;
+        let env = Envelope {
+            prompt_turn_id,
+            event_sequence: session.sequence,
+            phase,
+            outcome_ok,
+        };
+        meta::apply_envelope(&mut update, env);
+        let frame = rpc::notification(
+            acp::SESSION_UPDATE,
+            json!({ "sessionId": session.id, "update": update }),
+        );
+        self.send(&frame);
+    }
+
+    fn on_client(&mut self, msg: Incoming) {
+        match msg {
+            Incoming::Request { id, method, params } => self.on_request(id, &method, params),
+            Incoming::Notification { method, params } => self.on_notification(&method, &params),
+            Incoming::Response { id } => log::debug!("ignoring a response to unknown request {id}"),
+            Incoming::Invalid { id, error } => self.respond(&id, Err(error)),
+        }
+    }
+
+    fn on_request(&mut self, id: RequestId, method: &str, params: Value) {
+        let result = match method {
+            acp::INITIALIZE => {
+                acp::parse_initialize(&params).map(|()| meta::initialize_result(&self.version))
+            }
+            acp::SESSION_NEW => self.session_new(&params),
+            acp::SESSION_PROMPT => match self.session_prompt(&id, &params) {
+                // The response is sent when the turn finishes.
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
+            acp::SESSION_CLOSE => self.session_close(&params),
+            acp::SESSION_CANCEL => {
+                // A notification sent as a request: honour it and answer, so nothing hangs.
+                self.session_cancel(&params);
+                Ok(Value::Null)
+            }
+            _ if UNSUPPORTED.contains(&method) => Err(RpcError::method_not_found(method)),
+            _ => Err(RpcError::method_not_found(method)),
+        };
+        self.respond(&id, result);
+    }
+
+    fn on_notification(&mut self, method: &str, params: &Value) {
+        match method {
+            acp::SESSION_CANCEL => self.session_cancel(params),
+            acp::CANCEL_REQUEST => {
+                let target = params.get("requestId").cloned().unwrap_or(Value::Null);
+                let matches = self
+                    .session
+                    .as_ref()
+                    .and_then(|s| s.active.as_ref())
+                    .is_some_and(|a| a.request.0 == target);
+                if matches {
+                    self.cancel_active();
+                }
+            }
+            other => log::debug!("ignoring notification {other}"),
+        }
+    }
+
+    fn session_new(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let p = acp::parse_new_session(params)?;
+        if self.session.is_some() {
+            return Err(RpcError::internal(ONE_SESSION));
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        self.session = Some(Session {
+            id: id.clone(),
+            mapping: MappingState::default(),
+            sequence: 0,
+            prompt_counter: 0,
+            conversation: Arc::new(Mutex::new(Conversation::default())),
+            active: None,
+            mcp_servers: p.mcp_servers,
+        });
+        let mut result = json!({ "sessionId": id });
+        if !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
+            let actual = self.agent.cwd.display().to_string();
+            result["_meta"] =
+                meta::namespaced(json!({ "cwd": { "requested": p.cwd, "actual": actual } }));
+        }
+        Ok(result)
+    }
+
+    fn session_prompt(&mut self, id: &RequestId, params: &Value) -> Result<(), RpcError> {
+        let (session_id, prompt) = acp::parse_prompt(params)?;
+        let session = match self.session.as_mut() {
+            Some(s) if s.id == session_id => s,
+            _ => {
+                return Err(RpcError::internal(format!(
+                    "Unknown ACP session: {session_id}"
+                )))
+            }
+        };
+        if session.active.is_some() {
+            return Err(RpcError::internal(PROMPT_RUNNING));
+        }
+        self.next_turn += 1;
+        let turn = self.next_turn;
+        let handle = spawn_turn(
+            turn,
+            self.agent.clone(),
+            session.conversation.clone(),
+            prompt,
+            self.last_worker.take(),
+            self.turn_tx.clone(),
+        )
+        .map_err(|e| {
+            RpcError::internal(format!("{TURN_FAILED}could not start the turn thread: {e}"))
+        })?;
+        self.last_worker = Some(handle.thread);
+        session.prompt_counter += 1;
+        session.active = Some(ActiveTurn {
+            request: id.clone(),
+            prompt_turn_id: session.prompt_counter,
+            turn,
+            abort: handle.abort,
+        });
+        Ok(())
+    }
+
+    fn session_cancel(&mut self, params: &Value) {
+        let Ok(session_id) = acp::parse_session_id(params, acp::SESSION_CANCEL) else {
+            log::warn!("ignoring session/cancel without a sessionId");
+            return;
+        };
+        // Never cancel another session's turn; a cancel with nothing running is a no-op, and
+        // duplicates coalesce because the first one already answered the prompt.
+        if self.session.as_ref().is_some_and(|s| s.id == session_id) {
+            self.cancel_active();
+        }
+    }
+
+    fn session_close(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let session_id = acp::parse_session_id(params, acp::SESSION_CLOSE)?;
+        if !self.session.as_ref().is_some_and(|s| s.id == session_id) {
+            return Err(RpcError::internal(format!(
+                "Unknown ACP session: {session_id}"
+            )));
+        }
+        self.cancel_active();
+        self.session = None;
+        Ok(json!({}))
+    }
+
+    /// Aborts the running turn and answers its prompt `cancelled`, after writing every update
+    /// the worker had already queued. Later messages of that turn are dropped.
+    fn cancel_active(&mut self) {
+        let Some(active) = self.session.as_ref().and_then(|s| s.active.as_ref()) else {
+            return;
+        };
+        active.abort.abort();
+        while let Ok(msg) = self.turn_rx.try_recv() {
+            self.on_turn(msg);
+        }
+        // The turn may have completed normally while we drained; then it was answered already.
+        if let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) {
+            let result = json!({ "stopReason": acp_stop_reason(true, None).as_str() });
+            self.respond(&active.request, Ok(result));
+        }
+    }
+
+    fn on_turn(&mut self, msg: TurnMsg) {
+        let Some(active) = self.session.as_ref().and_then(|s| s.active.as_ref()) else {
+            return; // A turn of a closed session, or one already answered: dropped.
+        };
+        if active.turn != msg.turn {
+            return;
+        }
+        let prompt_turn_id = active.prompt_turn_id;
+        match msg.kind {
+            TurnMsgKind::Event(event) => {
+                let session = self.session.as_mut().expect("checked above");
+                let updates = to_session_updates(&event, &mut session.mapping);
+                for update in updates {
+                    self.publish(update, prompt_turn_id, Phase::Event, None);
+                }
+            }
+            TurnMsgKind::Finished(outcome) => self.finish_turn(outcome),
+        }
+    }
+
+    /// Writes the per-turn tail of §1.14 and answers the prompt.
+    fn finish_turn(&mut self, outcome: TurnOutcome) {
+        let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) else {
+            return;
+        };
+        let id = active.prompt_turn_id;
+        let quiescence = Quiescence::default();
+        let (result, terminal_ok) = match outcome {
+            TurnOutcome::Cancelled => {
+                self.respond(
+                    &active.request,
+                    Ok(json!({ "stopReason": StopReason::Cancelled.as_str() })),
+                );
+                return;
+            }
+            TurnOutcome::Panicked(why) => {
+                log::error!("turn {} panicked: {why}", active.turn);
+                self.publish(
+                    meta::response_boundary(false),
+                    id,
+                    Phase::ResponseBoundary,
+                    Some(false),
+                );
+                let err = RpcError::internal(format!("{TURN_FAILED}internal error: {why}"));
+                self.respond(&active.request, Err(err));
+                return;
+            }
+            TurnOutcome::Completed(stop) => (Ok(json!({ "stopReason": stop.as_str() })), true),
+            TurnOutcome::Failed(why) => (
+                Err(RpcError::internal(format!("{TURN_FAILED}{why}"))),
+                false,
+            ),
+        };
+        self.publish(
+            meta::response_boundary(true),
+            id,
+            Phase::ResponseBoundary,
+            Some(terminal_ok),
+        );
+        self.publish(meta::quiescence_update(quiescence), id, Phase::Event, None);
+        self.respond(&active.request, result);
+        // No subagents can be outstanding yet, so the turn is quiescent at once.
+        self.publish(
+            meta::quiescence_update(quiescence),
+            id,
+            Phase::TerminalQuiescence,
+            Some(terminal_ok),
+        );
+    }
+
+    /// Aborts any running turn and gives its worker a short grace period to stop (its children
+    /// are killed by abort hooks at once). A worker stuck past that is left to the process exit.
+    fn shutdown(&mut self) {
+        if let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) {
+            active.abort.abort();
+        }
+        if let Some(worker) = self.last_worker.take() {
+            let deadline = Instant::now() + Duration::from_millis(500);
+            while !worker.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if worker.is_finished() {
+                let _ = worker.join();
+            } else {
+                log::warn!("a turn worker did not stop within 500 ms; exiting without it");
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Pure builders for Prime Agent's `_meta` extensions (namespace `ai.primeintellect.prime-agent`).
+//!
+//! Non-standard fields never go on ACP object roots, only under `_meta[NAMESPACE]`.
+
+use serde_json::{json, Map, Value};
+
+pub const NAMESPACE: &str = "ai.primeintellect.prime-agent";
+
+/// `{ NAMESPACE: payload }`.
+pub fn namespaced(payload: Value) -> Value {
+    let mut m = Map::new();
+    m.insert(NAMESPACE.to_owned(), payload);
+    Value::Object(m)
+}
+
+/// Where an update sits in a prompt turn's lifecycle (§1.14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Event,
+    ResponseBoundary,
+    TerminalQuiescence,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Event => "event",
+            Phase::ResponseBoundary => "responseBoundary",
+            Phase::TerminalQuiescence => "terminalQuiescence",
+        }
+    }
+}
+
+/// The correlation envelope merged into every update's `_meta[NAMESPACE]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    pub prompt_turn_id: u64,
+    pub event_sequence: u64,
+    pub phase: Phase,
+    /// `Some(true)` = "result", `Some(false)` = "error"; only on boundary/terminal updates.
+    pub outcome_ok: Option<bool>,
+}
+
+/// Merges the envelope over whatever the update already carries in `_meta[NAMESPACE]`.
+pub fn apply_envelope(update: &mut Value, env: Envelope) {
+    let Some(obj) = update.as_object_mut() else {
+        return;
+    };
+    let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    let ns = meta
+        .as_object_mut()
+        .expect("checked above")
+        .entry(NAMESPACE)
+        .or_insert_with(|| json!({}));
+    if !ns.is_object() {
+        *ns = json!({});
+    }
+    let ns = ns.as_object_mut().expect("checked above");
+    ns.insert("promptTurnId".into(), json!(env.prompt_turn_id));
+    ns.insert("eventSequence".into(), json!(env.event_sequence));
+    ns.insert("phase".into(), json!(env.phase.as_str()));
+    if let Some(ok) = env.outcome_ok {
+        ns.insert("outcome".into(), json!(if ok { "result" } else { "error" }));
+    }
+}
+
+/// Quiescence counters reported on completion and terminal updates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quiescence {
+    pub outstanding_subagents: u64,
+    pub remaining_autonomous_continuations: u64,
+}
+
+fn quiescence_value(q: Quiescence) -> Value {
+    json!({
+        "outstandingSubagents": q.outstanding_subagents,
+        "remainingAutonomousContinuations": q.remaining_autonomous_continuations,
+    })
+}
+
+/// The `responseBoundary` update (before the envelope is applied).
+pub fn response_boundary(terminal_expected: bool) -> Value {
+    json!({
+        "sessionUpdate": "session_info_update",
+        "_meta": namespaced(json!({ "terminalQuiescenceExpected": terminal_expected })),
+    })
+}
+
+/// The completion (or terminal) update carrying quiescence counters.
+pub fn quiescence_update(q: Quiescence) -> Value {
+    json!({
+        "sessionUpdate": "session_info_update",
+        "_meta": namespaced(json!({ "quiescence": quiescence_value(q) })),
+    })
+}
+
+/// The `initialize` result (§1.3); `version` is the crate version.
+pub fn initialize_result(version: &str) -> Value {
+    json!({
+        "protocolVersion": 1,
+        "agentCapabilities": {
+            "loadSession": false,
+            "promptCapabilities": { "image": true, "embeddedContext": true },
+            "mcpCapabilities": { "http": true },
+            "sessionCapabilities": { "close": {} },
+        },
+        "agentInfo": { "name": "prime-agent", "title": "Prime Agent", "version": version },
+        "_meta": namespaced(json!({})),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_merges_after_payload() {
+        let mut u = response_boundary(true);
+        apply_envelope(
+            &mut u,
+            Envelope {
+                prompt_turn_id: 1,
+                event_sequence: 7,
+                phase: Phase::ResponseBoundary,
+                outcome_ok: Some(true),
+            },
+        );
+        assert_eq!(
+            u["_meta"][NAMESPACE],
+            json!({"terminalQuiescenceExpected":true,"promptTurnId":1,"eventSequence":7,"phase":"responseBoundary","outcome":"result"})
+        );
+        let mut plain =
+            json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}});
+        apply_envelope(
+            &mut plain,
+            Envelope {
+                prompt_turn_id: 0,
+                event_sequence: 1,
+                phase: Phase::Event,
+                outcome_ok: None,
+            },
+        );
+        assert_eq!(
+            plain["_meta"][NAMESPACE],
+            json!({"promptTurnId":0,"eventSequence":1,"phase":"event"})
+        );
+    }
+
+    #[test]
+    fn initialize_shape() {
+        let r = initialize_result("1.2.3");
+        assert_eq!(r["protocolVersion"], 1);
+        assert_eq!(
+            r["agentInfo"],
+            json!({"name":"prime-agent","title":"Prime Agent","version":"1.2.3"})
+        );
+        assert_eq!(r["_meta"], json!({NAMESPACE: {}}));
+        assert!(r["agentCapabilities"].get("subagents").is_none());
+    }
+}

@@ -1,0 +1,188 @@
+//! The model side of a turn: a provider-neutral conversation, the `Provider` trait, and the
+//! provider error type.
+//!
+//! Providers know nothing about ACP or JSON-RPC. They stream deltas through a callback, check
+//! the `AbortFlag` at every read, and return the assembled assistant reply.
+
+pub mod scripted;
+
+use serde_json::Value;
+
+use crate::abort::AbortFlag;
+use crate::events::Image;
+
+/// One message of the conversation, in the shape every wire API can be built from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    User {
+        text: String,
+        images: Vec<Image>,
+    },
+    Assistant(AssistantMessage),
+    ToolResult {
+        call_id: String,
+        name: String,
+        text: String,
+        is_error: bool,
+        images: Vec<Image>,
+    },
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AssistantMessage {
+    pub text: String,
+    pub thinking: String,
+    /// Provider-specific opaque data needed to replay thinking (e.g. Anthropic signatures).
+    pub thinking_signature: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Parsed arguments; a model that sends malformed JSON gets `Value::String(raw)`.
+    pub arguments: Value,
+}
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    /// Cut off by the output token limit.
+    Length,
+    ToolCalls,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub message: AssistantMessage,
+    pub usage: Usage,
+    pub finish: FinishReason,
+}
+
+/// A streamed delta, forwarded to the client as it arrives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    Text(String),
+    Thinking(String),
+}
+
+/// Reasoning effort requested from the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Thinking {
+    Off,
+    Minimal,
+    Low,
+    #[default]
+    Medium,
+    High,
+    XHigh,
+    Max,
+}
+
+impl Thinking {
+    pub const NAMES: &'static str = "off, minimal, low, medium, high, xhigh, max";
+
+    pub fn parse(s: &str) -> Option<Thinking> {
+        Some(match s {
+            "off" => Thinking::Off,
+            "minimal" => Thinking::Minimal,
+            "low" => Thinking::Low,
+            "medium" => Thinking::Medium,
+            "high" => Thinking::High,
+            "xhigh" => Thinking::XHigh,
+            "max" => Thinking::Max,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Thinking::Off => "off",
+            Thinking::Minimal => "minimal",
+            Thinking::Low => "low",
+            Thinking::Medium => "medium",
+            Thinking::High => "high",
+            Thinking::XHigh => "xhigh",
+            Thinking::Max => "max",
+        }
+    }
+}
+
+/// Everything one model call needs.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRequest<'a> {
+    pub system: &'a str,
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolSpec],
+    pub thinking: Thinking,
+}
+
+/// Why a model call failed. The `Display` text is what the client sees after
+/// `prime-agent turn failed: `, so it carries the HTTP status and the provider's own words.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderError {
+    /// The turn was cancelled while the call ran.
+    Aborted,
+    /// The server answered with a non-success status.
+    Status { status: u16, message: String },
+    /// Connecting, TLS, DNS, or the connection dropped or stalled.
+    Transport(String),
+    /// The stream could not be decoded, or the provider sent an error event.
+    Stream(String),
+    /// Missing key or unusable configuration, discovered at request time.
+    Config(String),
+}
+
+impl std::fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProviderError::Aborted => write!(f, "Request was aborted"),
+            ProviderError::Status { status, message } => write!(f, "{status} {message}"),
+            ProviderError::Transport(m) | ProviderError::Stream(m) | ProviderError::Config(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+/// A model backend. `stream` blocks the calling (turn) thread until the reply is complete, the
+/// call fails, or `abort` is set, whichever comes first.
+pub trait Provider: Send + Sync {
+    /// `provider/model`, for logs and the system prompt.
+    fn label(&self) -> String;
+
+    fn stream(
+        &self,
+        request: &ChatRequest<'_>,
+        abort: &AbortFlag,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<Reply, ProviderError>;
+}

@@ -1,0 +1,247 @@
+//! The scripted provider: replays assistant replies from a JSONL fixture, one line per model
+//! call, with no network. It drives the tests, the demo and the benchmarks.
+//!
+//! Each non-blank line (lines starting with `//` are comments) is one reply:
+//!
+//! ```text
+//! {"text": "Hello"}                                   a plain text reply
+//! {"steps": [STEP, ...], "stop": "end_turn"|"max_tokens"}
+//! {"error": "503 overloaded"}                         the call fails (after any steps)
+//! {"panic": "boom"}                                   the turn thread panics (tests only)
+//! ```
+//!
+//! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
+//! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
+//! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
+//! `{"stream_until_cancelled": {"text": s, "interval_ms": n}}`, and
+//! `{"expect": [s, ...]}` (fail the call unless the request's last message contains each s;
+//! this lets a script assert that tool results really went back to the model).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{
+    AssistantMessage, ChatRequest, FinishReason, Message, Provider, ProviderError, Reply,
+    StreamEvent, ToolCall, Usage,
+};
+use crate::abort::AbortFlag;
+
+pub struct ScriptedProvider {
+    path: PathBuf,
+    replies: Vec<Value>,
+    cursor: Mutex<usize>,
+}
+
+impl ScriptedProvider {
+    /// Loads and checks the whole script up front, so a malformed fixture fails at start-up.
+    pub fn load(path: &Path) -> Result<ScriptedProvider, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("Cannot read script {}: {e}", path.display()))?;
+        let mut replies = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with("//") {
+                continue;
+            }
+            let value: Value = serde_json::from_str(line)
+                .map_err(|e| format!("Script {} line {}: {e}", path.display(), i + 1))?;
+            if !value.is_object() {
+                return Err(format!(
+                    "Script {} line {}: a reply must be a JSON object",
+                    path.display(),
+                    i + 1
+                ));
+            }
+            replies.push(value);
+        }
+        Ok(ScriptedProvider {
+            path: path.to_path_buf(),
+            replies,
+            cursor: Mutex::new(0),
+        })
+    }
+
+    fn next_reply(&self) -> Result<(usize, Value), ProviderError> {
+        let mut cursor = self.cursor.lock().unwrap_or_else(|e| e.into_inner());
+        let index = *cursor;
+        let reply = self.replies.get(index).cloned().ok_or_else(|| {
+            ProviderError::Config(format!(
+                "scripted provider: no reply left in {} (model call {})",
+                self.path.display(),
+                index + 1
+            ))
+        })?;
+        *cursor += 1;
+        Ok((index, reply))
+    }
+}
+
+impl Provider for ScriptedProvider {
+    fn label(&self) -> String {
+        format!(
+            "scripted/{}",
+            self.path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("script")
+        )
+    }
+
+    fn stream(
+        &self,
+        request: &ChatRequest<'_>,
+        abort: &AbortFlag,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<Reply, ProviderError> {
+        let (index, reply) = self.next_reply()?;
+        if let Some(msg) = reply.get("panic").and_then(Value::as_str) {
+            panic!("scripted panic: {msg}");
+        }
+        let mut message = AssistantMessage::default();
+        let mut usage = Usage::default();
+        if let Some(text) = reply.get("text").and_then(Value::as_str) {
+            emit_text(&mut message, on_event, text);
+        }
+        let steps = reply
+            .get("steps")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for step in &steps {
+            abort.check().map_err(|_| ProviderError::Aborted)?;
+            run_step(
+                step,
+                index,
+                request,
+                abort,
+                on_event,
+                &mut message,
+                &mut usage,
+            )?;
+        }
+        abort.check().map_err(|_| ProviderError::Aborted)?;
+        if let Some(error) = reply.get("error").and_then(Value::as_str) {
+            return Err(ProviderError::Stream(error.to_owned()));
+        }
+        let finish = match reply.get("stop").and_then(Value::as_str) {
+            Some("max_tokens") => FinishReason::Length,
+            _ if !message.tool_calls.is_empty() => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
+        };
+        Ok(Reply {
+            message,
+            usage,
+            finish,
+        })
+    }
+}
+
+fn emit_text(message: &mut AssistantMessage, on_event: &mut dyn FnMut(StreamEvent), text: &str) {
+    message.text.push_str(text);
+    on_event(StreamEvent::Text(text.to_owned()));
+}
+
+fn run_step(
+    step: &Value,
+    index: usize,
+    request: &ChatRequest<'_>,
+    abort: &AbortFlag,
+    on_event: &mut dyn FnMut(StreamEvent),
+    message: &mut AssistantMessage,
+    usage: &mut Usage,
+) -> Result<(), ProviderError> {
+    let aborted = |_| ProviderError::Aborted;
+    if let Some(text) = step.get("text").and_then(Value::as_str) {
+        emit_text(message, on_event, text);
+    } else if let Some(text) = step.get("thinking").and_then(Value::as_str) {
+        message.thinking.push_str(text);
+        on_event(StreamEvent::Thinking(text.to_owned()));
+    } else if let Some(call) = step.get("tool_call") {
+        let n = message.tool_calls.len();
+        message.tool_calls.push(ToolCall {
+            id: call
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("call_{}_{n}", index + 1)),
+            name: call
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            arguments: call
+                .get("arguments")
+                .cloned()
+                .unwrap_or(Value::Object(Default::default())),
+        });
+    } else if let Some(u) = step.get("usage") {
+        let get = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        usage.add(Usage {
+            input: get("input"),
+            output: get("output"),
+            cache_read: get("cache_read"),
+            cache_write: 0,
+        });
+    } else if let Some(ms) = step.get("sleep_ms").and_then(Value::as_u64) {
+        abort.sleep(Duration::from_millis(ms)).map_err(aborted)?;
+    } else if let Some(r) = step.get("repeat") {
+        let text = r.get("text").and_then(Value::as_str).unwrap_or("");
+        for _ in 0..r.get("count").and_then(Value::as_u64).unwrap_or(0) {
+            abort.check().map_err(aborted)?;
+            emit_text(message, on_event, text);
+        }
+    } else if step.get("wait_for_cancel").is_some() {
+        loop {
+            abort.sleep(Duration::from_secs(3600)).map_err(aborted)?;
+        }
+    } else if let Some(s) = step.get("stream_until_cancelled") {
+        let text = s.get("text").and_then(Value::as_str).unwrap_or(".");
+        let interval =
+            Duration::from_millis(s.get("interval_ms").and_then(Value::as_u64).unwrap_or(10));
+        loop {
+            emit_text(message, on_event, text);
+            abort.sleep(interval).map_err(aborted)?;
+        }
+    } else if let Some(expect) = step.get("expect").and_then(Value::as_array) {
+        let last = request.messages.last().map(describe).unwrap_or_default();
+        for needle in expect.iter().filter_map(Value::as_str) {
+            if !last.contains(needle) {
+                return Err(ProviderError::Stream(format!(
+                    "scripted expectation failed: the last message does not contain {needle:?}; it was: {last}"
+                )));
+            }
+        }
+    } else {
+        return Err(ProviderError::Stream(format!(
+            "scripted provider: unknown step {step}"
+        )));
+    }
+    Ok(())
+}
+
+/// A plain-text rendering of a message for `expect` checks.
+fn describe(message: &Message) -> String {
+    match message {
+        Message::User { text, images } => format!(
+            "user: {text} [{} image(s)] {}",
+            images.len(),
+            images
+                .iter()
+                .map(|i| i.data.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        Message::Assistant(a) => format!("assistant: {}", a.text),
+        Message::ToolResult {
+            name,
+            text,
+            is_error,
+            ..
+        } => {
+            format!("tool_result {name} error={is_error}: {text}")
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The stdio transport: an `acp-reader` thread that turns stdin lines into classified
+//! messages, and an `acp-writer` thread that alone owns the protocol stream.
+//!
+//! At start-up the real stdout is duplicated into a private file descriptor for protocol
+//! frames, and fd 1 is pointed at stderr. A stray write from any code, crate or child process
+//! then lands on stderr and can never corrupt the protocol stream.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::thread::{self, JoinHandle};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+
+use crate::rpc::{self, Incoming, RequestId, RpcError};
+
+/// Lines up to this size are accepted (image prompts are large); longer ones are refused.
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// What the reader thread delivers to the main loop.
+#[derive(Debug)]
+pub enum Inbound {
+    Message(Incoming),
+    /// Stdin reached EOF or failed: the client is gone.
+    Closed,
+}
+
+/// Both ends of a client connection as the main loop sees them.
+pub struct Connection {
+    /// Serialised frames (without the trailing newline) for the writer.
+    pub sender: Sender<Vec<u8>>,
+    pub receiver: Receiver<Inbound>,
+}
+
+/// The two IO threads; join them after the main loop has dropped its `Connection`.
+pub struct IoThreads {
+    reader: JoinHandle<()>,
+    writer: JoinHandle<io::Result<()>>,
+}
+
+impl IoThreads {
+    /// Waits for the writer to drain. The reader is joined only if it has already finished:
+    /// on a signal it may be blocked in `read(0)` forever, and the process is about to exit.
+    pub fn join(self) -> io::Result<()> {
+        let result = self
+            .writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("writer panicked")));
+        if self.reader.is_finished() {
+            let _ = self.reader.join();
+        }
+        result
+    }
+}
+
+/// Takes over the process's stdio and starts the reader and writer threads.
+pub fn stdio() -> io::Result<(Connection, IoThreads)> {
+    let protocol_out = take_over_stdout()?;
+    let stdin = io::stdin();
+    Ok(spawn(stdin, protocol_out, MAX_LINE_BYTES))
+}
+
+/// Starts the IO threads over any byte source and sink (used by `stdio` and by tests).
+pub fn spawn<R, W>(input: R, output: W, max_line: usize) -> (Connection, IoThreads)
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    let (in_tx, in_rx) = unbounded();
+    let (out_tx, out_rx) = unbounded::<Vec<u8>>();
+    let reader = thread::Builder::new()
+        .name("acp-reader".to_owned())
+        .spawn(move || read_loop(input, max_line, &in_tx))
+        .expect("spawn acp-reader");
+    let writer = thread::Builder::new()
+        .name("acp-writer".to_owned())
+        .spawn(move || write_loop(output, &out_rx))
+        .expect("spawn acp-writer");
+    (
+        Connection {
+            sender: out_tx,
+            receiver: in_rx,
+        },
+        IoThreads { reader, writer },
+    )
+}
+
+/// Duplicates fd 1 for protocol frames and points fd 1 at stderr.
+fn take_over_stdout() -> io::Result<File> {
+    let private = io::stdout().as_fd().try_clone_to_owned()?;
+    // SAFETY: dup2 on two descriptors this process owns; fd 1 is replaced atomically, and
+    // `private` keeps the original stdout open for protocol frames.
+    #[allow(unsafe_code)] // The only way to retarget fd 1; std has no safe dup2.
+    let rc = unsafe { libc::dup2(2, 1) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(File::from(private))
+}
+
+fn read_loop<R: Read>(input: R, max_line: usize, tx: &Sender<Inbound>) {
+    let mut reader = BufReader::with_capacity(256 * 1024, input);
+    let mut line = Vec::new();
+    loop {
+        match read_line_limited(&mut reader, &mut line, max_line) {
+            Ok(LineRead::Eof) => break,
+            Ok(LineRead::Line) => {
+                log::debug!("< {}", String::from_utf8_lossy(&line));
+                if let Some(msg) = rpc::classify_line(&line) {
+                    if tx.send(Inbound::Message(msg)).is_err() {
+                        return;
+                    }
+                }
+                // Release the memory of a huge line instead of keeping its capacity around.
+                if line.capacity() > 1024 * 1024 {
+                    line = Vec::new();
+                }
+            }
+            Ok(LineRead::TooLong(len)) => {
+                log::warn!("dropped an input line of at least {len} bytes (limit {max_line})");
+                let error = RpcError::invalid_request(&format!(
+                    "message exceeds the {max_line}-byte line limit and was skipped"
+                ));
+                if tx
+                    .send(Inbound::Message(Incoming::Invalid {
+                        id: RequestId::null(),
+                        error,
+                    }))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) => {
+                log::warn!("stdin read failed: {e}");
+                break;
+            }
+        }
+    }
+    let _ = tx.send(Inbound::Closed);
+}
+
+#[derive(Debug, PartialEq)]
+enum LineRead {
+    Line,
+    Eof,
+    /// The line was longer than the limit; it was consumed and discarded.
+    TooLong(usize),
+}
+
+/// Reads one `\n`-terminated line into `buf` (without the newline), never holding more than
+/// `max` bytes. A final line without a newline at EOF still counts as a line.
+fn read_line_limited<R: BufRead>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<LineRead> {
+    buf.clear();
+    let mut seen = 0usize;
+    let mut discarding = false;
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(if discarding {
+                LineRead::TooLong(seen)
+            } else if seen == 0 {
+                LineRead::Eof
+            } else {
+                LineRead::Line
+            });
+        }
+        let (part, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (&chunk[..i], Some(i + 1)),
+            None => (chunk, None),
+        };
+        seen += part.len();
+        if !discarding {
+            if seen > max {
+                discarding = true;
+                buf.clear();
+                buf.shrink_to_fit();
+            } else {
+                buf.extend_from_slice(part);
+            }
+        }
+        let consumed = done.unwrap_or(chunk.len());
+        reader.consume(consumed);
+        if done.is_some() {
+            return Ok(if discarding {
+                LineRead::TooLong(seen)
+            } else {
+                LineRead::Line
+            });
+        }
+    }
+}
+
+fn write_loop<W: Write>(output: W, rx: &Receiver<Vec<u8>>) -> io::Result<()> {
+    let mut out = io::BufWriter::with_capacity(64 * 1024, output);
+    while let Ok(frame) = rx.recv() {
+        write_frame(&mut out, &frame)?;
+        // Batch whatever is already queued into one flush: ordering is preserved and a burst of
+        // deltas costs one syscall instead of one per frame.
+        while let Ok(frame) = rx.try_recv() {
+            write_frame(&mut out, &frame)?;
+        }
+        out.flush()?;
+    }
+    out.flush()
+}
+
+fn write_frame<W: Write>(out: &mut W, frame: &[u8]) -> io::Result<()> {
+    out.write_all(frame)?;
+    out.write_all(b"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize) -> Vec<(LineRead, Vec<u8>)> {
+        let mut reader = BufReader::with_capacity(4, input);
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            let r = read_line_limited(&mut reader, &mut buf, max).unwrap();
+            if r == LineRead::Eof {
+                return out;
+            }
+            out.push((r, buf.clone()));
+        }
+    }
+
+    #[test]
+    fn splits_lines_and_keeps_a_final_unterminated_line() {
+        let got = lines(b"ab\n\ncdef\ngh", 100);
+        let texts: Vec<&[u8]> = got.iter().map(|(_, b)| b.as_slice()).collect();
+        assert_eq!(texts, vec![&b"ab"[..], b"", b"cdef", b"gh"]);
+    }
+
+    #[test]
+    fn skips_an_overlong_line_and_recovers() {
+        let got = lines(b"0123456789\nok\n", 5);
+        assert_eq!(got[0].0, LineRead::TooLong(10));
+        assert!(got[0].1.is_empty());
+        assert_eq!(got[1], (LineRead::Line, b"ok".to_vec()));
+    }
+}

@@ -1,0 +1,331 @@
+//! One prompt turn on its own worker thread: model call → tool calls (one at a time, in order)
+//! → results back to the model → repeat until the model stops calling tools.
+//!
+//! A turn never talks to the client. It reports `AgentEvent`s and a final `TurnOutcome` to the
+//! main loop through a channel, and stops at `AbortFlag` checkpoints. Each worker first joins
+//! its predecessor, so turns of a session touch the conversation strictly one after another.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::abort::AbortFlag;
+use crate::acp::UserPrompt;
+use crate::events::{AgentEvent, DeltaKind, ToolResultView};
+use crate::provider::{
+    ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
+    Usage,
+};
+use crate::stop_reason::StopReason;
+use crate::tools::{ToolContext, ToolOutput, ToolSet};
+
+/// Everything fixed for the life of the process: provider, tools, prompt, cwd.
+pub struct Agent {
+    /// `Err` holds the message that explains why no model is usable (e.g. no API key); each
+    /// prompt then fails with it, while `initialize` and `session/new` still work.
+    pub provider: Result<Arc<dyn Provider>, String>,
+    pub tools: ToolSet,
+    pub system_prompt: String,
+    pub cwd: PathBuf,
+    pub thinking: Thinking,
+}
+
+/// The conversation of one ACP session; it carries across that session's prompts.
+#[derive(Debug, Default)]
+pub struct Conversation {
+    pub messages: Vec<Message>,
+    pub usage: Usage,
+}
+
+/// A message from a turn worker to the main loop; `turn` routes it (stale turns are dropped).
+#[derive(Debug)]
+pub struct TurnMsg {
+    pub turn: u64,
+    pub kind: TurnMsgKind,
+}
+
+#[derive(Debug)]
+pub enum TurnMsgKind {
+    Event(AgentEvent),
+    Finished(TurnOutcome),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnOutcome {
+    Completed(StopReason),
+    /// The model or provider failed; the text follows `prime-agent turn failed: `.
+    Failed(String),
+    /// A bug: the turn thread panicked. The process survives.
+    Panicked(String),
+    Cancelled,
+}
+
+pub struct TurnHandle {
+    pub abort: AbortFlag,
+    pub thread: JoinHandle<()>,
+}
+
+/// Tail cap and throttle for `in_progress` tool output (issue: bounded bandwidth for huge output).
+const PROGRESS_TAIL_BYTES: usize = 8 * 1024;
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Starts a turn worker. It joins `previous` (the session's last worker) before touching the
+/// conversation.
+pub fn spawn_turn(
+    turn: u64,
+    agent: Arc<Agent>,
+    conversation: Arc<Mutex<Conversation>>,
+    prompt: UserPrompt,
+    previous: Option<JoinHandle<()>>,
+    tx: Sender<TurnMsg>,
+) -> std::io::Result<TurnHandle> {
+    let abort = AbortFlag::new();
+    let flag = abort.clone();
+    let thread = thread::Builder::new()
+        .name(format!("turn-{turn}"))
+        .spawn(move || {
+            if let Some(previous) = previous {
+                let _ = previous.join();
+            }
+            let mut worker = Worker {
+                turn,
+                agent: &agent,
+                abort: &flag,
+                tx: &tx,
+            };
+            let outcome = catch_unwind(AssertUnwindSafe(|| worker.run(&conversation, prompt)))
+                .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)));
+            let _ = tx.send(TurnMsg {
+                turn,
+                kind: TurnMsgKind::Finished(outcome),
+            });
+        })?;
+    Ok(TurnHandle { abort, thread })
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}
+
+struct Worker<'a> {
+    turn: u64,
+    agent: &'a Agent,
+    abort: &'a AbortFlag,
+    tx: &'a Sender<TurnMsg>,
+}
+
+impl Worker<'_> {
+    fn emit(&self, event: AgentEvent) {
+        let _ = self.tx.send(TurnMsg {
+            turn: self.turn,
+            kind: TurnMsgKind::Event(event),
+        });
+    }
+
+    fn run(&mut self, conversation: &Mutex<Conversation>, prompt: UserPrompt) -> TurnOutcome {
+        // A panic in an earlier turn poisons the lock; the conversation itself is still sound.
+        let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
+        // Checkpoint: cancelled before the turn started.
+        if self.abort.is_aborted() {
+            return TurnOutcome::Cancelled;
+        }
+        let provider = match &self.agent.provider {
+            Ok(p) => p.clone(),
+            Err(why) => return TurnOutcome::Failed(why.clone()),
+        };
+        let start_len = conv.messages.len();
+        conv.messages.push(Message::User {
+            text: prompt.text,
+            images: prompt.images,
+        });
+        let specs = self.agent.tools.specs();
+        let mut calls_ok = 0usize;
+        loop {
+            // Checkpoint: before each model call.
+            if self.abort.is_aborted() {
+                return TurnOutcome::Cancelled;
+            }
+            let request = ChatRequest {
+                system: &self.agent.system_prompt,
+                messages: &conv.messages,
+                tools: &specs,
+                thinking: self.agent.thinking,
+            };
+            let tx = self.tx;
+            let turn = self.turn;
+            let result = provider.stream(&request, self.abort, &mut |ev| {
+                let (kind, delta) = match ev {
+                    StreamEvent::Text(t) => (DeltaKind::Text, t),
+                    StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
+                };
+                let event = AgentEvent::MessageDelta {
+                    assistant: true,
+                    kind,
+                    delta,
+                };
+                let _ = tx.send(TurnMsg {
+                    turn,
+                    kind: TurnMsgKind::Event(event),
+                });
+            });
+            let reply = match result {
+                Ok(reply) => reply,
+                Err(_) if self.abort.is_aborted() => return TurnOutcome::Cancelled,
+                Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
+                Err(e) => {
+                    // Nothing of this prompt reached a model that answered: forget it, so a
+                    // retry by the client does not send it twice.
+                    if calls_ok == 0 {
+                        conv.messages.truncate(start_len);
+                    }
+                    return TurnOutcome::Failed(e.to_string());
+                }
+            };
+            calls_ok += 1;
+            conv.usage.add(reply.usage);
+            let calls = reply.message.tool_calls.clone();
+            conv.messages.push(Message::Assistant(reply.message));
+            if calls.is_empty() {
+                return TurnOutcome::Completed(match reply.finish {
+                    FinishReason::Length => StopReason::MaxTokens,
+                    _ => StopReason::EndTurn,
+                });
+            }
+            if reply.finish == FinishReason::Length {
+                // Tool arguments may be cut off: do not run them.
+                close_calls(
+                    &mut conv.messages,
+                    &calls,
+                    "Not executed: the reply hit the output token limit.",
+                );
+                return TurnOutcome::Completed(StopReason::MaxTokens);
+            }
+            for (i, call) in calls.iter().enumerate() {
+                // Checkpoint: before each tool.
+                if self.abort.is_aborted() {
+                    close_calls(
+                        &mut conv.messages,
+                        &calls[i..],
+                        "Cancelled by the user before it ran.",
+                    );
+                    return TurnOutcome::Cancelled;
+                }
+                let output = self.run_tool(call);
+                conv.messages.push(Message::ToolResult {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    text: output.text,
+                    is_error: output.is_error,
+                    images: output.images,
+                });
+                if self.abort.is_aborted() {
+                    close_calls(
+                        &mut conv.messages,
+                        &calls[i + 1..],
+                        "Cancelled by the user before it ran.",
+                    );
+                    return TurnOutcome::Cancelled;
+                }
+            }
+        }
+    }
+
+    fn run_tool(&self, call: &ToolCall) -> ToolOutput {
+        let tool = self.agent.tools.get(&call.name);
+        let locations = tool
+            .map(|t| t.locations(&call.arguments, &self.agent.cwd))
+            .unwrap_or_default();
+        self.emit(AgentEvent::ToolStart {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            args: call.arguments.clone(),
+            locations,
+        });
+        let output = match tool {
+            None => ToolOutput::error(format!(
+                "Tool {} not found. Available tools: {}",
+                call.name,
+                self.agent.tools.names().join(", ")
+            )),
+            Some(tool) => {
+                let mut last_emit: Option<Instant> = None;
+                let id = call.id.clone();
+                let mut progress = |so_far: &str| {
+                    if last_emit.is_some_and(|t| t.elapsed() < PROGRESS_INTERVAL) {
+                        return;
+                    }
+                    last_emit = Some(Instant::now());
+                    self.emit(AgentEvent::ToolProgress {
+                        id: id.clone(),
+                        output: tail(so_far, PROGRESS_TAIL_BYTES).to_owned(),
+                    });
+                };
+                let mut ctx = ToolContext {
+                    cwd: &self.agent.cwd,
+                    abort: self.abort,
+                    progress: &mut progress,
+                };
+                tool.run(&call.arguments, &mut ctx)
+            }
+        };
+        self.emit(AgentEvent::ToolEnd {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            result: ToolResultView {
+                text: Some(output.text.clone()),
+                is_error: output.is_error,
+                ipython: output.ipython.clone(),
+                diff: output.diff.clone(),
+                images: output.images.clone(),
+            },
+        });
+        output
+    }
+}
+
+/// Gives every unanswered tool call a result, so the conversation stays valid for the next
+/// model call (every API requires one result per call).
+fn close_calls(messages: &mut Vec<Message>, calls: &[ToolCall], why: &str) {
+    for call in calls {
+        messages.push(Message::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            text: why.to_owned(),
+            is_error: true,
+            images: Vec::new(),
+        });
+    }
+}
+
+/// The last `max` bytes of `s`, cut at a char boundary.
+pub fn tail(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_respects_char_boundaries() {
+        assert_eq!(tail("hello", 10), "hello");
+        assert_eq!(tail("hello", 3), "llo");
+        assert_eq!(tail("aé", 1), "");
+        assert_eq!(tail("aéb", 2), "b");
+    }
+}
