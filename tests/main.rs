@@ -1,0 +1,5 @@
+//! Black-box integration tests: the real binary over stdio.
+
+mod support;
+
+mod protocol;

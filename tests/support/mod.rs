@@ -1,0 +1,393 @@
+//! Test support: spawn the real `prime-agent` binary, talk NDJSON to it with timeouts, and
+//! check every frame it writes against the official ACP schema.
+
+#![allow(dead_code)] // Each test module uses a different subset of the helpers.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
+use serde_json::{json, Value};
+
+pub const NS: &str = "ai.primeintellect.prime-agent";
+/// Generous: these bound hangs, they do not measure speed.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_prime-agent")
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("fixtures").join(rel)
+}
+
+/// A fresh temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("pa-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(std::fs::canonicalize(&dir).unwrap())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.0.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The agent-side half of the official schema (`anyOf[0]`, "Agent"), compiled once.
+fn validator() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| {
+        let text = std::fs::read_to_string(fixture("schema/acp-schema.json")).unwrap();
+        let full: Value = serde_json::from_str(&text).unwrap();
+        let mut agent = full["anyOf"][0].clone();
+        agent["$defs"] = full["$defs"].clone();
+        agent["$schema"] = full["$schema"].clone();
+        jsonschema::validator_for(&agent).expect("schema compiles")
+    })
+}
+
+/// Panics unless `frame` is a valid agent → client ACP message.
+pub fn assert_schema_valid(frame: &Value) {
+    let v = validator();
+    if !v.is_valid(frame) {
+        let errors: Vec<String> = v
+            .iter_errors(frame)
+            .take(5)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        panic!("frame is not valid ACP: {frame}\n{}", errors.join("\n"));
+    }
+}
+
+/// Options for spawning the agent.
+#[derive(Default, Clone)]
+pub struct Spawn {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    /// Validate every frame against the schema (on by default through `Agent::scripted`).
+    pub skip_schema: bool,
+}
+
+/// A running agent process and the frames it has written.
+pub struct Agent {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    frames: Receiver<Value>,
+    /// Every frame received so far, in order.
+    pub seen: Vec<Value>,
+    pub stderr: Arc<Mutex<String>>,
+    next_id: u64,
+    pub session_id: Option<String>,
+}
+
+impl Agent {
+    pub fn spawn(opts: Spawn) -> Agent {
+        let mut cmd = Command::new(bin());
+        cmd.args(&opts.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("RUST_LOG", "debug")
+            .env(
+                "PRIME_AGENT_CODING_AGENT_DIR",
+                std::env::temp_dir().join("pa-test-no-agent-dir"),
+            );
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        if let Some(cwd) = &opts.cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn().expect("spawn prime-agent");
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = unbounded();
+        let validate = !opts.skip_schema;
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let frame: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line:?}"));
+                assert_eq!(frame["jsonrpc"], "2.0", "not JSON-RPC: {line}");
+                if validate {
+                    assert_schema_valid(&frame);
+                }
+                if tx.send(frame).is_err() {
+                    break;
+                }
+            }
+        });
+        let err_buf = Arc::new(Mutex::new(String::new()));
+        let sink = err_buf.clone();
+        thread::spawn(move || {
+            let mut r = BufReader::new(stderr);
+            let mut buf = [0u8; 8192];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sink
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+            }
+        });
+        Agent {
+            stdin: child.stdin.take(),
+            child,
+            frames: rx,
+            seen: Vec::new(),
+            stderr: err_buf,
+            next_id: 0,
+            session_id: None,
+        }
+    }
+
+    /// An agent on the scripted provider with `script` (a path under `fixtures/scripts/` or an
+    /// absolute path), plus extra args.
+    pub fn scripted(script: &str, extra: &[&str]) -> Agent {
+        let path = if Path::new(script).is_absolute() {
+            PathBuf::from(script)
+        } else {
+            fixture(&format!("scripts/{script}"))
+        };
+        let mut args = vec![
+            "--mode".into(),
+            "acp".into(),
+            "--provider".into(),
+            "scripted".into(),
+            "--script".into(),
+            path.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Agent::spawn(Spawn {
+            args,
+            ..Default::default()
+        })
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub fn send(&mut self, frame: &Value) {
+        let mut line = serde_json::to_vec(frame).unwrap();
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    /// Sends a request and returns its id.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = json!(self.next_id);
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
+        id
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc":"2.0","method":method,"params":params}));
+    }
+
+    /// The next frame, or `None` after `timeout`.
+    pub fn next_frame(&mut self, timeout: Duration) -> Option<Value> {
+        match self.frames.recv_timeout(timeout) {
+            Ok(f) => {
+                self.seen.push(f.clone());
+                Some(f)
+            }
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Reads frames until the response to `id`; returns it (notifications are kept in `seen`).
+    pub fn response(&mut self, id: &Value) -> Value {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let frame = self.next_frame(left).unwrap_or_else(|| {
+                panic!(
+                    "no response to {id} within {TIMEOUT:?}; stderr:\n{}",
+                    self.stderr_text()
+                )
+            });
+            if frame.get("id") == Some(id) && frame.get("method").is_none() {
+                return frame;
+            }
+        }
+    }
+
+    /// Request + response in one call; returns the response frame.
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.request(method, params);
+        self.response(&id)
+    }
+
+    /// Reads frames until one matches `pred`.
+    pub fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let frame = self.next_frame(left).unwrap_or_else(|| {
+                panic!(
+                    "timed out waiting for {what}; stderr:\n{}",
+                    self.stderr_text()
+                )
+            });
+            if pred(&frame) {
+                return frame;
+            }
+        }
+    }
+
+    /// Frames arriving within `window` (for "nothing more comes" checks).
+    pub fn drain_for(&mut self, window: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + window;
+        let mut out = Vec::new();
+        while let Some(f) = self.next_frame(deadline.saturating_duration_since(Instant::now())) {
+            out.push(f);
+        }
+        out
+    }
+
+    /// `initialize` + `session/new` in `cwd` (default: the process cwd); returns the session id.
+    pub fn handshake(&mut self) -> String {
+        let r = self.call(
+            "initialize",
+            json!({"protocolVersion":1,"clientCapabilities":{}}),
+        );
+        assert!(r.get("result").is_some(), "initialize failed: {r}");
+        let cwd = std::env::current_dir().unwrap().display().to_string();
+        let r = self.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+        let sid = r["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session/new failed: {r}"))
+            .to_owned();
+        self.session_id = Some(sid.clone());
+        sid
+    }
+
+    pub fn sid(&self) -> String {
+        self.session_id.clone().expect("handshake first")
+    }
+
+    /// Sends a text prompt and returns the request id.
+    pub fn prompt(&mut self, text: &str) -> Value {
+        let sid = self.sid();
+        self.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text": text}]}),
+        )
+    }
+
+    pub fn cancel(&mut self) {
+        let sid = self.sid();
+        self.notify("session/cancel", json!({"sessionId": sid}));
+    }
+
+    /// `session/update` payloads (the `update` objects) seen so far.
+    pub fn updates(&self) -> Vec<Value> {
+        self.seen
+            .iter()
+            .filter(|f| f["method"] == "session/update")
+            .map(|f| f["params"]["update"].clone())
+            .collect()
+    }
+
+    /// Concatenated `agent_message_chunk` text seen so far.
+    pub fn text(&self) -> String {
+        self.updates()
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|u| u["content"]["text"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+
+    /// Closes stdin and waits for the exit status (bounded).
+    pub fn finish(&mut self) -> ExitStatus {
+        self.close_stdin();
+        self.wait_exit(TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "agent did not exit after stdin EOF; stderr:\n{}",
+                self.stderr_text()
+            )
+        })
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stdin.take();
+        if self.wait_exit(Duration::from_secs(3)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The `_meta[NS]` object of an update (or `Null`).
+pub fn ns(update: &Value) -> &Value {
+    &update["_meta"][NS]
+}
+
+/// Writes a scripted-provider fixture to a temp file (for scripts built inside a test).
+pub fn script_file(dir: &TempDir, lines: &[Value]) -> String {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    dir.write("script.jsonl", &text).display().to_string()
+}
