@@ -148,9 +148,12 @@ pub fn classify(value: Value) -> Incoming {
     };
     let id = match obj.remove("id") {
         None => None,
-        Some(v @ (Value::Number(_) | Value::String(_))) => Some(RequestId(v)),
+        Some(v @ Value::String(_)) => Some(RequestId(v)),
+        // ACP ids are int64: a fractional or out-of-range number cannot be echoed faithfully.
+        Some(Value::Number(n)) if n.is_i64() => Some(RequestId(Value::Number(n))),
+        Some(Value::Number(_)) => return invalid(RequestId::null(), "id must be an integer or a string"),
         Some(Value::Null) => Some(RequestId::null()),
-        Some(_) => return invalid(RequestId::null(), "id must be a number or a string"),
+        Some(_) => return invalid(RequestId::null(), "id must be an integer or a string"),
     };
     match obj.get("jsonrpc") {
         Some(Value::String(v)) if v == "2.0" => {}
@@ -166,7 +169,7 @@ pub fn classify(value: Value) -> Incoming {
     match (obj.remove("method"), id) {
         (Some(Value::String(method)), Some(id)) => {
             if id.0.is_null() {
-                return invalid(id, "id must be a number or a string");
+                return invalid(id, "id must be an integer or a string");
             }
             if !(params.is_object() || params.is_array() || params.is_null()) {
                 return invalid(id, "params must be an object or an array");
