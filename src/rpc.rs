@@ -151,7 +151,9 @@ pub fn classify(value: Value) -> Incoming {
         Some(v @ Value::String(_)) => Some(RequestId(v)),
         // ACP ids are int64: a fractional or out-of-range number cannot be echoed faithfully.
         Some(Value::Number(n)) if n.is_i64() => Some(RequestId(Value::Number(n))),
-        Some(Value::Number(_)) => return invalid(RequestId::null(), "id must be an integer or a string"),
+        Some(Value::Number(_)) => {
+            return invalid(RequestId::null(), "id must be an integer or a string")
+        }
         Some(Value::Null) => Some(RequestId::null()),
         Some(_) => return invalid(RequestId::null(), "id must be an integer or a string"),
     };

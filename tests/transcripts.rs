@@ -29,7 +29,9 @@ fn expand(text: &str, vars: &Vars) -> String {
     // Longest names first, so `$SID2` is not read as `$SID` + "2".
     let mut sorted: Vec<&(String, String)> = vars.iter().collect();
     sorted.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
-    sorted.iter().fold(text.to_owned(), |acc, (k, v)| acc.replace(k.as_str(), v))
+    sorted
+        .iter()
+        .fold(text.to_owned(), |acc, (k, v)| acc.replace(k.as_str(), v))
 }
 
 fn matches(expected: &Value, actual: &Value, vars: &mut Vars) -> bool {
@@ -46,9 +48,13 @@ fn matches(expected: &Value, actual: &Value, vars: &mut Vars) -> bool {
         }
         (Value::String(s), Value::String(a)) => expand(s, vars) == *a,
         (Value::Object(e), Value::Object(a)) => {
-            e.len() == a.len() && e.iter().all(|(k, v)| a.get(k).is_some_and(|av| matches(v, av, vars)))
+            e.len() == a.len()
+                && e.iter()
+                    .all(|(k, v)| a.get(k).is_some_and(|av| matches(v, av, vars)))
         }
-        (Value::Array(e), Value::Array(a)) => e.len() == a.len() && e.iter().zip(a).all(|(ev, av)| matches(ev, av, vars)),
+        (Value::Array(e), Value::Array(a)) => {
+            e.len() == a.len() && e.iter().zip(a).all(|(ev, av)| matches(ev, av, vars))
+        }
         _ => expected == actual,
     }
 }
@@ -63,7 +69,11 @@ fn generalise(actual: &Value, vars: &Vars) -> Value {
             }
             Value::String(out)
         }
-        Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), generalise(v, vars))).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), generalise(v, vars)))
+                .collect(),
+        ),
         Value::Array(a) => Value::Array(a.iter().map(|v| generalise(v, vars)).collect()),
         other => other.clone(),
     }
@@ -84,7 +94,10 @@ fn run_transcript(name: &str) {
     for (n, line) in text.lines().enumerate() {
         let at = format!("{name}:{}", n + 1);
         if let Some(rest) = line.strip_prefix("args:") {
-            args.extend(rest.split_whitespace().map(|a| a.replace("$FIXTURES", fixtures)));
+            args.extend(
+                rest.split_whitespace()
+                    .map(|a| a.replace("$FIXTURES", fixtures)),
+            );
             out_lines.push(line.to_owned());
             continue;
         }
@@ -93,7 +106,11 @@ fn run_transcript(name: &str) {
             continue;
         }
         let a = agent.get_or_insert_with(|| {
-            Agent::spawn(Spawn { args: args.clone(), cwd: Some(dir.path().to_path_buf()), ..Default::default() })
+            Agent::spawn(Spawn {
+                args: args.clone(),
+                cwd: Some(dir.path().to_path_buf()),
+                ..Default::default()
+            })
         });
         if let Some(raw) = line.strip_prefix(">raw ") {
             let mut bytes = raw.as_bytes().to_vec();
@@ -102,25 +119,37 @@ fn run_transcript(name: &str) {
             out_lines.push(line.to_owned());
         } else if let Some(frame) = line.strip_prefix("> ") {
             let frame = expand(frame, &vars);
-            let _: Value = serde_json::from_str(&frame).unwrap_or_else(|e| panic!("{at}: bad frame: {e}"));
+            let _: Value =
+                serde_json::from_str(&frame).unwrap_or_else(|e| panic!("{at}: bad frame: {e}"));
             let mut bytes = frame.into_bytes();
             bytes.push(b'\n');
             a.send_raw(&bytes);
             out_lines.push(line.to_owned());
         } else if let Some(expected) = line.strip_prefix("< ") {
-            let expected: Value = serde_json::from_str(expected).unwrap_or_else(|e| panic!("{at}: bad expectation: {e}"));
-            let actual = a
-                .next_frame(TIMEOUT)
-                .unwrap_or_else(|| panic!("{at}: no frame arrived; expected {expected}\nstderr:\n{}", a.stderr_text()));
+            let expected: Value = serde_json::from_str(expected)
+                .unwrap_or_else(|e| panic!("{at}: bad expectation: {e}"));
+            let actual = a.next_frame(TIMEOUT).unwrap_or_else(|| {
+                panic!(
+                    "{at}: no frame arrived; expected {expected}\nstderr:\n{}",
+                    a.stderr_text()
+                )
+            });
             if update {
                 if let Some(new_sid) = actual["result"]["sessionId"].as_str() {
                     let n = vars.iter().filter(|(k, _)| k.starts_with("$SID")).count();
-                    let name = if n == 0 { "$SID".to_owned() } else { format!("$SID{}", n + 1) };
+                    let name = if n == 0 {
+                        "$SID".to_owned()
+                    } else {
+                        format!("$SID{}", n + 1)
+                    };
                     vars.push((name, new_sid.to_owned()));
                 }
                 out_lines.push(format!("< {}", generalise(&actual, &vars)));
             } else {
-                assert!(matches(&expected, &actual, &mut vars), "{at}: frame mismatch\nexpected: {expected}\nactual:   {actual}");
+                assert!(
+                    matches(&expected, &actual, &mut vars),
+                    "{at}: frame mismatch\nexpected: {expected}\nactual:   {actual}"
+                );
                 out_lines.push(line.to_owned());
             }
         } else if line.trim() == "<none" {

@@ -14,6 +14,7 @@
 //! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
 //! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
 //! `{"stream_until_cancelled": {"text": s, "interval_ms": n}}`, and
+//! `{"stray_stdout": s}` (writes `s` to fd 1, to prove it cannot reach the protocol stream), and
 //! `{"expect": [s, ...]}` (fail the call unless the request's last message contains each s;
 //! this lets a script assert that tool results really went back to the model).
 
@@ -205,6 +206,12 @@ fn run_step(
             emit_text(message, on_event, text);
             abort.sleep(interval).map_err(aborted)?;
         }
+    } else if let Some(text) = step.get("stray_stdout").and_then(Value::as_str) {
+        // Simulates a misbehaving crate or child writing to fd 1: after the transport's
+        // take-over this must land on stderr, never in the protocol stream.
+        use std::io::Write;
+        let mut out = std::io::stdout();
+        let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
     } else if let Some(expect) = step.get("expect").and_then(Value::as_array) {
         let last = request.messages.last().map(describe).unwrap_or_default();
         for needle in expect.iter().filter_map(Value::as_str) {
