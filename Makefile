@@ -1,10 +1,11 @@
 # prime-agent: every workflow is a target here. `make test` is what CI runs.
+SHELL := bash
 CARGO ?= cargo
 MUSL_TARGET := x86_64-unknown-linux-musl
 BIN := target/release/prime-agent
 STATIC_BIN := target/$(MUSL_TARGET)/release/prime-agent
 
-.PHONY: build release test unit integration demo static lint fmt fixtures bench fuzz reliability ci clean
+.PHONY: build release test static-smoke demo static lint fmt fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -12,9 +13,22 @@ build:
 release:
 	$(CARGO) build --release
 
-## Unit tests (pure mappings) and integration tests (the real binary over stdio).
+## Unit tests (pure mappings) and integration tests (the real binary over stdio), then a smoke
+## test of the static binary when the musl toolchain is installed (.ci/run installs it).
 test:
-	$(CARGO) test --all-targets
+	@mkdir -p target; rm -f target/static-smoke.log
+	set -o pipefail; $(CARGO) test --all-targets 2>&1 | tee target/test.log
+	@if command -v musl-gcc >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -q $(MUSL_TARGET); then \
+		$(MAKE) --no-print-directory static-smoke; \
+	else echo "static-smoke: skipped (no musl toolchain; see README)"; fi
+	@awk '/^test result:/ {p+=$$4; f+=$$6} /^static-smoke: 1 passed/ {p+=1} END {print "total: " p " passed, " f " failed"}' target/test.log target/static-smoke.log 2>/dev/null
+
+## The static binary must be static and answer `initialize` on its own.
+static-smoke: static
+	@file $(STATIC_BIN) | grep -Eq 'statically linked|static-pie linked' || { echo "not static"; exit 1; }
+	@printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}' \
+		| $(STATIC_BIN) --mode acp | grep -q '"protocolVersion":1' || { echo "static binary did not answer initialize"; exit 1; }
+	@echo "static-smoke: 1 passed, 0 failed" | tee target/static-smoke.log
 
 ## A scripted session end to end, no API key, shown readably.
 demo: release
