@@ -51,6 +51,11 @@ fmt:
 fixtures:
 	UPDATE_FIXTURES=1 $(CARGO) test --test integration transcripts
 
+## Benchmarks over stdio against the release binary: prints a table, writes target/bench.json.
+bench: release
+	-@$(MAKE) --no-print-directory static >/dev/null 2>&1
+	$(CARGO) bench --bench acp
+
 ci: lint test
 
 clean:

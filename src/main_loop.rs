@@ -195,7 +195,7 @@ impl MainLoop {
             acp::SESSION_CANCEL => {
                 // A notification sent as a request: honour it and answer, so nothing hangs.
                 self.session_cancel(&params);
-                Ok(Value::Null)
+                Ok(json!({}))
             }
             _ if UNSUPPORTED.contains(&method) => Err(RpcError::method_not_found(method)),
             _ => Err(RpcError::method_not_found(method)),
