@@ -3,6 +3,9 @@
 //!
 //! Every figure reports median, p99 (or min/max for small samples) and the run count.
 
+// This program exists to print a report on stdout.
+#![allow(clippy::print_stdout)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
