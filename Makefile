@@ -56,6 +56,11 @@ bench: release
 	-@$(MAKE) --no-print-directory static >/dev/null 2>&1
 	$(CARGO) bench --bench acp
 
+## A long fuzz campaign over the JSON-RPC front end (the short one runs in `make test`).
+FUZZ_CASES ?= 50000
+fuzz:
+	FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --test integration fuzz_front_end -- --nocapture
+
 ci: lint test
 
 clean:

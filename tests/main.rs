@@ -2,5 +2,7 @@
 
 mod support;
 
+mod fuzz;
 mod protocol;
+mod reliability;
 mod transcripts;
