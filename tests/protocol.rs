@@ -269,3 +269,16 @@ fn a_prompt_without_any_model_fails_clearly_but_the_agent_starts() {
     );
     assert!(a.finish().success());
 }
+
+#[test]
+fn stdin_closed_mid_frame_gets_a_parse_error_and_a_clean_exit() {
+    let mut a = Agent::scripted("hello.jsonl", &[]);
+    a.handshake();
+    a.send_raw(br#"{"jsonrpc":"2.0","id":77,"method":"session/prom"#);
+    a.close_stdin();
+    let err = a.wait_for("the parse error for the cut frame", |f| f.get("error").is_some());
+    assert_eq!(err["error"]["code"], -32700);
+    assert_eq!(err["id"], serde_json::Value::Null);
+    let status = a.wait_exit(TIMEOUT).expect("exits after EOF");
+    assert!(status.success(), "{status}");
+}
