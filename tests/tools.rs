@@ -399,3 +399,44 @@ fn tools_flag_filters_the_builtins() {
     assert_eq!(prompt_stop(&mut a, "write"), "end_turn");
     assert!(!dir.path().join("x").exists());
 }
+
+#[test]
+fn read_returns_images_as_attachments() {
+    let dir = TempDir::new("read-image");
+    // Any bytes will do: the type comes from the extension, the payload is base64 of the file.
+    std::fs::write(
+        dir.path().join("dot.png"),
+        [0x89, b'P', b'N', b'G', 0, 1, 2],
+    )
+    .unwrap();
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"img","name":"read","arguments":{"path":"dot.png"}}}]}),
+            json!({"steps":[{"expect":["tool_result read error=false: Read image file [image/png]"]},{"text":"seen"}]}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn {
+        args: [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        cwd: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    a.handshake();
+    assert_eq!(prompt_stop(&mut a, "look"), "end_turn");
+    let e = end_of(&a, "img");
+    assert_eq!(e["status"], "completed");
+    assert_eq!(
+        e["content"][1],
+        json!({"type":"content","content":{"type":"image","data":"iVBORwABAg==","mimeType":"image/png"}})
+    );
+}

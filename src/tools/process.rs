@@ -2,9 +2,10 @@
 //!
 //! It owns everything about a shell child's life: spawning `bash -c` (or `sh -c`) in its own
 //! process group, draining stdout/stderr on named threads (so a full pipe never deadlocks the
-//! child), bounding memory for any amount of output, reporting progress, and killing the whole
-//! group on cancel, timeout, or when the shell has exited but something it left behind still
-//! holds our pipes.
+//! child), bounding memory for any amount of output, reporting progress, and killing the
+//! whole group: at once on cancel (an abort hook) or timeout, after a short grace when the shell
+//! has exited but something it left behind still holds our pipes, and in any case when the call
+//! ends: no process outlives its tool call (a deliberate daemon must `setsid` itself away).
 //!
 //! Memory stays bounded whatever the command prints: only a rolling tail is kept in memory
 //! (enough for the 2000-line / 50 KB truncation); once the output exceeds either limit the full
@@ -414,7 +415,8 @@ impl Loop {
                         log::warn!("waiting for the shell failed: {e}");
                         kill_group(pgid);
                         let _ = child.wait();
-                        status = Some(ExitStatus::from_raw(0));
+                        // Unknown status: report a failure (exit 255), never a success.
+                        status = Some(ExitStatus::from_raw(255 << 8));
                         killed_at = Some(Instant::now());
                     }
                 }
