@@ -21,7 +21,9 @@ use crate::provider::{
     Usage,
 };
 use crate::stop_reason::StopReason;
-use crate::tools::{ToolContext, ToolOutput, ToolSet};
+use crate::tools::process::{self, Ending, RunSpec};
+use crate::tools::truncate::format_size;
+use crate::tools::{bash, ToolContext, ToolOutput, ToolSet};
 
 /// Everything fixed for the life of the process: provider, tools, prompt, cwd.
 pub struct Agent {
@@ -137,6 +139,10 @@ impl Worker<'_> {
         if self.abort.is_aborted() {
             return TurnOutcome::Cancelled;
         }
+        // Before the provider: `!cmd` needs no model, so it works without one.
+        if let Some(outcome) = self.user_shell(&mut conv, &prompt.text) {
+            return outcome;
+        }
         let provider = match &self.agent.provider {
             Ok(p) => p.clone(),
             Err(why) => return TurnOutcome::Failed(why.clone()),
@@ -238,6 +244,70 @@ impl Worker<'_> {
         }
     }
 
+    /// `!cmd` / `!!cmd`: runs a user shell command in the cwd without a model call, streamed
+    /// as the synthetic bash tool call. `!cmd` adds the command and its result to the
+    /// conversation, so the model sees it next turn; `!!cmd` leaves no trace. A non-zero exit
+    /// still ends the turn `end_turn`: the turn did what was asked. `None`: not a shell command.
+    fn user_shell(&self, conv: &mut Conversation, text: &str) -> Option<TurnOutcome> {
+        let rest = text.strip_prefix('!')?;
+        let (keep, command) = match rest.strip_prefix('!') {
+            Some(c) => (false, c.trim()),
+            None => (true, rest.trim()),
+        };
+        if command.is_empty() {
+            return None;
+        }
+        let run_id = Some(uuid::Uuid::new_v4().simple().to_string()[..12].to_owned());
+        self.emit(AgentEvent::BashStart {
+            run_id: run_id.clone(),
+            command: command.to_owned(),
+        });
+        let spec = RunSpec {
+            command,
+            cwd: &self.agent.cwd,
+            timeout: None,
+            abort: self.abort,
+        };
+        let result = process::run(&spec, &mut |r| {
+            let chunk = if r.skipped > 0 {
+                format!("[… {} skipped …]\n{}", format_size(r.skipped), r.new_text)
+            } else {
+                r.new_text.to_owned()
+            };
+            self.emit(AgentEvent::BashOutput { chunk });
+        });
+        let (exit_code, cancelled, result_text) = match result {
+            Ok(r) => {
+                let text = bash::result_output(&r, 0.0).text;
+                match r.ending {
+                    Ending::Exited(code) => (Some(code), false, text),
+                    Ending::Aborted => (None, true, text),
+                    Ending::TimedOut => (None, false, text),
+                }
+            }
+            Err(e) => {
+                self.emit(AgentEvent::BashOutput { chunk: e.clone() });
+                (None, false, e)
+            }
+        };
+        self.emit(AgentEvent::BashEnd {
+            run_id,
+            exit_code,
+            cancelled,
+        });
+        if keep {
+            conv.messages.push(Message::User {
+                text: format!("Ran `{command}`\n{result_text}"),
+                images: Vec::new(),
+            });
+        }
+        Some(if cancelled {
+            TurnOutcome::Cancelled
+        } else {
+            TurnOutcome::Completed(StopReason::EndTurn)
+        })
+    }
+
     fn run_tool(&self, call: &ToolCall) -> ToolOutput {
         let tool = self.agent.tools.get(&call.name);
         let locations = tool
@@ -320,6 +390,72 @@ pub fn tail(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::Thinking;
+
+    /// Runs one prompt on an agent with no provider; returns the events and the outcome.
+    fn run_prompt(conv: &Arc<Mutex<Conversation>>, text: &str) -> (Vec<AgentEvent>, TurnOutcome) {
+        let agent = Arc::new(Agent {
+            provider: Err("no model".to_owned()),
+            tools: ToolSet::default(),
+            system_prompt: String::new(),
+            cwd: std::env::temp_dir(),
+            thinking: Thinking::Off,
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let prompt = UserPrompt {
+            text: text.to_owned(),
+            images: Vec::new(),
+        };
+        let handle = spawn_turn(1, agent, conv.clone(), prompt, None, tx).unwrap();
+        handle.thread.join().unwrap();
+        let mut events = Vec::new();
+        let mut outcome = None;
+        for msg in rx.try_iter() {
+            match msg.kind {
+                TurnMsgKind::Event(e) => events.push(e),
+                TurnMsgKind::Finished(o) => outcome = Some(o),
+            }
+        }
+        (events, outcome.unwrap())
+    }
+
+    #[test]
+    fn user_shell_commands_need_no_model_and_bang_bang_leaves_no_trace() {
+        let conv = Arc::new(Mutex::new(Conversation::default()));
+        let (events, outcome) = run_prompt(&conv, "!echo hi; exit 3");
+        assert_eq!(outcome, TurnOutcome::Completed(StopReason::EndTurn));
+        let AgentEvent::BashStart { run_id, command } = &events[0] else {
+            panic!("{events:?}")
+        };
+        assert_eq!(command, "echo hi; exit 3");
+        assert!(events.contains(&AgentEvent::BashOutput {
+            chunk: "hi\n".into()
+        }));
+        assert_eq!(
+            events.last(),
+            Some(&AgentEvent::BashEnd {
+                run_id: run_id.clone(),
+                exit_code: Some(3),
+                cancelled: false
+            })
+        );
+        let want = Message::User {
+            text: "Ran `echo hi; exit 3`\nhi\n\n\nCommand exited with code 3".into(),
+            images: Vec::new(),
+        };
+        assert_eq!(conv.lock().unwrap().messages, vec![want.clone()]);
+
+        let (events, outcome) = run_prompt(&conv, "!!echo quiet");
+        assert_eq!(outcome, TurnOutcome::Completed(StopReason::EndTurn));
+        assert!(events.contains(&AgentEvent::BashOutput {
+            chunk: "quiet\n".into()
+        }));
+        assert_eq!(conv.lock().unwrap().messages, vec![want]);
+
+        // Not a shell command: goes to the (missing) model.
+        let (_, outcome) = run_prompt(&conv, "!  ");
+        assert_eq!(outcome, TurnOutcome::Failed("no model".into()));
+    }
 
     #[test]
     fn tail_respects_char_boundaries() {

@@ -5,4 +5,5 @@ mod support;
 mod fuzz;
 mod protocol;
 mod reliability;
+mod tools;
 mod transcripts;

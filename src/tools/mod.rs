@@ -3,6 +3,16 @@
 //!
 //! Tools know nothing about ACP. Long-running tools report progress through the context and
 //! stop promptly when the turn's `AbortFlag` is set.
+//!
+//! Built-ins, one file each: `read`, `bash` (over the `process` runner), `edit`, `write`;
+//! `truncate` holds the output limits they share.
+
+pub mod bash;
+pub mod edit;
+pub mod process;
+pub mod read;
+pub mod truncate;
+pub mod write;
 
 use std::path::{Path, PathBuf};
 
@@ -99,12 +109,65 @@ pub fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
     }
 }
 
+/// Node-style error code (`ENOENT`, `EACCES`, …) of an I/O error; result texts use these.
+pub fn io_error_code(e: &std::io::Error) -> String {
+    let code = match e.raw_os_error() {
+        Some(libc::ENOENT) => "ENOENT",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::EISDIR) => "EISDIR",
+        Some(libc::ENOTDIR) => "ENOTDIR",
+        Some(libc::EROFS) => "EROFS",
+        Some(libc::ENOSPC) => "ENOSPC",
+        Some(libc::ELOOP) => "ELOOP",
+        Some(libc::ENAMETOOLONG) => "ENAMETOOLONG",
+        Some(libc::EEXIST) => "EEXIST",
+        Some(n) => return format!("E{n}"),
+        None => "EIO",
+    };
+    code.to_owned()
+}
+
+/// The OS message of an I/O error in Node's style: lower-case, without `(os error N)`.
+pub fn io_error_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// Above this size a `diff` is left out: clients render it whole and the wire carries it twice.
+const DIFF_MAX_BYTES: usize = 2 * 1024 * 1024;
+
+/// The ACP `diff` of a file change (`old` is `None` for a new file), unless a side is huge.
+pub fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<FileDiff> {
+    if new.len() > DIFF_MAX_BYTES || old.as_ref().is_some_and(|o| o.len() > DIFF_MAX_BYTES) {
+        return None;
+    }
+    Some(FileDiff {
+        path: abs.display().to_string(),
+        old_text: old,
+        new_text: new.to_owned(),
+    })
+}
+
 /// Names of the built-in tools, in the order they are offered.
-pub const BUILTIN: &[&str] = &[];
+pub const BUILTIN: &[&str] = &["read", "bash", "edit", "write"];
 
 /// The built-in tools, filtered by `--tools` when given.
 pub fn builtin(only: Option<&[String]>) -> ToolSet {
-    let all: Vec<Box<dyn Tool>> = Vec::new();
+    let all: Vec<Box<dyn Tool>> = vec![
+        Box::new(read::Read),
+        Box::new(bash::Bash),
+        Box::new(edit::Edit),
+        Box::new(write::Write),
+    ];
     ToolSet::new(
         all.into_iter()
             .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))

@@ -1,0 +1,122 @@
+//! The `bash` tool (behaviour spec §3.3): runs a command through `process::run` and turns the
+//! outcome into the spec's exact result texts.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::process::{self, Ending, RunResult, RunSpec};
+use super::{Tool, ToolContext, ToolOutput};
+use crate::provider::ToolSpec;
+
+pub struct Bash;
+
+const DESCRIPTION: &str = "Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to last 2000 lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds.";
+
+impl Tool for Bash {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "bash".to_owned(),
+            description: DESCRIPTION.to_owned(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": { "type": "string", "description": "Bash command to execute" },
+                    "timeout": {
+                        "type": "number",
+                        "description": "Timeout in seconds (optional, no default timeout)"
+                    }
+                },
+                "required": ["command"]
+            }),
+        }
+    }
+
+    fn run(&self, args: &Value, ctx: &mut ToolContext<'_>) -> ToolOutput {
+        let Some(command) = args.get("command").and_then(Value::as_str) else {
+            return ToolOutput::error(
+                "Validation failed for tool \"bash\": command must be a string.",
+            );
+        };
+        let timeout_secs = match args.get("timeout") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_f64() {
+                Some(s) => Some(s),
+                None => {
+                    return ToolOutput::error(
+                        "Validation failed for tool \"bash\": timeout must be a number.",
+                    )
+                }
+            },
+        };
+        // Like the reference: only a positive timeout arms the timer. An absurd value cannot
+        // be represented as a Duration and simply means "no timeout".
+        let timeout = timeout_secs
+            .filter(|s| *s > 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        let spec = RunSpec {
+            command,
+            cwd: ctx.cwd,
+            timeout,
+            abort: ctx.abort,
+        };
+        let progress = &mut *ctx.progress;
+        match process::run(&spec, &mut |r| progress(r.tail)) {
+            Ok(result) => result_output(&result, timeout_secs.unwrap_or(0.0)),
+            Err(e) => ToolOutput::error(e),
+        }
+    }
+}
+
+/// The tool result for a finished run (§3.3 texts).
+pub fn result_output(result: &RunResult, timeout_secs: f64) -> ToolOutput {
+    let body = result.output.render();
+    let with_suffix = |suffix: &str| {
+        if body.is_empty() {
+            suffix.to_owned()
+        } else {
+            format!("{body}\n\n{suffix}")
+        }
+    };
+    match result.ending {
+        Ending::Exited(0) => ToolOutput::ok(if body.is_empty() {
+            "(no output)".to_owned()
+        } else {
+            body
+        }),
+        Ending::Exited(code) => ToolOutput::error(format!(
+            "{}\n\nCommand exited with code {code}",
+            if body.is_empty() {
+                "(no output)"
+            } else {
+                &body
+            }
+        )),
+        Ending::TimedOut => ToolOutput::error(with_suffix(&format!(
+            "Command timed out after {} seconds",
+            js_number(timeout_secs)
+        ))),
+        Ending::Aborted => ToolOutput::error(with_suffix("Command aborted")),
+    }
+}
+
+/// A number as JavaScript prints it for the common cases: `2`, not `2.0`; `1.5` stays.
+pub fn js_number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_like_javascript() {
+        assert_eq!(js_number(2.0), "2");
+        assert_eq!(js_number(1.5), "1.5");
+        assert_eq!(js_number(0.25), "0.25");
+    }
+}

@@ -1,0 +1,602 @@
+//! The child-process runner behind the `bash` tool and user shell commands (`!cmd`).
+//!
+//! It owns everything about a shell child's life: spawning `bash -c` (or `sh -c`) in its own
+//! process group, draining stdout/stderr on named threads (so a full pipe never deadlocks the
+//! child), bounding memory for any amount of output, reporting progress, and killing the
+//! whole group: at once on cancel (an abort hook) or timeout, after a short grace when the shell
+//! has exited but something it left behind still holds our pipes, and in any case when the call
+//! ends: no process outlives its tool call (a deliberate daemon must `setsid` itself away).
+//!
+//! Memory stays bounded whatever the command prints: only a rolling tail is kept in memory
+//! (enough for the 2000-line / 50 KB truncation); once the output exceeds either limit the full
+//! output is streamed to a private temp file (mode 0600) whose path the truncation notice names.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+
+use crate::abort::AbortFlag;
+use crate::tools::truncate::{format_size, tail_bytes, truncate_tail, MAX_BYTES, MAX_LINES};
+
+/// In-memory tail: twice the byte limit is always kept, so the tail truncation never reaches
+/// the (possibly cut) first line of the buffer; trimming happens in batches up to 4x.
+const TAIL_KEEP: usize = 2 * MAX_BYTES;
+const TAIL_TRIM_AT: usize = 4 * MAX_BYTES;
+/// Read size of the drain threads; with the channel depth this bounds bytes in flight.
+const READ_CHUNK: usize = 64 * 1024;
+const CHANNEL_DEPTH: usize = 16;
+/// How often the runner wakes to check the child, the deadline and the abort flag.
+const POLL: Duration = Duration::from_millis(10);
+/// Just above the turn's 100 ms progress throttle, so every report we make gets through, and
+/// output that arrives before a quiet spell is still shown during the spell.
+pub const REPORT_INTERVAL: Duration = Duration::from_millis(110);
+/// After the shell exits, how long its leftovers may keep our pipes open before the group is
+/// killed; and after a kill, how long we wait for pipes that something outside the group holds.
+const PIPE_GRACE: Duration = Duration::from_millis(200);
+/// Bytes of new output carried by one report (the rest is counted in `skipped`).
+const REPORT_NEW_MAX: usize = 8 * 1024;
+/// Bytes of output-so-far passed to a report (the turn caps it further).
+const REPORT_TAIL_MAX: usize = 16 * 1024;
+
+/// What to run.
+pub struct RunSpec<'a> {
+    pub command: &'a str,
+    pub cwd: &'a Path,
+    pub timeout: Option<Duration>,
+    pub abort: &'a AbortFlag,
+}
+
+/// A progress report, at most every `REPORT_INTERVAL` while output arrives.
+pub struct Report<'a> {
+    /// Output since the previous report (lossy UTF-8, never splitting a character).
+    pub new_text: &'a str,
+    /// Bytes of new output dropped before `new_text` because too much arrived at once.
+    pub skipped: u64,
+    /// The tail of all output so far.
+    pub tail: &'a str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Exit code; death by signal `n` is reported as `128 + n`, as shells do.
+    Exited(i32),
+    TimedOut,
+    Aborted,
+}
+
+#[derive(Debug)]
+pub struct RunResult {
+    pub ending: Ending,
+    pub output: Captured,
+}
+
+/// Bounded capture of a command's combined output.
+#[derive(Debug, Default)]
+pub struct Captured {
+    tail: Vec<u8>,
+    total_bytes: u64,
+    newlines: u64,
+    /// Bytes since the last `\n`: the full size of the last line, even if the tail lost its start.
+    last_line_bytes: u64,
+    full: Option<FullOutput>,
+}
+
+#[derive(Debug)]
+enum FullOutput {
+    File {
+        path: PathBuf,
+        writer: Option<BufWriter<File>>,
+    },
+    Failed(String),
+}
+
+impl Captured {
+    fn total_lines(&self) -> u64 {
+        self.newlines + 1
+    }
+
+    fn over_limit(&self) -> bool {
+        self.total_bytes > MAX_BYTES as u64 || self.total_lines() > MAX_LINES as u64
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.total_bytes += bytes.len() as u64;
+        match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(i) => {
+                self.newlines += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+                self.last_line_bytes = (bytes.len() - i - 1) as u64;
+            }
+            None => self.last_line_bytes += bytes.len() as u64,
+        }
+        self.tail.extend_from_slice(bytes);
+        if self.full.is_none() && self.over_limit() {
+            // Nothing was trimmed yet (trimming starts far above the limit), so the buffer
+            // holds everything so far.
+            self.full = Some(open_full_output(&self.tail));
+        } else if let Some(FullOutput::File { writer, path }) = &mut self.full {
+            if let Some(w) = writer {
+                if let Err(e) = w.write_all(bytes) {
+                    log::warn!("writing {} failed: {e}", path.display());
+                    *writer = None;
+                }
+            }
+        }
+        if self.tail.len() > TAIL_TRIM_AT {
+            let cut = self.tail.len() - TAIL_KEEP;
+            self.tail.drain(..cut);
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(FullOutput::File { writer, path }) = &mut self.full {
+            if let Some(mut w) = writer.take() {
+                if let Err(e) = w.flush() {
+                    log::warn!("writing {} failed: {e}", path.display());
+                }
+            }
+        }
+    }
+
+    /// The path of the full-output file, once the output exceeded a limit.
+    pub fn full_output_path(&self) -> Option<&Path> {
+        match &self.full {
+            Some(FullOutput::File { path, .. }) => Some(path),
+            _ => None,
+        }
+    }
+
+    fn full_output_label(&self) -> String {
+        match &self.full {
+            Some(FullOutput::File { path, .. }) => path.display().to_string(),
+            Some(FullOutput::Failed(why)) => format!("(not saved: {why})"),
+            None => "(not saved)".to_owned(),
+        }
+    }
+
+    /// The tail-truncated output plus the spec's notice (§3.3); empty when there was no output.
+    pub fn render(&self) -> String {
+        let text = String::from_utf8_lossy(&self.tail);
+        let t = truncate_tail(&text, MAX_LINES, MAX_BYTES);
+        let mut out = t.content;
+        if !t.truncated {
+            return out;
+        }
+        // Totals come from the stream, not the in-memory tail, which may have lost its start.
+        let total = self.total_lines();
+        let end = total;
+        let start = total + 1 - t.output_lines as u64;
+        let path = self.full_output_label();
+        if t.last_line_partial {
+            out.push_str(&format!(
+                "\n\n[Showing last {} of line {end} (line is {}). Full output: {path}]",
+                format_size(t.output_bytes as u64),
+                format_size(self.last_line_bytes)
+            ));
+        } else if t.by_lines {
+            out.push_str(&format!(
+                "\n\n[Showing lines {start}-{end} of {total}. Full output: {path}]"
+            ));
+        } else {
+            out.push_str(&format!(
+                "\n\n[Showing lines {start}-{end} of {total} ({} limit). Full output: {path}]",
+                format_size(MAX_BYTES as u64)
+            ));
+        }
+        out
+    }
+}
+
+fn open_full_output(so_far: &[u8]) -> FullOutput {
+    let path = std::env::temp_dir().join(format!(
+        "prime-agent-bash-{}.log",
+        &uuid::Uuid::new_v4().simple().to_string()[..16]
+    ));
+    // 0600: command output can hold secrets; other users must not read it.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path);
+    match file {
+        Ok(f) => {
+            let mut w = BufWriter::with_capacity(READ_CHUNK, f);
+            if let Err(e) = w.write_all(so_far) {
+                log::warn!("writing {} failed: {e}", path.display());
+                return FullOutput::File { path, writer: None };
+            }
+            FullOutput::File {
+                path,
+                writer: Some(w),
+            }
+        }
+        Err(e) => {
+            log::warn!("cannot create {}: {e}", path.display());
+            FullOutput::Failed(e.to_string())
+        }
+    }
+}
+
+/// `/bin/bash`, else `bash` on PATH, else `sh`.
+fn shell() -> &'static str {
+    static SHELL: OnceLock<&'static str> = OnceLock::new();
+    SHELL.get_or_init(|| {
+        if Path::new("/bin/bash").exists() {
+            return "/bin/bash";
+        }
+        let on_path = std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join("bash").is_file()));
+        if on_path {
+            "bash"
+        } else {
+            "sh"
+        }
+    })
+}
+
+/// Sends SIGKILL to a whole process group.
+#[allow(unsafe_code)]
+fn kill_group(pgid: i32) {
+    // 0 and negative ids would address our own group or every process we may signal.
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: killpg only sends a signal; it reads and writes no memory of ours.
+    let rc = unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    if rc != 0 {
+        // ESRCH: the group is already gone, which is the goal.
+        log::debug!("killpg({pgid}) failed: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Kills the group if the runner unwinds or returns early, so no child outlives a tool call.
+struct GroupGuard(i32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
+enum Msg {
+    Data(Vec<u8>),
+    Eof,
+}
+
+fn drain(
+    name: &str,
+    mut pipe: impl Read + Send + 'static,
+    tx: Sender<Msg>,
+) -> Option<JoinHandle<()>> {
+    thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let mut buf = vec![0u8; READ_CHUNK];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.send(Msg::Data(buf[..n].to_vec())).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(Msg::Eof);
+        })
+        .map_err(|e| log::warn!("cannot start {name} thread: {e}"))
+        .ok()
+}
+
+/// Runs `spec.command` to completion, timeout or abort. `Err` only when it could not start.
+pub fn run(
+    spec: &RunSpec<'_>,
+    on_report: &mut dyn FnMut(&Report<'_>),
+) -> Result<RunResult, String> {
+    if spec.abort.is_aborted() {
+        return Ok(RunResult {
+            ending: Ending::Aborted,
+            output: Captured::default(),
+        });
+    }
+    if !spec.cwd.is_dir() {
+        return Err(format!(
+            "Working directory does not exist: {}\nCannot execute bash commands.",
+            spec.cwd.display()
+        ));
+    }
+    let mut child = Command::new(shell())
+        .arg("-c")
+        .arg(spec.command)
+        .current_dir(spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: one signal reaches the shell and everything it started.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("Cannot run {}: {e}", shell()))?;
+    let pgid = i32::try_from(child.id()).unwrap_or(0);
+    let group = GroupGuard(pgid);
+    // Cancel kills at once, from the thread that sets the flag, instead of at our next poll.
+    let hook = spec.abort.on_abort(move || kill_group(pgid));
+
+    let (tx, rx) = bounded(CHANNEL_DEPTH);
+    let mut drains = Vec::new();
+    let mut open_pipes = 0;
+    if let Some(out) = child.stdout.take() {
+        drains.extend(drain("bash-stdout", out, tx.clone()));
+        open_pipes += 1;
+    }
+    if let Some(err) = child.stderr.take() {
+        drains.extend(drain("bash-stderr", err, tx.clone()));
+        open_pipes += 1;
+    }
+    // A drain thread that failed to start dropped its pipe; the count must not wait for it.
+    open_pipes = open_pipes.min(drains.len());
+    drop(tx);
+
+    let mut state = Loop {
+        captured: Captured::default(),
+        pending: Vec::new(),
+        skipped: 0,
+        last_report: None,
+    };
+    let ending = state.wait(spec, &mut child, &rx, open_pipes, pgid, on_report);
+    drop(hook);
+    // Whatever is left of the group goes with the call (see `Loop::wait` for who is left).
+    drop(group);
+    state.flush_report(on_report);
+    state.captured.finish();
+    drop(rx);
+    for d in drains {
+        if d.is_finished() {
+            let _ = d.join();
+        }
+        // Otherwise a process outside our group holds the pipe; the thread ends when it
+        // closes, and a dropped handle detaches it.
+    }
+    Ok(RunResult {
+        ending,
+        output: state.captured,
+    })
+}
+
+struct Loop {
+    captured: Captured,
+    /// New bytes not yet reported (capped at `REPORT_NEW_MAX`).
+    pending: Vec<u8>,
+    skipped: u64,
+    last_report: Option<Instant>,
+}
+
+impl Loop {
+    fn wait(
+        &mut self,
+        spec: &RunSpec<'_>,
+        child: &mut Child,
+        rx: &Receiver<Msg>,
+        mut open_pipes: usize,
+        pgid: i32,
+        on_report: &mut dyn FnMut(&Report<'_>),
+    ) -> Ending {
+        let deadline = spec.timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut status: Option<ExitStatus> = None;
+        let mut exited_at: Option<Instant> = None;
+        let mut killed_at: Option<Instant> = None;
+        let mut reason: Option<Ending> = None;
+        loop {
+            if status.is_some() && open_pipes == 0 {
+                break;
+            }
+            match rx.recv_timeout(POLL) {
+                Ok(Msg::Data(bytes)) => self.take(&bytes),
+                Ok(Msg::Eof) => open_pipes = open_pipes.saturating_sub(1),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => open_pipes = 0,
+            }
+            if status.is_none() {
+                match child.try_wait() {
+                    Ok(Some(s)) => {
+                        status = Some(s);
+                        exited_at = Some(Instant::now());
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        log::warn!("waiting for the shell failed: {e}");
+                        kill_group(pgid);
+                        let _ = child.wait();
+                        // Unknown status: report a failure (exit 255), never a success.
+                        status = Some(ExitStatus::from_raw(255 << 8));
+                        killed_at = Some(Instant::now());
+                    }
+                }
+            }
+            if reason.is_none() {
+                if spec.abort.is_aborted() {
+                    reason = Some(Ending::Aborted);
+                } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                    reason = Some(Ending::TimedOut);
+                }
+                if reason.is_some() {
+                    kill_group(pgid);
+                    killed_at = Some(Instant::now());
+                }
+            }
+            // The shell is gone but something it started keeps our pipes open (e.g.
+            // `sleep 30 &`): waiting for EOF would hang the turn, so the group goes.
+            if killed_at.is_none()
+                && open_pipes > 0
+                && exited_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE)
+            {
+                log::debug!("shell exited but its pipes stay open; killing group {pgid}");
+                kill_group(pgid);
+                killed_at = Some(Instant::now());
+            }
+            // Killed, yet the pipes are still open: a process that left our group holds them.
+            if status.is_some() && killed_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE) {
+                break;
+            }
+            if self
+                .last_report
+                .is_none_or(|t| t.elapsed() >= REPORT_INTERVAL)
+            {
+                self.flush_report(on_report);
+            }
+        }
+        // Late chunks already queued are part of the output.
+        while let Ok(Msg::Data(bytes)) = rx.try_recv() {
+            self.take(&bytes);
+        }
+        if let Some(r) = reason {
+            return r;
+        }
+        let code = status.map_or(0, |s| {
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+        });
+        Ending::Exited(code)
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        self.captured.push(bytes);
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() > 2 * REPORT_NEW_MAX {
+            let cut = self.pending.len() - REPORT_NEW_MAX;
+            self.skipped += cut as u64;
+            self.pending.drain(..cut);
+        }
+    }
+
+    /// Reports pending output, if any. An incomplete UTF-8 sequence at the end waits for the
+    /// next chunk so that a character split across reads is not mangled.
+    fn flush_report(&mut self, on_report: &mut dyn FnMut(&Report<'_>)) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut complete = complete_utf8_prefix(&self.pending);
+        if complete == 0 {
+            if self.pending.len() < 4 {
+                return;
+            }
+            complete = self.pending.len();
+        }
+        self.last_report = Some(Instant::now());
+        let new_text = String::from_utf8_lossy(&self.pending[..complete]).into_owned();
+        self.pending.drain(..complete);
+        let tail_start = self.captured.tail.len().saturating_sub(REPORT_TAIL_MAX);
+        let tail_text = String::from_utf8_lossy(&self.captured.tail[tail_start..]);
+        let report = Report {
+            new_text: &new_text,
+            skipped: std::mem::take(&mut self.skipped),
+            tail: tail_bytes(&tail_text, REPORT_TAIL_MAX),
+        };
+        on_report(&report);
+    }
+}
+
+/// Length of the longest prefix of `bytes` that does not end inside a UTF-8 sequence.
+fn complete_utf8_prefix(bytes: &[u8]) -> usize {
+    let len = bytes.len();
+    // A sequence is at most 4 bytes: look back at most 3 for its lead byte.
+    for back in 1..=len.min(4) {
+        let b = bytes[len - back];
+        if b & 0xC0 == 0x80 {
+            continue; // continuation byte
+        }
+        let need = match b {
+            0x00..=0x7F => 1,
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1, // invalid lead byte: lossy decoding handles it
+        };
+        return if back < need { len - back } else { len };
+    }
+    len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_prefix_holds_back_split_characters() {
+        assert_eq!(complete_utf8_prefix(b"abc"), 3);
+        assert_eq!(complete_utf8_prefix("aé".as_bytes()), 3);
+        assert_eq!(complete_utf8_prefix(&"aé".as_bytes()[..2]), 1);
+        assert_eq!(complete_utf8_prefix(&"a€".as_bytes()[..3]), 1);
+        assert_eq!(complete_utf8_prefix(b""), 0);
+    }
+
+    #[test]
+    fn capture_counts_lines_and_spills_to_a_private_file() {
+        let mut c = Captured::default();
+        c.push(b"one\ntwo\n");
+        assert_eq!(c.total_lines(), 3);
+        assert_eq!(c.render(), "one\ntwo\n");
+        assert!(c.full_output_path().is_none());
+        for _ in 0..3000 {
+            c.push(b"line\n");
+        }
+        c.finish();
+        let path = c.full_output_path().expect("spilled").to_path_buf();
+        let text = c.render();
+        assert!(
+            text.ends_with(&format!(
+                "\n\n[Showing lines 1004-3003 of 3003. Full output: {}]",
+                path.display()
+            )),
+            "{}",
+            &text[text.len() - 120..]
+        );
+        let full = std::fs::read(&path).unwrap();
+        assert_eq!(full.len() as u64, c.total_bytes);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn capture_tail_stays_bounded_and_notices_bytes_and_partial_lines() {
+        let mut c = Captured::default();
+        let line = [b'y'; 99];
+        for _ in 0..20_000 {
+            c.push(&line);
+            c.push(b"\n");
+        }
+        assert!(c.tail.len() <= TAIL_TRIM_AT);
+        let text = c.render();
+        // The empty last line plus 512 lines of 100 bytes fill the 50 KB exactly.
+        assert!(
+            text.contains("[Showing lines 19489-20001 of 20001 (50.0KB limit). Full output: "),
+            "{}",
+            &text[text.len() - 150..]
+        );
+        if let Some(p) = c.full_output_path() {
+            let _ = std::fs::remove_file(p);
+        }
+        let mut c = Captured::default();
+        for _ in 0..10 {
+            c.push(&[b'z'; 100_000]);
+        }
+        let text = c.render();
+        assert!(
+            text.contains("[Showing last 50.0KB of line 1 (line is 976.6KB). Full output: "),
+            "{}",
+            &text[text.len() - 150..]
+        );
+        if let Some(p) = c.full_output_path() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

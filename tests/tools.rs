@@ -1,0 +1,442 @@
+//! Built-in tools end to end: the scripted model calls `bash`, `write`, `edit` and `read` in a
+//! temp dir; files must really change, the ACP tool-call updates must carry the right shape,
+//! and (through scripted `expect` steps) every result must really go back to the model.
+//! Also: bash progress, cancel and timeout kill the whole process group, huge output stays
+//! bounded, and `!cmd` user shell commands run without any model call.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// An agent on `script` (under `fixtures/scripts/`) whose cwd is `dir`.
+fn agent_in(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
+    let mut args: Vec<String> = [
+        "--mode",
+        "acp",
+        "--provider",
+        "scripted",
+        "--script",
+        &fixture(&format!("scripts/{script}")).display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut a = Agent::spawn(Spawn {
+        args,
+        cwd: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    a.handshake();
+    a
+}
+
+/// Prompts and returns the `stopReason` (panics on an error response).
+fn prompt_stop(a: &mut Agent, text: &str) -> String {
+    let id = a.prompt(text);
+    let r = a.response(&id);
+    r["result"]["stopReason"]
+        .as_str()
+        .unwrap_or_else(|| panic!("prompt failed: {r}\nstderr:\n{}", a.stderr_text()))
+        .to_owned()
+}
+
+/// The updates of one tool call, in order.
+fn call_updates(a: &Agent, id: &str) -> Vec<Value> {
+    a.updates()
+        .into_iter()
+        .filter(|u| u["toolCallId"] == id)
+        .collect()
+}
+
+fn start_of(a: &Agent, id: &str) -> Value {
+    call_updates(a, id)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool_call for {id}"))
+}
+
+fn end_of(a: &Agent, id: &str) -> Value {
+    call_updates(a, id)
+        .into_iter()
+        .rfind(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] != "in_progress")
+        .unwrap_or_else(|| panic!("no final tool_call_update for {id}"))
+}
+
+fn text_of(update: &Value) -> String {
+    update["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Waits (bounded) for a file a command writes, and returns its trimmed content.
+fn wait_for_file(path: &Path) -> String {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if s.ends_with('\n') {
+                return s.trim().to_owned();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` is a live process (a zombie awaiting its reaper counts as dead).
+fn alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+    }
+}
+
+/// Asserts `pid` dies (bounded wait: the kill is immediate, reaping may lag on a busy box).
+fn assert_dies(pid: &str) {
+    let deadline = Instant::now() + TIMEOUT;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "process {pid} still alive");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn model_calls_bash_write_edit_and_read_in_one_prompt() {
+    let dir = TempDir::new("tools");
+    dir.write("notes.txt", "alpha\nbeta\n");
+    let mut a = agent_in(&dir, "tools_roundtrip.jsonl", &[]);
+    assert_eq!(prompt_stop(&mut a, "use the tools"), "end_turn");
+    assert_eq!(a.text(), "Running tools.All done.");
+
+    // The files really changed.
+    let root = dir.path();
+    assert_eq!(
+        std::fs::read_to_string(root.join("made.txt")).unwrap(),
+        "made\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/dir/new.txt")).unwrap(),
+        "héllo\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "alpha\ngamma\n"
+    );
+
+    // bash: execute, titled by its command, no locations.
+    let s = start_of(&a, "t_bash");
+    assert_eq!(s["kind"], "execute");
+    assert_eq!(s["title"], "echo made > made.txt && cat made.txt");
+    assert_eq!(s["status"], "in_progress");
+    assert_eq!(
+        s["rawInput"],
+        json!({"command":"echo made > made.txt && cat made.txt"})
+    );
+    assert!(s.get("locations").is_none());
+    let e = end_of(&a, "t_bash");
+    assert_eq!(e["status"], "completed");
+    assert_eq!(text_of(&e), "made\n");
+
+    // write: edit kind, absolute location, diff of a new file (oldText null).
+    let new_abs = root.join("sub/dir/new.txt").display().to_string();
+    let s = start_of(&a, "t_write");
+    assert_eq!(
+        (s["kind"].as_str(), s["title"].as_str()),
+        (Some("edit"), Some("Write sub/dir/new.txt"))
+    );
+    assert_eq!(s["locations"], json!([{ "path": new_abs }]));
+    assert_eq!(
+        s["rawInput"],
+        json!({"path":"sub/dir/new.txt","content":"héllo\n"})
+    );
+    let e = end_of(&a, "t_write");
+    assert_eq!(e["status"], "completed");
+    assert_eq!(text_of(&e), "Successfully wrote 6 bytes to sub/dir/new.txt");
+    assert_eq!(
+        e["content"][1],
+        json!({"type":"diff","path":new_abs,"oldText":null,"newText":"héllo\n"})
+    );
+
+    // edit: old and new text in the diff.
+    let notes_abs = root.join("notes.txt").display().to_string();
+    let s = start_of(&a, "t_edit");
+    assert_eq!(
+        (s["kind"].as_str(), s["title"].as_str()),
+        (Some("edit"), Some("Edit notes.txt"))
+    );
+    assert_eq!(s["locations"], json!([{ "path": notes_abs }]));
+    let e = end_of(&a, "t_edit");
+    assert_eq!(
+        text_of(&e),
+        "Successfully replaced 1 block(s) in notes.txt."
+    );
+    assert_eq!(
+        e["content"][1],
+        json!({"type":"diff","path":notes_abs,"oldText":"alpha\nbeta\n","newText":"alpha\ngamma\n"})
+    );
+
+    // read: read kind, location, the text as the result.
+    let s = start_of(&a, "t_read");
+    assert_eq!(
+        (s["kind"].as_str(), s["title"].as_str()),
+        (Some("read"), Some("Read notes.txt"))
+    );
+    assert_eq!(s["locations"], json!([{ "path": notes_abs }]));
+    let e = end_of(&a, "t_read");
+    assert_eq!(e["status"], "completed");
+    assert_eq!(text_of(&e), "alpha\ngamma\n");
+    assert!(a.finish().success());
+}
+
+#[test]
+fn failing_tools_are_failed_calls_and_the_model_sees_why() {
+    let dir = TempDir::new("tool-errors");
+    dir.write("one.txt", "xx");
+    let mut a = agent_in(&dir, "tool_errors.jsonl", &[]);
+    assert_eq!(prompt_stop(&mut a, "break things"), "end_turn");
+    assert_eq!(a.text(), "Handled.");
+    let cases = [
+        ("e_exit", "oops\n\n\nCommand exited with code 3"),
+        (
+            "e_edit",
+            "Could not edit file: missing.txt. Error code: ENOENT.",
+        ),
+        (
+            "e_dup",
+            "Found 2 occurrences of the text in one.txt. The text must be unique. Please provide more context to make it unique.",
+        ),
+        ("e_read", "Offset 9 is beyond end of file (1 lines total)"),
+        ("e_timeout", "start\n\n\nCommand timed out after 0.5 seconds"),
+    ];
+    for (id, want) in cases {
+        let e = end_of(&a, id);
+        assert_eq!(e["status"], "failed", "{id}");
+        assert_eq!(text_of(&e), want, "{id}");
+    }
+    assert!(!dir.path().join("missing.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("one.txt")).unwrap(),
+        "xx"
+    );
+}
+
+#[test]
+fn slow_bash_streams_output_so_far() {
+    let dir = TempDir::new("bash-progress");
+    let mut a = agent_in(&dir, "bash_progress.jsonl", &[]);
+    assert_eq!(prompt_stop(&mut a, "count"), "end_turn");
+    let progress: Vec<String> = call_updates(&a, "p_slow")
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress")
+        .map(text_of)
+        .collect();
+    assert!(!progress.is_empty(), "no in_progress update");
+    // Each is the output so far: a prefix of the final output.
+    for p in &progress {
+        assert!("1\n2\n3\n".starts_with(p.as_str()), "{p:?}");
+    }
+    assert!(progress[0].starts_with('1'));
+    assert_eq!(text_of(&end_of(&a, "p_slow")), "1\n2\n3\n");
+}
+
+#[test]
+fn cancel_kills_the_running_command_and_its_children() {
+    let dir = TempDir::new("bash-cancel");
+    let mut a = agent_in(&dir, "bash_cancel.jsonl", &[]);
+    let id = a.prompt("sleep");
+    let shell = wait_for_file(&dir.path().join("shell.pid"));
+    let child = wait_for_file(&dir.path().join("child.pid"));
+    assert!(alive(&shell) && alive(&child));
+    a.cancel();
+    let r = a.response(&id);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    assert_dies(&shell);
+    assert_dies(&child);
+    // The main loop answers `cancelled` at once and drops the turn's later updates, so the
+    // call's own terminal update is not asserted here; it must at least never be `completed`.
+    assert!(call_updates(&a, "c_sleep")
+        .iter()
+        .all(|u| u["status"] != "completed"));
+    assert!(a.finish().success());
+}
+
+#[test]
+fn timeout_and_orphaned_pipes_kill_the_whole_group() {
+    let dir = TempDir::new("bash-kill");
+    let mut a = agent_in(&dir, "bash_kill.jsonl", &[]);
+    assert_eq!(prompt_stop(&mut a, "kill"), "end_turn");
+    assert_eq!(a.text(), "Killed.");
+    for pidfile in ["shell.pid", "child.pid", "orphan.pid"] {
+        assert_dies(&wait_for_file(&dir.path().join(pidfile)));
+    }
+    assert_eq!(text_of(&end_of(&a, "k_orphan")), "(no output)");
+}
+
+#[test]
+fn huge_output_is_truncated_to_a_file_with_bounded_memory() {
+    let dir = TempDir::new("bash-huge");
+    let mut a = agent_in(&dir, "bash_huge.jsonl", &[]);
+    assert_eq!(prompt_stop(&mut a, "flood"), "end_turn");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", a.pid())).unwrap();
+    let hwm_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    assert!(hwm_kb < 150 * 1024, "agent peak RSS {hwm_kb} kB");
+    let text = text_of(&end_of(&a, "h_yes"));
+    assert!(text.len() < 60 * 1024);
+    let notice = text.rsplit("\n\n").next().unwrap();
+    // `y\n` lines are tiny: the 2000-line limit cuts first.
+    let prefix = "[Showing lines 99998002-100000001 of 100000001. Full output: ";
+    assert!(notice.starts_with(prefix), "{notice}");
+    let path = notice[prefix.len()..].trim_end_matches(']');
+    let meta = std::fs::metadata(path).unwrap();
+    assert_eq!(meta.len(), 200_000_000);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    std::fs::remove_file(path).unwrap();
+    // Progress updates stay small however much is printed.
+    for u in call_updates(&a, "h_yes") {
+        assert!(text_of(&u).len() <= 60 * 1024);
+    }
+}
+
+#[test]
+fn user_shell_command_streams_a_synthetic_bash_call_without_the_model() {
+    let dir = TempDir::new("user-shell");
+    // The script has no replies: any model call would fail the prompt.
+    let mut a = agent_in(&dir, "no_replies.jsonl", &[]);
+    assert_eq!(prompt_stop(&mut a, "!echo hi"), "end_turn");
+    let ups = a.updates();
+    let start = ups
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .expect("tool_call");
+    let id = start["toolCallId"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("prime-agent-bash-") && id.len() > "prime-agent-bash-".len());
+    assert_eq!(start["title"], "echo hi");
+    assert_eq!(start["kind"], "execute");
+    assert_eq!(start["rawInput"], json!({"command":"echo hi"}));
+    let calls = call_updates(&a, &id);
+    let streamed: String = calls
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress")
+        .map(text_of)
+        .collect();
+    assert_eq!(streamed, "hi\n");
+    assert_eq!(calls.last().unwrap()["status"], "completed");
+
+    // `!!` too; a failing command still ends the turn normally, with a failed call.
+    assert_eq!(prompt_stop(&mut a, "!!echo quiet; exit 4"), "end_turn");
+    let last = a
+        .updates()
+        .into_iter()
+        .rfind(|u| u["sessionUpdate"] == "tool_call_update")
+        .unwrap();
+    assert_eq!(last["status"], "failed");
+    assert_ne!(last["toolCallId"], json!(id), "each run has its own id");
+    // A real prompt does reach the (empty) script and fails: the model was never called before.
+    let id = a.prompt("hello");
+    let r = a.response(&id);
+    assert!(
+        r.to_string().contains("model call 1"),
+        "first model call expected: {r}"
+    );
+}
+
+#[test]
+fn cancel_stops_a_user_shell_command() {
+    let dir = TempDir::new("user-shell-cancel");
+    let mut a = agent_in(&dir, "no_replies.jsonl", &[]);
+    let id = a.prompt("!echo $$ > shell.pid; sleep 30");
+    let shell = wait_for_file(&dir.path().join("shell.pid"));
+    a.cancel();
+    let r = a.response(&id);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    assert_dies(&shell);
+}
+
+#[test]
+fn tools_flag_filters_the_builtins() {
+    let dir = TempDir::new("tools-flag");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"name":"write","arguments":{"path":"x","content":"y"}}}]}),
+            json!({"steps":[{"expect":["Tool write not found. Available tools: read, bash"]},{"text":"ok"}]}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn {
+        args: [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+            "--tools",
+            "bash,read",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        cwd: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    a.handshake();
+    assert_eq!(prompt_stop(&mut a, "write"), "end_turn");
+    assert!(!dir.path().join("x").exists());
+}
+
+#[test]
+fn read_returns_images_as_attachments() {
+    let dir = TempDir::new("read-image");
+    // Any bytes will do: the type comes from the extension, the payload is base64 of the file.
+    std::fs::write(
+        dir.path().join("dot.png"),
+        [0x89, b'P', b'N', b'G', 0, 1, 2],
+    )
+    .unwrap();
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"img","name":"read","arguments":{"path":"dot.png"}}}]}),
+            json!({"steps":[{"expect":["tool_result read error=false: Read image file [image/png]"]},{"text":"seen"}]}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn {
+        args: [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        cwd: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    a.handshake();
+    assert_eq!(prompt_stop(&mut a, "look"), "end_turn");
+    let e = end_of(&a, "img");
+    assert_eq!(e["status"], "completed");
+    assert_eq!(
+        e["content"][1],
+        json!({"type":"content","content":{"type":"image","data":"iVBORwABAg==","mimeType":"image/png"}})
+    );
+}
