@@ -138,10 +138,29 @@ pub struct RefineEdit {
     pub applied: bool,
 }
 
-/// Per-session mapping state (§1.13): which user shell run `BashOutput` belongs to.
+/// Per-session mapping state (§1.13): which user shell run `BashOutput` belongs to, and that
+/// run's output so far.
 #[derive(Debug, Default)]
 pub struct MappingState {
     active_bash_run_id: Option<String>,
+    /// ACP `tool_call_update.content` replaces the previous content, so each update carries the
+    /// output so far (tail-capped), not just the newest chunk (acp-peers: "PA's bash stream").
+    bash_output: String,
+}
+
+/// How much of a user shell run's output each update repeats.
+pub const BASH_TAIL_BYTES: usize = 8 * 1024;
+
+/// Appends `chunk` to `buf`, keeping only the last `max` bytes (at a char boundary).
+fn push_tail(buf: &mut String, chunk: &str, max: usize) {
+    buf.push_str(chunk);
+    if buf.len() > max {
+        let mut cut = buf.len() - max;
+        while !buf.is_char_boundary(cut) {
+            cut += 1;
+        }
+        buf.drain(..cut);
+    }
 }
 
 /// ACP tool kind for a tool name.
@@ -286,6 +305,7 @@ pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<V
         AgentEvent::ToolEnd { id, name, result } => vec![tool_end(id, name, result)],
         AgentEvent::BashStart { run_id, command } => {
             state.active_bash_run_id = run_id.clone();
+            state.bash_output.clear();
             vec![json!({
                 "sessionUpdate": "tool_call",
                 "toolCallId": bash_tool_call_id(run_id.as_deref()),
@@ -295,26 +315,37 @@ pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<V
                 "rawInput": { "command": command },
             })]
         }
-        AgentEvent::BashOutput { chunk } => vec![json!({
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": bash_tool_call_id(state.active_bash_run_id.as_deref()),
-            "status": "in_progress",
-            "content": [text_content(chunk)],
-        })],
+        AgentEvent::BashOutput { chunk } => {
+            push_tail(&mut state.bash_output, chunk, BASH_TAIL_BYTES);
+            vec![json!({
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": bash_tool_call_id(state.active_bash_run_id.as_deref()),
+                "status": "in_progress",
+                "content": [text_content(&state.bash_output)],
+            })]
+        }
         AgentEvent::BashEnd {
             run_id,
             exit_code,
             cancelled,
         } => {
-            if state.active_bash_run_id == *run_id {
+            let output = if state.active_bash_run_id == *run_id {
                 state.active_bash_run_id = None;
-            }
+                std::mem::take(&mut state.bash_output)
+            } else {
+                String::new()
+            };
             let ok = *exit_code == Some(0) && !cancelled;
-            vec![json!({
+            let mut update = json!({
                 "sessionUpdate": "tool_call_update",
                 "toolCallId": bash_tool_call_id(run_id.as_deref()),
                 "status": if ok { "completed" } else { "failed" },
-            })]
+            });
+            // The final output rides along so a client that missed updates still shows it.
+            if !output.is_empty() {
+                update["content"] = json!([text_content(&output)]);
+            }
+            vec![update]
         }
         AgentEvent::CompactionEnd {
             tokens_before,
@@ -599,6 +630,53 @@ mod tests {
         assert_eq!(s[0]["rawInput"], json!({"command":"ls"}));
         assert_eq!(e[0]["status"], "completed");
         assert!(st.active_bash_run_id.is_none());
+    }
+
+    #[test]
+    fn bash_updates_carry_the_output_so_far() {
+        let mut st = MappingState::default();
+        let run = Some("r".to_string());
+        to_session_updates(
+            &AgentEvent::BashStart {
+                run_id: run.clone(),
+                command: "x".into(),
+            },
+            &mut st,
+        );
+        to_session_updates(
+            &AgentEvent::BashOutput {
+                chunk: "a\n".into(),
+            },
+            &mut st,
+        );
+        let second = to_session_updates(
+            &AgentEvent::BashOutput {
+                chunk: "b\n".into(),
+            },
+            &mut st,
+        );
+        assert_eq!(second[0]["content"][0]["content"]["text"], "a\nb\n");
+        let big = "é".repeat(BASH_TAIL_BYTES);
+        let capped = to_session_updates(&AgentEvent::BashOutput { chunk: big }, &mut st);
+        assert!(
+            capped[0]["content"][0]["content"]["text"]
+                .as_str()
+                .unwrap()
+                .len()
+                <= BASH_TAIL_BYTES
+        );
+        let end = to_session_updates(
+            &AgentEvent::BashEnd {
+                run_id: run,
+                exit_code: Some(0),
+                cancelled: false,
+            },
+            &mut st,
+        );
+        assert!(end[0]["content"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("é"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
 use crate::acp::{self, McpServer};
-use crate::events::{to_session_updates, MappingState};
+use crate::events::{bash_tool_call_id, to_session_updates, AgentEvent, MappingState};
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::stop_reason::{acp_stop_reason, StopReason};
@@ -51,6 +51,8 @@ enum Event {
     ClientClosed,
     Turn(TurnMsg),
     Signal,
+    /// A cancelled turn did not finish within `CANCEL_GRACE`.
+    CancelDeadline,
 }
 
 struct Session {
@@ -62,6 +64,8 @@ struct Session {
     prompt_counter: u64,
     conversation: Arc<Mutex<Conversation>>,
     active: Option<ActiveTurn>,
+    /// A `session/close` waiting for the cancelled turn to settle.
+    closing: Option<RequestId>,
     /// Validated and kept for the kernel's `mcp` object.
     #[allow(dead_code)] // Read once the kernel lands (issue 4); validated today.
     mcp_servers: Vec<McpServer>,
@@ -73,7 +77,18 @@ struct ActiveTurn {
     /// Routing key of the worker's messages.
     turn: u64,
     abort: AbortFlag,
+    /// Set by cancel/close: the prompt is answered `cancelled` when the worker finishes or at
+    /// this deadline, whichever comes first.
+    cancel_deadline: Option<Instant>,
+    /// Tool calls started but not ended, so a cancel that outruns the worker can still close
+    /// them for the client.
+    open_tool_calls: Vec<String>,
 }
+
+/// How long a cancelled turn may take to report its last updates (killed children, the final
+/// `failed` tool update) before the prompt is answered without them. Abort hooks make the
+/// usual case well under a millisecond.
+const CANCEL_GRACE: Duration = Duration::from_millis(250);
 
 struct MainLoop {
     out: Sender<Vec<u8>>,
@@ -102,6 +117,10 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         version: version.to_owned(),
     };
     let exit = loop {
+        let timer = match ml.cancel_deadline() {
+            Some(deadline) => crossbeam_channel::at(deadline),
+            None => crossbeam_channel::never(),
+        };
         let event = select! {
             recv(conn.receiver) -> msg => match msg {
                 Ok(Inbound::Message(m)) => Event::Client(m),
@@ -112,14 +131,17 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
                 Err(_) => continue, // Unreachable: the loop holds a sender.
             },
             recv(signals) -> _ => Event::Signal,
+            recv(timer) -> _ => Event::CancelDeadline,
         };
         match event {
             Event::Client(msg) => ml.on_client(msg),
             Event::Turn(msg) => ml.on_turn(msg),
+            Event::CancelDeadline => ml.settle_cancelled(),
             Event::ClientClosed => break Exit::ClientClosed,
             Event::Signal => {
                 // The client may still be reading: answer the running prompt first.
                 ml.cancel_active();
+                ml.settle_blocking();
                 break Exit::Signal;
             }
         }
@@ -191,7 +213,12 @@ impl MainLoop {
                 Ok(()) => return,
                 Err(e) => Err(e),
             },
-            acp::SESSION_CLOSE => self.session_close(&params),
+            acp::SESSION_CLOSE => match self.session_close(&id, &params) {
+                Ok(Some(result)) => Ok(result),
+                // Answered when the cancelled turn settles.
+                Ok(None) => return,
+                Err(e) => Err(e),
+            },
             acp::SESSION_CANCEL => {
                 // A notification sent as a request: honour it and answer, so nothing hangs.
                 self.session_cancel(&params);
@@ -234,6 +261,7 @@ impl MainLoop {
             prompt_counter: 0,
             conversation: Arc::new(Mutex::new(Conversation::default())),
             active: None,
+            closing: None,
             mcp_servers: p.mcp_servers,
         });
         let mut result = json!({ "sessionId": id });
@@ -255,8 +283,19 @@ impl MainLoop {
                 )))
             }
         };
-        if session.active.is_some() {
-            return Err(RpcError::internal(PROMPT_RUNNING));
+        if session.closing.is_some() {
+            return Err(RpcError::internal(format!(
+                "ACP session is closing: {session_id}"
+            )));
+        }
+        match &session.active {
+            Some(a) if a.cancel_deadline.is_some() => {
+                return Err(RpcError::internal(format!(
+                    "ACP session is cancelling: {session_id}"
+                )))
+            }
+            Some(_) => return Err(RpcError::internal(PROMPT_RUNNING)),
+            None => {}
         }
         self.next_turn += 1;
         let turn = self.next_turn;
@@ -278,6 +317,8 @@ impl MainLoop {
             prompt_turn_id: session.prompt_counter,
             turn,
             abort: handle.abort,
+            cancel_deadline: None,
+            open_tool_calls: Vec::new(),
         });
         Ok(())
     }
@@ -294,32 +335,80 @@ impl MainLoop {
         }
     }
 
-    fn session_close(&mut self, params: &Value) -> Result<Value, RpcError> {
+    /// Answers `{}` once the running turn (if any) has been cancelled and answered, so nothing
+    /// of this session is written after the close response.
+    fn session_close(&mut self, id: &RequestId, params: &Value) -> Result<Option<Value>, RpcError> {
         let session_id = acp::parse_session_id(params, acp::SESSION_CLOSE)?;
-        if self.session.as_ref().is_none_or(|s| s.id != session_id) {
+        let Some(session) = self.session.as_mut().filter(|s| s.id == session_id) else {
             return Err(RpcError::internal(format!(
                 "Unknown ACP session: {session_id}"
             )));
+        };
+        if session.closing.is_some() {
+            return Err(RpcError::internal(format!(
+                "ACP session is already closing: {session_id}"
+            )));
         }
+        if session.active.is_none() {
+            self.session = None;
+            return Ok(Some(json!({})));
+        }
+        session.closing = Some(id.clone());
         self.cancel_active();
-        self.session = None;
-        Ok(json!({}))
+        Ok(None)
     }
 
-    /// Aborts the running turn and answers its prompt `cancelled`, after writing every update
-    /// the worker had already queued. Later messages of that turn are dropped.
+    /// Aborts the running turn. Its prompt is answered `cancelled` when the worker reports back
+    /// (with every update it queued, including the final `failed` tool updates) or after
+    /// `CANCEL_GRACE`; duplicate cancels coalesce.
     fn cancel_active(&mut self) {
-        let Some(active) = self.session.as_ref().and_then(|s| s.active.as_ref()) else {
+        let Some(active) = self.session.as_mut().and_then(|s| s.active.as_mut()) else {
             return;
         };
-        active.abort.abort();
-        while let Ok(msg) = self.turn_rx.try_recv() {
-            self.on_turn(msg);
+        if active.cancel_deadline.is_none() {
+            active.cancel_deadline = Some(Instant::now() + CANCEL_GRACE);
+            active.abort.abort();
         }
-        // The turn may have completed normally while we drained; then it was answered already.
-        if let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) {
-            let result = json!({ "stopReason": acp_stop_reason(true, None).as_str() });
-            self.respond(&active.request, Ok(result));
+    }
+
+    fn cancel_deadline(&self) -> Option<Instant> {
+        self.session
+            .as_ref()
+            .and_then(|s| s.active.as_ref())
+            .and_then(|a| a.cancel_deadline)
+    }
+
+    /// Answers a cancelled turn: closes its open tool calls for the client, responds
+    /// `cancelled`, and completes a pending `session/close`. Later messages of the turn are
+    /// dropped by routing.
+    fn settle_cancelled(&mut self) {
+        let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) else {
+            return;
+        };
+        for id in &active.open_tool_calls {
+            let update = json!({
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": id,
+                "status": "failed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "Cancelled"}}],
+            });
+            self.publish(update, active.prompt_turn_id, Phase::Event, None);
+        }
+        let result = json!({ "stopReason": acp_stop_reason(true, None).as_str() });
+        self.respond(&active.request, Ok(result));
+        if let Some(close_id) = self.session.as_mut().and_then(|s| s.closing.take()) {
+            self.session = None;
+            self.respond(&close_id, Ok(json!({})));
+        }
+    }
+
+    /// On the way out: wait (bounded) for a cancelled turn to report, then answer it.
+    fn settle_blocking(&mut self) {
+        while let Some(deadline) = self.cancel_deadline() {
+            match self.turn_rx.recv_deadline(deadline) {
+                Ok(msg) => self.on_turn(msg),
+                Err(_) => self.settle_cancelled(),
+            }
         }
     }
 
@@ -331,14 +420,34 @@ impl MainLoop {
             return;
         }
         let prompt_turn_id = active.prompt_turn_id;
+        let active_cancelled = active.cancel_deadline.is_some();
         match msg.kind {
             TurnMsgKind::Event(event) => {
                 let session = self.session.as_mut().expect("checked above");
+                let open = &mut session
+                    .active
+                    .as_mut()
+                    .expect("checked above")
+                    .open_tool_calls;
+                match &event {
+                    AgentEvent::ToolStart { id, .. } => open.push(id.clone()),
+                    AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
+                    AgentEvent::BashStart { run_id, .. } => {
+                        open.push(bash_tool_call_id(run_id.as_deref()))
+                    }
+                    AgentEvent::BashEnd { run_id, .. } => {
+                        let id = bash_tool_call_id(run_id.as_deref());
+                        open.retain(|o| *o != id);
+                    }
+                    _ => {}
+                }
                 let updates = to_session_updates(&event, &mut session.mapping);
                 for update in updates {
                     self.publish(update, prompt_turn_id, Phase::Event, None);
                 }
             }
+            // A turn cancelled before its response boundary is `cancelled`, whatever it says.
+            TurnMsgKind::Finished(_) if active_cancelled => self.settle_cancelled(),
             TurnMsgKind::Finished(outcome) => self.finish_turn(outcome),
         }
     }

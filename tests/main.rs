@@ -2,6 +2,7 @@
 
 mod support;
 
+mod demo;
 mod fuzz;
 mod protocol;
 mod reliability;

@@ -276,7 +276,9 @@ fn stdin_closed_mid_frame_gets_a_parse_error_and_a_clean_exit() {
     a.handshake();
     a.send_raw(br#"{"jsonrpc":"2.0","id":77,"method":"session/prom"#);
     a.close_stdin();
-    let err = a.wait_for("the parse error for the cut frame", |f| f.get("error").is_some());
+    let err = a.wait_for("the parse error for the cut frame", |f| {
+        f.get("error").is_some()
+    });
     assert_eq!(err["error"]["code"], -32700);
     assert_eq!(err["id"], serde_json::Value::Null);
     let status = a.wait_exit(TIMEOUT).expect("exits after EOF");

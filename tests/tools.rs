@@ -263,11 +263,15 @@ fn cancel_kills_the_running_command_and_its_children() {
     assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
     assert_dies(&shell);
     assert_dies(&child);
-    // The main loop answers `cancelled` at once and drops the turn's later updates, so the
-    // call's own terminal update is not asserted here; it must at least never be `completed`.
-    assert!(call_updates(&a, "c_sleep")
-        .iter()
-        .all(|u| u["status"] != "completed"));
+    // The cancelled call is closed for the client before the prompt is answered: its last
+    // update is `failed`, never left `in_progress` (and never `completed`).
+    let updates = call_updates(&a, "c_sleep");
+    assert_eq!(
+        updates.last().map(|u| u["status"].clone()),
+        Some(json!("failed")),
+        "{updates:?}"
+    );
+    assert!(updates.iter().all(|u| u["status"] != "completed"));
     assert!(a.finish().success());
 }
 
@@ -366,6 +370,20 @@ fn cancel_stops_a_user_shell_command() {
     let r = a.response(&id);
     assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
     assert_dies(&shell);
+    let bash_updates: Vec<_> = a
+        .updates()
+        .into_iter()
+        .filter(|u| {
+            u["toolCallId"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("prime-agent-bash-"))
+        })
+        .collect();
+    assert_eq!(
+        bash_updates.last().map(|u| u["status"].clone()),
+        Some(json!("failed")),
+        "{bash_updates:?}"
+    );
 }
 
 #[test]
