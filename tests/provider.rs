@@ -133,6 +133,18 @@ fn failure(r: &Value) -> String {
     details
 }
 
+/// The stderr reader thread may lag behind the agent; wait for `needle` (bounded).
+fn stderr_eventually(a: &Agent, needle: &str) -> bool {
+    let deadline = Instant::now() + TIMEOUT;
+    while !a.stderr_text().contains(needle) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
 fn thoughts(a: &Agent) -> String {
     a.updates()
         .iter()
@@ -236,7 +248,7 @@ fn a_500_is_retried_and_the_second_attempt_succeeds() {
     let r = ask(&mut s.agent, "hi");
     assert_eq!(stop_reason(&r), "end_turn", "{r}");
     assert_eq!(server.requests().len(), 2);
-    assert!(s.agent.stderr_text().contains("retry 1/3"));
+    assert!(stderr_eventually(&s.agent, "retry 1/3"));
 }
 
 #[test]
@@ -286,6 +298,45 @@ fn a_stalled_stream_fails_the_prompt_after_the_idle_timeout() {
     );
     let details = failure(&ask(&mut s.agent, "hi"));
     assert!(details.contains("stalled"), "{details}");
+}
+
+#[test]
+fn a_server_that_never_answers_fails_the_prompt_without_retrying() {
+    let server = LlmServer::start(vec![Canned::silent()]);
+    let mut s = spawn_with(
+        &server,
+        "openai-completions",
+        "cold/test-model",
+        &[("PRIME_AGENT_IDLE_TIMEOUT_MS", "300")],
+    );
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(details.contains("timed out"), "{details}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn a_refused_connection_is_retried_then_reported() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let dir = TempDir::new("refused");
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let mut a = spawn_plain(
+        &[
+            "--provider",
+            "openai",
+            "--api-key",
+            "k",
+            "--base-url",
+            &base,
+        ],
+        &dir,
+    );
+    let details = failure(&ask(&mut a, "hi"));
+    assert!(details.contains(&format!("127.0.0.1:{port}")), "{details}");
+    assert!(details.to_lowercase().contains("refused"), "{details}");
+    assert!(stderr_eventually(&a, "retry 3/3"), "{}", a.stderr_text());
 }
 
 #[test]
@@ -426,9 +477,13 @@ fn anthropic_max_tokens_stop_reason() {
 }
 
 fn spawn_plain(args: &[&str], dir: &TempDir) -> Agent {
+    spawn_plain_env(args, dir, &[])
+}
+
+fn spawn_plain_env(args: &[&str], dir: &TempDir, env: &[(&str, &str)]) -> Agent {
     Agent::spawn(Spawn {
         args: args.iter().map(|s| s.to_string()).collect(),
-        env: env_for(dir, &[]),
+        env: env_for(dir, env),
         ..Default::default()
     })
 }
@@ -473,7 +528,7 @@ fn unknown_provider_and_model_exit_1_before_initialize() {
             a.next_frame(Duration::from_millis(100)).is_none(),
             "nothing on stdout"
         );
-        assert!(a.stderr_text().contains(want), "{}", a.stderr_text());
+        assert!(stderr_eventually(&a, want), "{}", a.stderr_text());
     }
 }
 
@@ -482,7 +537,8 @@ fn base_url_reroutes_a_builtin_provider() {
     let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
     let dir = TempDir::new("baseurl");
     let base = format!("{}/v1", server.url());
-    let mut a = spawn_plain(
+    // Trace level logs everything ureq and rustls log: the key must still not appear.
+    let mut a = spawn_plain_env(
         &[
             "--provider",
             "openai",
@@ -494,14 +550,21 @@ fn base_url_reroutes_a_builtin_provider() {
             &base,
         ],
         &dir,
+        &[("RUST_LOG", "trace")],
     );
     let r = ask(&mut a, "hi");
     assert_eq!(stop_reason(&r), "end_turn", "{r}");
     let q = &server.requests()[0];
     assert_eq!(q.header("authorization"), Some("Bearer cli-key"));
     assert_eq!(q.body["model"], "gpt-4.1");
+    assert!(a.finish().success());
+    assert!(stderr_eventually(&a, "DEBUG"), "verbose logging is on");
+    let log = a.stderr_text();
+    assert!(log.contains("DEBUG"), "verbose logging is on");
+    // Hex dumps split strings across lines; strip everything but the dump's text column too.
+    let squashed: String = log.split_whitespace().collect();
     assert!(
-        !a.stderr_text().contains("cli-key"),
+        !log.contains("cli-key") && !squashed.contains("cli-key") && !log.contains("636c 692d"),
         "the key is never logged"
     );
 }

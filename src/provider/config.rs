@@ -623,10 +623,11 @@ impl Credentials {
         entry.get("key").and_then(Value::as_str).map(str::to_owned)
     }
 
-    /// Whether a key would be found, without running any `!command` (used for auto-selection).
+    /// Whether a key is configured for `p`, without running any `!command`. Used for
+    /// auto-selection, so `--api-key` does not count: it applies to whichever provider is
+    /// chosen, not to the first in the preference list.
     pub fn has_key(&self, p: &ProviderDef) -> bool {
-        self.cli_key.is_some()
-            || self.auth_json_entry(&p.name).is_some()
+        self.auth_json_entry(&p.name).is_some()
             || p.env_keys.iter().any(|k| env_nonempty(k).is_some())
             || p.api_key.is_some()
     }

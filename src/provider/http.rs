@@ -27,6 +27,20 @@ use super::sse::{SseDecoder, SseEvent};
 use super::{ProviderError, Reply, StreamEvent};
 use crate::abort::AbortFlag;
 
+/// At trace level the HTTP stack hex-dumps raw request bytes, `Authorization` and
+/// `x-api-key` included. When any trace logging is asked for, cap those crates at debug (where
+/// ureq redacts sensitive headers) so no log level ever prints a key.
+pub fn cap_wire_logging(logger: &mut env_logger::Builder) {
+    let wants_trace = std::env::var("RUST_LOG")
+        .map(|v| v.to_ascii_lowercase().contains("trace"))
+        .unwrap_or(false);
+    if wants_trace {
+        for module in ["ureq", "ureq_proto"] {
+            logger.filter_module(module, log::LevelFilter::Debug);
+        }
+    }
+}
+
 /// Timeouts and retry policy; the environment overrides exist so tests run in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HttpSettings {
@@ -329,7 +343,12 @@ fn classify_ureq_error(e: &ureq::Error, url: &str, slot: &CallSlot) -> AttemptEr
             is_connection_error(io.kind()),
             format!("Connection to {host} failed: {io}"),
         ),
-        ureq::Error::Timeout(t) => (true, format!("Request to {host} timed out ({t})")),
+        // Only a connect timeout is worth another try; the others already waited a full
+        // idle timeout for the server.
+        ureq::Error::Timeout(t) => (
+            *t == ureq::Timeout::Connect,
+            format!("Request to {host} timed out ({t})"),
+        ),
         ureq::Error::ConnectionFailed => (true, format!("Connection to {host} failed")),
         ureq::Error::HostNotFound => (false, format!("Host not found: {host}")),
         ureq::Error::BadUri(_) | ureq::Error::Http(_) => {
@@ -352,14 +371,11 @@ fn read_error(e: &io::Error, slot: &CallSlot, idle: Duration) -> AttemptError {
     }
     let text = e.to_string();
     if e.kind() == io::ErrorKind::TimedOut || text.contains("timeout") {
-        return AttemptError {
-            error: ProviderError::Transport(format!(
-                "The model stream stalled: no data for {:.1} s",
-                idle.as_secs_f64()
-            )),
-            retryable: true,
-            retry_after: None,
-        };
+        // Not retried: the user has already waited a full idle timeout.
+        return AttemptError::fatal(ProviderError::Transport(format!(
+            "The model stream stalled: no data for {:.1} s",
+            idle.as_secs_f64()
+        )));
     }
     AttemptError {
         error: ProviderError::Transport(one_line(&format!(
