@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use prime_agent::cli::{self, Command};
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .target(env_logger::Target::Stderr)
-        .init();
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"));
+    prime_agent::provider::http::cap_wire_logging(&mut logger);
+    logger.target(env_logger::Target::Stderr).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match cli::parse(&args) {
         Ok(Command::Help) => write_stdout(cli::HELP),

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use crate::cli::Config;
 use crate::prompt::{build_system_prompt, today_utc, PromptInputs};
+use crate::provider::config;
+use crate::provider::remote::RemoteProvider;
 use crate::provider::scripted::ScriptedProvider;
 use crate::provider::{Provider, Thinking};
 use crate::tools::ToolSet;
@@ -64,7 +66,21 @@ fn build_provider(cfg: &Config) -> Result<ProviderChoice, String> {
         let provider = ScriptedProvider::load(script)?;
         return Ok(Ok(Arc::new(provider)));
     }
-    Ok(Err("No models available. Configure a provider with --provider and --model (see README), or run the demo with --provider scripted --script FILE.".to_owned()))
+    let dir = agent_dir();
+    let resolved = config::resolve(
+        cfg.provider.as_deref(),
+        cfg.model.as_deref(),
+        cfg.api_key.as_deref(),
+        cfg.base_url.as_deref(),
+        &dir,
+    )?;
+    let key_optional = cfg.base_url.is_some()
+        || (resolved.selection.provider.custom && resolved.selection.provider.api_key.is_none());
+    Ok(Ok(Arc::new(RemoteProvider::new(
+        resolved.selection,
+        resolved.credentials,
+        key_optional,
+    ))))
 }
 
 fn build_tools(cfg: &Config) -> Result<ToolSet, String> {

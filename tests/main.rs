@@ -5,6 +5,7 @@ mod support;
 mod demo;
 mod fuzz;
 mod protocol;
+mod provider;
 mod reliability;
 mod tools;
 mod transcripts;

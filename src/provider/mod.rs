@@ -4,7 +4,13 @@
 //! Providers know nothing about ACP or JSON-RPC. They stream deltas through a callback, check
 //! the `AbortFlag` at every read, and return the assembled assistant reply.
 
+pub mod anthropic;
+pub mod config;
+pub mod http;
+pub mod openai;
+pub mod remote;
 pub mod scripted;
+pub mod sse;
 
 use serde_json::Value;
 

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test module uses a different subset of the helpers.
 
+pub mod llm_server;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};

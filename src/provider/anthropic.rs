@@ -1,0 +1,493 @@
+//! The `anthropic-messages` wire API (Anthropic, and compatible endpoints such as Fireworks'):
+//! the request body with content blocks, and a decoder for the typed stream events.
+
+use serde_json::{json, Map, Value};
+
+use super::config::ModelDef;
+use super::http::{one_line, StreamDecoder};
+use super::sse::SseEvent;
+use super::{
+    AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
+    Thinking, ToolCall, Usage,
+};
+use crate::events::Image;
+
+pub const VERSION: &str = "2023-06-01";
+
+pub fn url(base_url: &str) -> String {
+    format!("{}/v1/messages", base_url.trim_end_matches('/'))
+}
+
+pub fn headers(key: Option<&str>) -> Vec<(String, String)> {
+    let mut h = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("accept".to_owned(), "text/event-stream".to_owned()),
+        ("anthropic-version".to_owned(), VERSION.to_owned()),
+    ];
+    if let Some(key) = key {
+        h.push(("x-api-key".to_owned(), key.to_owned()));
+    }
+    h
+}
+
+/// Thinking budget in tokens per level.
+fn budget(t: Thinking) -> Option<u64> {
+    match t {
+        Thinking::Off => None,
+        Thinking::Minimal => Some(1024),
+        Thinking::Low => Some(2048),
+        Thinking::Medium => Some(8192),
+        Thinking::High => Some(16_384),
+        Thinking::XHigh | Thinking::Max => Some(31_000),
+    }
+}
+
+fn image_block(i: &Image) -> Value {
+    json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": i.data}})
+}
+
+fn images(model: &ModelDef, imgs: &[Image]) -> Vec<Value> {
+    if imgs.is_empty() {
+        Vec::new()
+    } else if model.supports_images() {
+        imgs.iter().map(image_block).collect()
+    } else {
+        vec![json!({"type": "text", "text": format!(
+            "({} image(s) omitted: the model {} does not accept images)", imgs.len(), model.id)})]
+    }
+}
+
+/// The Messages API request body for `req`.
+pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
+    // (role, blocks); consecutive same-role messages are merged because tool results are
+    // user-role blocks and the API wants strict alternation.
+    let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
+    for message in req.messages {
+        let (role, blocks) = match message {
+            Message::User { text, images: imgs } => {
+                let mut b = images(model, imgs);
+                if !text.is_empty() {
+                    b.push(json!({"type": "text", "text": text}));
+                }
+                ("user", b)
+            }
+            Message::Assistant(a) => {
+                let mut b = Vec::new();
+                // Thinking can only be replayed with its signature.
+                if let Some(sig) = a
+                    .thinking_signature
+                    .as_ref()
+                    .filter(|_| !a.thinking.is_empty())
+                {
+                    b.push(json!({"type": "thinking", "thinking": a.thinking, "signature": sig}));
+                }
+                if !a.text.is_empty() {
+                    b.push(json!({"type": "text", "text": a.text}));
+                }
+                for c in &a.tool_calls {
+                    let input = if c.arguments.is_object() {
+                        c.arguments.clone()
+                    } else {
+                        json!({})
+                    };
+                    b.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+                }
+                ("assistant", b)
+            }
+            Message::ToolResult {
+                call_id,
+                text,
+                is_error,
+                images: imgs,
+                ..
+            } => {
+                let mut content = vec![
+                    json!({"type": "text", "text": if text.is_empty() { "(no output)" } else { text }}),
+                ];
+                content.extend(images(model, imgs));
+                (
+                    "user",
+                    vec![json!({"type": "tool_result", "tool_use_id": call_id,
+                                "content": content, "is_error": is_error})],
+                )
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last, b)) if *last == role => b.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let mut max_tokens = model.output_budget();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model.id));
+    body.insert("stream".into(), json!(true));
+    if !req.system.is_empty() {
+        body.insert("system".into(), json!(req.system));
+    }
+    if model.reasoning {
+        if let Some(b) = budget(req.thinking) {
+            // The budget must stay below max_tokens, leaving room for the answer.
+            let b = b.min(max_tokens.saturating_sub(1024)).max(1024);
+            max_tokens = max_tokens.max(b + 1024);
+            body.insert(
+                "thinking".into(),
+                json!({"type": "enabled", "budget_tokens": b}),
+            );
+        }
+    }
+    body.insert("max_tokens".into(), json!(max_tokens));
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    Value::Object(body)
+}
+
+#[derive(Debug)]
+enum Block {
+    Text,
+    Thinking,
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
+    Other,
+}
+
+/// Assembles one streamed reply.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    message: AssistantMessage,
+    /// Content blocks by stream index.
+    blocks: Vec<(u64, Block)>,
+    usage: Usage,
+    stop_reason: Option<String>,
+    done: bool,
+}
+
+impl Decoder {
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    fn block_mut(&mut self, index: u64) -> Option<&mut Block> {
+        self.blocks
+            .iter_mut()
+            .rev()
+            .find(|(i, _)| *i == index)
+            .map(|(_, b)| b)
+    }
+}
+
+fn read_usage(u: &Value, usage: &mut Usage) {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+    if let Some(v) = n("input_tokens") {
+        usage.input = v;
+    }
+    if let Some(v) = n("output_tokens") {
+        usage.output = v;
+    }
+    if let Some(v) = n("cache_read_input_tokens") {
+        usage.cache_read = v;
+    }
+    if let Some(v) = n("cache_creation_input_tokens") {
+        usage.cache_write = v;
+    }
+}
+
+impl StreamDecoder for Decoder {
+    fn on_event(
+        &mut self,
+        event: &SseEvent,
+        emit: &mut dyn FnMut(StreamEvent),
+    ) -> Result<bool, ProviderError> {
+        if event.data.trim().is_empty() {
+            return Ok(false);
+        }
+        let v: Value = serde_json::from_str(&event.data).map_err(|e| {
+            ProviderError::Stream(format!("The model stream sent invalid JSON: {e}"))
+        })?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str());
+        match kind {
+            "message_start" => {
+                if let Some(u) = v.pointer("/message/usage") {
+                    read_usage(u, &mut self.usage);
+                }
+            }
+            "content_block_start" => {
+                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let cb = v.get("content_block").cloned().unwrap_or(Value::Null);
+                let block = match cb.get("type").and_then(Value::as_str) {
+                    Some("text") => Block::Text,
+                    Some("thinking") => Block::Thinking,
+                    Some("tool_use") => Block::ToolUse {
+                        id: cb
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        name: cb
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        json: String::new(),
+                    },
+                    _ => Block::Other,
+                };
+                self.blocks.push((index, block));
+            }
+            "content_block_delta" => {
+                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let delta = v.get("delta").cloned().unwrap_or(Value::Null);
+                let s = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or("");
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = s("text");
+                        if !t.is_empty() {
+                            self.message.text.push_str(t);
+                            emit(StreamEvent::Text(t.to_owned()));
+                        }
+                    }
+                    Some("thinking_delta") => {
+                        let t = s("thinking");
+                        if !t.is_empty() {
+                            self.message.thinking.push_str(t);
+                            emit(StreamEvent::Thinking(t.to_owned()));
+                        }
+                    }
+                    Some("signature_delta") => self
+                        .message
+                        .thinking_signature
+                        .get_or_insert_with(String::new)
+                        .push_str(s("signature")),
+                    Some("input_json_delta") => {
+                        let part = s("partial_json").to_owned();
+                        if let Some(Block::ToolUse { json, .. }) = self.block_mut(index) {
+                            json.push_str(&part);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(r.to_owned());
+                }
+                if let Some(u) = v.get("usage") {
+                    read_usage(u, &mut self.usage);
+                }
+            }
+            "message_stop" => {
+                self.done = true;
+                return Ok(true);
+            }
+            "error" => {
+                let err = v.get("error").unwrap_or(&v);
+                let message = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown error");
+                let kind = err.get("type").and_then(Value::as_str).unwrap_or("error");
+                return Err(ProviderError::Stream(one_line(&format!(
+                    "{message} ({kind})"
+                ))));
+            }
+            // ping, content_block_stop and future event types carry nothing we need.
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn finish(mut self) -> Result<Reply, ProviderError> {
+        if !self.done {
+            return Err(ProviderError::Stream(
+                "The model stream ended before the reply was complete (connection dropped?)"
+                    .to_owned(),
+            ));
+        }
+        for (_, block) in std::mem::take(&mut self.blocks) {
+            if let Block::ToolUse { id, name, json } = block {
+                let arguments = if json.trim().is_empty() {
+                    json!({})
+                } else {
+                    serde_json::from_str(&json).unwrap_or(Value::String(json))
+                };
+                self.message.tool_calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
+            }
+        }
+        let finish = match self.stop_reason.as_deref() {
+            Some("max_tokens") => FinishReason::Length,
+            Some("tool_use") => FinishReason::ToolCalls,
+            _ if !self.message.tool_calls.is_empty() => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
+        };
+        Ok(Reply {
+            message: self.message,
+            usage: self.usage,
+            finish,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::config::Compat;
+    use crate::provider::sse::SseDecoder;
+    use crate::provider::ToolSpec;
+
+    fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/sse")
+            .join(fixture);
+        let bytes = std::fs::read(path).expect("fixture");
+        let mut sse = SseDecoder::new();
+        let mut events = Vec::new();
+        sse.feed(&bytes, &mut events);
+        sse.finish(&mut events);
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        for e in &events {
+            match d.on_event(e, &mut |ev| out.push(ev)) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => return (Err(e), out),
+            }
+        }
+        (d.finish(), out)
+    }
+
+    #[test]
+    fn decodes_text_thinking_and_tools() {
+        let r = run("anthropic-text.sse").0.expect("ok");
+        assert_eq!(r.message.text, "Hello from Claude");
+        assert_eq!(
+            r.usage,
+            Usage {
+                input: 25,
+                output: 12,
+                cache_read: 5,
+                cache_write: 3
+            }
+        );
+        let (r, ev) = run("anthropic-thinking.sse");
+        let r = r.expect("ok");
+        assert_eq!(r.message.thinking, "Two plus two is four.");
+        assert_eq!(
+            r.message.thinking_signature.as_deref(),
+            Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3h")
+        );
+        assert_eq!(ev.last(), Some(&StreamEvent::Text("4".into())));
+        let r = run("anthropic-tools.sse").0.expect("ok");
+        assert_eq!(r.finish, FinishReason::ToolCalls);
+        assert_eq!(
+            r.message.tool_calls[0].arguments,
+            json!({"query": "rust", "limit": 3})
+        );
+        assert_eq!(r.message.tool_calls[1].arguments, json!({}));
+        assert_eq!(
+            run("anthropic-max-tokens.sse").0.expect("ok").finish,
+            FinishReason::Length
+        );
+        let e = run("anthropic-error-event.sse").0.unwrap_err();
+        assert_eq!(e.to_string(), "Overloaded in test (overloaded_error)");
+    }
+
+    #[test]
+    fn request_body_merges_roles_and_sets_thinking() {
+        let model = ModelDef {
+            id: "claude".into(),
+            name: "claude".into(),
+            reasoning: true,
+            input: vec!["text".into(), "image".into()],
+            context_window: 200_000,
+            max_tokens: 32_000,
+            compat: Compat::default(),
+        };
+        let messages = vec![
+            Message::User {
+                text: "hi".into(),
+                images: vec![Image {
+                    data: "QQ==".into(),
+                    mime_type: "image/png".into(),
+                }],
+            },
+            Message::Assistant(AssistantMessage {
+                text: "calling".into(),
+                thinking: "hmm".into(),
+                thinking_signature: Some("sig".into()),
+                tool_calls: vec![
+                    ToolCall {
+                        id: "a".into(),
+                        name: "t".into(),
+                        arguments: json!({"x": 1}),
+                    },
+                    ToolCall {
+                        id: "b".into(),
+                        name: "t".into(),
+                        arguments: json!("bad"),
+                    },
+                ],
+            }),
+            Message::ToolResult {
+                call_id: "a".into(),
+                name: "t".into(),
+                text: "ok".into(),
+                is_error: false,
+                images: vec![],
+            },
+            Message::ToolResult {
+                call_id: "b".into(),
+                name: "t".into(),
+                text: "err".into(),
+                is_error: true,
+                images: vec![],
+            },
+        ];
+        let tools = vec![ToolSpec {
+            name: "t".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let b = body(
+            &model,
+            &ChatRequest {
+                system: "sys",
+                messages: &messages,
+                tools: &tools,
+                thinking: Thinking::Medium,
+            },
+        );
+        assert_eq!(b["system"], "sys");
+        assert_eq!(b["thinking"]["budget_tokens"], 8192);
+        assert_eq!(b["max_tokens"], 32_000);
+        let msgs = b["messages"].as_array().expect("messages");
+        assert_eq!(msgs.len(), 3, "two tool results merge into one user turn");
+        assert_eq!(msgs[0]["content"][0]["source"]["media_type"], "image/png");
+        assert_eq!(msgs[1]["content"][0]["type"], "thinking");
+        assert_eq!(msgs[1]["content"][3]["input"], json!({}));
+        assert_eq!(msgs[2]["content"][1]["is_error"], true);
+        assert_eq!(b["tools"][0]["input_schema"]["type"], "object");
+    }
+}

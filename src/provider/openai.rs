@@ -1,0 +1,495 @@
+//! The `openai-completions` wire API (OpenAI Chat Completions and the many servers that copy
+//! it: vLLM, llama.cpp, OpenRouter, Groq, ...): the request body, and a decoder that turns
+//! streamed chunks into deltas and an assembled `Reply`.
+
+use serde_json::{json, Map, Value};
+
+use super::config::ModelDef;
+use super::http::{error_text, StreamDecoder};
+use super::sse::SseEvent;
+use super::{
+    AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
+    Thinking, ToolCall, Usage,
+};
+use crate::events::Image;
+
+pub fn url(base_url: &str) -> String {
+    format!("{}/chat/completions", base_url.trim_end_matches('/'))
+}
+
+pub fn headers(key: Option<&str>) -> Vec<(String, String)> {
+    let mut h = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("accept".to_owned(), "text/event-stream".to_owned()),
+    ];
+    if let Some(key) = key {
+        h.push(("authorization".to_owned(), format!("Bearer {key}")));
+    }
+    h
+}
+
+fn effort(t: Thinking) -> Option<&'static str> {
+    match t {
+        Thinking::Off => None,
+        Thinking::Minimal => Some("minimal"),
+        Thinking::Low => Some("low"),
+        Thinking::Medium => Some("medium"),
+        Thinking::High | Thinking::XHigh | Thinking::Max => Some("high"),
+    }
+}
+
+fn data_uri(image: &Image) -> String {
+    format!("data:{};base64,{}", image.mime_type, image.data)
+}
+
+fn image_parts(model: &ModelDef, images: &[Image]) -> Vec<Value> {
+    if model.supports_images() {
+        images
+            .iter()
+            .map(|i| json!({"type": "image_url", "image_url": {"url": data_uri(i)}}))
+            .collect()
+    } else if images.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({"type": "text", "text": format!(
+            "({} image(s) omitted: the model {} does not accept images)", images.len(), model.id)})]
+    }
+}
+
+/// The Chat Completions request body for `req`.
+pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
+    let mut messages = Vec::new();
+    if !req.system.is_empty() {
+        let role = if model.reasoning && model.compat.supports_developer_role {
+            "developer"
+        } else {
+            "system"
+        };
+        messages.push(json!({"role": role, "content": req.system}));
+    }
+    for message in req.messages {
+        match message {
+            Message::User { text, images } => {
+                if images.is_empty() {
+                    messages.push(json!({"role": "user", "content": text}));
+                } else {
+                    let mut parts = vec![json!({"type": "text", "text": text})];
+                    parts.extend(image_parts(model, images));
+                    messages.push(json!({"role": "user", "content": parts}));
+                }
+            }
+            Message::Assistant(a) => {
+                let mut m = Map::new();
+                m.insert("role".into(), json!("assistant"));
+                m.insert(
+                    "content".into(),
+                    if a.text.is_empty() && !a.tool_calls.is_empty() {
+                        Value::Null
+                    } else {
+                        json!(a.text)
+                    },
+                );
+                if !a.tool_calls.is_empty() {
+                    let calls: Vec<Value> = a
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            let args = match &c.arguments {
+                                // Malformed arguments go back exactly as the model sent them.
+                                Value::String(raw) => raw.clone(),
+                                other => other.to_string(),
+                            };
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": args}})
+                        })
+                        .collect();
+                    m.insert("tool_calls".into(), Value::Array(calls));
+                }
+                messages.push(Value::Object(m));
+            }
+            Message::ToolResult {
+                call_id,
+                text,
+                images,
+                is_error,
+                ..
+            } => {
+                let content = if *is_error && text.is_empty() {
+                    "(tool error)".to_owned()
+                } else {
+                    text.clone()
+                };
+                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
+                // Tool messages cannot carry images; a user message right after can.
+                if !images.is_empty() && model.supports_images() {
+                    let mut parts =
+                        vec![json!({"type": "text", "text": "Images from the tool result:"})];
+                    parts.extend(image_parts(model, images));
+                    messages.push(json!({"role": "user", "content": parts}));
+                }
+            }
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model.id));
+    body.insert("messages".into(), Value::Array(messages));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    let field = if model.compat.max_tokens_field {
+        "max_tokens"
+    } else {
+        "max_completion_tokens"
+    };
+    body.insert(field.into(), json!(model.output_budget()));
+    if model.compat.supports_store {
+        body.insert("store".into(), json!(false));
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if model.reasoning && model.compat.supports_reasoning_effort {
+        if let Some(e) = effort(req.thinking) {
+            body.insert("reasoning_effort".into(), json!(e));
+        }
+    }
+    Value::Object(body)
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles one streamed reply.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    message: AssistantMessage,
+    calls: Vec<PartialCall>,
+    usage: Usage,
+    finish: Option<FinishReason>,
+    done: bool,
+}
+
+impl Decoder {
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+}
+
+fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+impl StreamDecoder for Decoder {
+    fn on_event(
+        &mut self,
+        event: &SseEvent,
+        emit: &mut dyn FnMut(StreamEvent),
+    ) -> Result<bool, ProviderError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            ProviderError::Stream(format!("The model stream sent invalid JSON: {e}"))
+        })?;
+        if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(ProviderError::Stream(error_text(data, 0)));
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+            let cached = u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            self.usage = Usage {
+                input: n("prompt_tokens").saturating_sub(cached),
+                output: n("completion_tokens"),
+                cache_read: cached,
+                cache_write: 0,
+            };
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return Ok(false);
+        };
+        if let Some(delta) = choice.get("delta") {
+            let thinking = delta
+                .get("reasoning_content")
+                .and_then(Value::as_str)
+                .or_else(|| delta.get("reasoning").and_then(Value::as_str))
+                .filter(|t| !t.is_empty());
+            if let Some(t) = thinking {
+                self.message.thinking.push_str(t);
+                emit(StreamEvent::Thinking(t.to_owned()));
+            }
+            if let Some(t) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
+                self.message.text.push_str(t);
+                emit(StreamEvent::Text(t.to_owned()));
+            }
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let index = call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .map_or(self.calls.len().saturating_sub(1), |i| i as usize);
+                // Bound the index by what a sane stream can send, so a hostile one cannot
+                // make us allocate without limit.
+                if index > self.calls.len() + 64 {
+                    return Err(ProviderError::Stream(format!(
+                        "The model stream sent an implausible tool call index {index}"
+                    )));
+                }
+                while self.calls.len() <= index {
+                    self.calls.push(PartialCall::default());
+                }
+                let slot = &mut self.calls[index];
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    slot.id = id.to_owned();
+                }
+                if let Some(f) = call.get("function") {
+                    if let Some(name) = f.get("name").and_then(Value::as_str) {
+                        slot.name.push_str(name);
+                    }
+                    if let Some(args) = f.get("arguments").and_then(Value::as_str) {
+                        slot.arguments.push_str(args);
+                    }
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(match reason {
+                "length" => FinishReason::Length,
+                "tool_calls" | "function_call" => FinishReason::ToolCalls,
+                _ => FinishReason::Stop,
+            });
+        }
+        Ok(false)
+    }
+
+    fn finish(mut self) -> Result<Reply, ProviderError> {
+        let finish =
+            match self.finish {
+                Some(f) => f,
+                // Some servers omit finish_reason but do send [DONE]; without either, the
+                // connection dropped.
+                None if self.done => FinishReason::Stop,
+                None => return Err(ProviderError::Stream(
+                    "The model stream ended before the reply was complete (connection dropped?)"
+                        .to_owned(),
+                )),
+            };
+        for (i, c) in self.calls.into_iter().enumerate() {
+            if c.name.is_empty() && c.arguments.is_empty() {
+                continue;
+            }
+            self.message.tool_calls.push(ToolCall {
+                id: if c.id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    c.id
+                },
+                name: c.name,
+                arguments: parse_arguments(&c.arguments),
+            });
+        }
+        let finish = if finish == FinishReason::Stop && !self.message.tool_calls.is_empty() {
+            FinishReason::ToolCalls
+        } else {
+            finish
+        };
+        Ok(Reply {
+            message: self.message,
+            usage: self.usage,
+            finish,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::config::Compat;
+    use crate::provider::sse::SseDecoder;
+    use crate::provider::ToolSpec;
+
+    fn model(reasoning: bool) -> ModelDef {
+        ModelDef {
+            id: "m".into(),
+            name: "m".into(),
+            reasoning,
+            input: vec!["text".into(), "image".into()],
+            context_window: 128_000,
+            max_tokens: 64_000,
+            compat: Compat::default(),
+        }
+    }
+
+    fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/sse")
+            .join(fixture);
+        let bytes = std::fs::read(path).expect("fixture");
+        let mut sse = SseDecoder::new();
+        let mut events = Vec::new();
+        sse.feed(&bytes, &mut events);
+        sse.finish(&mut events);
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        for e in &events {
+            match d.on_event(e, &mut |ev| out.push(ev)) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => return (Err(e), out),
+            }
+        }
+        (d.finish(), out)
+    }
+
+    #[test]
+    fn decodes_text_with_usage() {
+        let (reply, events) = run("openai-text.sse");
+        let reply = reply.expect("ok");
+        assert_eq!(reply.message.text, "Hello, wörld!");
+        assert_eq!(events.len(), 3);
+        assert_eq!(reply.finish, FinishReason::Stop);
+        assert_eq!(
+            reply.usage,
+            Usage {
+                input: 13,
+                output: 4,
+                cache_read: 8,
+                cache_write: 0
+            }
+        );
+    }
+
+    #[test]
+    fn decodes_reasoning_and_tool_calls() {
+        let (reply, events) = run("openai-reasoning.sse");
+        let reply = reply.expect("ok");
+        assert_eq!(reply.message.thinking, "Let me think.");
+        assert_eq!(events[0], StreamEvent::Thinking("Let me ".into()));
+        let (reply, _) = run("openai-tools.sse");
+        let reply = reply.expect("ok");
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        assert_eq!(reply.message.tool_calls.len(), 2);
+        assert_eq!(reply.message.tool_calls[0].id, "call_aaa");
+        assert_eq!(
+            reply.message.tool_calls[0].arguments,
+            json!({"query": "rust"})
+        );
+        assert_eq!(reply.message.tool_calls[1].name, "other_tool");
+        assert_eq!(reply.message.tool_calls[1].arguments, json!({"n": 2}));
+    }
+
+    #[test]
+    fn length_drop_and_error_event() {
+        assert_eq!(
+            run("openai-length.sse").0.expect("ok").finish,
+            FinishReason::Length
+        );
+        let err = run("openai-partial.sse").0.unwrap_err();
+        assert!(err.to_string().contains("ended before"), "{err}");
+        let err = run("openai-error-event.sse").0.unwrap_err();
+        assert_eq!(err.to_string(), "upstream overloaded in test");
+    }
+
+    #[test]
+    fn malformed_arguments_are_kept_raw() {
+        assert_eq!(parse_arguments("{\"a\":"), Value::String("{\"a\":".into()));
+        assert_eq!(parse_arguments(""), json!({}));
+    }
+
+    #[test]
+    fn request_body_shape() {
+        let messages = vec![
+            Message::User {
+                text: "look".into(),
+                images: vec![Image {
+                    data: "AAAA".into(),
+                    mime_type: "image/png".into(),
+                }],
+            },
+            Message::Assistant(AssistantMessage {
+                text: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "c1".into(),
+                    name: "t".into(),
+                    arguments: json!({"x": 1}),
+                }],
+                ..Default::default()
+            }),
+            Message::ToolResult {
+                call_id: "c1".into(),
+                name: "t".into(),
+                text: "out".into(),
+                is_error: false,
+                images: vec![],
+            },
+        ];
+        let tools = vec![ToolSpec {
+            name: "t".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let req = ChatRequest {
+            system: "sys",
+            messages: &messages,
+            tools: &tools,
+            thinking: Thinking::High,
+        };
+        let b = body(&model(true), &req);
+        assert_eq!(b["stream"], true);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        assert_eq!(b["max_completion_tokens"], 32_000);
+        assert_eq!(b["reasoning_effort"], "high");
+        assert_eq!(b["messages"][0]["role"], "system");
+        assert_eq!(
+            b["messages"][1]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,AAAA"
+        );
+        assert_eq!(
+            b["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            "{\"x\":1}"
+        );
+        assert_eq!(b["messages"][3]["role"], "tool");
+        assert_eq!(b["messages"][3]["tool_call_id"], "c1");
+        assert_eq!(b["tools"][0]["function"]["name"], "t");
+        let mut m = model(false);
+        m.compat.max_tokens_field = true;
+        let b = body(
+            &m,
+            &ChatRequest {
+                thinking: Thinking::Off,
+                ..req
+            },
+        );
+        assert!(b.get("reasoning_effort").is_none());
+        assert_eq!(b["max_tokens"], 32_000);
+    }
+}

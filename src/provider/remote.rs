@@ -1,0 +1,91 @@
+//! `RemoteProvider`: a `Provider` backed by an HTTP wire API. It resolves the key on every
+//! request (so a key added to `auth.json` later is picked up), builds the body with the API
+//! module, and streams the reply through the shared `HttpClient`.
+
+use std::sync::Arc;
+
+use super::config::{resolve_value, Api, Credentials, Selection};
+use super::http::{HttpClient, HttpSettings, PostRequest};
+use super::{anthropic, openai, ChatRequest, Provider, ProviderError, Reply, StreamEvent};
+use crate::abort::AbortFlag;
+
+pub struct RemoteProvider {
+    selection: Selection,
+    credentials: Arc<Credentials>,
+    /// A key is optional when the user pointed a built-in provider at their own server with
+    /// `--base-url`, or a models.json provider has no `apiKey` (local vLLM, llama.cpp).
+    key_optional: bool,
+    http: HttpClient,
+}
+
+impl RemoteProvider {
+    pub fn new(selection: Selection, credentials: Arc<Credentials>, key_optional: bool) -> Self {
+        RemoteProvider {
+            selection,
+            credentials,
+            key_optional,
+            http: HttpClient::new(HttpSettings::from_env()),
+        }
+    }
+}
+
+impl Provider for RemoteProvider {
+    fn label(&self) -> String {
+        format!(
+            "{}/{}",
+            self.selection.provider.name, self.selection.model.id
+        )
+    }
+
+    fn stream(
+        &self,
+        request: &ChatRequest<'_>,
+        abort: &AbortFlag,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<Reply, ProviderError> {
+        let p = &self.selection.provider;
+        let model = &self.selection.model;
+        let key = self.credentials.key_for(p).map_err(ProviderError::Config)?;
+        if key.is_none() && !self.key_optional {
+            return Err(ProviderError::Config(
+                self.credentials.missing_key_message(p),
+            ));
+        }
+        let (url, mut headers, body) = match self.selection.api {
+            Api::OpenAiCompletions => (
+                openai::url(&p.base_url),
+                openai::headers(key.as_deref()),
+                openai::body(model, request),
+            ),
+            Api::AnthropicMessages => (
+                anthropic::url(&p.base_url),
+                anthropic::headers(key.as_deref()),
+                anthropic::body(model, request),
+            ),
+        };
+        for (name, raw) in &p.headers {
+            let value = resolve_value(raw).map_err(ProviderError::Config)?;
+            headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+            headers.push((name.clone(), value));
+        }
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| ProviderError::Config(format!("Cannot encode the request: {e}")))?;
+        let label = self.label();
+        let post = PostRequest {
+            label: &label,
+            url: &url,
+            headers: &headers,
+            body: &body,
+        };
+        match self.selection.api {
+            Api::OpenAiCompletions => {
+                self.http
+                    .stream(&post, abort, openai::Decoder::new, on_event)
+            }
+            Api::AnthropicMessages => {
+                self.http
+                    .stream(&post, abort, anthropic::Decoder::new, on_event)
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! A pure Server-Sent Events decoder: fed raw bytes in whatever pieces the socket delivers,
+//! it yields complete events. No IO, so it is table-tested byte by byte.
+//!
+//! Follows the WHATWG `text/event-stream` rules that matter for model APIs: lines end in CRLF,
+//! LF or CR (a CR at the end of one read may be followed by the LF of the next); `:` starts a
+//! comment (keep-alive); `data:` lines of one event are joined with `\n`; `event:` names it;
+//! a blank line dispatches. Bytes become text only at line boundaries, so a UTF-8 character
+//! split across reads is never mangled.
+
+/// One dispatched event. `event` is empty when the stream did not name it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    pub event: String,
+    pub data: String,
+}
+
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    /// Bytes of the current, not yet terminated line.
+    line: Vec<u8>,
+    /// The last byte seen was a CR: a following LF belongs to the same line end.
+    after_cr: bool,
+    event: String,
+    data: String,
+    has_data: bool,
+}
+
+impl SseDecoder {
+    pub fn new() -> SseDecoder {
+        SseDecoder::default()
+    }
+
+    /// Feeds one read's worth of bytes; complete events are appended to `out`.
+    pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+        while !bytes.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if bytes[0] == b'\n' {
+                    bytes = &bytes[1..];
+                    continue;
+                }
+            }
+            match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+                Some(i) => {
+                    self.line.extend_from_slice(&bytes[..i]);
+                    self.after_cr = bytes[i] == b'\r';
+                    let line = std::mem::take(&mut self.line);
+                    self.process_line(&line, out);
+                    // Reuse the allocation for the next line.
+                    self.line = line;
+                    self.line.clear();
+                    bytes = &bytes[i + 1..];
+                }
+                None => {
+                    self.line.extend_from_slice(bytes);
+                    bytes = &[];
+                }
+            }
+        }
+    }
+
+    /// The stream ended: an unterminated last line and an event without its closing blank line
+    /// are still delivered (servers that drop the final blank line exist).
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.process_line(&line, out);
+        }
+        self.dispatch(out);
+        self.after_cr = false;
+    }
+
+    fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+        if line.is_empty() {
+            self.dispatch(out);
+            return;
+        }
+        if line[0] == b':' {
+            return; // A comment, typically a keep-alive.
+        }
+        let text = String::from_utf8_lossy(line);
+        let (field, value) = match text.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (text.as_ref(), ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "event" => self.event = value.to_owned(),
+            // `id` and `retry` only matter for reconnecting EventSource clients.
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+        if self.has_data {
+            out.push(SseEvent {
+                event: std::mem::take(&mut self.event),
+                data: std::mem::take(&mut self.data),
+            });
+        }
+        self.event.clear();
+        self.data.clear();
+        self.has_data = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(event: &str, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.to_owned(),
+            data: data.to_owned(),
+        }
+    }
+
+    fn decode_whole(input: &[u8]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        d.feed(input, &mut out);
+        d.finish(&mut out);
+        out
+    }
+
+    fn decode_bytewise(input: &[u8]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        for b in input {
+            d.feed(std::slice::from_ref(b), &mut out);
+        }
+        d.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn table() {
+        let cases: Vec<(&str, &[u8], Vec<SseEvent>)> = vec![
+            (
+                "lf",
+                b"data: a\n\ndata: b\n\n",
+                vec![ev("", "a"), ev("", "b")],
+            ),
+            (
+                "crlf",
+                b"data: a\r\n\r\ndata: b\r\n\r\n",
+                vec![ev("", "a"), ev("", "b")],
+            ),
+            (
+                "cr",
+                b"data: a\r\rdata: b\r\r",
+                vec![ev("", "a"), ev("", "b")],
+            ),
+            (
+                "mixed",
+                b"data: a\r\n\ndata: b\r\r\n",
+                vec![ev("", "a"), ev("", "b")],
+            ),
+            (
+                "multi-line data",
+                b"data: one\ndata:two\ndata:  three\n\n",
+                vec![ev("", "one\ntwo\n three")],
+            ),
+            (
+                "comments and keep-alives",
+                b": ping\n\n:\ndata: x\n: mid\n\n",
+                vec![ev("", "x")],
+            ),
+            (
+                "named events",
+                b"event: message_start\ndata: {}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\n",
+                vec![ev("message_start", "{}"), ev("ping", "{\"type\":\"ping\"}")],
+            ),
+            (
+                "event name resets",
+                b"event: e\n\ndata: d\n\n",
+                vec![ev("", "d")],
+            ),
+            (
+                "missing final blank line",
+                b"data: last",
+                vec![ev("", "last")],
+            ),
+            (
+                "missing done",
+                b"data: {\"a\":1}\n",
+                vec![ev("", "{\"a\":1}")],
+            ),
+            ("empty data", b"data\n\n", vec![ev("", "")]),
+            (
+                "id and retry ignored",
+                b"id: 3\nretry: 10\ndata: z\n\n",
+                vec![ev("", "z")],
+            ),
+            (
+                "utf8",
+                "data: héllo ✓ 😀\n\n".as_bytes(),
+                vec![ev("", "héllo ✓ 😀")],
+            ),
+        ];
+        for (name, input, want) in cases {
+            assert_eq!(decode_whole(input), want, "case {name} (whole)");
+            assert_eq!(decode_bytewise(input), want, "case {name} (byte by byte)");
+        }
+    }
+
+    #[test]
+    fn fixture_byte_by_byte_matches_whole() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/sse");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&root).expect("fixtures/sse exists") {
+            let path = entry.expect("dir entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("sse") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("read fixture");
+            let whole = decode_whole(&bytes);
+            assert!(!whole.is_empty(), "{} decodes to events", path.display());
+            assert_eq!(decode_bytewise(&bytes), whole, "{}", path.display());
+            checked += 1;
+        }
+        assert!(checked >= 4, "expected SSE fixtures, found {checked}");
+    }
+
+    #[test]
+    fn utf8_split_across_reads() {
+        let input = "data: 😀é\n\n".as_bytes();
+        for cut in 0..input.len() {
+            let mut d = SseDecoder::new();
+            let mut out = Vec::new();
+            d.feed(&input[..cut], &mut out);
+            d.feed(&input[cut..], &mut out);
+            assert_eq!(out, vec![ev("", "😀é")], "cut at {cut}");
+        }
+    }
+}
