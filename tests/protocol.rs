@@ -264,8 +264,12 @@ fn a_prompt_without_any_model_fails_clearly_but_the_agent_starts() {
     assert_eq!(r["error"]["code"], -32603);
     let details = r["error"]["data"]["details"].as_str().unwrap();
     assert!(
-        details.starts_with("prime-agent turn failed: "),
+        details.starts_with("prime-agent turn failed: No API key found for openai."),
         "{details}"
+    );
+    assert!(
+        details.contains("OPENAI_API_KEY"),
+        "the error says what to set: {details}"
     );
     assert!(a.finish().success());
 }

@@ -16,6 +16,26 @@ use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
 use serde_json::{json, Value};
 
 pub const NS: &str = "ai.primeintellect.prime-agent";
+
+/// Provider credentials removed from every spawned agent's environment.
+pub const PROVIDER_KEY_VARS: &[&str] = &[
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_OAUTH_TOKEN",
+    "OPENROUTER_API_KEY",
+    "PRIME_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "GROQ_API_KEY",
+    "XAI_API_KEY",
+    "MISTRAL_API_KEY",
+    "CEREBRAS_API_KEY",
+    "ZAI_API_KEY",
+    "MOONSHOT_API_KEY",
+    "HF_TOKEN",
+    "FIREWORKS_API_KEY",
+    "GEMINI_API_KEY",
+    "AI_GATEWAY_API_KEY",
+];
 /// Generous: these bound hangs, they do not measure speed.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -124,6 +144,10 @@ impl Agent {
                 "PRIME_AGENT_CODING_AGENT_DIR",
                 std::env::temp_dir().join("pa-test-no-agent-dir"),
             );
+        // Tests never reach a real model: hide any provider key the machine may have.
+        for key in PROVIDER_KEY_VARS {
+            cmd.env_remove(key);
+        }
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
