@@ -58,7 +58,7 @@ pub struct Config {
 
 #[derive(Debug, PartialEq)]
 pub enum Command {
-    Run(Config),
+    Run(Box<Config>),
     Help,
     Version,
 }
@@ -153,7 +153,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         }
         i += 1;
     }
-    Ok(Command::Run(cfg))
+    Ok(Command::Run(Box::new(cfg)))
 }
 
 #[cfg(test)]

@@ -296,7 +296,7 @@ impl MainLoop {
 
     fn session_close(&mut self, params: &Value) -> Result<Value, RpcError> {
         let session_id = acp::parse_session_id(params, acp::SESSION_CLOSE)?;
-        if !self.session.as_ref().is_some_and(|s| s.id == session_id) {
+        if self.session.as_ref().is_none_or(|s| s.id != session_id) {
             return Err(RpcError::internal(format!(
                 "Unknown ACP session: {session_id}"
             )));
