@@ -8,6 +8,7 @@ pub mod abort;
 pub mod acp;
 pub mod cli;
 pub mod events;
+pub mod kernel;
 pub mod main_loop;
 pub mod meta;
 pub mod prompt;

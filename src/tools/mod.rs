@@ -4,6 +4,8 @@
 //! Tools know nothing about ACP. Long-running tools report progress through the context and
 //! stop promptly when the turn's `AbortFlag` is set.
 
+pub mod ipython;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -100,11 +102,12 @@ pub fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
 }
 
 /// Names of the built-in tools, in the order they are offered.
-pub const BUILTIN: &[&str] = &[];
+pub const BUILTIN: &[&str] = &[ipython::NAME];
 
 /// The built-in tools, filtered by `--tools` when given.
 pub fn builtin(only: Option<&[String]>) -> ToolSet {
-    let all: Vec<Box<dyn Tool>> = Vec::new();
+    let mut all: Vec<Box<dyn Tool>> = Vec::new();
+    all.extend(ipython::IpythonTool::detect().map(|t| Box::new(t) as Box<dyn Tool>));
     ToolSet::new(
         all.into_iter()
             .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
