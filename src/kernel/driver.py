@@ -59,19 +59,22 @@ STATE = {"cell": None, "token": "", "engine": "plain"}
 
 
 def on_sigint(signum, frame):
-    # The host interrupts a busy cell with SIGINT. Outside user code (idle, or between cells)
-    # the signal is stale and ignored; inside a frame write it is deferred.
-    if WIRE is None or not WIRE.interruptible:
+    # The host interrupts a busy cell with SIGINT. While the driver itself is working for a
+    # cell (writing a frame, setting up) the interrupt is deferred to the next point where user
+    # code runs; when idle between cells it is stale and ignored.
+    if WIRE is None:
         return
-    if WIRE.critical:
+    if WIRE.interruptible and not WIRE.critical:
+        raise KeyboardInterrupt
+    if STATE["cell"] is not None:
         WIRE.pending_interrupt = True
-        return
-    raise KeyboardInterrupt
 
 
 def run_user(fn, *args):
-    """Runs user code with interrupts enabled."""
-    WIRE.pending_interrupt = False
+    """Runs user code with interrupts enabled (raising at once if one is pending)."""
+    if WIRE.pending_interrupt:
+        WIRE.pending_interrupt = False
+        raise KeyboardInterrupt
     WIRE.interruptible = True
     try:
         return fn(*args)
@@ -437,6 +440,7 @@ def main():
         cell = msg.get("id")
         code = msg.get("code", "")
         STATE["cell"] = cell
+        WIRE.pending_interrupt = False
         status = "error"
         try:
             body = bash_body(code)
