@@ -278,3 +278,14 @@ fn without_python_the_tool_is_not_offered() {
     assert_eq!(first_text(end), "Tool ipython not found. Available tools: ");
     assert!(a.stderr_text().contains("the ipython tool is not offered"));
 }
+
+#[test]
+fn a_kernel_that_cannot_start_is_a_failed_call() {
+    let dir = TempDir::new("kernel-nostart");
+    let mut a = kernel_agent(
+        &dir,
+        "start_failure.jsonl",
+        &[("PRIME_AGENT_KERNEL_PYTHON", "/bin/false")],
+    );
+    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+}

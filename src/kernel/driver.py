@@ -459,8 +459,11 @@ def main():
                 pass
             # The marker tells the host that everything written to fd 1/2 before it has arrived.
             marker = _sync_marker(cell)
-            os.write(1, marker)
-            os.write(2, marker)
+            for fd in (1, 2):
+                try:
+                    os.write(fd, marker)
+                except OSError:
+                    pass  # user code closed it; the host stops waiting for the marker
             STATE["cell"] = None
             WIRE.send({"op": "done", "id": cell, "status": status})
 

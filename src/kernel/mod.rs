@@ -303,36 +303,11 @@ impl Kernel {
                     return Err("cancelled while starting".to_owned());
                 }
                 Ok(Event::Output(Stream::Stderr, bytes)) => stderr.push(&bytes),
-                Ok(Event::FramesClosed) => {
-                    // Let the last stderr bytes (usually a traceback) arrive before reporting.
-                    let end = Instant::now() + Duration::from_millis(500);
-                    while let Ok(ev) = self
-                        .events
-                        .recv_timeout(end.saturating_duration_since(Instant::now()))
-                    {
-                        match ev {
-                            Event::Output(Stream::Stderr, bytes) => stderr.push(&bytes),
-                            Event::OutputClosed(Stream::Stderr) => break,
-                            _ => {}
-                        }
-                    }
-                    let status = self.reap().map(describe_exit).unwrap_or_default();
-                    self.kill();
-                    let text = stderr.text();
-                    return Err(format!(
-                        "the kernel exited during start-up{status}{}{}",
-                        if text.trim().is_empty() { "" } else { ":\n" },
-                        text.trim_end()
-                    ));
-                }
+                Ok(Event::FramesClosed) => return Err(self.start_failure(stderr)),
                 Ok(_) => {}
                 Err(RecvTimeoutError::Timeout) => {
-                    if let Some(status) = self.reap() {
-                        self.kill();
-                        return Err(format!(
-                            "the kernel exited during start-up{}",
-                            describe_exit(status)
-                        ));
+                    if self.reap().is_some() {
+                        return Err(self.start_failure(stderr));
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -393,7 +368,7 @@ impl Kernel {
             code.clone_into(&mut source);
         }
         if closed || !self.send_line(&wire::execute_frame(id, code)) {
-            run.end = self.died();
+            run.end = self.died(&mut run);
             return run;
         }
         let tx = self.events_tx.clone();
@@ -477,14 +452,12 @@ impl Kernel {
                     }
                 }
                 Ok(Event::FramesClosed) | Err(RecvTimeoutError::Disconnected) => {
-                    self.collect_tail(&mut run);
-                    run.end = self.died();
+                    run.end = self.died(&mut run);
                     return run;
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if self.reap().is_some() {
-                        self.collect_tail(&mut run);
-                        run.end = self.died();
+                        run.end = self.died(&mut run);
                         return run;
                     }
                 }
@@ -492,8 +465,21 @@ impl Kernel {
         }
     }
 
+    /// Why start-up failed, with the kernel's stderr (usually a traceback).
+    fn start_failure(&mut self, mut stderr: Capture) -> String {
+        self.collect_tail(&mut Capture::default(), &mut stderr);
+        let how = self.exit_description();
+        let text = stderr.text();
+        let text = text.trim_end();
+        if text.trim().is_empty() {
+            format!("the kernel exited during start-up{how}")
+        } else {
+            format!("the kernel exited during start-up{how}:\n{text}")
+        }
+    }
+
     /// After a death, picks up output still in the pipes (briefly: orphans may hold them open).
-    fn collect_tail(&mut self, run: &mut CellRun) {
+    fn collect_tail(&mut self, stdout: &mut Capture, stderr: &mut Capture) {
         let end = Instant::now() + Duration::from_millis(300);
         let mut open = (true, true);
         while open != (false, false) {
@@ -501,8 +487,8 @@ impl Kernel {
                 .events
                 .recv_timeout(end.saturating_duration_since(Instant::now()))
             {
-                Ok(Event::Output(Stream::Stdout, b)) => run.stdout.push(&b),
-                Ok(Event::Output(Stream::Stderr, b)) => run.stderr.push(&b),
+                Ok(Event::Output(Stream::Stdout, b)) => stdout.push(&b),
+                Ok(Event::Output(Stream::Stderr, b)) => stderr.push(&b),
                 Ok(Event::OutputClosed(Stream::Stdout)) => open.0 = false,
                 Ok(Event::OutputClosed(Stream::Stderr)) => open.1 = false,
                 Ok(_) => {}
@@ -511,7 +497,16 @@ impl Kernel {
         }
     }
 
-    fn died(&mut self) -> CellEnd {
+    fn died(&mut self, run: &mut CellRun) -> CellEnd {
+        self.collect_tail(&mut run.stdout, &mut run.stderr);
+        CellEnd::Died(format!(
+            "The Python kernel died{}.",
+            self.exit_description()
+        ))
+    }
+
+    /// How the process ended (e.g. ` (killed by signal 9, SIGKILL)`); kills what is left of it.
+    fn exit_description(&mut self) -> String {
         // The frame stream can close a moment before the process is reapable.
         let deadline = Instant::now() + Duration::from_millis(500);
         while self.reap().is_none() && Instant::now() < deadline {
@@ -519,7 +514,7 @@ impl Kernel {
         }
         let how = self.reap().map(describe_exit).unwrap_or_default();
         self.kill();
-        CellEnd::Died(format!("The Python kernel died{how}."))
+        how
     }
 
     fn send_line(&self, line: &str) -> bool {
