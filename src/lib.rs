@@ -9,6 +9,7 @@ pub mod acp;
 pub mod cli;
 pub mod events;
 pub mod family;
+pub mod kernel;
 pub mod main_loop;
 pub mod meta;
 pub mod prompt;

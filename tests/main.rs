@@ -4,6 +4,7 @@ mod support;
 
 mod demo;
 mod fuzz;
+mod kernel;
 mod protocol;
 mod provider;
 mod reliability;

@@ -14,6 +14,8 @@ pub mod read;
 pub mod truncate;
 pub mod write;
 
+pub mod ipython;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -158,16 +160,17 @@ pub fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<FileDiff>
 }
 
 /// Names of the built-in tools, in the order they are offered.
-pub const BUILTIN: &[&str] = &["read", "bash", "edit", "write"];
+pub const BUILTIN: &[&str] = &[ipython::NAME, "read", "bash", "edit", "write"];
 
-/// The built-in tools, filtered by `--tools` when given.
+/// The built-in tools, filtered by `--tools` when given. `ipython` is offered only where a
+/// Python interpreter exists.
 pub fn builtin(only: Option<&[String]>) -> ToolSet {
-    let all: Vec<Box<dyn Tool>> = vec![
-        Box::new(read::Read),
-        Box::new(bash::Bash),
-        Box::new(edit::Edit),
-        Box::new(write::Write),
-    ];
+    let mut all: Vec<Box<dyn Tool>> = Vec::new();
+    all.extend(ipython::IpythonTool::detect().map(|t| Box::new(t) as Box<dyn Tool>));
+    all.push(Box::new(read::Read));
+    all.push(Box::new(bash::Bash));
+    all.push(Box::new(edit::Edit));
+    all.push(Box::new(write::Write));
     ToolSet::new(
         all.into_iter()
             .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))

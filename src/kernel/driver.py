@@ -1,0 +1,472 @@
+"""prime-agent kernel driver: runs Python cells for the host over private pipes.
+
+The host (src/kernel/mod.rs) starts `python3 -u driver.py` in its own process group. This file
+owns the kernel side of the wire protocol described there: it moves the protocol pipes off the
+fds that user code can see, runs one cell at a time with IPython's InteractiveShell when it is
+installed (else a plain-exec engine that supports top-level `await`), and reports results,
+displays, errors and the end of each cell as NDJSON frames. Standard library only.
+"""
+
+import ast
+import asyncio
+import builtins
+import importlib.util
+import inspect
+import json
+import linecache
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVER_FILES = {os.path.abspath(__file__)}
+
+
+class _Wire:
+    """Frames to the host on a private fd; SIGINT never tears a frame (see `on_sigint`)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.critical = 0
+        self.interruptible = False
+        self.pending_interrupt = False
+
+    def send(self, frame):
+        data = (json.dumps(frame, ensure_ascii=False, default=str) + "\n").encode("utf-8", "replace")
+        # A KeyboardInterrupt between two partial writes would corrupt the stream, so the
+        # signal handler defers interrupts while a frame is being written.
+        self.critical += 1
+        try:
+            with self.lock:
+                view = memoryview(data)
+                while view:
+                    n = os.write(self.fd, view)
+                    view = view[n:]
+        finally:
+            self.critical -= 1
+        if self.pending_interrupt and self.interruptible and threading.current_thread() is threading.main_thread():
+            self.pending_interrupt = False
+            raise KeyboardInterrupt
+
+
+WIRE = None
+STATE = {"cell": None, "token": "", "engine": "plain"}
+
+
+def on_sigint(signum, frame):
+    # The host interrupts a busy cell with SIGINT. While the driver itself is working for a
+    # cell (writing a frame, setting up) the interrupt is deferred to the next point where user
+    # code runs; when idle between cells it is stale and ignored.
+    if WIRE is None:
+        return
+    if WIRE.interruptible and not WIRE.critical:
+        raise KeyboardInterrupt
+    if STATE["cell"] is not None:
+        WIRE.pending_interrupt = True
+
+
+def run_user(fn, *args):
+    """Runs user code with interrupts enabled (raising at once if one is pending)."""
+    if WIRE.pending_interrupt:
+        WIRE.pending_interrupt = False
+        raise KeyboardInterrupt
+    WIRE.interruptible = True
+    try:
+        return fn(*args)
+    finally:
+        WIRE.interruptible = False
+
+
+def send_cell(frame):
+    if STATE["cell"] is not None:
+        frame["id"] = STATE["cell"]
+    WIRE.send(frame)
+
+
+def report_error(ename, evalue, tb_lines):
+    send_cell({"op": "error", "ename": ename, "evalue": evalue, "traceback": tb_lines})
+
+
+def report_result(text):
+    send_cell({"op": "result", "text": text})
+
+
+# --- host replies ------------------------------------------------------------------------------
+
+_replies = {}
+_replies_lock = threading.Lock()
+_next_rid = [0]
+_exec_queue = []
+_exec_cond = threading.Condition()
+
+
+def new_request(kind, payload):
+    """Sends a host request; returns a concurrent future resolved by the reader thread."""
+    import concurrent.futures
+
+    fut = concurrent.futures.Future()
+    with _replies_lock:
+        _next_rid[0] += 1
+        rid = _next_rid[0]
+        _replies[rid] = fut
+    WIRE.send({"op": "host_request", "rid": rid, "type": kind, "payload": payload})
+    return fut
+
+
+def _reader(fd):
+    """Host → kernel frames: `execute` is queued for the main thread, replies resolve futures."""
+    stream = os.fdopen(fd, "rb", buffering=0)
+    buf = b""
+    while True:
+        try:
+            chunk = stream.read(65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if not line.strip():
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            op = msg.get("op")
+            if op == "execute":
+                with _exec_cond:
+                    _exec_queue.append(msg)
+                    _exec_cond.notify()
+            elif op == "host_reply":
+                with _replies_lock:
+                    fut = _replies.pop(msg.get("rid"), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+    # The host is gone: take the whole process group down with us so nothing is orphaned.
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _next_execute():
+    with _exec_cond:
+        while not _exec_queue:
+            _exec_cond.wait()
+        return _exec_queue.pop(0)
+
+
+# --- engines -----------------------------------------------------------------------------------
+
+def _clean_traceback(etype, value, tb):
+    """Formats an exception without the driver's own frames."""
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in DRIVER_FILES:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(etype, value, tb)).rstrip("\n")
+    return [text]
+
+
+async def _capture(coro):
+    """Awaits a cell; an exception is returned, not raised, because a task's exception loses
+    the cell's frames on the way out of `run_until_complete`."""
+    try:
+        return True, await coro
+    except BaseException as e:  # noqa: B902 - re-raised by the caller
+        return False, e
+
+
+class PlainEngine:
+    """`exec` with IPython-like touches: last-expression value, top-level await, `_`."""
+
+    name = "plain"
+
+    def __init__(self, ns):
+        self.ns = ns
+        self.count = 0
+        self.loop = asyncio.new_event_loop()
+
+    def _run_code(self, code):
+        asyncio.set_event_loop(self.loop)
+        value = eval(code, self.ns)
+        if inspect.CO_COROUTINE & code.co_flags:
+            task = self.loop.create_task(_capture(value))
+            try:
+                ok, value = self.loop.run_until_complete(task)
+            except BaseException:
+                # Interrupted inside the event loop itself: stop the cell's task too.
+                task.cancel()
+                try:
+                    self.loop.run_until_complete(task)
+                except BaseException:
+                    pass
+                raise
+            if not ok:
+                raise value
+        return value
+
+    def run(self, code):
+        self.count += 1
+        filename = "<cell-%d>" % self.count
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        try:
+            tree = compile(code, filename, "exec", flags | ast.PyCF_ONLY_AST)
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            body = compile(tree, filename, "exec", flags)
+            tail = compile(last, filename, "eval", flags) if last is not None else None
+        except (SyntaxError, ValueError, OverflowError) as e:
+            lines = traceback.format_exception_only(type(e), e)
+            report_error(type(e).__name__, str(e), ["".join(lines).rstrip("\n")])
+            return "error"
+        try:
+            run_user(self._run_code, body)
+            if tail is not None:
+                value = run_user(self._run_code, tail)
+                if value is not None:
+                    self.ns["_"] = value
+                    report_result(repr(value))
+        except BaseException as e:  # noqa: B902 - user code may raise anything, incl. SystemExit
+            report_error(type(e).__name__, str(e), _clean_traceback(type(e), e, e.__traceback__))
+            return "error"
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return "ok"
+
+
+def make_ipython_engine(ns_module):
+    """IPython's InteractiveShell with results, displays and tracebacks sent as frames."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.core.profiledir import ProfileDir
+    from traitlets import Type
+    from traitlets.config import Config
+
+    class Hook(DisplayHook):
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            report_result(format_dict.get("text/plain", ""))
+
+        def finish_displayhook(self):
+            sys.stdout.flush()
+
+    class Publisher(DisplayPublisher):
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kw):
+            display_bundle(data)
+
+    class Shell(InteractiveShell):
+        displayhook_class = Type(Hook)
+        display_pub_class = Type(Publisher)
+
+        def _showtraceback(self, etype, evalue, stb):
+            report_error(getattr(etype, "__name__", str(etype)), str(evalue), list(stb))
+
+        def enable_gui(self, gui=None):
+            pass
+
+    cfg = Config()
+    cfg.HistoryManager.enabled = False
+    cfg.InteractiveShell.colors = "NoColor"
+    # A private IPython dir: the kernel must not create or read ~/.ipython on the user's machine.
+    ipdir = os.path.join(HERE, "ipython")
+    os.makedirs(ipdir, exist_ok=True)
+    shell = Shell.instance(
+        config=cfg,
+        ipython_dir=ipdir,
+        profile_dir=ProfileDir(location=os.path.join(ipdir, "profile_default")),
+        user_module=ns_module,
+    )
+
+    class Engine:
+        name = "ipython"
+
+        def __init__(self):
+            self.ns = shell.user_ns
+
+        def run(self, code):
+            res = run_user(shell.run_cell, code, True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return "ok" if res.success else "error"
+
+    return Engine()
+
+
+# --- displays and %%bash -----------------------------------------------------------------------
+
+# MIME types the host understands; everything else is shown as text on stdout.
+HOST_MIMES = (
+    "application/vnd.prime-agent.diff+json",
+    "application/vnd.prime-agent.attachment+json",
+    "application/vnd.prime-agent.agent-message+json",
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+)
+
+
+def display_bundle(data):
+    """Sends a display bundle to the host, or prints its text like a terminal would."""
+    if not isinstance(data, dict):
+        return
+    if any(m in data for m in HOST_MIMES):
+        send_cell({"op": "display", "data": {k: v for k, v in data.items() if k in HOST_MIMES}})
+        return
+    text = data.get("text/plain")
+    if isinstance(text, str):
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+def bash_body(code):
+    lines = code.split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        if line.strip() == "%%bash" or line.startswith("%%bash "):
+            return "\n".join(lines[i + 1:])
+        return None
+    return None
+
+
+def run_bash(body):
+    """A fresh `bash` per cell, writing straight to the kernel's stdout/stderr pipes."""
+    try:
+        proc = subprocess.Popen(["bash", "-c", body], stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        report_error(type(e).__name__, str(e), ["%s: %s" % (type(e).__name__, e)])
+        return "error"
+    # The host kills this group too if it has to kill the kernel.
+    send_cell({"op": "child_group", "pgid": proc.pid})
+    try:
+        rc = run_user(proc.wait)
+    except KeyboardInterrupt:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        report_error("KeyboardInterrupt", "", ["KeyboardInterrupt"])
+        return "error"
+    if rc != 0:
+        evalue = "Command 'bash' returned non-zero exit status %d." % rc
+        report_error("CalledProcessError", evalue, ["CalledProcessError: " + evalue])
+        return "error"
+    return "ok"
+
+
+# --- start-up ----------------------------------------------------------------------------------
+
+def _load_module(name, filename):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, filename))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sync_marker(cell):
+    return ("\x00%s:%s\x00" % (STATE["token"], cell)).encode()
+
+
+def main():
+    global WIRE
+    STATE["token"] = os.environ.pop("PRIME_AGENT_KERNEL_TOKEN", "")
+    want_ipython = os.environ.pop("PRIME_AGENT_KERNEL_IPYTHON", "1") != "0"
+    # Protocol fds: host → kernel arrives on fd 0 and kernel → host leaves on fd 3. Both move to
+    # private non-inheritable fds so user code and its subprocesses never see them; fd 0
+    # becomes /dev/null (cells have no stdin).
+    proto_in = os.dup(0)
+    proto_out = os.dup(3)
+    os.close(3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    WIRE = _Wire(proto_out)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
+    signal.signal(signal.SIGINT, on_sigint)
+    # The driver's directory must not shadow user imports; the cwd does, as in Jupyter.
+    if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
+        sys.path[0] = ""
+    sys.argv = [""]
+
+    user = types.ModuleType("__main__")
+    user.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = user
+    for name in ("harness", "rlm"):
+        DRIVER_FILES.add(os.path.join(HERE, name + ".py"))
+    _load_module("rlm.harness", "harness.py")
+    rlm = _load_module("rlm", "rlm.py")
+    rlm._install(
+        send_display=lambda data: send_cell({"op": "display", "data": data}),
+        new_request=new_request,
+        namespace=user.__dict__,
+    )
+
+    engine = None
+    if want_ipython:
+        try:
+            engine = make_ipython_engine(user)
+        except ImportError:
+            engine = None
+        except Exception as e:  # IPython present but broken: the plain engine still works.
+            sys.stderr.write("prime-agent: IPython unusable (%s); using the plain engine\n" % e)
+    if engine is None:
+        user.__dict__["display"] = rlm.display
+        engine = PlainEngine(user.__dict__)
+    STATE["engine"] = engine.name
+
+    threading.Thread(target=_reader, args=(proto_in,), name="host-reader", daemon=True).start()
+    WIRE.send({"op": "ready", "pid": os.getpid(), "engine": engine.name, "python": sys.version.split()[0]})
+
+    while True:
+        msg = _next_execute()
+        cell = msg.get("id")
+        code = msg.get("code", "")
+        STATE["cell"] = cell
+        WIRE.pending_interrupt = False
+        status = "error"
+        try:
+            body = bash_body(code)
+            status = run_bash(body) if body is not None else engine.run(code)
+        except KeyboardInterrupt:
+            report_error("KeyboardInterrupt", "", ["KeyboardInterrupt"])
+            status = "error"
+        except BaseException as e:  # A driver bug must end the cell, not the kernel.
+            report_error(type(e).__name__, str(e), _clean_traceback(type(e), e, e.__traceback__))
+            status = "error"
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:
+                pass
+            # The marker tells the host that everything written to fd 1/2 before it has arrived.
+            marker = _sync_marker(cell)
+            for fd in (1, 2):
+                try:
+                    os.write(fd, marker)
+                except OSError:
+                    pass  # user code closed it; the host stops waiting for the marker
+            STATE["cell"] = None
+            WIRE.send({"op": "done", "id": cell, "status": status})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,679 @@
+//! A persistent Python kernel as a child process: start, run one cell at a time, interrupt,
+//! kill. The `ipython` tool (`tools/ipython.rs`) owns the policy (restarts, result text); this
+//! module owns the process and the wire.
+//!
+//! # Host–kernel protocol
+//!
+//! The kernel is `python3 -u driver.py` (the driver, `rlm.py` and `harness.py` are embedded in
+//! the binary and written to a private `0700` temp dir), started in its own process group with
+//! cwd = session cwd. Three channels, all pipes:
+//!
+//! - **fd 0 (host → kernel)**: NDJSON frames `execute {id, code}` and
+//!   `host_reply {rid, status: "ok", result} | {rid, status: "error", error}`.
+//! - **fd 3 (kernel → host)**: NDJSON frames tagged by `op`: `ready {pid, engine, python}`,
+//!   `result {id, text}` (repr of the last expression), `error {id, ename, evalue, traceback}`,
+//!   `display {id, data: {mime: payload}}` (diff / attachment / agent-message / image MIME
+//!   types), `child_group {id, pgid}` (a `%%bash` process group), `done {id, status}`, and
+//!   `host_request {rid, type, payload}`.
+//! - **fd 1 / fd 2**: the user code's own stdout and stderr, raw bytes, streamed to the host
+//!   as they come. Before `done`, the driver writes the marker `\0<token>:<id>\0` to both, so
+//!   the host knows it has every byte of the cell (subprocess output included) once it has seen
+//!   `done` and both markers. The token is random per kernel and removed from the kernel's env.
+//!
+//! The driver first moves fd 0 and fd 3 to private close-on-exec fds and puts `/dev/null` on
+//! fd 0, so neither user code nor its subprocesses can read or corrupt the protocol.
+//!
+//! **Cells** run one at a time on the driver's main thread; variables, imports and the cwd
+//! persist. **Interrupt** is SIGINT to the Python process, which the driver turns into
+//! `KeyboardInterrupt` only while user code runs (never mid-frame, never when idle). The host
+//! kills the whole group (and any `%%bash` group) if the cell is not done 1 s after the
+//! interrupt. **Host requests** are answered on a thread per request by a `HostHandler`, at any
+//! time, even between cells. **Lifetime**: started lazily by the tool; killed (process group)
+//! on drop; the driver kills its own group when fd 0 reaches EOF, so an agent that dies without
+//! cleaning up takes its kernel with it.
+
+pub mod host;
+mod sys;
+pub mod wire;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use serde_json::{Map, Value};
+
+use crate::abort::AbortFlag;
+pub use host::{DefaultHostHandler, HostHandler};
+use wire::{Chunk, KernelFrame, MarkerScanner};
+
+const DRIVER_PY: &str = include_str!("driver.py");
+const RLM_PY: &str = include_str!("rlm.py");
+const HARNESS_PY: &str = include_str!("harness.py");
+
+/// How long the driver may take to start (IPython imports can be slow on a cold disk).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an interrupted cell may take to stop before the kernel is killed.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+/// After `done`, how long to wait for the stdout/stderr markers before giving up on them.
+const MARKER_GRACE: Duration = Duration::from_secs(2);
+/// How often a waiting cell checks that the process is still alive.
+const LIVENESS_TICK: Duration = Duration::from_millis(100);
+
+/// Per stream, at most this many bytes are kept (the tool shows 65,536 chars, ≤ 4 bytes each).
+pub const CAPTURE_LIMIT: usize = 4 * 65_536;
+
+/// Finds the Python to run: `PRIME_AGENT_KERNEL_PYTHON` (a path, or a name looked up in
+/// `PATH`), else `python3`, else `python` on `PATH`.
+pub fn find_python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PRIME_AGENT_KERNEL_PYTHON").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.components().count() > 1 {
+            is_executable(&p).then_some(p)
+        } else {
+            which(&p)
+        };
+    }
+    which(Path::new("python3")).or_else(|| which(Path::new("python")))
+}
+
+fn which(name: &Path) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// What a kernel is started with.
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    pub python: PathBuf,
+    pub cwd: PathBuf,
+    /// Added to (and overriding) the agent's environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// One stream's bytes, capped at `CAPTURE_LIMIT`.
+#[derive(Debug, Clone, Default)]
+pub struct Capture {
+    pub bytes: Vec<u8>,
+    /// Bytes were dropped at the cap.
+    pub truncated: bool,
+}
+
+impl Capture {
+    fn push(&mut self, data: &[u8]) {
+        let room = CAPTURE_LIMIT.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+        self.truncated |= data.len() > room;
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// A Python exception reported by the kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellError {
+    pub ename: String,
+    pub evalue: String,
+    pub traceback: Vec<String>,
+}
+
+/// How a cell ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CellEnd {
+    /// The kernel finished the cell (`ok` or `error`); it is alive.
+    Done { ok: bool },
+    /// The turn was aborted and the cell stopped within the grace period; the kernel is alive.
+    Interrupted,
+    /// The turn was aborted and the cell did not stop: the kernel was killed.
+    Killed,
+    /// The kernel died by itself; the text says how.
+    Died(String),
+}
+
+/// Everything a cell produced.
+#[derive(Debug, Clone)]
+pub struct CellRun {
+    pub stdout: Capture,
+    pub stderr: Capture,
+    pub result: Option<String>,
+    pub error: Option<CellError>,
+    /// Display bundles, in order.
+    pub displays: Vec<Map<String, Value>>,
+    pub end: CellEnd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+enum Event {
+    Frame(KernelFrame),
+    Output(Stream, Vec<u8>),
+    Marker(Stream, u64),
+    OutputClosed(Stream),
+    FramesClosed,
+    Abort,
+}
+
+/// A running kernel. Dropping it kills its process group and removes its temp dir.
+pub struct Kernel {
+    child: Child,
+    pid: i32,
+    stdin: Arc<Mutex<ChildStdin>>,
+    events: Receiver<Event>,
+    events_tx: Sender<Event>,
+    cell_source: Arc<Mutex<String>>,
+    next_cell: u64,
+    /// `%%bash` process groups, killed with the kernel.
+    child_groups: Vec<i32>,
+    dir: PathBuf,
+    engine: String,
+    exited: Option<ExitStatus>,
+}
+
+impl Kernel {
+    /// Starts the driver and waits for its `ready` frame. `abort` cancels the wait.
+    pub fn start(
+        cfg: &KernelConfig,
+        handler: Arc<dyn HostHandler>,
+        abort: &AbortFlag,
+    ) -> Result<Kernel, String> {
+        let dir = private_dir().map_err(|e| format!("cannot create the kernel directory: {e}"))?;
+        match Kernel::spawn(cfg, handler, abort, &dir) {
+            Ok(kernel) => Ok(kernel),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    fn spawn(
+        cfg: &KernelConfig,
+        handler: Arc<dyn HostHandler>,
+        abort: &AbortFlag,
+        dir: &Path,
+    ) -> Result<Kernel, String> {
+        for (name, text) in [
+            ("driver.py", DRIVER_PY),
+            ("rlm.py", RLM_PY),
+            ("harness.py", HARNESS_PY),
+        ] {
+            write_private(&dir.join(name), text)
+                .map_err(|e| format!("cannot write the kernel driver: {e}"))?;
+        }
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let (frames_rx, frames_tx) =
+            std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let mut cmd = Command::new(&cfg.python);
+        cmd.arg("-u")
+            .arg(dir.join("driver.py"))
+            .current_dir(&cfg.cwd)
+            .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+            .env("PRIME_AGENT_KERNEL_TOKEN", &token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group: terminal ctrl-c does not reach it, and one killpg ends it all.
+            .process_group(0);
+        sys::inherit_fd_as(&mut cmd, frames_tx.as_raw_fd(), 3);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", cfg.python.display()))?;
+        // Only the child may hold the write end, so its death closes the frame stream.
+        drop(frames_tx);
+        let pid = i32::try_from(child.id()).unwrap_or(0);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the kernel's pipes were not set up".to_owned());
+        };
+        let stdin = Arc::new(Mutex::new(stdin));
+        let cell_source = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = unbounded();
+        let spawned = spawn_frame_reader(
+            frames_rx,
+            tx.clone(),
+            handler,
+            stdin.clone(),
+            cell_source.clone(),
+        )
+        .and_then(|_| spawn_output_reader(stdout, Stream::Stdout, &token, tx.clone()))
+        .and_then(|_| spawn_output_reader(stderr, Stream::Stderr, &token, tx.clone()));
+        let mut kernel = Kernel {
+            child,
+            pid,
+            stdin,
+            events: rx,
+            events_tx: tx,
+            cell_source,
+            next_cell: 0,
+            child_groups: Vec::new(),
+            dir: dir.to_path_buf(),
+            engine: String::new(),
+            exited: None,
+        };
+        if let Err(e) = spawned {
+            kernel.kill();
+            return Err(format!("cannot start the kernel's reader threads: {e}"));
+        }
+        kernel.wait_ready(abort)?;
+        Ok(kernel)
+    }
+
+    fn wait_ready(&mut self, abort: &AbortFlag) -> Result<(), String> {
+        let tx = self.events_tx.clone();
+        let _hook = abort.on_abort(move || {
+            let _ = tx.send(Event::Abort);
+        });
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut stderr = Capture::default();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.kill();
+                return Err(format!("no answer within {}s", START_TIMEOUT.as_secs()));
+            }
+            match self.events.recv_timeout(left.min(LIVENESS_TICK)) {
+                Ok(Event::Frame(KernelFrame::Ready { engine, python, .. })) => {
+                    log::debug!("kernel {} ready: {engine} on Python {python}", self.pid);
+                    self.engine = engine;
+                    return Ok(());
+                }
+                Ok(Event::Abort) => {
+                    self.kill();
+                    return Err("cancelled while starting".to_owned());
+                }
+                Ok(Event::Output(Stream::Stderr, bytes)) => stderr.push(&bytes),
+                Ok(Event::FramesClosed) => return Err(self.start_failure(stderr)),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.reap().is_some() {
+                        return Err(self.start_failure(stderr));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.kill();
+                    return Err("the kernel's reader threads stopped".to_owned());
+                }
+            }
+        }
+    }
+
+    /// `ipython` or `plain`.
+    pub fn engine(&self) -> &str {
+        &self.engine
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether the process is still running (a dead kernel must be replaced).
+    pub fn is_alive(&mut self) -> bool {
+        self.reap().is_none()
+    }
+
+    fn reap(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().ok().flatten();
+        }
+        self.exited
+    }
+
+    /// Runs one cell. `on_output` sees stdout and stderr so far whenever more arrives.
+    /// Setting `abort` interrupts the cell; if it is still running `INTERRUPT_GRACE` later, the
+    /// kernel is killed (`CellEnd::Killed`) and must not be used again.
+    pub fn execute(
+        &mut self,
+        code: &str,
+        abort: &AbortFlag,
+        on_output: &mut dyn FnMut(&Capture, &Capture),
+    ) -> CellRun {
+        let mut run = CellRun {
+            stdout: Capture::default(),
+            stderr: Capture::default(),
+            result: None,
+            error: None,
+            displays: Vec::new(),
+            end: CellEnd::Done { ok: false },
+        };
+        // Output and frames that arrived between cells belong to no cell (e.g. a background
+        // thread of the previous one); only a closed frame stream still matters.
+        let mut closed = false;
+        while let Ok(ev) = self.events.try_recv() {
+            closed |= matches!(ev, Event::FramesClosed);
+        }
+        self.next_cell += 1;
+        let id = self.next_cell;
+        if let Ok(mut source) = self.cell_source.lock() {
+            code.clone_into(&mut source);
+        }
+        if closed || !self.send_line(&wire::execute_frame(id, code)) {
+            run.end = self.died(&mut run);
+            return run;
+        }
+        let tx = self.events_tx.clone();
+        let _hook = abort.on_abort(move || {
+            let _ = tx.send(Event::Abort);
+        });
+        let mut done: Option<(bool, Instant)> = None;
+        let mut markers = (false, false);
+        let mut interrupted: Option<Instant> = None;
+        loop {
+            if let Some((ok, at)) = done {
+                if markers == (true, true) || at.elapsed() >= MARKER_GRACE {
+                    if markers != (true, true) {
+                        log::warn!("kernel cell {id}: output markers missing after done");
+                    }
+                    run.end = if interrupted.is_some() {
+                        CellEnd::Interrupted
+                    } else {
+                        CellEnd::Done { ok }
+                    };
+                    return run;
+                }
+            }
+            if let Some(at) = interrupted {
+                if done.is_none() && at.elapsed() >= INTERRUPT_GRACE {
+                    log::info!(
+                        "kernel {}: cell {id} ignored the interrupt; killing it",
+                        self.pid
+                    );
+                    self.kill();
+                    run.end = CellEnd::Killed;
+                    return run;
+                }
+            }
+            match self.events.recv_timeout(LIVENESS_TICK) {
+                Ok(Event::Frame(frame)) => match frame {
+                    KernelFrame::Result { id: i, text } if i == id => run.result = Some(text),
+                    KernelFrame::Error {
+                        id: i,
+                        ename,
+                        evalue,
+                        traceback,
+                    } if i == id => {
+                        run.error = Some(CellError {
+                            ename,
+                            evalue,
+                            traceback,
+                        })
+                    }
+                    KernelFrame::Display { id: Some(i), data } if i == id => {
+                        run.displays.push(data)
+                    }
+                    KernelFrame::ChildGroup { pgid, .. } => {
+                        if let Ok(pgid) = i32::try_from(pgid) {
+                            self.child_groups.push(pgid);
+                        }
+                    }
+                    KernelFrame::Done { id: i, status } if i == id => {
+                        done = Some((status == "ok", Instant::now()))
+                    }
+                    other => log::debug!("kernel cell {id}: ignoring frame {other:?}"),
+                },
+                Ok(Event::Output(stream, bytes)) => {
+                    match stream {
+                        Stream::Stdout => run.stdout.push(&bytes),
+                        Stream::Stderr => run.stderr.push(&bytes),
+                    }
+                    on_output(&run.stdout, &run.stderr);
+                }
+                Ok(Event::Marker(stream, i)) if i == id => match stream {
+                    Stream::Stdout => markers.0 = true,
+                    Stream::Stderr => markers.1 = true,
+                },
+                Ok(Event::Marker(..)) | Ok(Event::OutputClosed(_)) => {}
+                Ok(Event::Abort) => {
+                    if interrupted.is_none() && done.is_none() {
+                        interrupted = Some(Instant::now());
+                        if !sys::signal_process(self.pid, libc::SIGINT) {
+                            log::warn!("kernel {}: cannot send SIGINT", self.pid);
+                        }
+                    }
+                }
+                Ok(Event::FramesClosed) | Err(RecvTimeoutError::Disconnected) => {
+                    run.end = self.died(&mut run);
+                    return run;
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.reap().is_some() {
+                        run.end = self.died(&mut run);
+                        return run;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Why start-up failed, with the kernel's stderr (usually a traceback).
+    fn start_failure(&mut self, mut stderr: Capture) -> String {
+        self.collect_tail(&mut Capture::default(), &mut stderr);
+        let how = self.exit_description();
+        let text = stderr.text();
+        let text = text.trim_end();
+        if text.trim().is_empty() {
+            format!("the kernel exited during start-up{how}")
+        } else {
+            format!("the kernel exited during start-up{how}:\n{text}")
+        }
+    }
+
+    /// After a death, picks up output still in the pipes (briefly: orphans may hold them open).
+    fn collect_tail(&mut self, stdout: &mut Capture, stderr: &mut Capture) {
+        let end = Instant::now() + Duration::from_millis(300);
+        let mut open = (true, true);
+        while open != (false, false) {
+            match self
+                .events
+                .recv_timeout(end.saturating_duration_since(Instant::now()))
+            {
+                Ok(Event::Output(Stream::Stdout, b)) => stdout.push(&b),
+                Ok(Event::Output(Stream::Stderr, b)) => stderr.push(&b),
+                Ok(Event::OutputClosed(Stream::Stdout)) => open.0 = false,
+                Ok(Event::OutputClosed(Stream::Stderr)) => open.1 = false,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn died(&mut self, run: &mut CellRun) -> CellEnd {
+        self.collect_tail(&mut run.stdout, &mut run.stderr);
+        CellEnd::Died(format!(
+            "The Python kernel died{}.",
+            self.exit_description()
+        ))
+    }
+
+    /// How the process ended (e.g. ` (killed by signal 9, SIGKILL)`); kills what is left of it.
+    fn exit_description(&mut self) -> String {
+        // The frame stream can close a moment before the process is reapable.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while self.reap().is_none() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let how = self.reap().map(describe_exit).unwrap_or_default();
+        self.kill();
+        how
+    }
+
+    fn send_line(&self, line: &str) -> bool {
+        send_line(&self.stdin, line)
+    }
+
+    /// Kills the kernel's process group and its `%%bash` groups, and reaps it.
+    pub fn kill(&mut self) {
+        for pgid in self.child_groups.drain(..) {
+            sys::signal_group(pgid, libc::SIGKILL);
+        }
+        sys::signal_group(self.pid, libc::SIGKILL);
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            self.exited = self.child.wait().ok();
+        }
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!(" (exit code {code})"),
+        (None, Some(sig)) => format!(" (killed by signal {sig}{})", signal_name(sig)),
+        _ => String::new(),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => ", SIGKILL",
+        libc::SIGTERM => ", SIGTERM",
+        libc::SIGSEGV => ", SIGSEGV",
+        libc::SIGABRT => ", SIGABRT",
+        libc::SIGINT => ", SIGINT",
+        _ => "",
+    }
+}
+
+fn send_line(stdin: &Mutex<ChildStdin>, line: &str) -> bool {
+    let Ok(mut w) = stdin.lock() else {
+        return false;
+    };
+    w.write_all(line.as_bytes())
+        .and_then(|_| w.write_all(b"\n"))
+        .and_then(|_| w.flush())
+        .is_ok()
+}
+
+/// A fresh `0700` directory under the OS temp dir.
+fn private_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "prime-agent-kernel-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
+/// Reads frames from fd 3; answers host requests on their own threads, forwards the rest.
+fn spawn_frame_reader(
+    frames: std::io::PipeReader,
+    tx: Sender<Event>,
+    handler: Arc<dyn HostHandler>,
+    stdin: Arc<Mutex<ChildStdin>>,
+    cell_source: Arc<Mutex<String>>,
+) -> std::io::Result<()> {
+    thread::Builder::new()
+        .name("kernel-frames".to_owned())
+        .spawn(move || {
+            for line in BufReader::new(frames).split(b'\n') {
+                let Ok(line) = line else { break };
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                match KernelFrame::parse(&line) {
+                    Ok(KernelFrame::HostRequest { rid, kind, payload }) => {
+                        let source = cell_source.lock().map(|s| s.clone()).unwrap_or_default();
+                        let handler = handler.clone();
+                        let stdin = stdin.clone();
+                        let spawned = thread::Builder::new()
+                            .name("kernel-host-request".to_owned())
+                            .spawn(move || {
+                                let reply = host::answer(&*handler, &kind, payload, &source);
+                                // A dead kernel cannot take the reply; nothing else to do.
+                                send_line(&stdin, &wire::reply_frame(rid, &reply));
+                            });
+                        if let Err(e) = spawned {
+                            log::warn!("cannot answer host request {rid}: {e}");
+                        }
+                    }
+                    Ok(frame) => {
+                        if tx.send(Event::Frame(frame)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => log::warn!(
+                        "kernel sent a malformed frame ({e}): {}",
+                        String::from_utf8_lossy(&line)
+                    ),
+                }
+            }
+            let _ = tx.send(Event::FramesClosed);
+        })
+        .map(|_| ())
+}
+
+/// Reads the user code's stdout or stderr, splitting out end-of-cell markers.
+fn spawn_output_reader(
+    mut pipe: impl Read + Send + 'static,
+    stream: Stream,
+    token: &str,
+    tx: Sender<Event>,
+) -> std::io::Result<()> {
+    let mut scanner = MarkerScanner::new(token);
+    let name = match stream {
+        Stream::Stdout => "kernel-stdout",
+        Stream::Stderr => "kernel-stderr",
+    };
+    thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                for chunk in scanner.push(&buf[..n]) {
+                    let ev = match chunk {
+                        Chunk::Output(bytes) => Event::Output(stream, bytes),
+                        Chunk::Marker(id) => Event::Marker(stream, id),
+                    };
+                    if tx.send(ev).is_err() {
+                        return;
+                    }
+                }
+            }
+            let rest = scanner.finish();
+            if !rest.is_empty() {
+                let _ = tx.send(Event::Output(stream, rest));
+            }
+            let _ = tx.send(Event::OutputClosed(stream));
+        })
+        .map(|_| ())
+}

@@ -1,0 +1,427 @@
+"""The kernel-side API of prime-agent, pre-imported into every cell's namespace.
+
+Module `rlm` (itself callable: `await rlm(prompt)` == `await rlm.run(prompt)`): the host bridge
+(`host_request`), subagent calls (`run`, `find_models`, `list_subagents`, `delete_subagent`)
+and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, and stubs for `goal`,
+`compact` and `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
+so the model gets Python errors with exact texts. Standard library only.
+"""
+
+import asyncio
+import base64
+import dataclasses
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any, List, Optional
+
+# `rlm.harness` is loaded by the driver before this module (it has no package directory).
+harness = sys.modules["rlm.harness"]
+
+DIFF_MIME = "application/vnd.prime-agent.diff+json"
+ATTACHMENT_MIME = "application/vnd.prime-agent.attachment+json"
+AGENT_MESSAGE_MIME = "application/vnd.prime-agent.agent-message+json"
+THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
+
+_send_display = None
+_new_request = None
+
+
+def _install(send_display, new_request, namespace):
+    """Called once by the driver: wires the bridge and fills the user namespace."""
+    global _send_display, _new_request
+    _send_display = send_display
+    _new_request = new_request
+    this = sys.modules[__name__]
+    this.__class__ = _CallableModule
+    sys.modules["edit"] = edit
+    sys.modules["attach_image"] = attach_image
+    sys.modules["agent_message"] = agent_message
+    namespace.update(
+        rlm=this,
+        edit=edit,
+        attach_image=attach_image,
+        agent_message=agent_message,
+        goal=_Unavailable("goal"),
+        compact=_Unavailable("compact"),
+        rlm_heartbeat=_Unavailable("rlm_heartbeat"),
+    )
+
+
+def emit(data):
+    """Sends a display bundle (`{mime: payload}`) to the host for the running cell."""
+    _send_display(dict(data))
+
+
+def display(*objs, raw=False):
+    """`display()` for the plain engine: raw bundles go to the host, the rest is printed."""
+    for obj in objs:
+        if raw and isinstance(obj, dict):
+            emit(obj)
+        else:
+            print(repr(obj))
+
+
+# --- host bridge -------------------------------------------------------------------------------
+
+def _check_request(kind, payload):
+    if not isinstance(kind, str):
+        raise RuntimeError("host request payload must have a string type")
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise RuntimeError("host request payload must be an object")
+    return payload
+
+
+def _reply_value(reply):
+    if reply.get("status") == "ok":
+        return reply.get("result", {})
+    raise RuntimeError(str(reply.get("error", "host request failed")))
+
+
+async def host_request(kind, payload=None):
+    """Asks the host; `{"status":"ok"}` replies return their result, errors raise RuntimeError."""
+    payload = _check_request(kind, payload)
+    fut = _new_request(kind, payload)
+    return _reply_value(await asyncio.wrap_future(fut))
+
+
+def host_request_sync(kind, payload=None, timeout=None):
+    """`host_request` for synchronous code (the reply arrives on another thread)."""
+    payload = _check_request(kind, payload)
+    return _reply_value(_new_request(kind, payload).result(timeout))
+
+
+# --- rlm subagents -----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class RLMSpawnHandle:
+    rlm_child_id: str
+    name: str
+    session_dir: Path
+    model: str
+
+
+@dataclasses.dataclass
+class RLMModel:
+    provider: str
+    id: str
+    name: str
+    selector: str
+
+
+@dataclasses.dataclass
+class RLMSubagent:
+    rlm_child_id: str
+    active_session_id: Optional[str]
+    session_id: Optional[str]
+    session_name: str
+    session_dir: Path
+    status: str
+
+
+def _field(obj, snake, default=None):
+    """Reads a reply field in snake_case or camelCase (the host speaks JSON)."""
+    if not isinstance(obj, dict):
+        return default
+    if snake in obj:
+        return obj[snake]
+    head, *rest = snake.split("_")
+    camel = head + "".join(p[:1].upper() + p[1:] for p in rest)
+    return obj.get(camel, default)
+
+
+def _subagent(obj):
+    return RLMSubagent(
+        rlm_child_id=str(_field(obj, "rlm_child_id", "")),
+        active_session_id=_field(obj, "active_session_id"),
+        session_id=_field(obj, "session_id"),
+        session_name=str(_field(obj, "session_name", "")),
+        session_dir=Path(str(_field(obj, "session_dir", ""))),
+        status=str(_field(obj, "status", "")),
+    )
+
+
+def _depth_check():
+    depth_raw = os.environ.get("RLM_DEPTH", "0")
+    max_raw = os.environ.get("RLM_MAX_DEPTH", "1")
+    try:
+        depth, max_depth = int(depth_raw), int(max_raw)
+    except ValueError:
+        depth, max_depth = 0, 1
+    if depth >= max_depth:
+        raise RuntimeError(
+            "RLM recursion depth limit reached (RLM_DEPTH=%s, RLM_MAX_DEPTH=%s)" % (depth_raw, max_raw)
+        )
+
+
+def _run_payload(prompt, kwargs):
+    unsupported = sorted(k for k in kwargs if k not in ("name", "model", "thinking"))
+    if unsupported:
+        raise TypeError("Unsupported rlm.run kwargs: " + ", ".join(unsupported))
+    if not isinstance(prompt, str):
+        raise TypeError("rlm.run prompt must be a string")
+    payload = {"prompt": prompt}
+    name = kwargs.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise TypeError("rlm.run name must be a string")
+        name = name.strip()
+        if not name:
+            raise ValueError("rlm.run name must not be empty")
+        if len(name) > 64:
+            raise ValueError("rlm.run name must be at most 64 characters")
+        if name.lower() in ("*", "all", "broadcast"):
+            raise ValueError('rlm.run name "%s" is reserved' % name)
+        payload["name"] = name
+    model = kwargs.get("model")
+    if model is not None:
+        if not isinstance(model, str) or "/" not in model:
+            raise ValueError("rlm.run model must be an exact provider/id from rlm.find_models()")
+        payload["model"] = model
+    thinking = kwargs.get("thinking")
+    if thinking is not None:
+        if thinking not in THINKING_LEVELS:
+            raise ValueError("rlm.run thinking must be one of: " + ", ".join(THINKING_LEVELS))
+        payload["thinking"] = thinking
+    return payload
+
+
+async def run(prompt, **kwargs):
+    """Spawns a child agent; returns its handle at admission (never the child's answer)."""
+    payload = _run_payload(prompt, kwargs)
+    _depth_check()
+    reply = await host_request("rlm.run", payload)
+    return RLMSpawnHandle(
+        rlm_child_id=str(_field(reply, "rlm_child_id", "")),
+        name=str(_field(reply, "name", "")),
+        session_dir=Path(str(_field(reply, "session_dir", ""))),
+        model=str(_field(reply, "model", "")),
+    )
+
+
+async def find_models(query="", limit=8):
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
+        raise ValueError("rlm.find_models limit must be an integer from 1 to 20")
+    reply = await host_request("rlm.find_models", {"query": str(query), "limit": limit})
+    return [
+        RLMModel(
+            provider=str(_field(m, "provider", "")),
+            id=str(_field(m, "id", "")),
+            name=str(_field(m, "name", "")),
+            selector=str(_field(m, "selector", "")),
+        )
+        for m in _field(reply, "models", []) or []
+    ]
+
+
+async def list_subagents():
+    reply = await host_request("rlm.list_subagents", {})
+    return [_subagent(s) for s in _field(reply, "subagents", []) or []]
+
+
+async def delete_subagent(target):
+    if isinstance(target, RLMSubagent):
+        target = target.rlm_child_id
+    if not isinstance(target, str) or not target.strip():
+        raise TypeError("rlm.delete_subagent target must be a subagent id, name or RLMSubagent")
+    reply = await host_request("rlm.delete_subagent", {"target": target})
+    return _subagent(_field(reply, "subagent", reply))
+
+
+class _CallableModule(types.ModuleType):
+    """Makes `rlm(...)` an alias of `rlm.run(...)`."""
+
+    def __call__(self, prompt, **kwargs):
+        return run(prompt, **kwargs)
+
+
+# --- skills ------------------------------------------------------------------------------------
+
+class _Done(str):
+    """A skill result that is both a plain value and awaitable, so `edit(...)` and
+    `await edit(...)` both work (upstream skills are awaitable-callable)."""
+
+    def __await__(self):
+        if False:
+            yield
+        return str(self)
+
+
+class _Skill(types.ModuleType):
+    """A module whose `run` is also reachable by calling the module itself."""
+
+    def __call__(self, *args, **kwargs):
+        return self.run(*args, **kwargs)
+
+
+def _skill(name, fn, doc):
+    module = _Skill(name, doc)
+    module.run = fn
+    return module
+
+
+# Full file texts travel with a diff only up to this size; larger files send snippets only.
+_DIFF_FULL_TEXT_LIMIT = 1_000_000
+
+
+def _edit(path, old_str, new_str):
+    """Replaces the single occurrence of `old_str` in `path` with `new_str`."""
+    target = Path(os.path.expanduser(str(path)))
+    if not target.is_file():
+        raise FileNotFoundError("%s not found" % path)
+    with open(target, "r", encoding="utf-8", newline="") as f:
+        text = f.read()
+    count = text.count(old_str) if old_str else 0
+    if count == 0:
+        raise ValueError("string not found in %s" % path)
+    if count > 1:
+        raise ValueError(
+            "found %d occurrences in %s, need exactly 1 — widen the snippet to make it unique" % (count, path)
+        )
+    start = text.index(old_str)
+    new_text = text[:start] + new_str + text[start + len(old_str):]
+    with open(target, "w", encoding="utf-8", newline="") as f:
+        f.write(new_text)
+    resolved = str(target.resolve())
+    diff = {
+        "path": resolved,
+        "old_str": old_str,
+        "new_str": new_str,
+        "start_line": text.count("\n", 0, start) + 1,
+    }
+    if len(text) + len(new_text) <= _DIFF_FULL_TEXT_LIMIT:
+        diff["old_text"] = text
+        diff["new_text"] = new_text
+    emit({DIFF_MIME: diff})
+    return _Done("Edited %s" % resolved)
+
+
+_MAX_SOURCE_IMAGE_BYTES = 20_000_000
+# Without an image library the kernel cannot resize, so big images are refused instead.
+_MAX_ATTACHMENT_DATA_CHARS = 350_000
+_IMAGE_SIGNATURES = (
+    ("image/png", b"\x89PNG\r\n\x1a\n"),
+    ("image/jpeg", b"\xff\xd8\xff"),
+    ("image/gif", b"GIF87a"),
+    ("image/gif", b"GIF89a"),
+)
+
+
+def _image_mime(head):
+    for mime, prefix in _IMAGE_SIGNATURES:
+        if head.startswith(prefix):
+            return mime
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _attach_image(*paths):
+    """Loads image files into the model's context as attachments."""
+    if not paths:
+        raise ValueError("attach_image requires at least one image path")
+    loaded = []
+    for path in paths:
+        target = Path(os.path.expanduser(str(path)))
+        if not target.is_file():
+            raise FileNotFoundError("%s is not an existing regular file" % path)
+        size = target.stat().st_size
+        if size > _MAX_SOURCE_IMAGE_BYTES:
+            raise ValueError("%s is %dMB; images must be under 20MB. Resize it first." % (path, size // 1_000_000))
+        data = target.read_bytes()
+        mime = _image_mime(data[:16])
+        if mime is None:
+            raise ValueError(
+                "%s is not a supported image (PNG, JPEG, GIF, WebP). Only images can be loaded "
+                "into context; open other files in the kernel instead." % path
+            )
+        if (len(data) + 2) // 3 * 4 > _MAX_ATTACHMENT_DATA_CHARS:
+            raise ValueError(
+                "%s is too large to attach (%d bytes; at most %d base64 chars). "
+                "Resize or crop it first." % (path, size, _MAX_ATTACHMENT_DATA_CHARS)
+            )
+        loaded.append((target, mime, data))
+    info = host_request_sync("model.info")
+    inputs = info.get("input") if isinstance(info, dict) else None
+    if isinstance(inputs, list) and "image" not in inputs:
+        model_id = info.get("id") or "the current model"
+        raise RuntimeError(
+            "%s does not support vision. Tell the user to switch to a vision-capable model "
+            "to load images into context." % model_id
+        )
+    for target, mime, data in loaded:
+        emit({ATTACHMENT_MIME: {
+            "mime_type": mime,
+            "data": base64.b64encode(data).decode("ascii"),
+            "path": str(target.resolve()),
+        }})
+    return _Done("Loaded %d image(s) into context: %s" % (len(loaded), ", ".join(str(p) for p in paths)))
+
+
+edit = _skill("edit", _edit, "edit(path, old_str, new_str): replace one unique snippet in a file.")
+attach_image = _skill("attach_image", _attach_image, "attach_image(*paths): show images to the model.")
+
+
+# --- agent_message -----------------------------------------------------------------------------
+
+async def _list_agents():
+    """This agent's parent, siblings and children."""
+    return await host_request("agent_message.list_agents", {})
+
+
+async def _send(message, broadcast_message=None, *, receiver_role=None, receiver_name=None):
+    """Sends one role-addressed message, or `send("all", text)` to the whole family."""
+    if broadcast_message is not None:
+        if message != "all":
+            raise TypeError("positional agent_message.send targets are not supported; use receiver_role and receiver_name")
+        if receiver_role is not None or receiver_name is not None:
+            raise TypeError("broadcast cannot be combined with receiver_role/receiver_name")
+        payload = {"target": "all", "message": broadcast_message}
+    else:
+        if receiver_role not in ("parent", "sibling", "child"):
+            raise ValueError('receiver_role must be "parent", "sibling", or "child"')
+        if not isinstance(message, str):
+            raise TypeError("message must be str, got %s" % type(message).__name__)
+        if receiver_role == "parent":
+            if receiver_name is not None:
+                raise ValueError("receiver_name must be omitted for parent messages")
+        elif not isinstance(receiver_name, str) or not receiver_name.strip():
+            raise ValueError("receiver_name is required for sibling and child messages")
+        payload = {"message": message, "receiver_role": receiver_role}
+        if receiver_name is not None:
+            payload["receiver_name"] = receiver_name
+    reply = await host_request("agent_message.send", payload)
+    receipts = reply.get("receipts") if isinstance(reply, dict) else None
+    for receipt in receipts if isinstance(receipts, list) else [reply]:
+        if isinstance(receipt, dict):
+            emit({AGENT_MESSAGE_MIME: receipt})
+    return reply
+
+
+agent_message = types.ModuleType("agent_message", "Agent-to-agent messaging through the host.")
+agent_message.list_agents = _list_agents
+agent_message.send = _send
+
+
+class _Unavailable:
+    """A skill name that exists so the model gets a clear error instead of a NameError."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def _fail(self, *args, **kwargs):
+        raise RuntimeError("%s is not available yet in prime-agent" % self._name)
+
+    __call__ = _fail
+
+    def __getattr__(self, attr):
+        # Dunder and private lookups (repr, IPython display probes) must behave normally.
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return self._fail
+
+    def __repr__(self):
+        return "<%s: not available yet in prime-agent>" % self._name

@@ -1,0 +1,239 @@
+//! The pure half of the host–kernel protocol: frame types, their encoding, and the scanner that
+//! finds end-of-cell markers in the kernel's stdout/stderr bytes. No IO, no threads.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+/// A kernel → host frame (one JSON object per line on fd 3, tagged by `op`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum KernelFrame {
+    /// The driver is up; `engine` is `ipython` or `plain`.
+    Ready {
+        pid: i64,
+        engine: String,
+        #[serde(default)]
+        python: String,
+    },
+    /// The value of the cell's last expression (`repr`, like IPython's `execute_result`).
+    Result { id: u64, text: String },
+    Error {
+        id: u64,
+        ename: String,
+        evalue: String,
+        traceback: Vec<String>,
+    },
+    /// A display bundle (`{mime: payload}`) of MIME types the host understands.
+    Display {
+        #[serde(default)]
+        id: Option<u64>,
+        data: Map<String, Value>,
+    },
+    /// A `%%bash` subprocess group the host must kill along with the kernel.
+    ChildGroup { id: u64, pgid: i64 },
+    /// The cell finished; `status` is `ok` or `error`.
+    Done { id: u64, status: String },
+    /// A host-bridge request from Python; answered with a `host_reply` carrying the same `rid`.
+    HostRequest {
+        rid: u64,
+        #[serde(default, rename = "type")]
+        kind: Value,
+        #[serde(default)]
+        payload: Value,
+    },
+}
+
+impl KernelFrame {
+    pub fn parse(line: &[u8]) -> Result<KernelFrame, String> {
+        serde_json::from_slice(line).map_err(|e| e.to_string())
+    }
+}
+
+/// `execute {id, code}`: runs one cell.
+pub fn execute_frame(id: u64, code: &str) -> String {
+    json!({ "op": "execute", "id": id, "code": code }).to_string()
+}
+
+/// `host_reply {rid, status: "ok", result}` or `{rid, status: "error", error}`.
+pub fn reply_frame(rid: u64, reply: &Result<Value, String>) -> String {
+    match reply {
+        Ok(result) => json!({ "op": "host_reply", "rid": rid, "status": "ok", "result": result }),
+        Err(error) => json!({ "op": "host_reply", "rid": rid, "status": "error", "error": error }),
+    }
+    .to_string()
+}
+
+/// The end-of-cell marker the driver writes to fd 1 and fd 2: `\0<token>:<cell id>\0`.
+pub fn marker(token: &str, id: u64) -> Vec<u8> {
+    format!("\0{token}:{id}\0").into_bytes()
+}
+
+/// What a stdout/stderr read turned into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk {
+    Output(Vec<u8>),
+    Marker(u64),
+}
+
+/// Splits a byte stream into output and markers. A marker may arrive split across reads, so
+/// bytes that could start one are held back until the next read decides.
+#[derive(Debug)]
+pub struct MarkerScanner {
+    needle: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+/// Cell ids are u64: at most 20 digits.
+const MAX_ID_DIGITS: usize = 20;
+
+impl MarkerScanner {
+    pub fn new(token: &str) -> MarkerScanner {
+        MarkerScanner {
+            needle: format!("\0{token}:").into_bytes(),
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, data: &[u8]) -> Vec<Chunk> {
+        self.buf.extend_from_slice(data);
+        let mut out = Vec::new();
+        let emit = |out: &mut Vec<Chunk>, bytes: Vec<u8>| {
+            if !bytes.is_empty() {
+                out.push(Chunk::Output(bytes));
+            }
+        };
+        loop {
+            let Some(start) = find(&self.buf, &self.needle) else {
+                let keep = held_back(&self.buf, &self.needle);
+                let rest = self.buf.split_off(self.buf.len() - keep);
+                emit(&mut out, std::mem::replace(&mut self.buf, rest));
+                return out;
+            };
+            let digits_at = start + self.needle.len();
+            let digits = &self.buf[digits_at..];
+            let end = digits.iter().position(|b| !b.is_ascii_digit());
+            match end {
+                Some(n) if n > 0 && n <= MAX_ID_DIGITS && digits[n] == 0 => {
+                    let id = std::str::from_utf8(&digits[..n])
+                        .ok()
+                        .and_then(|s| s.parse().ok());
+                    let tail = self.buf.split_off(digits_at + n + 1);
+                    let mut head = std::mem::replace(&mut self.buf, tail);
+                    head.truncate(start);
+                    emit(&mut out, head);
+                    if let Some(id) = id {
+                        out.push(Chunk::Marker(id));
+                    }
+                }
+                None if digits.len() <= MAX_ID_DIGITS => {
+                    // Possibly a marker still arriving: keep it for the next read.
+                    let rest = self.buf.split_off(start);
+                    emit(&mut out, std::mem::replace(&mut self.buf, rest));
+                    return out;
+                }
+                _ => {
+                    // Looked like a marker but is not one: pass its first byte through as output.
+                    let rest = self.buf.split_off(start + 1);
+                    emit(&mut out, std::mem::replace(&mut self.buf, rest));
+                }
+            }
+        }
+    }
+
+    /// Whatever is held back, at end of stream.
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Length of the longest suffix of `buf` that is a proper prefix of `needle`.
+fn held_back(buf: &[u8], needle: &[u8]) -> usize {
+    (1..needle.len().min(buf.len() + 1))
+        .rev()
+        .find(|&k| buf.ends_with(&needle[..k]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(pieces: &[&[u8]]) -> (Vec<u8>, Vec<u64>) {
+        let mut s = MarkerScanner::new("tok");
+        let mut out = Vec::new();
+        let mut marks = Vec::new();
+        for p in pieces {
+            for c in s.push(p) {
+                match c {
+                    Chunk::Output(b) => out.extend(b),
+                    Chunk::Marker(id) => marks.push(id),
+                }
+            }
+        }
+        out.extend(s.finish());
+        (out, marks)
+    }
+
+    #[test]
+    fn finds_markers_even_when_split_across_reads() {
+        let whole = b"hello\n\0tok:7\0after";
+        for cut in 0..whole.len() {
+            let (out, marks) = feed(&[&whole[..cut], &whole[cut..]]);
+            assert_eq!(out, b"hello\nafter", "cut at {cut}");
+            assert_eq!(marks, vec![7], "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn passes_look_alikes_through() {
+        let (out, marks) = feed(&[b"a\0tok:x\0b", b"\0tok", b"!"]);
+        assert_eq!(out, b"a\0tok:x\0b\0tok!");
+        assert!(marks.is_empty());
+        let (out, marks) = feed(&[b"\0tok:1\0\0tok:2\0"]);
+        assert!(out.is_empty());
+        assert_eq!(marks, vec![1, 2]);
+    }
+
+    #[test]
+    fn output_is_not_held_back_needlessly() {
+        let mut s = MarkerScanner::new("tok");
+        assert_eq!(
+            s.push(b"progress 10%"),
+            vec![Chunk::Output(b"progress 10%".to_vec())]
+        );
+        assert_eq!(s.push(b"x\0t"), vec![Chunk::Output(b"x".to_vec())]);
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let f = KernelFrame::parse(br#"{"op":"done","id":3,"status":"ok"}"#).unwrap();
+        assert_eq!(
+            f,
+            KernelFrame::Done {
+                id: 3,
+                status: "ok".into()
+            }
+        );
+        let f = KernelFrame::parse(br#"{"op":"host_request","rid":1,"payload":[]}"#).unwrap();
+        assert!(matches!(
+            f,
+            KernelFrame::HostRequest {
+                rid: 1,
+                kind: Value::Null,
+                ..
+            }
+        ));
+        assert!(KernelFrame::parse(b"not json").is_err());
+        let v: Value = serde_json::from_str(&execute_frame(1, "print(1)")).unwrap();
+        assert_eq!(v, json!({"op":"execute","id":1,"code":"print(1)"}));
+        let v: Value = serde_json::from_str(&reply_frame(2, &Err("no".into()))).unwrap();
+        assert_eq!(
+            v,
+            json!({"op":"host_reply","rid":2,"status":"error","error":"no"})
+        );
+    }
+}

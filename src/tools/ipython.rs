@@ -1,0 +1,481 @@
+//! The `ipython` tool (behaviour spec §3.2): runs a cell in the persistent Python kernel of
+//! `crate::kernel` and turns what it produced into a `ToolOutput` — result text, diffs from the
+//! `edit` skill, image attachments.
+//!
+//! Policy lives here, mechanism in `kernel`: the kernel starts lazily on the first cell, a
+//! kernel that died or had to be killed is replaced on the next cell, and that cell's result
+//! starts with the kernel-reset notice so the model knows its variables are gone.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::{Tool, ToolContext, ToolOutput};
+use crate::events::{Attachment, FileDiff, Image, IpythonDetails};
+use crate::kernel::{
+    find_python, Capture, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
+};
+use crate::provider::ToolSpec;
+
+pub const NAME: &str = "ipython";
+
+const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls, and are revived on a best-effort basis when a session is resumed (objects that cannot be serialized are dropped and reported). Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
+
+const CODE_DESCRIPTION: &str = "Python scratchpad code or `%%bash` shell cells to execute in the agent kernel. Use the target project's own environment for project imports, tests, scripts, CLIs, and dependency checks instead of direct kernel imports.";
+
+/// Prefixed to the first result after the kernel was restarted (spec §3.2, verbatim).
+pub const KERNEL_RESET_NOTICE: &str = "<ipython_kernel_reset>\nThe IPython kernel was restarted after a previous interrupted cell kept running. Variables, imports, async tasks, and open resources from before the restart are no longer available; recreate them before using them.\n</ipython_kernel_reset>\n\n";
+
+/// Each of stdout, stderr, result and traceback is capped at this many chars.
+pub const OUTPUT_CAP_CHARS: usize = 65_536;
+const TRUNCATION_SUFFIX: &str = "\n[... output truncated at 65536 chars ...]";
+
+/// One attachment's base64 payload above this is dropped (spec §3.2).
+const MAX_ATTACHMENT_CHARS: usize = 10_000_000;
+
+const DIFF_MIME: &str = "application/vnd.prime-agent.diff+json";
+const ATTACHMENT_MIME: &str = "application/vnd.prime-agent.attachment+json";
+
+/// `in_progress` output is rebuilt at most this often (the turn throttles too, but building
+/// the text for every chunk of a chatty cell would cost O(n²)).
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The kernel slot: at most one kernel, used by one cell at a time.
+#[derive(Default)]
+struct Slot {
+    kernel: Option<Kernel>,
+    /// The previous kernel died or was killed: the next start is a restart.
+    lost: bool,
+}
+
+pub struct IpythonTool {
+    python: PathBuf,
+    handler: Arc<dyn HostHandler>,
+    slot: Mutex<Slot>,
+    /// This session's local harness dir (`RLM_HARNESS_STATE_DIR`), under the OS temp dir.
+    harness_dir: PathBuf,
+}
+
+impl IpythonTool {
+    /// A tool running `python` that answers host requests with `handler`.
+    pub fn new(python: PathBuf, handler: Arc<dyn HostHandler>) -> IpythonTool {
+        let harness_dir = std::env::temp_dir().join(format!(
+            "prime-agent-session-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        IpythonTool {
+            python,
+            handler,
+            slot: Mutex::new(Slot::default()),
+            harness_dir: harness_dir.join("harness"),
+        }
+    }
+
+    /// The tool with the default host handler, or `None` (and a warning, once per process)
+    /// when no Python is installed.
+    pub fn detect() -> Option<IpythonTool> {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        match find_python() {
+            Some(python) => Some(IpythonTool::new(
+                python,
+                Arc::new(DefaultHostHandler::default()),
+            )),
+            None => {
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    log::warn!("No python3 found (PRIME_AGENT_KERNEL_PYTHON, python3, python on PATH): the ipython tool is not offered.");
+                }
+                None
+            }
+        }
+    }
+
+    fn config(&self, cwd: &Path) -> KernelConfig {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let agent_dir = crate::setup::agent_dir();
+        let path = |p: PathBuf| p.display().to_string();
+        KernelConfig {
+            python: self.python.clone(),
+            cwd: cwd.to_path_buf(),
+            env: vec![
+                (
+                    "RLM_DEPTH".into(),
+                    var("RLM_DEPTH").unwrap_or_else(|| "0".into()),
+                ),
+                (
+                    "RLM_MAX_DEPTH".into(),
+                    var("RLM_MAX_DEPTH").unwrap_or_else(|| "1".into()),
+                ),
+                (
+                    "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
+                    var("RLM_GLOBAL_HARNESS_STATE_DIR")
+                        .unwrap_or_else(|| path(agent_dir.join("harness"))),
+                ),
+                (
+                    "RLM_HARNESS_STATE_DIR".into(),
+                    var("RLM_HARNESS_STATE_DIR").unwrap_or_else(|| path(self.harness_dir.clone())),
+                ),
+                ("PRIME_AGENT_CODING_AGENT_DIR".into(), path(agent_dir)),
+                ("NO_COLOR".into(), "1".into()),
+            ],
+        }
+    }
+}
+
+impl Drop for IpythonTool {
+    fn drop(&mut self) {
+        // The session-local harness lives only as long as the session (spec §4.1 "ephemeral").
+        if let Some(session_dir) = self.harness_dir.parent() {
+            let _ = std::fs::remove_dir_all(session_dir);
+        }
+    }
+}
+
+impl Tool for IpythonTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: NAME.to_owned(),
+            description: DESCRIPTION.to_owned(),
+            parameters: json!({
+                "type": "object",
+                "required": ["code"],
+                "properties": { "code": { "type": "string", "description": CODE_DESCRIPTION } },
+            }),
+        }
+    }
+
+    fn run(&self, args: &Value, ctx: &mut ToolContext<'_>) -> ToolOutput {
+        let Some(code) = args.get("code").and_then(Value::as_str) else {
+            return ToolOutput::error("The ipython tool needs a string argument \"code\".");
+        };
+        // Cells are serialised per kernel (spec §3.2); a poisoned lock only means an earlier
+        // cell panicked, and the slot is still consistent.
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.kernel.as_mut().is_some_and(|k| !k.is_alive()) {
+            slot.kernel = None;
+            slot.lost = true;
+        }
+        let mut restarted = false;
+        let kernel = match &mut slot.kernel {
+            Some(kernel) => kernel,
+            None => match Kernel::start(&self.config(ctx.cwd), self.handler.clone(), ctx.abort) {
+                Ok(kernel) => {
+                    restarted = std::mem::take(&mut slot.lost);
+                    slot.kernel.insert(kernel)
+                }
+                Err(e) => {
+                    return ToolOutput::error(format!("Failed to start the Python kernel: {e}"))
+                }
+            },
+        };
+        let abort = ctx.abort;
+        let progress = &mut *ctx.progress;
+        let mut last: Option<Instant> = None;
+        let run = kernel.execute(code, abort, &mut |out, err| {
+            if last.is_some_and(|t| t.elapsed() < PROGRESS_INTERVAL) {
+                return;
+            }
+            last = Some(Instant::now());
+            progress(&progress_text(out, err));
+        });
+        if matches!(run.end, CellEnd::Killed | CellEnd::Died(_)) {
+            slot.kernel = None;
+            slot.lost = true;
+        }
+        cell_output(run, restarted)
+    }
+}
+
+fn progress_text(out: &Capture, err: &Capture) -> String {
+    let (out, err) = (out.text(), err.text());
+    if err.is_empty() {
+        out
+    } else if out.is_empty() {
+        err
+    } else {
+        format!("{out}\n{err}")
+    }
+}
+
+/// Caps `text` at `OUTPUT_CAP_CHARS` chars with the spec's suffix; `truncated` forces the
+/// suffix when bytes were already dropped while capturing.
+pub fn cap(text: &str, truncated: bool) -> String {
+    match text.char_indices().nth(OUTPUT_CAP_CHARS) {
+        Some((at, _)) => format!("{}{TRUNCATION_SUFFIX}", &text[..at]),
+        None if truncated => format!("{text}{TRUNCATION_SUFFIX}"),
+        None => text.to_owned(),
+    }
+}
+
+/// The result text (spec §3.2): stdout, then stderr, then the last expression's value, then
+/// the traceback, each on its own line. Empty parts are skipped, so a cell that only has a
+/// value does not start with a blank line.
+pub fn result_text(parts: &[&str]) -> String {
+    let mut text = String::new();
+    for part in parts.iter().filter(|p| !p.is_empty()) {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(part);
+    }
+    text
+}
+
+/// What the tool returns for a finished cell.
+fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
+    let mut stderr_extra = Vec::new();
+    let mut failed = false;
+    let mut attachments = Vec::new();
+    let mut diffs: Vec<&Map<String, Value>> = Vec::new();
+    for bundle in &run.displays {
+        for (mime, payload) in bundle {
+            let (mime_type, data, path) = match mime.as_str() {
+                DIFF_MIME => {
+                    if let Some(d) = payload.as_object() {
+                        diffs.push(d);
+                    }
+                    continue;
+                }
+                ATTACHMENT_MIME => (
+                    payload
+                        .get("mime_type")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    payload.get("data").and_then(Value::as_str),
+                    payload
+                        .get("path")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                ),
+                m if m.starts_with("image/") => (Some(m.to_owned()), payload.as_str(), None),
+                _ => continue,
+            };
+            let Some(data) = data else { continue };
+            if data.len() > MAX_ATTACHMENT_CHARS {
+                stderr_extra.push("attachment dropped: exceeds 10000000 base64 chars");
+                failed = true;
+                continue;
+            }
+            attachments.push(Attachment {
+                mime_type,
+                path,
+                data: Some(data.to_owned()),
+            });
+        }
+    }
+    let mut traceback = run
+        .error
+        .as_ref()
+        .map(|e| e.traceback.join("\n"))
+        .unwrap_or_default();
+    let mut note = |line: &str| {
+        if !traceback.is_empty() {
+            traceback.push('\n');
+        }
+        traceback.push_str(line);
+    };
+    let aborted = match &run.end {
+        CellEnd::Done { ok } => {
+            failed |= !ok || run.error.is_some();
+            false
+        }
+        CellEnd::Interrupted => true,
+        CellEnd::Killed => {
+            note("The cell did not stop within 1 s of the interrupt, so the Python kernel was killed. It restarts on the next cell.");
+            true
+        }
+        CellEnd::Died(how) => {
+            note(&format!("{how} It restarts on the next cell."));
+            failed = true;
+            false
+        }
+    };
+    let mut stderr = run.stderr.text();
+    for line in stderr_extra {
+        if !stderr.is_empty() && !stderr.ends_with('\n') {
+            stderr.push('\n');
+        }
+        stderr.push_str(line);
+    }
+    let stdout = cap(&run.stdout.text(), run.stdout.truncated);
+    let stderr = cap(&stderr, run.stderr.truncated);
+    let result = cap(run.result.as_deref().unwrap_or(""), false);
+    let traceback = cap(&traceback, false);
+    let mut text = result_text(&[&stdout, &stderr, &result, &traceback]);
+    if restarted {
+        text.insert_str(0, KERNEL_RESET_NOTICE);
+    }
+    let images = attachments
+        .iter()
+        .filter_map(|a| {
+            let mime = a.mime_type.as_deref().filter(|m| m.starts_with("image/"))?;
+            Some(Image {
+                data: a.data.clone()?,
+                mime_type: mime.to_owned(),
+            })
+        })
+        .collect();
+    ToolOutput {
+        text,
+        is_error: failed || aborted,
+        diff: file_diff(&diffs),
+        images,
+        ipython: Some(IpythonDetails {
+            diff_count: diffs.len(),
+            attachments,
+        }),
+    }
+}
+
+/// One ACP diff for the first edited file: its text before the first edit and after the last.
+/// Without full texts (large files), the edited snippets stand in.
+fn file_diff(diffs: &[&Map<String, Value>]) -> Option<FileDiff> {
+    let s = |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_str).map(str::to_owned);
+    let first = diffs.first()?;
+    let path = s(first, "path")?;
+    let last = diffs
+        .iter()
+        .rev()
+        .find(|d| s(d, "path").as_deref() == Some(path.as_str()))?;
+    Some(FileDiff {
+        old_text: s(first, "old_text").or_else(|| s(first, "old_str")),
+        new_text: s(last, "new_text")
+            .or_else(|| s(last, "new_str"))
+            .unwrap_or_default(),
+        path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::CellError;
+
+    fn run(stdout: &str, end: CellEnd) -> CellRun {
+        CellRun {
+            stdout: Capture {
+                bytes: stdout.as_bytes().to_vec(),
+                truncated: false,
+            },
+            stderr: Capture::default(),
+            result: None,
+            error: None,
+            displays: Vec::new(),
+            end,
+        }
+    }
+
+    #[test]
+    fn spec_is_exact() {
+        let tool = IpythonTool::new("python3".into(), Arc::new(DefaultHostHandler::default()));
+        let spec = tool.spec();
+        assert_eq!(spec.name, "ipython");
+        assert!(spec
+            .description
+            .starts_with("Execute Python scratchpad code and `%%bash`"));
+        assert_eq!(spec.parameters["required"], json!(["code"]));
+        assert_eq!(
+            spec.parameters["properties"]["code"]["description"],
+            CODE_DESCRIPTION
+        );
+    }
+
+    #[test]
+    fn text_layout_and_caps() {
+        assert_eq!(
+            result_text(&["out\n", "err\n", "42", "Traceback"]),
+            "out\n\nerr\n\n42\nTraceback"
+        );
+        assert_eq!(result_text(&["", "", "2", ""]), "2");
+        assert_eq!(result_text(&["", "", "", ""]), "");
+        let long = "é".repeat(OUTPUT_CAP_CHARS + 1);
+        let capped = cap(&long, false);
+        assert!(capped.ends_with("\n[... output truncated at 65536 chars ...]"));
+        assert_eq!(
+            capped.chars().count(),
+            OUTPUT_CAP_CHARS + TRUNCATION_SUFFIX.chars().count()
+        );
+        assert_eq!(cap("short", false), "short");
+        assert_eq!(cap("short", true), format!("short{TRUNCATION_SUFFIX}"));
+    }
+
+    #[test]
+    fn statuses_and_notices() {
+        let ok = cell_output(run("42\n", CellEnd::Done { ok: true }), false);
+        assert_eq!((ok.text.as_str(), ok.is_error), ("42\n", false));
+        let restarted = cell_output(run("1\n", CellEnd::Done { ok: true }), true);
+        assert_eq!(restarted.text, format!("{KERNEL_RESET_NOTICE}1\n"));
+        assert!(KERNEL_RESET_NOTICE.starts_with("<ipython_kernel_reset>\nThe IPython kernel was restarted after a previous interrupted cell kept running."));
+        let mut failed = run("", CellEnd::Done { ok: false });
+        failed.error = Some(CellError {
+            ename: "ZeroDivisionError".into(),
+            evalue: "division by zero".into(),
+            traceback: vec!["a".into(), "ZeroDivisionError: division by zero".into()],
+        });
+        let failed = cell_output(failed, false);
+        assert!(failed.is_error);
+        assert_eq!(failed.text, "a\nZeroDivisionError: division by zero");
+        assert!(cell_output(run("", CellEnd::Interrupted), false).is_error);
+        let killed = cell_output(run("x", CellEnd::Killed), false);
+        assert!(killed.is_error && killed.text.contains("kernel was killed"));
+        let died = cell_output(
+            run(
+                "",
+                CellEnd::Died("The Python kernel died (killed by signal 9, SIGKILL).".into()),
+            ),
+            false,
+        );
+        assert!(died.is_error && died.text.starts_with("The Python kernel died"));
+    }
+
+    #[test]
+    fn displays_become_diffs_and_attachments() {
+        let mut r = run("", CellEnd::Done { ok: true });
+        let bundle = |v: Value| v.as_object().cloned().unwrap();
+        r.displays = vec![
+            bundle(
+                json!({DIFF_MIME: {"path": "/p/a.txt", "old_str": "a", "new_str": "b", "start_line": 1, "old_text": "a\n", "new_text": "b\n"}}),
+            ),
+            bundle(
+                json!({DIFF_MIME: {"path": "/p/a.txt", "old_str": "b", "new_str": "c", "start_line": 1, "old_text": "b\n", "new_text": "c\n"}}),
+            ),
+            bundle(
+                json!({ATTACHMENT_MIME: {"mime_type": "image/png", "data": "aGVsbG8=", "path": "/p/x.png"}}),
+            ),
+            bundle(
+                json!({ATTACHMENT_MIME: {"mime_type": "image/png", "data": "A".repeat(MAX_ATTACHMENT_CHARS + 4)}}),
+            ),
+        ];
+        let out = cell_output(r, false);
+        let details = out.ipython.clone().unwrap();
+        assert_eq!(details.diff_count, 2);
+        assert_eq!(details.attachments.len(), 1);
+        assert_eq!(
+            crate::events::base64_decoded_len(details.attachments[0].data.as_deref().unwrap()),
+            5
+        );
+        assert_eq!(
+            out.diff,
+            Some(FileDiff {
+                path: "/p/a.txt".into(),
+                old_text: Some("a\n".into()),
+                new_text: "c\n".into()
+            })
+        );
+        assert_eq!(
+            out.images,
+            vec![Image {
+                data: "aGVsbG8=".into(),
+                mime_type: "image/png".into()
+            }]
+        );
+        assert!(out.is_error);
+        assert_eq!(
+            out.text,
+            "attachment dropped: exceeds 10000000 base64 chars"
+        );
+    }
+}
