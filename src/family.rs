@@ -236,6 +236,22 @@ pub fn completion_notice(name: &str, id: &str, status: ChildStatus, detail: &str
     }
 }
 
+/// `RLM_MAX_DEPTH` from the environment, else 1 (§4.3).
+pub fn max_depth() -> u32 {
+    std::env::var("RLM_MAX_DEPTH")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1)
+}
+
+/// `RLM_DEPTH` of the session's main agent: from the environment (a nested prime-agent), else 0.
+pub fn root_depth() -> u32 {
+    std::env::var("RLM_DEPTH")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The depth refusal of §4.3, verbatim.
 pub fn depth_refusal(depth: u32, max_depth: u32) -> Option<String> {
     (depth >= max_depth).then(|| {

@@ -17,6 +17,7 @@ pub mod provider;
 pub mod rpc;
 pub mod setup;
 pub mod stop_reason;
+pub mod subagents;
 pub mod tools;
 pub mod transport;
 pub mod turn;

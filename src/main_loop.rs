@@ -1,9 +1,10 @@
 //! The main loop: one closed `Event` enum, one `select!`, one `match`.
 //!
 //! This is the only code that sends to the client, and the only owner of session state. It
-//! blocks only in its `select!`. Turn workers report back through `TurnMsg`; their events are
-//! mapped to `session/update`s here, in order, with the `_meta` envelope, so "every update of a
-//! turn is written before its response and none after" holds by construction.
+//! blocks only in its `select!`. Turn workers report back through `TurnMsg` and the subagent
+//! family through `FamilyMsg`; their events are mapped to `session/update`s here, in order, with
+//! the `_meta` envelope, so "every update of a turn is written before its response and none
+//! after" holds by construction.
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -13,13 +14,17 @@ use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
-use crate::acp::{self, McpServer};
+use crate::acp::{self, McpServer, UserPrompt};
 use crate::events::{bash_tool_call_id, to_session_updates, AgentEvent, MappingState};
+use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::stop_reason::{acp_stop_reason, StopReason};
+use crate::subagents::{Family, FamilyMsg};
 use crate::transport::{Connection, Inbound};
-use crate::turn::{spawn_turn, Agent, Conversation, TurnMsg, TurnMsgKind, TurnOutcome};
+use crate::turn::{
+    spawn_turn, Agent, AgentCtx, Conversation, TurnInput, TurnMsg, TurnMsgKind, TurnOutcome,
+};
 
 pub const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
@@ -37,6 +42,15 @@ const UNSUPPORTED: &[&str] = &[
     "session/set_model",
 ];
 
+/// How long a cancelled turn may take to report its last updates (killed children, the final
+/// `failed` tool update) before the prompt is answered without them. Abort hooks make the
+/// usual case well under a millisecond.
+const CANCEL_GRACE: Duration = Duration::from_millis(250);
+
+/// How long a new prompt waits for the previous turn's subagents to settle before the previous
+/// turn's terminal update is published as it stands (the later upstream behaviour: bounded).
+const QUIESCENCE_WAIT: Duration = Duration::from_secs(3);
+
 /// How the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -50,29 +64,42 @@ enum Event {
     Client(Incoming),
     ClientClosed,
     Turn(TurnMsg),
+    Family(FamilyMsg),
     Signal,
-    /// A cancelled turn did not finish within `CANCEL_GRACE`.
-    CancelDeadline,
+    /// A deadline passed: a cancelled turn's grace, or a queued prompt's quiescence wait.
+    Timer,
 }
 
 struct Session {
     id: String,
+    /// Routes family news: a closed session's late news is dropped.
+    generation: u64,
     mapping: MappingState,
     /// Last `eventSequence` used; strictly increasing per session, starting at 1.
     sequence: u64,
     /// Last `promptTurnId` allocated (1, 2, 3, …).
     prompt_counter: u64,
     conversation: Arc<Mutex<Conversation>>,
+    /// The main agent: its tools (and kernel) answer host requests through `family`.
+    ctx: Arc<AgentCtx>,
+    family: Arc<Family>,
+    attribution: Attribution,
     active: Option<ActiveTurn>,
+    /// A prompt that arrived while unsolicited work ran or the previous turn was settling.
+    queued: Option<QueuedPrompt>,
+    /// The last committed prompt turn, until its terminal-quiescence update is published.
+    pending_terminal: Option<PendingTerminal>,
     /// A `session/close` waiting for the cancelled turn to settle.
     closing: Option<RequestId>,
-    /// Validated and kept for the kernel's `mcp` object.
-    #[allow(dead_code)] // Read once the kernel lands (issue 4); validated today.
+    /// Validated at `session/new`; not yet offered to the kernel (there is no MCP client).
+    #[allow(dead_code)] // Kept so the session owns what the client configured.
     mcp_servers: Vec<McpServer>,
 }
 
 struct ActiveTurn {
-    request: RequestId,
+    /// `None` for a turn nobody prompted (an agent message or a child's result arrived).
+    request: Option<RequestId>,
+    /// The `promptTurnId` its updates carry (0 for unsolicited turns).
     prompt_turn_id: u64,
     /// Routing key of the worker's messages.
     turn: u64,
@@ -85,10 +112,17 @@ struct ActiveTurn {
     open_tool_calls: Vec<String>,
 }
 
-/// How long a cancelled turn may take to report its last updates (killed children, the final
-/// `failed` tool update) before the prompt is answered without them. Abort hooks make the
-/// usual case well under a millisecond.
-const CANCEL_GRACE: Duration = Duration::from_millis(250);
+struct QueuedPrompt {
+    request: RequestId,
+    prompt: UserPrompt,
+    /// When the wait for the previous turn's quiescence gives up.
+    deadline: Instant,
+}
+
+struct PendingTerminal {
+    prompt_turn_id: u64,
+    ok: bool,
+}
 
 struct MainLoop {
     out: Sender<Vec<u8>>,
@@ -96,7 +130,10 @@ struct MainLoop {
     session: Option<Session>,
     turn_tx: Sender<TurnMsg>,
     turn_rx: Receiver<TurnMsg>,
+    family_tx: Sender<FamilyMsg>,
+    family_rx: Receiver<FamilyMsg>,
     next_turn: u64,
+    next_generation: u64,
     /// The newest turn worker; each new worker joins its predecessor.
     last_worker: Option<JoinHandle<()>>,
     version: String,
@@ -106,18 +143,22 @@ struct MainLoop {
 /// writer drains and exits once this returns.
 pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: &str) -> Exit {
     let (turn_tx, turn_rx) = unbounded();
+    let (family_tx, family_rx) = unbounded();
     let mut ml = MainLoop {
         out: conn.sender,
         agent,
         session: None,
         turn_tx,
         turn_rx,
+        family_tx,
+        family_rx,
         next_turn: 0,
+        next_generation: 0,
         last_worker: None,
         version: version.to_owned(),
     };
     let exit = loop {
-        let timer = match ml.cancel_deadline() {
+        let timer = match ml.next_deadline() {
             Some(deadline) => crossbeam_channel::at(deadline),
             None => crossbeam_channel::never(),
         };
@@ -130,17 +171,22 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
                 Ok(m) => Event::Turn(m),
                 Err(_) => continue, // Unreachable: the loop holds a sender.
             },
+            recv(ml.family_rx) -> msg => match msg {
+                Ok(m) => Event::Family(m),
+                Err(_) => continue, // Unreachable: the loop holds a sender.
+            },
             recv(signals) -> _ => Event::Signal,
-            recv(timer) -> _ => Event::CancelDeadline,
+            recv(timer) -> _ => Event::Timer,
         };
         match event {
             Event::Client(msg) => ml.on_client(msg),
             Event::Turn(msg) => ml.on_turn(msg),
-            Event::CancelDeadline => ml.settle_cancelled(),
+            Event::Family(msg) => ml.on_family(msg),
+            Event::Timer => ml.on_timer(),
             Event::ClientClosed => break Exit::ClientClosed,
             Event::Signal => {
                 // The client may still be reading: answer the running prompt first.
-                ml.cancel_active();
+                ml.cancel_session_work();
                 ml.settle_blocking();
                 break Exit::Signal;
             }
@@ -235,13 +281,20 @@ impl MainLoop {
             acp::SESSION_CANCEL => self.session_cancel(params),
             acp::CANCEL_REQUEST => {
                 let target = params.get("requestId").cloned().unwrap_or(Value::Null);
-                let matches = self
-                    .session
+                let Some(session) = self.session.as_ref() else {
+                    return;
+                };
+                let running = session
+                    .active
                     .as_ref()
-                    .and_then(|s| s.active.as_ref())
-                    .is_some_and(|a| a.request.0 == target);
-                if matches {
-                    self.cancel_active();
+                    .and_then(|a| a.request.as_ref())
+                    .is_some_and(|r| r.0 == target);
+                let queued = session
+                    .queued
+                    .as_ref()
+                    .is_some_and(|q| q.request.0 == target);
+                if running || queued {
+                    self.cancel_session_work();
                 }
             }
             other => log::debug!("ignoring notification {other}"),
@@ -254,13 +307,27 @@ impl MainLoop {
             return Err(RpcError::internal(ONE_SESSION));
         }
         let id = uuid::Uuid::new_v4().to_string();
+        self.next_generation += 1;
+        let family = Family::new(
+            self.next_generation,
+            self.agent.clone(),
+            id.clone(),
+            self.family_tx.clone(),
+        );
+        let ctx = Arc::new(family.main_ctx());
         self.session = Some(Session {
             id: id.clone(),
+            generation: self.next_generation,
             mapping: MappingState::default(),
             sequence: 0,
             prompt_counter: 0,
             conversation: Arc::new(Mutex::new(Conversation::default())),
+            ctx,
+            family,
+            attribution: Attribution::default(),
             active: None,
+            queued: None,
+            pending_terminal: None,
             closing: None,
             mcp_servers: p.mcp_servers,
         });
@@ -275,13 +342,10 @@ impl MainLoop {
 
     fn session_prompt(&mut self, id: &RequestId, params: &Value) -> Result<(), RpcError> {
         let (session_id, prompt) = acp::parse_prompt(params)?;
-        let session = match self.session.as_mut() {
-            Some(s) if s.id == session_id => s,
-            _ => {
-                return Err(RpcError::internal(format!(
-                    "Unknown ACP session: {session_id}"
-                )))
-            }
+        let Some(session) = self.session.as_mut().filter(|s| s.id == session_id) else {
+            return Err(RpcError::internal(format!(
+                "Unknown ACP session: {session_id}"
+            )));
         };
         if session.closing.is_some() {
             return Err(RpcError::internal(format!(
@@ -294,32 +358,20 @@ impl MainLoop {
                     "ACP session is cancelling: {session_id}"
                 )))
             }
-            Some(_) => return Err(RpcError::internal(PROMPT_RUNNING)),
-            None => {}
+            Some(a) if a.request.is_some() => return Err(RpcError::internal(PROMPT_RUNNING)),
+            _ => {}
         }
-        self.next_turn += 1;
-        let turn = self.next_turn;
-        let handle = spawn_turn(
-            turn,
-            self.agent.clone(),
-            session.conversation.clone(),
-            prompt,
-            self.last_worker.take(),
-            self.turn_tx.clone(),
-        )
-        .map_err(|e| {
-            RpcError::internal(format!("{TURN_FAILED}could not start the turn thread: {e}"))
-        })?;
-        self.last_worker = Some(handle.thread);
-        session.prompt_counter += 1;
-        session.active = Some(ActiveTurn {
+        if session.queued.is_some() {
+            return Err(RpcError::internal(PROMPT_RUNNING));
+        }
+        // Behind unsolicited work or a settling previous turn, the prompt waits its turn
+        // (bounded by QUIESCENCE_WAIT for the latter) instead of being refused.
+        session.queued = Some(QueuedPrompt {
             request: id.clone(),
-            prompt_turn_id: session.prompt_counter,
-            turn,
-            abort: handle.abort,
-            cancel_deadline: None,
-            open_tool_calls: Vec::new(),
+            prompt,
+            deadline: Instant::now() + QUIESCENCE_WAIT,
         });
+        self.advance();
         Ok(())
     }
 
@@ -328,10 +380,10 @@ impl MainLoop {
             log::warn!("ignoring session/cancel without a sessionId");
             return;
         };
-        // Never cancel another session's turn; a cancel with nothing running is a no-op, and
-        // duplicates coalesce because the first one already answered the prompt.
+        // Never cancel another session's work; with nothing running it is a no-op, and
+        // duplicates coalesce.
         if self.session.as_ref().is_some_and(|s| s.id == session_id) {
-            self.cancel_active();
+            self.cancel_session_work();
         }
     }
 
@@ -349,33 +401,84 @@ impl MainLoop {
                 "ACP session is already closing: {session_id}"
             )));
         }
-        if session.active.is_none() {
-            self.session = None;
-            return Ok(Some(json!({})));
-        }
         session.closing = Some(id.clone());
-        self.cancel_active();
+        self.cancel_session_work();
+        if self.session.as_ref().is_some_and(|s| s.active.is_none()) {
+            self.finish_close();
+        }
         Ok(None)
     }
 
-    /// Aborts the running turn. Its prompt is answered `cancelled` when the worker reports back
-    /// (with every update it queued, including the final `failed` tool updates) or after
-    /// `CANCEL_GRACE`; duplicate cancels coalesce.
-    fn cancel_active(&mut self) {
-        let Some(active) = self.session.as_mut().and_then(|s| s.active.as_mut()) else {
+    fn finish_close(&mut self) {
+        let Some(mut session) = self.session.take() else {
             return;
         };
-        if active.cancel_deadline.is_none() {
-            active.cancel_deadline = Some(Instant::now() + CANCEL_GRACE);
-            active.abort.abort();
+        session.family.close();
+        if let Some(close_id) = session.closing.take() {
+            self.respond(&close_id, Ok(json!({})));
         }
     }
 
-    fn cancel_deadline(&self) -> Option<Instant> {
-        self.session
+    /// `session/cancel` semantics (§1.6): abort the running turn (answered `cancelled` once it
+    /// settles), cancel every subagent, drop queued agent messages, answer a queued prompt
+    /// `cancelled`, and publish no terminal update for the interrupted turn.
+    fn cancel_session_work(&mut self) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        session.family.cancel_all();
+        session.pending_terminal = None;
+        let queued = session.queued.take();
+        if let Some(active) = session.active.as_mut() {
+            if active.cancel_deadline.is_none() {
+                active.cancel_deadline = Some(Instant::now() + CANCEL_GRACE);
+                active.abort.abort();
+            }
+        }
+        if let Some(q) = queued {
+            self.respond(
+                &q.request,
+                Ok(json!({ "stopReason": StopReason::Cancelled.as_str() })),
+            );
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let session = self.session.as_ref()?;
+        let cancel = session.active.as_ref().and_then(|a| a.cancel_deadline);
+        let queued = session
+            .queued
             .as_ref()
-            .and_then(|s| s.active.as_ref())
+            .filter(|_| session.pending_terminal.is_some())
+            .map(|q| q.deadline);
+        cancel.into_iter().chain(queued).min()
+    }
+
+    fn on_timer(&mut self) {
+        let now = Instant::now();
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if session
+            .active
+            .as_ref()
             .and_then(|a| a.cancel_deadline)
+            .is_some_and(|d| d <= now)
+        {
+            self.settle_cancelled();
+        }
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let waited_out = session.queued.as_ref().is_some_and(|q| q.deadline <= now);
+        if waited_out {
+            if let Some(pending) = session.pending_terminal.take() {
+                // The previous turn's subagents are still working: publish its terminal update
+                // as it stands (outstandingSubagents > 0) rather than hold the prompt forever.
+                self.publish_terminal(pending);
+            }
+        }
+        self.advance();
     }
 
     /// Answers a cancelled turn: closes its open tool calls for the client, responds
@@ -385,6 +488,7 @@ impl MainLoop {
         let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) else {
             return;
         };
+        self.set_busy(false);
         for id in &active.open_tool_calls {
             let update = json!({
                 "sessionUpdate": "tool_call_update",
@@ -394,22 +498,160 @@ impl MainLoop {
             });
             self.publish(update, active.prompt_turn_id, Phase::Event, None);
         }
-        let result = json!({ "stopReason": acp_stop_reason(true, None).as_str() });
-        self.respond(&active.request, Ok(result));
-        if let Some(close_id) = self.session.as_mut().and_then(|s| s.closing.take()) {
-            self.session = None;
-            self.respond(&close_id, Ok(json!({})));
+        if let Some(request) = &active.request {
+            let result = json!({ "stopReason": acp_stop_reason(true, None).as_str() });
+            self.respond(request, Ok(result));
+        }
+        if self.session.as_ref().is_some_and(|s| s.closing.is_some()) {
+            self.finish_close();
+        } else {
+            self.advance();
         }
     }
 
     /// On the way out: wait (bounded) for a cancelled turn to report, then answer it.
     fn settle_blocking(&mut self) {
-        while let Some(deadline) = self.cancel_deadline() {
+        while let Some(deadline) = self
+            .session
+            .as_ref()
+            .and_then(|s| s.active.as_ref())
+            .and_then(|a| a.cancel_deadline)
+        {
             match self.turn_rx.recv_deadline(deadline) {
                 Ok(msg) => self.on_turn(msg),
                 Err(_) => self.settle_cancelled(),
             }
         }
+    }
+
+    fn set_busy(&self, busy: bool) {
+        if let Some(s) = &self.session {
+            s.family.set_main_busy(busy);
+        }
+    }
+
+    /// Moves the session forward when nothing runs: publish a settled turn's terminal update,
+    /// run the main agent on messages waiting in its inbox, or start the queued prompt.
+    fn advance(&mut self) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if session.active.is_some() || session.closing.is_some() {
+            return;
+        }
+        // Outstanding first: it takes the family lock, so a child that just finished has also
+        // finished putting its completion notice in the inbox.
+        let outstanding = session.family.outstanding();
+        let inbox_waiting = !session.ctx.inbox.is_empty();
+        let settled = outstanding == 0 && !inbox_waiting;
+        if settled {
+            if let Some(pending) = session.pending_terminal.take() {
+                self.publish_terminal(pending);
+            }
+        }
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if inbox_waiting {
+            self.start_turn(None, TurnInput::Inbox);
+        } else if session.pending_terminal.is_none() {
+            if let Some(q) = session.queued.take() {
+                self.start_turn(Some(q.request), TurnInput::Prompt(q.prompt));
+            }
+        }
+    }
+
+    fn publish_terminal(&mut self, pending: PendingTerminal) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let q = Quiescence {
+            outstanding_subagents: session.family.outstanding(),
+            remaining_autonomous_continuations: 0,
+        };
+        session.attribution.seal(pending.prompt_turn_id);
+        self.publish(
+            meta::quiescence_update(q),
+            pending.prompt_turn_id,
+            Phase::TerminalQuiescence,
+            Some(pending.ok),
+        );
+    }
+
+    /// Starts a turn of the main agent: a client prompt (`request` is its id) or an
+    /// unsolicited turn over the inbox.
+    fn start_turn(&mut self, request: Option<RequestId>, input: TurnInput) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        self.next_turn += 1;
+        let turn = self.next_turn;
+        let spawned = spawn_turn(
+            turn,
+            session.ctx.clone(),
+            session.conversation.clone(),
+            input,
+            self.last_worker.take(),
+            self.turn_tx.clone(),
+        );
+        let handle = match spawned {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(request) = request {
+                    let err = RpcError::internal(format!(
+                        "{TURN_FAILED}could not start the turn thread: {e}"
+                    ));
+                    self.respond(&request, Err(err));
+                }
+                return;
+            }
+        };
+        self.last_worker = Some(handle.thread);
+        let prompt_turn_id = if request.is_some() {
+            session.prompt_counter += 1;
+            session.prompt_counter
+        } else {
+            0
+        };
+        session.active = Some(ActiveTurn {
+            request,
+            prompt_turn_id,
+            turn,
+            abort: handle.abort,
+            cancel_deadline: None,
+            open_tool_calls: Vec::new(),
+        });
+        session.family.set_main_busy(true);
+    }
+
+    fn on_family(&mut self, msg: FamilyMsg) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        match msg {
+            FamilyMsg::Child {
+                generation,
+                snapshot,
+                status,
+            } if generation == session.generation => {
+                let active_turn = session
+                    .active
+                    .as_ref()
+                    .map(|a| a.prompt_turn_id)
+                    .unwrap_or(0);
+                let turn = session
+                    .attribution
+                    .turn_for_child(&snapshot.id, status, active_turn);
+                let updates =
+                    to_session_updates(&AgentEvent::ChildUpdate(snapshot), &mut session.mapping);
+                for update in updates {
+                    self.publish(update, turn, Phase::Event, None);
+                }
+            }
+            FamilyMsg::MainInbox { generation } if generation == session.generation => {}
+            _ => return, // News from a closed session's family.
+        }
+        self.advance();
     }
 
     fn on_turn(&mut self, msg: TurnMsg) {
@@ -452,19 +694,37 @@ impl MainLoop {
         }
     }
 
-    /// Writes the per-turn tail of §1.14 and answers the prompt.
+    /// Writes the per-turn tail of §1.14 and answers the prompt; the terminal update follows
+    /// once the turn's subagents have settled (`advance`).
     fn finish_turn(&mut self, outcome: TurnOutcome) {
         let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) else {
             return;
         };
+        self.set_busy(false);
+        let Some(request) = active.request else {
+            // An unsolicited turn belongs to the lifecycle of the last prompt turn: a failure
+            // there makes that turn's terminal outcome "error".
+            if !matches!(outcome, TurnOutcome::Completed(_)) {
+                log::warn!("an unsolicited turn ended with {outcome:?}");
+                if let Some(p) = self
+                    .session
+                    .as_mut()
+                    .and_then(|s| s.pending_terminal.as_mut())
+                {
+                    p.ok = false;
+                }
+            }
+            self.advance();
+            return;
+        };
         let id = active.prompt_turn_id;
-        let quiescence = Quiescence::default();
-        let (result, terminal_ok) = match outcome {
+        let (result, ok) = match outcome {
             TurnOutcome::Cancelled => {
                 self.respond(
-                    &active.request,
+                    &request,
                     Ok(json!({ "stopReason": StopReason::Cancelled.as_str() })),
                 );
+                self.advance();
                 return;
             }
             TurnOutcome::Panicked(why) => {
@@ -476,7 +736,8 @@ impl MainLoop {
                     Some(false),
                 );
                 let err = RpcError::internal(format!("{TURN_FAILED}internal error: {why}"));
-                self.respond(&active.request, Err(err));
+                self.respond(&request, Err(err));
+                self.advance();
                 return;
             }
             TurnOutcome::Completed(stop) => (Ok(json!({ "stopReason": stop.as_str() })), true),
@@ -485,28 +746,40 @@ impl MainLoop {
                 false,
             ),
         };
+        let outstanding = self
+            .session
+            .as_ref()
+            .map(|s| s.family.outstanding())
+            .unwrap_or(0);
+        let quiescence = Quiescence {
+            outstanding_subagents: outstanding,
+            remaining_autonomous_continuations: 0,
+        };
         self.publish(
             meta::response_boundary(true),
             id,
             Phase::ResponseBoundary,
-            Some(terminal_ok),
+            Some(ok),
         );
         self.publish(meta::quiescence_update(quiescence), id, Phase::Event, None);
-        self.respond(&active.request, result);
-        // No subagents can be outstanding yet, so the turn is quiescent at once.
-        self.publish(
-            meta::quiescence_update(quiescence),
-            id,
-            Phase::TerminalQuiescence,
-            Some(terminal_ok),
-        );
+        self.respond(&request, result);
+        if let Some(session) = self.session.as_mut() {
+            session.pending_terminal = Some(PendingTerminal {
+                prompt_turn_id: id,
+                ok,
+            });
+        }
+        self.advance();
     }
 
     /// Aborts any running turn and gives its worker a short grace period to stop (its children
     /// are killed by abort hooks at once). A worker stuck past that is left to the process exit.
     fn shutdown(&mut self) {
-        if let Some(active) = self.session.as_mut().and_then(|s| s.active.take()) {
-            active.abort.abort();
+        if let Some(mut session) = self.session.take() {
+            if let Some(active) = session.active.take() {
+                active.abort.abort();
+            }
+            session.family.close();
         }
         if let Some(worker) = self.last_worker.take() {
             let deadline = Instant::now() + Duration::from_millis(500);

@@ -12,7 +12,7 @@ use crate::provider::config;
 use crate::provider::remote::RemoteProvider;
 use crate::provider::scripted::ScriptedProvider;
 use crate::provider::{Provider, Thinking};
-use crate::tools::ToolSet;
+use crate::tools::ToolChoice;
 use crate::turn::Agent;
 
 /// The agent directory: `PRIME_AGENT_CODING_AGENT_DIR`, else `~/.prime/agent`.
@@ -34,8 +34,10 @@ pub fn build_agent(cfg: &Config) -> Result<Agent, String> {
     let cwd =
         std::env::current_dir().map_err(|e| format!("Cannot read the current directory: {e}"))?;
     let provider = build_provider(cfg)?;
-    let tools = build_tools(cfg)?;
-    let names = tools.names();
+    let tools = tool_choice(cfg)?;
+    // The prompt names what an agent will get; building one set just for the names is cheap
+    // (no kernel starts until the first cell).
+    let names = tools.build(None).names();
     let dir = agent_dir();
     let system_prompt = build_system_prompt(&PromptInputs {
         cwd: &cwd,
@@ -83,20 +85,21 @@ fn build_provider(cfg: &Config) -> Result<ProviderChoice, String> {
     ))))
 }
 
-fn build_tools(cfg: &Config) -> Result<ToolSet, String> {
+fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
     if cfg.no_tools {
-        return Ok(ToolSet::default());
+        return Ok(ToolChoice::None);
     }
-    if let Some(list) = &cfg.tools {
-        if let Some(unknown) = list
-            .iter()
-            .find(|n| !crate::tools::BUILTIN.contains(&n.as_str()))
-        {
-            return Err(format!(
-                "Unknown built-in tool(s): {unknown}. Available built-in tools: {}",
-                crate::tools::BUILTIN.join(", ")
-            ));
-        }
+    let Some(list) = &cfg.tools else {
+        return Ok(ToolChoice::All);
+    };
+    if let Some(unknown) = list
+        .iter()
+        .find(|n| !crate::tools::BUILTIN.contains(&n.as_str()))
+    {
+        return Err(format!(
+            "Unknown built-in tool(s): {unknown}. Available built-in tools: {}",
+            crate::tools::BUILTIN.join(", ")
+        ));
     }
-    Ok(crate::tools::builtin(cfg.tools.as_deref()))
+    Ok(ToolChoice::Only(list.clone()))
 }

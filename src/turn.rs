@@ -1,10 +1,13 @@
 //! One prompt turn on its own worker thread: model call → tool calls (one at a time, in order)
 //! → results back to the model → repeat until the model stops calling tools.
 //!
-//! A turn never talks to the client. It reports `AgentEvent`s and a final `TurnOutcome` to the
-//! main loop through a channel, and stops at `AbortFlag` checkpoints. Each worker first joins
-//! its predecessor, so turns of a session touch the conversation strictly one after another.
+//! A turn never talks to the client. `run_turn` reports `AgentEvent`s through a callback and
+//! returns a `TurnOutcome`; `spawn_turn` runs it on a worker thread for the session's main agent
+//! and forwards both to the main loop as `TurnMsg`s, while subagents call `run_turn` on their
+//! own threads. Turns stop at `AbortFlag` checkpoints. Each session worker first joins its
+//! predecessor, so turns of a session touch the conversation strictly one after another.
 
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -23,17 +26,84 @@ use crate::provider::{
 use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
-use crate::tools::{bash, ToolContext, ToolOutput, ToolSet};
+use crate::tools::{bash, ToolChoice, ToolContext, ToolOutput, ToolSet};
 
-/// Everything fixed for the life of the process: provider, tools, prompt, cwd.
+/// Everything fixed for the life of the process: provider, tool choice, prompt, cwd.
 pub struct Agent {
     /// `Err` holds the message that explains why no model is usable (e.g. no API key); each
     /// prompt then fails with it, while `initialize` and `session/new` still work.
     pub provider: Result<Arc<dyn Provider>, String>,
-    pub tools: ToolSet,
+    /// Which built-in tools each agent of a session gets (each agent gets its own instances,
+    /// e.g. its own Python kernel).
+    pub tools: ToolChoice,
     pub system_prompt: String,
     pub cwd: PathBuf,
     pub thinking: Thinking,
+}
+
+/// One agent of a session (the main agent or a subagent): what its turns run with.
+pub struct AgentCtx {
+    pub agent: Arc<Agent>,
+    pub tools: ToolSet,
+    pub system_prompt: String,
+    /// `main` for the session's own agent, else the subagent's name (the scripted provider
+    /// routes replies by it).
+    pub name: String,
+    /// Agent-to-agent messages, delivered before the next model call of a running turn.
+    pub inbox: Arc<Inbox>,
+}
+
+impl AgentCtx {
+    /// A context with the process's tools (no subagents, default host bridge), for tests.
+    pub fn standalone(agent: Arc<Agent>) -> AgentCtx {
+        let tools = agent.tools.build(None);
+        AgentCtx {
+            system_prompt: agent.system_prompt.clone(),
+            agent,
+            tools,
+            name: "main".to_owned(),
+            inbox: Arc::default(),
+        }
+    }
+}
+
+/// Messages waiting for an agent's next model call.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    queue: Mutex<VecDeque<String>>,
+}
+
+impl Inbox {
+    pub fn push(&self, message: String) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(message);
+    }
+
+    pub fn drain(&self) -> Vec<String> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What starts a turn: a user prompt, or the agent's own inbox (a turn nobody prompted,
+/// e.g. a subagent's reply arriving while the agent is idle).
+#[derive(Debug, Clone)]
+pub enum TurnInput {
+    Prompt(UserPrompt),
+    Inbox,
 }
 
 /// The conversation of one ACP session; it carries across that session's prompts.
@@ -75,13 +145,13 @@ pub struct TurnHandle {
 const PROGRESS_TAIL_BYTES: usize = 8 * 1024;
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Starts a turn worker. It joins `previous` (the session's last worker) before touching the
-/// conversation.
+/// Starts a turn worker for a session's main agent. It joins `previous` (the session's last
+/// worker) before touching the conversation, and reports through `tx`.
 pub fn spawn_turn(
     turn: u64,
-    agent: Arc<Agent>,
+    ctx: Arc<AgentCtx>,
     conversation: Arc<Mutex<Conversation>>,
-    prompt: UserPrompt,
+    input: TurnInput,
     previous: Option<JoinHandle<()>>,
     tx: Sender<TurnMsg>,
 ) -> std::io::Result<TurnHandle> {
@@ -93,20 +163,42 @@ pub fn spawn_turn(
             if let Some(previous) = previous {
                 let _ = previous.join();
             }
-            let mut worker = Worker {
-                turn,
-                agent: &agent,
-                abort: &flag,
-                tx: &tx,
+            let emit = |event| {
+                let _ = tx.send(TurnMsg {
+                    turn,
+                    kind: TurnMsgKind::Event(event),
+                });
             };
-            let outcome = catch_unwind(AssertUnwindSafe(|| worker.run(&conversation, prompt)))
-                .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)));
+            let outcome = {
+                // A panic in an earlier turn poisons the lock; the conversation is still sound.
+                let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
+                run_turn(&ctx, &mut conv, input, &flag, &emit)
+            };
             let _ = tx.send(TurnMsg {
                 turn,
                 kind: TurnMsgKind::Finished(outcome),
             });
         })?;
     Ok(TurnHandle { abort, thread })
+}
+
+/// Runs one turn to its end on the calling thread. Never panics: a panic inside becomes
+/// `TurnOutcome::Panicked`.
+pub fn run_turn(
+    ctx: &AgentCtx,
+    conversation: &mut Conversation,
+    input: TurnInput,
+    abort: &AbortFlag,
+    emit: &dyn Fn(AgentEvent),
+) -> TurnOutcome {
+    let mut worker = Worker {
+        ctx,
+        agent: &ctx.agent,
+        abort,
+        emit,
+    };
+    catch_unwind(AssertUnwindSafe(|| worker.run(conversation, input)))
+        .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)))
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
@@ -118,68 +210,77 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 struct Worker<'a> {
-    turn: u64,
+    ctx: &'a AgentCtx,
     agent: &'a Agent,
     abort: &'a AbortFlag,
-    tx: &'a Sender<TurnMsg>,
+    emit: &'a dyn Fn(AgentEvent),
 }
 
 impl Worker<'_> {
     fn emit(&self, event: AgentEvent) {
-        let _ = self.tx.send(TurnMsg {
-            turn: self.turn,
-            kind: TurnMsgKind::Event(event),
-        });
+        (self.emit)(event);
     }
 
-    fn run(&mut self, conversation: &Mutex<Conversation>, prompt: UserPrompt) -> TurnOutcome {
-        // A panic in an earlier turn poisons the lock; the conversation itself is still sound.
-        let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
+    fn run(&mut self, conv: &mut Conversation, input: TurnInput) -> TurnOutcome {
         // Checkpoint: cancelled before the turn started.
         if self.abort.is_aborted() {
             return TurnOutcome::Cancelled;
         }
-        // Before the provider: `!cmd` needs no model, so it works without one.
-        if let Some(outcome) = self.user_shell(&mut conv, &prompt.text) {
-            return outcome;
+        let start_len = conv.messages.len();
+        match input {
+            TurnInput::Prompt(prompt) => {
+                // Before the provider: `!cmd` needs no model, so it works without one.
+                if let Some(outcome) = self.user_shell(conv, &prompt.text) {
+                    return outcome;
+                }
+                if self.agent.provider.is_ok() {
+                    conv.messages.push(Message::User {
+                        text: prompt.text,
+                        images: prompt.images,
+                    });
+                }
+            }
+            TurnInput::Inbox => {
+                if self.ctx.inbox.is_empty() {
+                    return TurnOutcome::Completed(StopReason::EndTurn);
+                }
+            }
         }
         let provider = match &self.agent.provider {
             Ok(p) => p.clone(),
             Err(why) => return TurnOutcome::Failed(why.clone()),
         };
-        let start_len = conv.messages.len();
-        conv.messages.push(Message::User {
-            text: prompt.text,
-            images: prompt.images,
-        });
-        let specs = self.agent.tools.specs();
+        let specs = self.ctx.tools.specs();
         let mut calls_ok = 0usize;
         loop {
             // Checkpoint: before each model call.
             if self.abort.is_aborted() {
                 return TurnOutcome::Cancelled;
             }
+            // Agent messages that arrived meanwhile reach the model now (mid-turn delivery).
+            for message in self.ctx.inbox.drain() {
+                conv.messages.push(Message::User {
+                    text: message,
+                    images: Vec::new(),
+                });
+            }
             let request = ChatRequest {
-                system: &self.agent.system_prompt,
+                system: &self.ctx.system_prompt,
                 messages: &conv.messages,
                 tools: &specs,
                 thinking: self.agent.thinking,
+                agent: &self.ctx.name,
             };
-            let tx = self.tx;
-            let turn = self.turn;
+            let emit = self.emit;
             let result = provider.stream(&request, self.abort, &mut |ev| {
                 let (kind, delta) = match ev {
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
                     StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
                 };
-                let event = AgentEvent::MessageDelta {
+                emit(AgentEvent::MessageDelta {
                     assistant: true,
                     kind,
                     delta,
-                };
-                let _ = tx.send(TurnMsg {
-                    turn,
-                    kind: TurnMsgKind::Event(event),
                 });
             });
             let reply = match result {
@@ -309,7 +410,7 @@ impl Worker<'_> {
     }
 
     fn run_tool(&self, call: &ToolCall) -> ToolOutput {
-        let tool = self.agent.tools.get(&call.name);
+        let tool = self.ctx.tools.get(&call.name);
         let locations = tool
             .map(|t| t.locations(&call.arguments, &self.agent.cwd))
             .unwrap_or_default();
@@ -323,7 +424,7 @@ impl Worker<'_> {
             None => ToolOutput::error(format!(
                 "Tool {} not found. Available tools: {}",
                 call.name,
-                self.agent.tools.names().join(", ")
+                self.ctx.tools.names().join(", ")
             )),
             Some(tool) => {
                 let mut last_emit: Option<Instant> = None;
@@ -396,17 +497,18 @@ mod tests {
     fn run_prompt(conv: &Arc<Mutex<Conversation>>, text: &str) -> (Vec<AgentEvent>, TurnOutcome) {
         let agent = Arc::new(Agent {
             provider: Err("no model".to_owned()),
-            tools: ToolSet::default(),
+            tools: ToolChoice::None,
             system_prompt: String::new(),
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
         });
+        let ctx = Arc::new(AgentCtx::standalone(agent));
         let (tx, rx) = crossbeam_channel::unbounded();
         let prompt = UserPrompt {
             text: text.to_owned(),
             images: Vec::new(),
         };
-        let handle = spawn_turn(1, agent, conv.clone(), prompt, None, tx).unwrap();
+        let handle = spawn_turn(1, ctx, conv.clone(), TurnInput::Prompt(prompt), None, tx).unwrap();
         handle.thread.join().unwrap();
         let mut events = Vec::new();
         let mut outcome = None;

@@ -17,7 +17,7 @@ use prime_agent::main_loop;
 use prime_agent::provider::scripted::ScriptedProvider;
 use prime_agent::provider::Thinking;
 use prime_agent::rpc::{classify_line, Incoming};
-use prime_agent::tools::ToolSet;
+use prime_agent::tools::ToolChoice;
 use prime_agent::transport;
 use prime_agent::turn::Agent;
 
@@ -188,7 +188,7 @@ fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) {
     let case = gen_case(&mut rng, &cwd);
     let agent = Agent {
         provider: Ok(Arc::new(ScriptedProvider::load(script).unwrap())),
-        tools: ToolSet::default(),
+        tools: ToolChoice::None,
         system_prompt: String::new(),
         cwd: dir.path().to_path_buf(),
         thinking: Thinking::Off,

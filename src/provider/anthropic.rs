@@ -477,6 +477,7 @@ mod tests {
                 messages: &messages,
                 tools: &tools,
                 thinking: Thinking::Medium,
+                agent: "main",
             },
         );
         assert_eq!(b["system"], "sys");

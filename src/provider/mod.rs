@@ -147,6 +147,9 @@ pub struct ChatRequest<'a> {
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
     pub thinking: Thinking,
+    /// Which agent of the session asks: `main`, or a subagent's name. Wire APIs ignore it; the
+    /// scripted provider routes replies by it.
+    pub agent: &'a str,
 }
 
 /// Why a model call failed. The `Display` text is what the client sees after

@@ -462,6 +462,7 @@ mod tests {
             messages: &messages,
             tools: &tools,
             thinking: Thinking::High,
+            agent: "main",
         };
         let b = body(&model(true), &req);
         assert_eq!(b["stream"], true);

@@ -10,6 +10,9 @@
 //! {"panic": "boom"}                                   the turn thread panics (tests only)
 //! ```
 //!
+//! A reply with `"agent": "NAME"` is served only to the subagent NAME; replies without it
+//! serve the session's main agent, in order.
+//!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
 //! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
 //! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
@@ -33,7 +36,8 @@ use crate::abort::AbortFlag;
 pub struct ScriptedProvider {
     path: PathBuf,
     replies: Vec<Value>,
-    cursor: Mutex<usize>,
+    /// Replies already served. Each agent takes the next unserved reply addressed to it.
+    served: Mutex<Vec<bool>>,
 }
 
 impl ScriptedProvider {
@@ -58,25 +62,37 @@ impl ScriptedProvider {
             }
             replies.push(value);
         }
+        let served = Mutex::new(vec![false; replies.len()]);
         Ok(ScriptedProvider {
             path: path.to_path_buf(),
             replies,
-            cursor: Mutex::new(0),
+            served,
         })
     }
 
-    fn next_reply(&self) -> Result<(usize, Value), ProviderError> {
-        let mut cursor = self.cursor.lock().unwrap_or_else(|e| e.into_inner());
-        let index = *cursor;
-        let reply = self.replies.get(index).cloned().ok_or_else(|| {
-            ProviderError::Config(format!(
-                "scripted provider: no reply left in {} (model call {})",
-                self.path.display(),
-                index + 1
-            ))
-        })?;
-        *cursor += 1;
-        Ok((index, reply))
+    /// The next reply for `agent`: lines with `"agent": NAME` serve that subagent only; lines
+    /// without serve the session's main agent. Subagents run concurrently, so routing by name
+    /// keeps scripts deterministic.
+    fn next_reply(&self, agent: &str) -> Result<(usize, Value), ProviderError> {
+        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        let wanted = |reply: &Value| match reply.get("agent").and_then(Value::as_str) {
+            Some(name) => name == agent,
+            None => agent == "main",
+        };
+        let index = (0..self.replies.len())
+            .find(|&i| !served[i] && wanted(&self.replies[i]))
+            .ok_or_else(|| {
+                let calls = (0..self.replies.len())
+                    .filter(|&i| served[i] && wanted(&self.replies[i]))
+                    .count();
+                ProviderError::Config(format!(
+                    "scripted provider: no reply left in {} for agent {agent} (model call {})",
+                    self.path.display(),
+                    calls + 1
+                ))
+            })?;
+        served[index] = true;
+        Ok((index, self.replies[index].clone()))
     }
 }
 
@@ -97,7 +113,7 @@ impl Provider for ScriptedProvider {
         abort: &AbortFlag,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError> {
-        let (index, reply) = self.next_reply()?;
+        let (index, reply) = self.next_reply(request.agent)?;
         if let Some(msg) = reply.get("panic").and_then(Value::as_str) {
             panic!("scripted panic: {msg}");
         }

@@ -54,6 +54,8 @@ struct Slot {
 pub struct IpythonTool {
     python: PathBuf,
     handler: Arc<dyn HostHandler>,
+    /// `RLM_DEPTH` of this agent's kernel (0 for the session's main agent).
+    depth: u32,
     slot: Mutex<Slot>,
     /// This session's local harness dir (`RLM_HARNESS_STATE_DIR`), under the OS temp dir.
     harness_dir: PathBuf,
@@ -61,7 +63,7 @@ pub struct IpythonTool {
 
 impl IpythonTool {
     /// A tool running `python` that answers host requests with `handler`.
-    pub fn new(python: PathBuf, handler: Arc<dyn HostHandler>) -> IpythonTool {
+    pub fn new(python: PathBuf, handler: Arc<dyn HostHandler>, depth: u32) -> IpythonTool {
         let harness_dir = std::env::temp_dir().join(format!(
             "prime-agent-session-{}-{}",
             std::process::id(),
@@ -70,20 +72,29 @@ impl IpythonTool {
         IpythonTool {
             python,
             handler,
+            depth,
             slot: Mutex::new(Slot::default()),
             harness_dir: harness_dir.join("harness"),
         }
     }
 
-    /// The tool with the default host handler, or `None` (and a warning, once per process)
-    /// when no Python is installed.
-    pub fn detect() -> Option<IpythonTool> {
+    /// The tool for an agent whose kernel talks to `host` (default: `model.info` only, depth
+    /// from `RLM_DEPTH` or 0), or `None` (and a warning, once per process) when no Python is
+    /// installed.
+    pub fn detect(host: Option<crate::tools::KernelHost>) -> Option<IpythonTool> {
         static WARNED: AtomicBool = AtomicBool::new(false);
+        let (handler, depth) = match host {
+            Some(h) => (h.handler, h.depth),
+            None => (
+                Arc::new(DefaultHostHandler::default()) as Arc<dyn HostHandler>,
+                std::env::var("RLM_DEPTH")
+                    .ok()
+                    .and_then(|d| d.parse().ok())
+                    .unwrap_or(0),
+            ),
+        };
         match find_python() {
-            Some(python) => Some(IpythonTool::new(
-                python,
-                Arc::new(DefaultHostHandler::default()),
-            )),
+            Some(python) => Some(IpythonTool::new(python, handler, depth)),
             None => {
                 if !WARNED.swap(true, Ordering::Relaxed) {
                     log::warn!("No python3 found (PRIME_AGENT_KERNEL_PYTHON, python3, python on PATH): the ipython tool is not offered.");
@@ -101,13 +112,10 @@ impl IpythonTool {
             python: self.python.clone(),
             cwd: cwd.to_path_buf(),
             env: vec![
-                (
-                    "RLM_DEPTH".into(),
-                    var("RLM_DEPTH").unwrap_or_else(|| "0".into()),
-                ),
+                ("RLM_DEPTH".into(), self.depth.to_string()),
                 (
                     "RLM_MAX_DEPTH".into(),
-                    var("RLM_MAX_DEPTH").unwrap_or_else(|| "1".into()),
+                    crate::family::max_depth().to_string(),
                 ),
                 (
                     "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
@@ -370,7 +378,7 @@ mod tests {
 
     #[test]
     fn spec_is_exact() {
-        let tool = IpythonTool::new("python3".into(), Arc::new(DefaultHostHandler::default()));
+        let tool = IpythonTool::new("python3".into(), Arc::new(DefaultHostHandler::default()), 0);
         let spec = tool.spec();
         assert_eq!(spec.name, "ipython");
         assert!(spec

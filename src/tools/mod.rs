@@ -162,18 +162,44 @@ pub fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<FileDiff>
 /// Names of the built-in tools, in the order they are offered.
 pub const BUILTIN: &[&str] = &[ipython::NAME, "read", "bash", "edit", "write"];
 
-/// The built-in tools, filtered by `--tools` when given. `ipython` is offered only where a
-/// Python interpreter exists.
-pub fn builtin(only: Option<&[String]>) -> ToolSet {
-    let mut all: Vec<Box<dyn Tool>> = Vec::new();
-    all.extend(ipython::IpythonTool::detect().map(|t| Box::new(t) as Box<dyn Tool>));
-    all.push(Box::new(read::Read));
-    all.push(Box::new(bash::Bash));
-    all.push(Box::new(edit::Edit));
-    all.push(Box::new(write::Write));
-    ToolSet::new(
-        all.into_iter()
-            .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
-            .collect(),
-    )
+/// Which built-in tools an agent gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    /// `--no-tools`.
+    None,
+    /// Every built-in tool (the default).
+    All,
+    /// `--tools a,b`.
+    Only(Vec<String>),
+}
+
+/// How an agent's `ipython` kernel reaches its host: who answers its host requests, and at
+/// which recursion depth it runs.
+#[derive(Clone)]
+pub struct KernelHost {
+    pub handler: std::sync::Arc<dyn crate::kernel::host::HostHandler>,
+    pub depth: u32,
+}
+
+impl ToolChoice {
+    /// Fresh tool instances for one agent (each gets its own kernel). Without a `host` the
+    /// kernel answers only `model.info` and runs at depth 0.
+    pub fn build(&self, host: Option<KernelHost>) -> ToolSet {
+        let only = match self {
+            ToolChoice::None => return ToolSet::default(),
+            ToolChoice::All => None,
+            ToolChoice::Only(names) => Some(names.as_slice()),
+        };
+        let mut all: Vec<Box<dyn Tool>> = Vec::new();
+        all.extend(ipython::IpythonTool::detect(host).map(|t| Box::new(t) as Box<dyn Tool>));
+        all.push(Box::new(read::Read));
+        all.push(Box::new(bash::Bash));
+        all.push(Box::new(edit::Edit));
+        all.push(Box::new(write::Write));
+        ToolSet::new(
+            all.into_iter()
+                .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
+                .collect(),
+        )
+    }
 }
