@@ -8,5 +8,6 @@ mod kernel;
 mod protocol;
 mod provider;
 mod reliability;
+mod subagents;
 mod tools;
 mod transcripts;

@@ -1,0 +1,192 @@
+//! Subagents over ACP: `rlm(...)` children with their own kernels, agent messages, lifecycle
+//! metadata, unsolicited turns and terminal quiescence (behaviour spec §1.5.3, §1.15, §4.3).
+
+use serde_json::Value;
+
+use crate::support::*;
+
+fn agent(script: &str) -> (TempDir, Agent) {
+    let dir = TempDir::new("subagents");
+    let path = fixture(&format!("scripts/subagents/{script}"));
+    let a = Agent::spawn(Spawn {
+        args: vec![
+            "--provider".into(),
+            "scripted".into(),
+            "--script".into(),
+            path.display().to_string(),
+        ],
+        cwd: Some(dir.path().to_path_buf()),
+        env: vec![("RLM_MAX_DEPTH".into(), "1".into())],
+        ..Default::default()
+    });
+    (dir, a)
+}
+
+fn subagent_statuses(a: &Agent, name: &str) -> Vec<(String, u64)> {
+    a.updates()
+        .iter()
+        .filter_map(|u| {
+            let sub = ns(u)["subagents"].get(0)?;
+            (sub["sessionName"] == name).then(|| {
+                (
+                    sub["status"].as_str().unwrap().to_owned(),
+                    ns(u)["promptTurnId"].as_u64().unwrap(),
+                )
+            })
+        })
+        .collect()
+}
+
+fn phase_index(a: &Agent, phase: &str, turn: u64) -> Option<usize> {
+    a.updates()
+        .iter()
+        .position(|u| ns(u)["phase"] == phase && ns(u)["promptTurnId"] == turn)
+}
+
+#[test]
+fn a_child_replies_by_agent_message_and_the_parent_answers_unprompted() {
+    let (_dir, mut a) = agent("reply.jsonl");
+    a.handshake();
+    let first = a.prompt("delegate the review");
+    let r = a.response(&first);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // The next prompt waits for turn 1 to settle: the child finishes, its reply starts an
+    // unsolicited turn, then turn 1's terminal update is published.
+    let second = a.prompt("and now?");
+    let r = a.response(&second);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+
+    let statuses = subagent_statuses(&a, "reviewer");
+    let names: Vec<&str> = statuses.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(names, ["queued", "running", "done"], "{statuses:?}");
+    assert!(
+        statuses.iter().all(|(_, turn)| *turn == 1),
+        "attributed to the spawning turn: {statuses:?}"
+    );
+
+    // The reply reached the main agent and its answer streamed at promptTurnId 0.
+    let unsolicited: Vec<Value> = a
+        .updates()
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk" && ns(u)["promptTurnId"] == 0)
+        .collect();
+    assert_eq!(unsolicited.len(), 1, "{unsolicited:?}");
+    assert_eq!(
+        unsolicited[0]["content"]["text"],
+        "The reviewer says it looks good."
+    );
+
+    // Exactly one terminal per prompt turn, turn 1's after the child settled and before turn 2.
+    let t1 = phase_index(&a, "terminalQuiescence", 1).expect("terminal for turn 1");
+    let done = a
+        .updates()
+        .iter()
+        .position(|u| ns(u)["subagents"][0]["status"] == "done")
+        .unwrap();
+    let t2_start = a
+        .updates()
+        .iter()
+        .position(|u| ns(u)["promptTurnId"] == 2)
+        .unwrap();
+    assert!(
+        done < t1 && t1 < t2_start,
+        "done {done}, terminal {t1}, turn 2 starts {t2_start}"
+    );
+    // Turn 2's terminal follows its response.
+    a.wait_for("turn 2's terminal", |f| {
+        ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
+    });
+    let terminals = a
+        .updates()
+        .iter()
+        .filter(|u| ns(u)["phase"] == "terminalQuiescence")
+        .count();
+    assert_eq!(terminals, 2);
+    let boundary = a
+        .updates()
+        .into_iter()
+        .find(|u| ns(u)["phase"] == "responseBoundary")
+        .unwrap();
+    assert_eq!(boundary["_meta"][NS]["terminalQuiescenceExpected"], true);
+    let completion = a
+        .updates()
+        .into_iter()
+        .find(|u| {
+            ns(u)["promptTurnId"] == 1
+                && ns(u)["phase"] == "event"
+                && ns(u).get("quiescence").is_some()
+        })
+        .unwrap();
+    assert_eq!(
+        ns(&completion)["quiescence"]["outstandingSubagents"],
+        1,
+        "the reviewer was still running"
+    );
+    let seqs: Vec<u64> = a
+        .updates()
+        .iter()
+        .map(|u| ns(u)["eventSequence"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(a.finish().success());
+}
+
+#[test]
+fn session_cancel_cancels_every_child_and_suppresses_the_terminal() {
+    let (_dir, mut a) = agent("cancel.jsonl");
+    a.handshake();
+    let id = a.prompt("start a worker");
+    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    if !subagent_statuses(&a, "worker")
+        .iter()
+        .any(|(s, _)| s == "running")
+    {
+        a.wait_for("the worker running", |f| {
+            ns(&f["params"]["update"])["subagents"][0]["status"] == "running"
+        });
+    }
+    a.cancel();
+    a.wait_for("the worker cancelled", |f| {
+        ns(&f["params"]["update"])["subagents"][0]["status"] == "cancelled"
+    });
+    let id = a.prompt("next");
+    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    a.wait_for("turn 2's terminal", |f| {
+        ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
+    });
+    assert_eq!(
+        phase_index(&a, "terminalQuiescence", 1),
+        None,
+        "no terminal after cancellation"
+    );
+    assert!(phase_index(&a, "terminalQuiescence", 2).is_some());
+    assert!(a.text().ends_with("after cancel"));
+    assert!(a.finish().success());
+}
+
+#[test]
+fn family_apis_answer_from_the_kernel() {
+    let (_dir, mut a) = agent("apis.jsonl");
+    a.handshake();
+    let id = a.prompt("exercise the APIs");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    assert_eq!(a.text(), "apis ok");
+    let statuses = subagent_statuses(&a, "reviewer");
+    assert_eq!(
+        statuses.last().map(|(s, _)| s.as_str()),
+        Some("cancelled"),
+        "{statuses:?}"
+    );
+    assert!(a.finish().success());
+}
