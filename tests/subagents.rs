@@ -190,3 +190,46 @@ fn family_apis_answer_from_the_kernel() {
     );
     assert!(a.finish().success());
 }
+
+#[test]
+fn the_next_prompt_waits_for_quiescence_but_not_forever() {
+    let (_dir, mut a) = agent("slow_child.jsonl");
+    a.handshake();
+    let id = a.prompt("start");
+    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    let id = a.prompt("next");
+    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    // Turn 1's terminal was published before turn 2 began, honestly reporting the child
+    // still running.
+    let t1 = phase_index(&a, "terminalQuiescence", 1).expect("terminal for turn 1");
+    let t2 = a
+        .updates()
+        .iter()
+        .position(|u| ns(u)["promptTurnId"] == 2)
+        .unwrap();
+    assert!(t1 < t2);
+    assert_eq!(
+        ns(&a.updates()[t1])["quiescence"]["outstandingSubagents"],
+        1
+    );
+    assert!(a.finish().success());
+}
+
+#[test]
+fn session_close_stops_children_and_sends_nothing_after() {
+    let (_dir, mut a) = agent("slow_child.jsonl");
+    let sid = a.handshake();
+    let id = a.prompt("start");
+    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    let r = a.call("session/close", serde_json::json!({"sessionId": sid}));
+    assert_eq!(r["result"], serde_json::json!({}));
+    let after = a.drain_for(std::time::Duration::from_millis(300));
+    assert!(after.is_empty(), "frames after close: {after:?}");
+    // The slot is free again.
+    let r = a.call(
+        "session/new",
+        serde_json::json!({"cwd": "/", "mcpServers": []}),
+    );
+    assert!(r["result"]["sessionId"].is_string(), "{r}");
+    assert!(a.finish().success());
+}
