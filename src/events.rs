@@ -154,13 +154,8 @@ pub const BASH_TAIL_BYTES: usize = 8 * 1024;
 /// Appends `chunk` to `buf`, keeping only the last `max` bytes (at a char boundary).
 fn push_tail(buf: &mut String, chunk: &str, max: usize) {
     buf.push_str(chunk);
-    if buf.len() > max {
-        let mut cut = buf.len() - max;
-        while !buf.is_char_boundary(cut) {
-            cut += 1;
-        }
-        buf.drain(..cut);
-    }
+    let cut = buf.len() - crate::tools::truncate::tail_bytes(buf, max).len();
+    buf.drain(..cut);
 }
 
 /// ACP tool kind for a tool name.

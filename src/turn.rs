@@ -25,7 +25,7 @@ use crate::provider::{
 };
 use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
-use crate::tools::truncate::format_size;
+use crate::tools::truncate::{format_size, tail_bytes};
 use crate::tools::{bash, ToolChoice, ToolContext, ToolOutput, ToolSet};
 
 /// Everything fixed for the life of the process: provider, tool choice, prompt, cwd.
@@ -436,7 +436,7 @@ impl Worker<'_> {
                     last_emit = Some(Instant::now());
                     self.emit(AgentEvent::ToolProgress {
                         id: id.clone(),
-                        output: tail(so_far, PROGRESS_TAIL_BYTES).to_owned(),
+                        output: tail_bytes(so_far, PROGRESS_TAIL_BYTES).to_owned(),
                     });
                 };
                 let mut ctx = ToolContext {
@@ -474,18 +474,6 @@ fn close_calls(messages: &mut Vec<Message>, calls: &[ToolCall], why: &str) {
             images: Vec::new(),
         });
     }
-}
-
-/// The last `max` bytes of `s`, cut at a char boundary.
-pub fn tail(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 #[cfg(test)]
@@ -557,13 +545,5 @@ mod tests {
         // Not a shell command: goes to the (missing) model.
         let (_, outcome) = run_prompt(&conv, "!  ");
         assert_eq!(outcome, TurnOutcome::Failed("no model".into()));
-    }
-
-    #[test]
-    fn tail_respects_char_boundaries() {
-        assert_eq!(tail("hello", 10), "hello");
-        assert_eq!(tail("hello", 3), "llo");
-        assert_eq!(tail("aé", 1), "");
-        assert_eq!(tail("aéb", 2), "b");
     }
 }

@@ -334,7 +334,6 @@ impl StreamDecoder for Decoder {
 mod tests {
     use super::*;
     use crate::provider::config::Compat;
-    use crate::provider::sse::SseDecoder;
     use crate::provider::ToolSpec;
 
     fn model(reasoning: bool) -> ModelDef {
@@ -350,24 +349,7 @@ mod tests {
     }
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/sse")
-            .join(fixture);
-        let bytes = std::fs::read(path).expect("fixture");
-        let mut sse = SseDecoder::new();
-        let mut events = Vec::new();
-        sse.feed(&bytes, &mut events);
-        sse.finish(&mut events);
-        let mut d = Decoder::new();
-        let mut out = Vec::new();
-        for e in &events {
-            match d.on_event(e, &mut |ev| out.push(ev)) {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => return (Err(e), out),
-            }
-        }
-        (d.finish(), out)
+        crate::provider::http::replay_fixture(fixture, Decoder::new())
     }
 
     #[test]

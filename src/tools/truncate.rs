@@ -156,6 +156,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tail_bytes_respects_char_boundaries() {
+        assert_eq!(tail_bytes("hello", 10), "hello");
+        assert_eq!(tail_bytes("hello", 3), "llo");
+        assert_eq!(tail_bytes("aé", 1), "");
+        assert_eq!(tail_bytes("aéb", 2), "b");
+    }
+
+    #[test]
     fn sizes_format_like_the_reference() {
         assert_eq!(format_size(0), "0B");
         assert_eq!(format_size(1023), "1023B");
