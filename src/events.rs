@@ -72,6 +72,13 @@ pub enum AgentEvent {
     },
     /// Connection-level: the heartbeat/cron schedule changed.
     HeartbeatsChanged,
+    /// A model call starts a new assistant message (its chunks share one `messageId`).
+    AssistantMessageStart,
+    /// A model call finished: tokens now in context (`used`) out of the window (`size`).
+    ContextUsage {
+        used: u64,
+        size: Option<u64>,
+    },
     /// Lifecycle events with no ACP place (agent start, recap, turn start/end, …).
     Lifecycle(&'static str),
 }
@@ -146,6 +153,8 @@ pub struct MappingState {
     /// ACP `tool_call_update.content` replaces the previous content, so each update carries the
     /// output so far (tail-capped), not just the newest chunk (acp-peers: "PA's bash stream").
     bash_output: String,
+    /// Assistant messages started so far; chunks carry `messageId: prime-agent-assistant-<n>`.
+    assistant_messages: u64,
 }
 
 /// How much of a user shell run's output each update repeats.
@@ -265,8 +274,27 @@ pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<V
                 DeltaKind::Thinking => "agent_thought_chunk",
                 DeltaKind::ToolCall => return vec![],
             };
-            vec![json!({ "sessionUpdate": update, "content": { "type": "text", "text": delta } })]
+            let mut chunk =
+                json!({ "sessionUpdate": update, "content": { "type": "text", "text": delta } });
+            if state.assistant_messages > 0 {
+                chunk["messageId"] = json!(format!(
+                    "prime-agent-assistant-{}",
+                    state.assistant_messages
+                ));
+            }
+            vec![chunk]
         }
+        AgentEvent::AssistantMessageStart => {
+            state.assistant_messages += 1;
+            vec![]
+        }
+        AgentEvent::ContextUsage {
+            used,
+            size: Some(size),
+        } if *used > 0 => {
+            vec![json!({ "sessionUpdate": "usage_update", "used": used, "size": size })]
+        }
+        AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
         AgentEvent::ToolStart {
             id,
@@ -831,6 +859,48 @@ mod tests {
     fn c17_emits_nothing_without_an_acp_place() {
         assert!(map(AgentEvent::Lifecycle("agent_start")).is_empty());
         assert!(map(AgentEvent::Lifecycle("recap_update")).is_empty());
+    }
+
+    #[test]
+    fn chunks_carry_a_message_id_per_assistant_message_and_usage_is_reported() {
+        let mut st = MappingState::default();
+        assert!(to_session_updates(&text("a"), &mut st)[0]
+            .get("messageId")
+            .is_none());
+        to_session_updates(&AgentEvent::AssistantMessageStart, &mut st);
+        assert_eq!(
+            to_session_updates(&text("b"), &mut st)[0]["messageId"],
+            "prime-agent-assistant-1"
+        );
+        to_session_updates(&AgentEvent::AssistantMessageStart, &mut st);
+        assert_eq!(
+            to_session_updates(&text("c"), &mut st)[0]["messageId"],
+            "prime-agent-assistant-2"
+        );
+        let usage = AgentEvent::ContextUsage {
+            used: 1200,
+            size: Some(128_000),
+        };
+        assert_eq!(
+            to_session_updates(&usage, &mut st),
+            vec![json!({"sessionUpdate":"usage_update","used":1200,"size":128000})]
+        );
+        assert!(to_session_updates(
+            &AgentEvent::ContextUsage {
+                used: 0,
+                size: Some(1)
+            },
+            &mut st
+        )
+        .is_empty());
+        assert!(to_session_updates(
+            &AgentEvent::ContextUsage {
+                used: 5,
+                size: None
+            },
+            &mut st
+        )
+        .is_empty());
     }
 
     #[test]

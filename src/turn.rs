@@ -272,6 +272,7 @@ impl Worker<'_> {
                 agent: &self.ctx.name,
             };
             let emit = self.emit;
+            emit(AgentEvent::AssistantMessageStart);
             let result = provider.stream(&request, self.abort, &mut |ev| {
                 let (kind, delta) = match ev {
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
@@ -298,6 +299,15 @@ impl Worker<'_> {
             };
             calls_ok += 1;
             conv.usage.add(reply.usage);
+            // What the model saw plus what it wrote is what the context now holds.
+            let used = reply.usage.input
+                + reply.usage.cache_read
+                + reply.usage.cache_write
+                + reply.usage.output;
+            self.emit(AgentEvent::ContextUsage {
+                used,
+                size: provider.context_window(),
+            });
             let calls = reply.message.tool_calls.clone();
             conv.messages.push(Message::Assistant(reply.message));
             if calls.is_empty() {

@@ -188,6 +188,11 @@ pub trait Provider: Send + Sync {
     /// `provider/model`, for logs and the system prompt.
     fn label(&self) -> String;
 
+    /// The model's context window in tokens, when known (for ACP `usage_update`).
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
+
     fn stream(
         &self,
         request: &ChatRequest<'_>,

@@ -37,6 +37,10 @@ impl Provider for RemoteProvider {
         )
     }
 
+    fn context_window(&self) -> Option<u64> {
+        Some(self.selection.model.context_window).filter(|w| *w > 0)
+    }
+
     fn stream(
         &self,
         request: &ChatRequest<'_>,

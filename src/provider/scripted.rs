@@ -97,6 +97,11 @@ impl ScriptedProvider {
 }
 
 impl Provider for ScriptedProvider {
+    /// A nominal window, so scripted sessions exercise `usage_update` like real ones.
+    fn context_window(&self) -> Option<u64> {
+        Some(128_000)
+    }
+
     fn label(&self) -> String {
         format!(
             "scripted/{}",
