@@ -584,6 +584,11 @@ impl MainLoop {
         let Some(session) = self.session.as_mut() else {
             return;
         };
+        // The first prompt names the session, so editors can title the thread.
+        let title = match (&input, session.prompt_counter) {
+            (TurnInput::Prompt(p), 0) if request.is_some() => meta::session_title(&p.text),
+            _ => None,
+        };
         self.next_turn += 1;
         let turn = self.next_turn;
         let spawned = spawn_turn(
@@ -612,6 +617,17 @@ impl MainLoop {
             session.prompt_counter
         } else {
             0
+        };
+        if let Some(title) = title {
+            self.publish(
+                json!({ "sessionUpdate": "session_info_update", "title": title }),
+                prompt_turn_id,
+                Phase::Event,
+                None,
+            );
+        }
+        let Some(session) = self.session.as_mut() else {
+            return;
         };
         session.active = Some(ActiveTurn {
             request,

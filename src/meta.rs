@@ -97,6 +97,18 @@ pub fn quiescence_update(q: Quiescence) -> Value {
     })
 }
 
+/// A session title from the first prompt: its first non-blank line, at most 80 characters.
+pub fn session_title(prompt: &str) -> Option<String> {
+    const MAX: usize = 80;
+    let line = prompt.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let mut title: String = line.chars().take(MAX).collect();
+    if line.chars().count() > MAX {
+        title.pop();
+        title.push('…');
+    }
+    Some(title)
+}
+
 /// The `initialize` result (§1.3); `version` is the crate version.
 pub fn initialize_result(version: &str) -> Value {
     json!({
@@ -147,6 +159,18 @@ mod tests {
             plain["_meta"][NAMESPACE],
             json!({"promptTurnId":0,"eventSequence":1,"phase":"event"})
         );
+    }
+
+    #[test]
+    fn titles() {
+        assert_eq!(
+            session_title("\n  Fix the bug\nin main.rs"),
+            Some("Fix the bug".into())
+        );
+        assert_eq!(session_title("   "), None);
+        let long = session_title(&"x".repeat(100)).unwrap();
+        assert_eq!(long.chars().count(), 80);
+        assert!(long.ends_with('…'));
     }
 
     #[test]

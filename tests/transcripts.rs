@@ -11,7 +11,7 @@
 //!   binds a session id on first use and must match afterwards, `$CWD` and bound names expand
 //!   inside strings, and `"$ANY"` matches any value.
 //! - `<none` nothing more arrives within a short window.
-//! - `exit` close stdin; the agent must exit with status 0.
+//! - `exit` close stdin; the agent must exit with status 0, having written nothing unexpected.
 //!
 //! `UPDATE_FIXTURES=1 cargo test --test integration transcripts` rewrites the `<` lines from
 //! what the agent actually wrote (`make fixtures`); review the diff before committing.
@@ -159,6 +159,12 @@ fn run_transcript(name: &str) {
         } else if line.trim() == "exit" {
             let status = a.finish();
             assert!(status.success(), "{at}: exit status {status}");
+            // Every frame the agent wrote before exiting must have been expected.
+            let rest = a.drain_for(Duration::from_millis(100));
+            assert!(
+                rest.is_empty(),
+                "{at}: unexpected frames before exit: {rest:?}"
+            );
             out_lines.push(line.to_owned());
         } else {
             panic!("{at}: unknown transcript line: {line}");
