@@ -17,7 +17,7 @@ release:
 ## test of the static binary when the musl toolchain is installed (.ci/run installs it).
 test:
 	@mkdir -p target; rm -f target/static-smoke.log
-	set -o pipefail; $(CARGO) test --all-targets 2>&1 | tee target/test.log
+	set -o pipefail; $(CARGO) test 2>&1 | tee target/test.log
 	@if command -v musl-gcc >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -q $(MUSL_TARGET); then \
 		$(MAKE) --no-print-directory static-smoke; \
 	else echo "static-smoke: skipped (no musl toolchain; see README)"; fi
