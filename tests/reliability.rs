@@ -3,55 +3,8 @@
 
 use serde_json::json;
 
+use crate::support::procs::snapshot;
 use crate::support::*;
-
-fn proc_count(pid: u32, what: &str) -> usize {
-    match what {
-        "threads" => std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        "fds" => std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        "children" => std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| {
-                d.filter_map(|t| t.ok())
-                    .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default())
-                    .map(|c| c.split_whitespace().count())
-                    .sum()
-            })
-            .unwrap_or(0),
-        _ => unreachable!(),
-    }
-}
-
-fn vm_kib(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-struct Snapshot {
-    threads: usize,
-    fds: usize,
-    children: usize,
-    rss_kib: u64,
-}
-
-fn snapshot(pid: u32) -> Snapshot {
-    // Turn workers exit right after their last message; give the last one a moment.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    Snapshot {
-        threads: proc_count(pid, "threads"),
-        fds: proc_count(pid, "fds"),
-        children: proc_count(pid, "children"),
-        rss_kib: vm_kib(pid, "VmRSS:"),
-    }
-}
 
 #[test]
 fn a_thousand_prompt_cancel_and_new_close_cycles_leak_nothing() {
@@ -136,6 +89,18 @@ fn a_thousand_prompt_cancel_and_new_close_cycles_leak_nothing() {
             "{name} grew: baseline {b}, after prompts {p}, after sessions {s}"
         );
     }
+    let grew = [
+        after_prompts.threads.max(after_sessions.threads) > base.threads,
+        after_prompts.fds.max(after_sessions.fds) > base.fds,
+        after_prompts.children.max(after_sessions.children) > base.children,
+        after_sessions.rss_kib >= base.rss_kib + 4096,
+    ];
+    // Faults: every cycle cancels a running turn or closes a session.
+    a.report(
+        "leaks_prompt_cancel_new_close",
+        2 * cycles as u64 - 1,
+        grew.iter().filter(|g| **g).count() as u64,
+    );
     // RSS stays flat: allow allocator noise, not per-cycle growth.
     assert!(
         after_sessions.rss_kib < base.rss_kib + 4096,
