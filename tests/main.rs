@@ -3,6 +3,7 @@
 mod support;
 
 mod demo;
+mod faults;
 mod fuzz;
 mod kernel;
 mod protocol;
