@@ -9,5 +9,6 @@ mod kernel;
 mod protocol;
 mod provider;
 mod reliability;
+mod secrets;
 mod tools;
 mod transcripts;
