@@ -369,9 +369,9 @@ fn an_unwritable_temp_dir_loses_no_turn_and_the_log_says_why() {
     let dir = TempDir::new("fault-tmpdir");
     let not_a_dir = dir.write("plain-file", "x");
     let missing = dir.path().join("missing");
-    for (tmpdir, why) in [
-        (missing, "No such file or directory"),
-        (not_a_dir, "Not a directory"),
+    for (tmpdir, why, name) in [
+        (missing, "No such file or directory", "tmpdir_missing"),
+        (not_a_dir, "Not a directory", "tmpdir_not_a_directory"),
     ] {
         let mut a = agent_in_env(
             &dir,
@@ -402,7 +402,7 @@ fn an_unwritable_temp_dir_loses_no_turn_and_the_log_says_why() {
         let r = ask_again(&mut a, "next");
         assert_eq!(stop_reason(&r), "end_turn", "{r}");
         assert_eq!(a.text(), "next");
-        a.report("tmpdir_unwritable", 1, 0);
+        a.report(name, 1, 0);
         assert!(a.finish().success());
     }
 }
