@@ -61,6 +61,27 @@ FUZZ_CASES ?= 50000
 fuzz:
 	FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --test integration fuzz_front_end -- --nocapture
 
+## Fault injection, leak checks (1000 cycles) and a fuzz campaign, with the 1 GB output run;
+## prints the report table (scripts/reliability_table.py). Fails if any test fails or leaks.
+RELIABILITY_FUZZ_CASES ?= 20000
+RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
+	provider::a_500_is_retried_and_the_second_attempt_succeeds \
+	provider::cancel_while_the_server_stalls_answers_cancelled_and_closes_the_socket \
+	tools::timeout_and_orphaned_pipes_kill_the_whole_group \
+	tools::huge_output_is_truncated_to_a_file_with_bounded_memory \
+	kernel::a_kernel_killed_mid_cell_is_an_error_and_the_next_cell_recovers \
+	protocol::stdin_closed_mid_frame_gets_a_parse_error_and_a_clean_exit \
+	protocol::stdin_eof_mid_turn_exits_zero \
+	protocol::sigterm_mid_turn_answers_and_exits_zero \
+	protocol::an_overlong_line_is_refused_and_the_connection_survives
+reliability:
+	@mkdir -p target
+	set -o pipefail; FUZZ_CASES=$(RELIABILITY_FUZZ_CASES) LEAK_CYCLES=1000 \
+		$(CARGO) test --release --test integration -- --include-ignored --nocapture \
+		$(RELIABILITY_TESTS) 2>&1 | grep -v -E '^\[[0-9TZ:.-]+ (TRACE|DEBUG|INFO|WARN|ERROR) ' \
+		| tee target/reliability.log; status=$$?; \
+	python3 scripts/reliability_table.py target/reliability.log && exit $$status
+
 ci: lint test
 
 clean:

@@ -98,6 +98,61 @@ fn take_over_stdout() -> io::Result<File> {
     Ok(File::from(private))
 }
 
+/// What the debug log shows of an incoming line: the line itself, except that credentials a
+/// client hands over for MCP servers (`env` and `headers` values, user info in `url`) are
+/// replaced by `<redacted>`, so `Authorization` headers and tokens never reach the log.
+fn redacted_for_log(line: &[u8]) -> std::borrow::Cow<'_, str> {
+    let text = String::from_utf8_lossy(line);
+    if !text.contains("\"mcpServers\"") {
+        return text;
+    }
+    let Ok(mut frame) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return "<an unparsable line naming mcpServers, not logged>".into();
+    };
+    let redacted = serde_json::Value::from("<redacted>");
+    if let Some(servers) = frame
+        .pointer_mut("/params/mcpServers")
+        .and_then(|v| v.as_array_mut())
+    {
+        for server in servers {
+            for field in ["env", "headers"] {
+                match server.get_mut(field) {
+                    Some(serde_json::Value::Array(items)) => {
+                        for item in items.iter_mut().filter_map(|i| i.as_object_mut()) {
+                            if item.contains_key("value") {
+                                item.insert("value".into(), redacted.clone());
+                            }
+                        }
+                    }
+                    Some(serde_json::Value::Object(map)) => {
+                        for v in map.values_mut() {
+                            *v = redacted.clone();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(url) = server.get_mut("url") {
+                if let Some(u) = url.as_str().filter(|u| u.contains('@')) {
+                    *url = match u.split_once("://") {
+                        Some((scheme, rest)) => {
+                            let (authority, path) =
+                                rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+                            match authority.rsplit_once('@') {
+                                Some((_, host)) => format!("{scheme}://<redacted>@{host}{path}"),
+                                None => u.to_owned(),
+                            }
+                        }
+                        None => "<redacted>".to_owned(),
+                    }
+                    .into();
+                }
+            }
+        }
+    }
+    frame.to_string().into()
+}
+
 fn read_loop<R: Read>(input: R, max_line: usize, tx: &Sender<Inbound>) {
     let mut reader = BufReader::with_capacity(256 * 1024, input);
     let mut line = Vec::new();
@@ -105,7 +160,7 @@ fn read_loop<R: Read>(input: R, max_line: usize, tx: &Sender<Inbound>) {
         match read_line_limited(&mut reader, &mut line, max_line) {
             Ok(LineRead::Eof) => break,
             Ok(LineRead::Line) => {
-                log::debug!("< {}", String::from_utf8_lossy(&line));
+                log::debug!("< {}", redacted_for_log(&line));
                 if let Some(msg) = rpc::classify_line(&line) {
                     if tx.send(Inbound::Message(msg)).is_err() {
                         return;
@@ -221,6 +276,27 @@ fn write_frame<W: Write>(out: &mut W, frame: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mcp_credentials_are_redacted_in_the_log() {
+        let line = br#"{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[
+            {"name":"a","type":"http","url":"https://u:pw-secret@x.example/mcp","headers":[{"name":"Authorization","value":"Bearer hdr-secret"}]},
+            {"name":"b","command":"node","env":[{"name":"TOKEN","value":"env-secret"}]},
+            {"name":"c","command":"node","env":{"TOKEN":"obj-secret"}}]}}"#;
+        let logged = redacted_for_log(line);
+        for secret in ["pw-secret", "hdr-secret", "env-secret", "obj-secret"] {
+            assert!(!logged.contains(secret), "{logged}");
+        }
+        assert!(
+            logged.contains("https://<redacted>@x.example/mcp"),
+            "{logged}"
+        );
+        assert!(logged.contains("Authorization") && logged.contains("TOKEN"));
+        let plain = br#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#;
+        assert_eq!(redacted_for_log(plain), String::from_utf8_lossy(plain));
+        let cut = br#"{"method":"session/new","params":{"mcpServers":[{"env":[{"value":"s"#;
+        assert!(!redacted_for_log(cut).contains("\"s"));
+    }
 
     fn lines(input: &[u8], max: usize) -> Vec<(LineRead, Vec<u8>)> {
         let mut reader = BufReader::with_capacity(4, input);

@@ -182,7 +182,7 @@ fn gen_case(rng: &mut Rng, cwd: &str) -> Case {
 }
 
 /// Runs one case through the real reader, main loop and writer; returns the output lines.
-fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) {
+fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) -> (u64, u64) {
     let mut rng = Rng(seed | 1);
     let cwd = dir.path().display().to_string();
     let case = gen_case(&mut rng, &cwd);
@@ -218,8 +218,20 @@ fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) {
         } else {
             line
         };
-        if let Some(Incoming::Request { id, .. }) = classify_line(&bytes) {
-            *expected.entry(id.0.to_string()).or_default() += 1;
+        if std::env::var_os("FUZZ_DUMP").is_some() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "in:  {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        // Requests and invalid frames that carry an id are both answered exactly once (a
+        // mutated frame may reuse the id of a valid request; both replies are then expected).
+        match classify_line(&bytes) {
+            Some(Incoming::Request { id, .. }) | Some(Incoming::Invalid { id, .. }) => {
+                *expected.entry(id.0.to_string()).or_default() += 1;
+            }
+            _ => {}
         }
         writer.write_all(&bytes).unwrap();
         if !(i == n - 1 && case.no_final_newline) {
@@ -234,7 +246,7 @@ fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) {
         assert_eq!(exit, main_loop::Exit::ClientClosed);
         let _ = io.join();
         check_output(seed, &sink, None);
-        return;
+        return (n as u64 + 1, 0);
     }
     // Every request must be answered while the client is still connected.
     let answered = wait_for(&sink, |lines| {
@@ -254,6 +266,7 @@ fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) {
     assert_eq!(exit, main_loop::Exit::ClientClosed);
     let _ = io.join();
     check_output(seed, &sink, Some(&expected));
+    (n as u64 + 1, expected.values().sum::<usize>() as u64)
 }
 
 fn join_within<T: Send + 'static>(h: thread::JoinHandle<T>, limit: Duration) -> Option<T> {
@@ -302,6 +315,11 @@ fn wait_for<T>(sink: &Sink, f: impl Fn(&[Value]) -> Option<T>) -> Option<T> {
 
 fn check_output(seed: u64, sink: &Sink, expected: Option<&HashMap<String, usize>>) {
     let lines = lines_of(sink);
+    if std::env::var_os("FUZZ_DUMP").is_some() {
+        for l in &lines {
+            let _ = writeln!(std::io::stderr(), "out: {l}");
+        }
+    }
     for l in &lines {
         assert_eq!(l["jsonrpc"], "2.0", "seed {seed}: {l}");
         let is_response = l.get("result").is_some() ^ l.get("error").is_some();
@@ -341,7 +359,7 @@ fn fuzz_front_end() {
         .collect();
     let script = dir.write("script.jsonl", &lines);
     if let Some(seed) = std::env::var("FUZZ_SEED").ok().and_then(|v| v.parse().ok()) {
-        run_case(seed, &dir, &script);
+        let _ = run_case(seed, &dir, &script);
         return;
     }
     let base = std::env::var("FUZZ_BASE")
@@ -350,12 +368,15 @@ fn fuzz_front_end() {
         .unwrap_or(0x9E37_79B9_7F4A_7C15u64);
     let n = cases();
     let start = Instant::now();
+    let (mut inputs, mut answered) = (0, 0);
     for i in 0..n {
-        run_case(
+        let (lines, requests) = run_case(
             base.wrapping_add(i.wrapping_mul(0x1000_0001)),
             &dir,
             &script,
         );
+        inputs += lines;
+        answered += requests;
     }
     // The campaign size goes to stderr for the closing note (`make fuzz`).
     let mut err = std::io::stderr();
@@ -364,4 +385,7 @@ fn fuzz_front_end() {
         "fuzz_front_end: {n} cases in {:.1}s",
         start.elapsed().as_secs_f64()
     );
+    // Every case is a fault (random, mutated or cut frames); "answered" counts the requests
+    // checked to be answered exactly once (cases cut at EOF only check the output's shape).
+    crate::support::reliability_line("fuzz_front_end", n, inputs, answered, 0);
 }

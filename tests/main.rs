@@ -3,11 +3,13 @@
 mod support;
 
 mod demo;
+mod faults;
 mod fuzz;
 mod kernel;
 mod protocol;
 mod provider;
 mod reliability;
+mod secrets;
 mod subagents;
 mod tools;
 mod transcripts;

@@ -6,95 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::llm_server::{Canned, End, LlmServer};
+use crate::support::model::*;
 use crate::support::*;
-
-/// Every built-in key variable, set empty (= missing) so the developer's own keys never leak
-/// into a test.
-const KEY_VARS: &[&str] = &[
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "PRIME_API_KEY",
-    "OPENROUTER_API_KEY",
-    "DEEPSEEK_API_KEY",
-    "GROQ_API_KEY",
-    "XAI_API_KEY",
-    "MISTRAL_API_KEY",
-    "CEREBRAS_API_KEY",
-    "ZAI_API_KEY",
-    "MOONSHOT_API_KEY",
-    "HF_TOKEN",
-    "FIREWORKS_API_KEY",
-];
-
-struct Setup {
-    agent: Agent,
-    _dir: TempDir,
-}
-
-fn env_for(dir: &TempDir, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = KEY_VARS
-        .iter()
-        .map(|k| (k.to_string(), String::new()))
-        .collect();
-    let d = dir.path().display().to_string();
-    env.push(("PRIME_AGENT_CODING_AGENT_DIR".into(), d.clone()));
-    env.push(("HOME".into(), d));
-    env.push(("PRIME_AGENT_RETRY_BASE_MS".into(), "10".into()));
-    for (k, v) in extra {
-        env.push((k.to_string(), v.to_string()));
-    }
-    env
-}
-
-/// `models.json` with the cold-CLI `intercept` provider pointing at `server`.
-fn models_json(server: &LlmServer, api: &str) -> String {
-    let base = if api == "anthropic-messages" {
-        server.url()
-    } else {
-        format!("{}/v1", server.url())
-    };
-    json!({"providers": {"intercept": {
-    "baseUrl": base, "api": api, "apiKey": "test-key",
-    "models": [
-        {"id": "cold/test-model", "reasoning": false, "input": ["text"]},
-        {"id": "vision-model", "input": ["text", "image"]},
-        {"id": "claude-test", "reasoning": true, "input": ["text", "image"], "maxTokens": 32000}
-    ]}}})
-    .to_string()
-}
-
-fn spawn_with(server: &LlmServer, api: &str, model: &str, extra_env: &[(&str, &str)]) -> Setup {
-    spawn_full(server, api, model, extra_env, false)
-}
-
-fn spawn_full(
-    server: &LlmServer,
-    api: &str,
-    model: &str,
-    extra_env: &[(&str, &str)],
-    skip_schema: bool,
-) -> Setup {
-    let dir = TempDir::new("provider");
-    dir.write("models.json", &models_json(server, api));
-    let args = [
-        "--mode",
-        "acp",
-        "--provider",
-        "intercept",
-        "--model",
-        model,
-        "--no-session",
-        "--offline",
-        "--no-context-files",
-    ];
-    let agent = Agent::spawn(Spawn {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        env: env_for(&dir, extra_env),
-        skip_schema,
-        ..Default::default()
-    });
-    Setup { agent, _dir: dir }
-}
 
 fn openai(replies: Vec<Canned>) -> (LlmServer, Setup) {
     let server = LlmServer::start(replies);
@@ -106,43 +19,6 @@ fn anthropic(replies: Vec<Canned>) -> (LlmServer, Setup) {
     let server = LlmServer::start(replies);
     let setup = spawn_with(&server, "anthropic-messages", "claude-test", &[]);
     (server, setup)
-}
-
-/// Sends a text prompt and returns its response frame.
-fn ask(a: &mut Agent, text: &str) -> Value {
-    a.handshake();
-    let id = a.prompt(text);
-    a.response(&id)
-}
-
-fn stop_reason(r: &Value) -> &str {
-    r["result"]["stopReason"].as_str().unwrap_or("")
-}
-
-/// Asserts a failed prompt and returns its `data.details`.
-fn failure(r: &Value) -> String {
-    assert_eq!(r["error"]["code"], -32603, "expected a failed prompt: {r}");
-    let details = r["error"]["data"]["details"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
-    assert!(
-        details.starts_with("prime-agent turn failed:"),
-        "details: {details}"
-    );
-    details
-}
-
-/// The stderr reader thread may lag behind the agent; wait for `needle` (bounded).
-fn stderr_eventually(a: &Agent, needle: &str) -> bool {
-    let deadline = Instant::now() + TIMEOUT;
-    while !a.stderr_text().contains(needle) {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    true
 }
 
 fn thoughts(a: &Agent) -> String {
@@ -474,18 +350,6 @@ fn anthropic_error_event_and_401_fail_the_prompt() {
 fn anthropic_max_tokens_stop_reason() {
     let (_server, mut s) = anthropic(vec![Canned::sse("anthropic-max-tokens.sse")]);
     assert_eq!(stop_reason(&ask(&mut s.agent, "hi")), "max_tokens");
-}
-
-fn spawn_plain(args: &[&str], dir: &TempDir) -> Agent {
-    spawn_plain_env(args, dir, &[])
-}
-
-fn spawn_plain_env(args: &[&str], dir: &TempDir, env: &[(&str, &str)]) -> Agent {
-    Agent::spawn(Spawn {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        env: env_for(dir, env),
-        ..Default::default()
-    })
 }
 
 #[test]

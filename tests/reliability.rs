@@ -3,55 +3,10 @@
 
 use serde_json::json;
 
+use std::io::Write;
+
+use crate::support::procs::{settle_to, snapshot};
 use crate::support::*;
-
-fn proc_count(pid: u32, what: &str) -> usize {
-    match what {
-        "threads" => std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        "fds" => std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| d.count())
-            .unwrap_or(0),
-        "children" => std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| {
-                d.filter_map(|t| t.ok())
-                    .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default())
-                    .map(|c| c.split_whitespace().count())
-                    .sum()
-            })
-            .unwrap_or(0),
-        _ => unreachable!(),
-    }
-}
-
-fn vm_kib(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-struct Snapshot {
-    threads: usize,
-    fds: usize,
-    children: usize,
-    rss_kib: u64,
-}
-
-fn snapshot(pid: u32) -> Snapshot {
-    // Turn workers exit right after their last message; give the last one a moment.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    Snapshot {
-        threads: proc_count(pid, "threads"),
-        fds: proc_count(pid, "fds"),
-        children: proc_count(pid, "children"),
-        rss_kib: vm_kib(pid, "VmRSS:"),
-    }
-}
 
 #[test]
 fn a_thousand_prompt_cancel_and_new_close_cycles_leak_nothing() {
@@ -136,12 +91,145 @@ fn a_thousand_prompt_cancel_and_new_close_cycles_leak_nothing() {
             "{name} grew: baseline {b}, after prompts {p}, after sessions {s}"
         );
     }
+    let grew = [
+        after_prompts.threads.max(after_sessions.threads) > base.threads,
+        after_prompts.fds.max(after_sessions.fds) > base.fds,
+        after_prompts.children.max(after_sessions.children) > base.children,
+        after_sessions.rss_kib >= base.rss_kib + 4096,
+    ];
+    // Faults: every cycle cancels a running turn or closes a session.
+    a.report(
+        "leaks_prompt_cancel_new_close",
+        2 * cycles as u64 - 1,
+        grew.iter().filter(|g| **g).count() as u64,
+    );
     // RSS stays flat: allow allocator noise, not per-cycle growth.
     assert!(
         after_sessions.rss_kib < base.rss_kib + 4096,
         "RSS grew from {} to {} KiB",
         base.rss_kib,
         after_sessions.rss_kib
+    );
+    assert!(a.finish().success());
+}
+
+/// Processes whose command line contains `marker` (any owner): orphans a leak would leave.
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                })
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .map(|c| {
+                            String::from_utf8_lossy(&c)
+                                .replace('\0', " ")
+                                .contains(marker)
+                        })
+                        .unwrap_or(false)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Prompt/cancel cycles that each cancel a *running* `bash` call (a shell and a background
+/// child): threads, fds and children return to the baseline and no process of the calls
+/// survives. `LEAK_CYCLES` sets the count (100 here, 1000 in `make reliability`).
+#[test]
+fn prompt_cancel_cycles_with_a_running_bash_call_leak_nothing() {
+    let cycles: usize = std::env::var("LEAK_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let dir = TempDir::new("leaks-bash");
+    // A distinctive sleep length marks the calls' processes in /proc.
+    let marker = "sleep 3141";
+    let command = format!("echo started; {marker} & wait");
+    let lines: Vec<serde_json::Value> = (0..=cycles)
+        .map(|_| json!({"steps":[{"tool_call":{"name":"bash","arguments":{"command": command}}}]}))
+        .collect();
+    let script = script_file(&dir, &lines);
+    let mut a = agent_in(&dir, &script, &[]);
+    let run_and_cancel = |a: &mut Agent, i: usize| {
+        let id = a.prompt("work");
+        a.wait_for("the command's first output", |f| {
+            let u = &f["params"]["update"];
+            u["sessionUpdate"] == "tool_call_update"
+                && u["status"] == "in_progress"
+                && u["content"][0]["content"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("started"))
+        });
+        a.cancel();
+        assert_eq!(
+            a.response(&id)["result"]["stopReason"],
+            "cancelled",
+            "cycle {i}"
+        );
+        a.seen.clear();
+    };
+    // Warm up one cycle so lazily created things exist in the baseline.
+    run_and_cancel(&mut a, 0);
+    let pid = a.pid();
+    let base = settle_to(pid, &snapshot(pid));
+    for i in 1..=cycles {
+        run_and_cancel(&mut a, i);
+    }
+    let after = settle_to(pid, &base);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut orphans = processes_with(marker);
+    while orphans > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        orphans = processes_with(marker);
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "leaks (bash, {cycles} cycles): threads {}/{}, fds {}/{}, children {}/{}, rss KiB {}/{}, orphans {orphans}",
+        base.threads, after.threads, base.fds, after.fds, base.children, after.children,
+        base.rss_kib, after.rss_kib
+    );
+    let grew = [
+        after.threads > base.threads,
+        after.fds > base.fds,
+        after.children > base.children,
+        after.rss_kib >= base.rss_kib + 4096,
+        orphans > 0,
+    ];
+    a.report(
+        "leaks_prompt_cancel_running_bash",
+        cycles as u64,
+        grew.iter().filter(|g| **g).count() as u64,
+    );
+    assert!(
+        after.threads <= base.threads,
+        "threads grew: {} → {}",
+        base.threads,
+        after.threads
+    );
+    assert!(
+        after.fds <= base.fds,
+        "fds grew: {} → {}",
+        base.fds,
+        after.fds
+    );
+    assert!(
+        after.children <= base.children,
+        "children grew: {} → {}",
+        base.children,
+        after.children
+    );
+    assert_eq!(orphans, 0, "processes of cancelled calls survive");
+    assert!(
+        after.rss_kib < base.rss_kib + 4096,
+        "RSS grew from {} to {} KiB",
+        base.rss_kib,
+        after.rss_kib
     );
     assert!(a.finish().success());
 }

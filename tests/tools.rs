@@ -4,35 +4,10 @@
 //! Also: bash progress, cancel and timeout kill the whole process group, huge output stays
 //! bounded, and `!cmd` user shell commands run without any model call.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
-
 use serde_json::{json, Value};
 
+use crate::support::procs::{alive, assert_dies, wait_for_file};
 use crate::support::*;
-
-/// An agent on `script` (under `fixtures/scripts/`) whose cwd is `dir`.
-fn agent_in(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
-    let mut args: Vec<String> = [
-        "--mode",
-        "acp",
-        "--provider",
-        "scripted",
-        "--script",
-        &fixture(&format!("scripts/{script}")).display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let mut a = Agent::spawn(Spawn {
-        args,
-        cwd: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    });
-    a.handshake();
-    a
-}
 
 /// Prompts and returns the `stopReason` (panics on an error response).
 fn prompt_stop(a: &mut Agent, text: &str) -> String {
@@ -71,44 +46,6 @@ fn text_of(update: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
-}
-
-/// Waits (bounded) for a file a command writes, and returns its trimmed content.
-fn wait_for_file(path: &Path) -> String {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if s.ends_with('\n') {
-                return s.trim().to_owned();
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Whether `pid` is a live process (a zombie awaiting its reaper counts as dead).
-fn alive(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            !state.starts_with('Z') && !state.starts_with('X')
-        }
-    }
-}
-
-/// Asserts `pid` dies (bounded wait: the kill is immediate, reaping may lag on a busy box).
-fn assert_dies(pid: &str) {
-    let deadline = Instant::now() + TIMEOUT;
-    while alive(pid) {
-        assert!(Instant::now() < deadline, "process {pid} still alive");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

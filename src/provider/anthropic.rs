@@ -52,8 +52,7 @@ fn images(model: &ModelDef, imgs: &[Image]) -> Vec<Value> {
     } else if model.supports_images() {
         imgs.iter().map(image_block).collect()
     } else {
-        vec![json!({"type": "text", "text": format!(
-            "({} image(s) omitted: the model {} does not accept images)", imgs.len(), model.id)})]
+        vec![json!({"type": "text", "text": super::openai::omitted_text(model, imgs.len())})]
     }
 }
 

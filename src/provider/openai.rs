@@ -51,9 +51,16 @@ fn image_parts(model: &ModelDef, images: &[Image]) -> Vec<Value> {
     } else if images.is_empty() {
         Vec::new()
     } else {
-        vec![json!({"type": "text", "text": format!(
-            "({} image(s) omitted: the model {} does not accept images)", images.len(), model.id)})]
+        vec![json!({"type": "text", "text": omitted_text(model, images.len())})]
     }
+}
+
+/// What a text-only model reads in place of `n` images.
+pub fn omitted_text(model: &ModelDef, n: usize) -> String {
+    format!(
+        "({n} image(s) omitted: the model {} does not accept images)",
+        model.id
+    )
 }
 
 /// The Chat Completions request body for `req`.
@@ -114,11 +121,16 @@ pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 is_error,
                 ..
             } => {
-                let content = if *is_error && text.is_empty() {
+                let mut content = if *is_error && text.is_empty() {
                     "(tool error)".to_owned()
                 } else {
                     text.clone()
                 };
+                // A text-only model gets the same placeholder as for prompt images, so an
+                // image result is never dropped without a word.
+                if !images.is_empty() && !model.supports_images() {
+                    content.push_str(&format!("\n\n{}", omitted_text(model, images.len())));
+                }
                 messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
                 // Tool messages cannot carry images; a user message right after can.
                 if !images.is_empty() && model.supports_images() {
@@ -399,6 +411,45 @@ mod tests {
         assert!(err.to_string().contains("ended before"), "{err}");
         let err = run("openai-error-event.sse").0.unwrap_err();
         assert_eq!(err.to_string(), "upstream overloaded in test");
+    }
+
+    #[test]
+    fn a_text_only_model_reads_a_placeholder_for_every_image() {
+        let img = || Image {
+            data: "AAAA".into(),
+            mime_type: "image/png".into(),
+        };
+        let messages = vec![
+            Message::User {
+                text: "look".into(),
+                images: vec![img()],
+            },
+            Message::ToolResult {
+                call_id: "c1".into(),
+                name: "read".into(),
+                text: "Read image file [image/png]".into(),
+                is_error: false,
+                images: vec![img(), img()],
+            },
+        ];
+        let req = ChatRequest {
+            system: "",
+            messages: &messages,
+            tools: &[],
+            thinking: Thinking::Off,
+        };
+        let mut m = model(false);
+        m.input = vec!["text".into()];
+        let b = body(&m, &req);
+        assert_eq!(
+            b["messages"][0]["content"][1]["text"],
+            "(1 image(s) omitted: the model m does not accept images)"
+        );
+        assert_eq!(
+            b["messages"][1]["content"],
+            "Read image file [image/png]\n\n(2 image(s) omitted: the model m does not accept images)"
+        );
+        assert_eq!(b["messages"].as_array().map(Vec::len), Some(2));
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::config::{resolve_value, Api, Credentials, Selection};
+use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::http::{HttpClient, HttpSettings, PostRequest};
-use super::{anthropic, openai, ChatRequest, Provider, ProviderError, Reply, StreamEvent};
+use super::{anthropic, openai, ChatRequest, Message, Provider, ProviderError, Reply, StreamEvent};
 use crate::abort::AbortFlag;
 
 pub struct RemoteProvider {
@@ -55,6 +55,7 @@ impl Provider for RemoteProvider {
                 self.credentials.missing_key_message(p),
             ));
         }
+        warn_images_omitted(&self.label(), model, request.messages);
         let (url, mut headers, body) = match self.selection.api {
             Api::OpenAiCompletions => (
                 openai::url(&p.base_url),
@@ -91,5 +92,30 @@ impl Provider for RemoteProvider {
                     .stream(&post, abort, anthropic::Decoder::new, on_event)
             }
         }
+    }
+}
+
+/// Images the model cannot take are replaced by a text placeholder in the request (the
+/// wire modules do that); say so in the log once, for the messages new since the model's last
+/// reply, so the substitution is never silent.
+fn warn_images_omitted(label: &str, model: &ModelDef, messages: &[Message]) {
+    if model.supports_images() {
+        return;
+    }
+    let new_since_reply = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant(_)))
+        .map_or(messages, |i| &messages[i + 1..]);
+    let n: usize = new_since_reply
+        .iter()
+        .map(|m| match m {
+            Message::User { images, .. } | Message::ToolResult { images, .. } => images.len(),
+            Message::Assistant(_) => 0,
+        })
+        .sum();
+    if n > 0 {
+        log::warn!(
+            "{label}: {n} image(s) not sent: the model does not accept images (its \"input\" has no \"image\"); it gets a text placeholder instead"
+        );
     }
 }

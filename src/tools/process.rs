@@ -94,6 +94,8 @@ enum FullOutput {
     File {
         path: PathBuf,
         writer: Option<BufWriter<File>>,
+        /// A write failed (disk full…): the file holds only part of the output.
+        error: Option<String>,
     },
     Failed(String),
 }
@@ -121,11 +123,17 @@ impl Captured {
             // Nothing was trimmed yet (trimming starts far above the limit), so the buffer
             // holds everything so far.
             self.full = Some(open_full_output(&self.tail));
-        } else if let Some(FullOutput::File { writer, path }) = &mut self.full {
+        } else if let Some(FullOutput::File {
+            writer,
+            path,
+            error,
+        }) = &mut self.full
+        {
             if let Some(w) = writer {
                 if let Err(e) = w.write_all(bytes) {
                     log::warn!("writing {} failed: {e}", path.display());
                     *writer = None;
+                    *error = Some(e.to_string());
                 }
             }
         }
@@ -136,10 +144,16 @@ impl Captured {
     }
 
     fn finish(&mut self) {
-        if let Some(FullOutput::File { writer, path }) = &mut self.full {
+        if let Some(FullOutput::File {
+            writer,
+            path,
+            error,
+        }) = &mut self.full
+        {
             if let Some(mut w) = writer.take() {
                 if let Err(e) = w.flush() {
                     log::warn!("writing {} failed: {e}", path.display());
+                    *error = Some(e.to_string());
                 }
             }
         }
@@ -155,7 +169,15 @@ impl Captured {
 
     fn full_output_label(&self) -> String {
         match &self.full {
-            Some(FullOutput::File { path, .. }) => path.display().to_string(),
+            Some(FullOutput::File {
+                path, error: None, ..
+            }) => path.display().to_string(),
+            // The notice must not promise a full output the file does not hold.
+            Some(FullOutput::File {
+                path,
+                error: Some(why),
+                ..
+            }) => format!("{} (incomplete: {why})", path.display()),
             Some(FullOutput::Failed(why)) => format!("(not saved: {why})"),
             None => "(not saved)".to_owned(),
         }
@@ -210,11 +232,16 @@ fn open_full_output(so_far: &[u8]) -> FullOutput {
             let mut w = BufWriter::with_capacity(READ_CHUNK, f);
             if let Err(e) = w.write_all(so_far) {
                 log::warn!("writing {} failed: {e}", path.display());
-                return FullOutput::File { path, writer: None };
+                return FullOutput::File {
+                    path,
+                    writer: None,
+                    error: Some(e.to_string()),
+                };
             }
             FullOutput::File {
                 path,
                 writer: Some(w),
+                error: None,
             }
         }
         Err(e) => {
@@ -564,6 +591,34 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_full_output_file_that_cannot_be_written_is_called_incomplete() {
+        let Ok(dev_full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+            return; // not Linux
+        };
+        let mut c = Captured {
+            full: Some(FullOutput::File {
+                path: PathBuf::from("/dev/full"),
+                writer: Some(BufWriter::with_capacity(READ_CHUNK, dev_full)),
+                error: None,
+            }),
+            ..Default::default()
+        };
+        for _ in 0..3000 {
+            c.push(&[b'x'; 99]);
+            c.push(b"\n");
+        }
+        c.finish();
+        let text = c.render();
+        assert!(
+            text.ends_with(
+                "Full output: /dev/full (incomplete: No space left on device (os error 28))]"
+            ),
+            "{}",
+            &text[text.len() - 150..]
+        );
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub struct Canned {
     pub body: Vec<u8>,
     pub sse: bool,
     pub end: End,
+    /// SSE only: each event is its own chunk, sent `pace` after the previous one (a slow model).
+    pub pace: Option<Duration>,
 }
 
 impl Canned {
@@ -47,6 +49,7 @@ impl Canned {
             body,
             sse: true,
             end: End::Complete,
+            pace: None,
         }
     }
 
@@ -58,6 +61,7 @@ impl Canned {
             body: std::fs::read(fixture(&format!("sse/{name}"))).expect("fixture"),
             sse: false,
             end: End::Complete,
+            pace: None,
         }
     }
 
@@ -69,6 +73,7 @@ impl Canned {
             body: Vec::new(),
             sse: false,
             end: End::Stall,
+            pace: None,
         }
     }
 
@@ -79,6 +84,12 @@ impl Canned {
 
     pub fn ending(mut self, end: End) -> Canned {
         self.end = end;
+        self
+    }
+
+    /// Sends one SSE event every `pace`.
+    pub fn paced(mut self, pace: Duration) -> Canned {
+        self.pace = Some(pace);
         self
     }
 }
@@ -111,8 +122,13 @@ pub struct LlmServer {
 impl LlmServer {
     /// Serves `replies` in order; the last one repeats for any further request.
     pub fn start(replies: Vec<Canned>) -> LlmServer {
+        LlmServer::start_on(0, replies)
+    }
+
+    /// As `start`, on a given loopback port (0: any free one).
+    pub fn start_on(port: u16, replies: Vec<Canned>) -> LlmServer {
         assert!(!replies.is_empty());
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind loopback");
         let port = listener.local_addr().expect("addr").port();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -279,6 +295,11 @@ fn write_reply(conn: &mut TcpStream, reply: &Canned) -> std::io::Result<()> {
         let events = split_events(&reply.body);
         let mut chunk = Vec::new();
         for ev in events {
+            if let Some(pace) = reply.pace {
+                thread::sleep(pace);
+                write_chunk(conn, ev)?;
+                continue;
+            }
             chunk.extend_from_slice(ev);
             if chunk.len() >= 4096 || reply.body.len() < 64 * 1024 {
                 write_chunk(conn, &chunk)?;

@@ -4,6 +4,8 @@
 #![allow(dead_code)] // Each test module uses a different subset of the helpers.
 
 pub mod llm_server;
+pub mod model;
+pub mod procs;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -130,6 +132,10 @@ pub struct Agent {
     pub stderr: Arc<Mutex<String>>,
     next_id: u64,
     pub session_id: Option<String>,
+    /// Writes to stdin so far (frames, raw bytes): the "inputs" of a reliability line.
+    pub inputs: u64,
+    /// Responses (frames with an id and no method) received so far.
+    pub answered: u64,
 }
 
 impl Agent {
@@ -196,6 +202,8 @@ impl Agent {
             stderr: err_buf,
             next_id: 0,
             session_id: None,
+            inputs: 0,
+            answered: 0,
         }
     }
 
@@ -226,6 +234,7 @@ impl Agent {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(bytes).unwrap();
         stdin.flush().unwrap();
+        self.inputs += 1;
     }
 
     pub fn send(&mut self, frame: &Value) {
@@ -250,6 +259,9 @@ impl Agent {
     pub fn next_frame(&mut self, timeout: Duration) -> Option<Value> {
         match self.frames.recv_timeout(timeout) {
             Ok(f) => {
+                if f.get("id").is_some() && f.get("method").is_none() {
+                    self.answered += 1;
+                }
                 self.seen.push(f.clone());
                 Some(f)
             }
@@ -395,6 +407,57 @@ impl Agent {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Prints this agent's `reliability:` line (see `reliability_line`).
+    pub fn report(&self, name: &str, faults: u64, leaks: u64) {
+        reliability_line(name, faults, self.inputs, self.answered, leaks);
+    }
+}
+
+/// One greppable line per reliability test on stderr, collected by `make reliability`
+/// (`scripts/reliability_table.py`): faults injected, inputs sent, requests answered, leaks
+/// found. A test that reaches this line lost nothing (it asserts that before).
+pub fn reliability_line(name: &str, faults: u64, inputs: u64, answered: u64, leaks: u64) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "reliability: {name}: faults={faults}, inputs={inputs}, answered={answered}, leaks={leaks}, lost=0"
+    );
+}
+
+/// An agent on `script` (a path under `fixtures/scripts/` or an absolute path) whose cwd is
+/// `dir`, after the handshake.
+pub fn agent_in(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
+    agent_in_env(dir, script, extra, &[])
+}
+
+/// `agent_in` with extra environment variables.
+pub fn agent_in_env(dir: &TempDir, script: &str, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+    let path = if Path::new(script).is_absolute() {
+        PathBuf::from(script)
+    } else {
+        fixture(&format!("scripts/{script}"))
+    };
+    let mut args: Vec<String> = vec![
+        "--mode".into(),
+        "acp".into(),
+        "--provider".into(),
+        "scripted".into(),
+        "--script".into(),
+        path.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut a = Agent::spawn(Spawn {
+        args,
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        cwd: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    a.handshake();
+    a
 }
 
 impl Drop for Agent {

@@ -1,0 +1,441 @@
+//! Fault injection (issue 5, items 2 and 4): a model server, a tool, the kernel or the client
+//! misbehaves; after each fault the agent answers the next request correctly, or exits 0 where
+//! the spec says it must. Faults already covered elsewhere are listed in the audit table of
+//! `make reliability` (see `scripts/reliability_table.py`); each test here prints one
+//! `reliability:` line on stderr.
+//!
+//! The 1 GB output run is `#[ignore]`d (it takes tens of seconds in a debug build):
+//! `make reliability` runs it.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::llm_server::{Canned, End, LlmServer};
+use crate::support::model::*;
+use crate::support::procs::{alive, assert_dies, vm_kib, wait_for_file};
+use crate::support::*;
+
+/// The reply every recovery prompt gets from the loopback server (`openai-text.sse`).
+const HELLO: &str = "Hello, wörld!";
+
+/// The next prompt on the same connection streams the full reply and ends the turn.
+fn next_prompt_works(a: &mut Agent) {
+    a.seen.clear();
+    let r = ask_again(a, "are you still there?");
+    assert_eq!(
+        stop_reason(&r),
+        "end_turn",
+        "{r}\nstderr:\n{}",
+        a.stderr_text()
+    );
+    assert_eq!(a.text(), HELLO);
+}
+
+/// A free loopback port nobody listens on (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+fn openai_sse(text: &str) -> String {
+    let delta = json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":null}]});
+    format!(
+        "data: {delta}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})
+    )
+}
+
+#[test]
+fn model_server_refusing_connections_then_coming_up() {
+    let port = free_port();
+    let dir = TempDir::new("fault-refused");
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let mut a = spawn_plain(
+        &[
+            "--provider",
+            "openai",
+            "--api-key",
+            "k",
+            "--base-url",
+            &base,
+        ],
+        &dir,
+    );
+    let details = failure(&ask(&mut a, "hi"));
+    assert!(details.to_lowercase().contains("refused"), "{details}");
+    // The server comes up on the same port: the same agent now reaches it.
+    let server = LlmServer::start_on(port, vec![Canned::sse("openai-text.sse")]);
+    next_prompt_works(&mut a);
+    assert_eq!(server.requests().len(), 1);
+    a.report("model_server_refuses_connections", 4, 0);
+}
+
+#[test]
+fn model_server_sending_garbage_sse() {
+    let mut garbage = b": comment\nrandom junk without a colon\n".to_vec();
+    garbage.extend_from_slice(b"\xff\xfe\x00\x01 binary\r\n\r\nevent: nonsense\nid: 7\n\n");
+    garbage.extend_from_slice(b"data: {not json at all\n\n");
+    let server = LlmServer::start(vec![
+        Canned::sse_bytes(garbage),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(details.contains("invalid JSON"), "{details}");
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "a garbage stream is not retried"
+    );
+    next_prompt_works(&mut s.agent);
+    s.agent.report("model_server_garbage_sse", 1, 0);
+}
+
+#[test]
+fn model_server_sending_a_10_mb_sse_line() {
+    const SIZE: usize = 10 * 1024 * 1024;
+    let big = "x".repeat(SIZE);
+    let server = LlmServer::start(vec![
+        Canned::sse_bytes(openai_sse(&big).into_bytes()),
+        Canned::sse("openai-text.sse"),
+    ]);
+    // Schema validation of a 10 MB string measures the harness, not the agent.
+    let mut s = spawn_full(&server, "openai-completions", "cold/test-model", &[], true);
+    let r = ask(&mut s.agent, "say a lot");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    // Nothing lost: every byte of the line reaches the client.
+    let text = s.agent.text();
+    assert_eq!(text.len(), SIZE);
+    assert!(text.bytes().all(|b| b == b'x'));
+    let hwm = vm_kib(s.agent.pid(), "VmHWM:");
+    assert!(
+        hwm < 400 * 1024,
+        "agent peak RSS {hwm} KiB for a 10 MB line"
+    );
+    next_prompt_works(&mut s.agent);
+    s.agent.report("model_server_10mb_sse_line", 1, 0);
+}
+
+#[test]
+fn model_server_stalling_mid_stream() {
+    let server = LlmServer::start(vec![
+        Canned::sse("openai-partial.sse").ending(End::Stall),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let mut s = spawn_with(
+        &server,
+        "openai-completions",
+        "cold/test-model",
+        &[("PRIME_AGENT_IDLE_TIMEOUT_MS", "300")],
+    );
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(details.contains("stalled"), "{details}");
+    assert!(
+        server.wait_closed(TIMEOUT),
+        "the stalled connection is closed"
+    );
+    next_prompt_works(&mut s.agent);
+    assert_eq!(server.requests().len(), 2);
+    s.agent.report("model_server_stalls_mid_stream", 1, 0);
+}
+
+#[test]
+fn model_server_dropping_the_connection() {
+    let server = LlmServer::start(vec![
+        // Before any delta: retried, and the retry answers.
+        Canned::sse_bytes(b": warming up\n\n".to_vec()).ending(End::Drop),
+        Canned::sse("openai-text.sse"),
+        // After deltas: the prompt fails (no retry, the client already saw text)...
+        Canned::sse("openai-partial.sse").ending(End::Drop),
+        // ...and the next prompt works.
+        Canned::sse("openai-text.sse"),
+    ]);
+    let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
+    let r = ask(&mut s.agent, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(s.agent.text(), HELLO);
+    assert_eq!(server.requests().len(), 2);
+    s.agent.seen.clear();
+    let details = failure(&ask_again(&mut s.agent, "again"));
+    assert!(
+        details.contains("dropped") || details.contains("ended before"),
+        "{details}"
+    );
+    assert_eq!(s.agent.text(), "Partial answer");
+    next_prompt_works(&mut s.agent);
+    assert_eq!(server.requests().len(), 4);
+    s.agent.report("model_server_drops_connection", 2, 0);
+}
+
+#[test]
+fn model_server_answering_slowly_while_the_client_cancels() {
+    let mut slow = String::new();
+    for _ in 0..400 {
+        slow.push_str(&format!(
+            "data: {}\n\n",
+            json!({"choices":[{"index":0,"delta":{"content":"tick "},"finish_reason":null}]})
+        ));
+    }
+    let server = LlmServer::start(vec![
+        // One event every 50 ms: 20 s in all, far longer than the test waits.
+        Canned::sse_bytes(slow.into_bytes()).paced(Duration::from_millis(50)),
+        // Reads the request, never answers: cancel while waiting for the headers.
+        Canned::silent(),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
+    let a = &mut s.agent;
+    a.handshake();
+    let id = a.prompt("slowly");
+    a.wait_for("a slow delta", |f| {
+        f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    a.cancel();
+    assert_eq!(a.response(&id)["result"]["stopReason"], "cancelled");
+    let id = a.prompt("silent");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while server.requests().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no second request");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.cancel();
+    assert_eq!(a.response(&id)["result"]["stopReason"], "cancelled");
+    assert!(
+        server.wait_closed(TIMEOUT),
+        "the silent connection is closed"
+    );
+    next_prompt_works(a);
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "cancelled calls are not retried"
+    );
+    a.report("model_server_slow_while_cancelling", 2, 0);
+}
+
+#[test]
+fn a_tool_child_ignoring_sigterm_dies_on_cancel() {
+    let dir = TempDir::new("fault-term");
+    let mut a = agent_in(&dir, "faults/ignores_term.jsonl", &[]);
+    let id = a.prompt("run it");
+    let shell = wait_for_file(&dir.path().join("shell.pid"));
+    let child = wait_for_file(&dir.path().join("child.pid"));
+    assert!(alive(&shell) && alive(&child));
+    a.cancel();
+    assert_eq!(a.response(&id)["result"]["stopReason"], "cancelled");
+    assert_dies(&shell);
+    assert_dies(&child);
+    a.seen.clear();
+    let r = ask_again(&mut a, "next");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(a.text(), "next");
+    a.report("tool_child_ignores_sigterm", 1, 0);
+    assert!(a.finish().success());
+}
+
+/// 1 GB through `bash`: memory stays bounded, the full output is saved (0600) and the next
+/// prompt works. Run by `make reliability`.
+#[test]
+#[ignore]
+fn a_gigabyte_of_tool_output_keeps_memory_bounded() {
+    let dir = TempDir::new("fault-gigabyte");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut a = agent_in_env(
+        &dir,
+        "faults/gigabyte.jsonl",
+        &[],
+        &[("TMPDIR", tmp.to_str().unwrap())],
+    );
+    let r = ask_again(&mut a, "flood");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}\n{}", a.stderr_text());
+    let hwm = vm_kib(a.pid(), "VmHWM:");
+    assert!(hwm < 150 * 1024, "agent peak RSS {hwm} KiB");
+    let files: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .collect();
+    assert_eq!(files.len(), 1, "one full-output file");
+    let meta = files[0].metadata().unwrap();
+    assert_eq!(meta.len(), 1_000_000_000);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    std::fs::remove_file(files[0].path()).unwrap();
+    a.seen.clear();
+    let r = ask_again(&mut a, "next");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(a.text(), "next");
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("gigabyte: agent peak RSS {hwm} KiB\n").as_bytes(),
+    );
+    a.report("tool_prints_1gb", 1, 0);
+}
+
+#[test]
+fn the_kernel_killed_from_outside_mid_cell() {
+    let dir = TempDir::new("fault-kernel");
+    let global = dir.path().join("global-harness");
+    let mut a = agent_in_env(
+        &dir,
+        "faults/kernel_killed.jsonl",
+        &[],
+        &[("RLM_GLOBAL_HARNESS_STATE_DIR", global.to_str().unwrap())],
+    );
+    let id = a.prompt("busy cell");
+    let pid = wait_for_file(&dir.path().join("kernel.pid"));
+    #[allow(unsafe_code)]
+    // SAFETY: sending a signal to the kernel process our agent started.
+    unsafe {
+        libc::kill(pid.parse().unwrap(), libc::SIGKILL);
+    }
+    let r = a.response(&id);
+    assert_eq!(
+        stop_reason(&r),
+        "end_turn",
+        "{r}\nstderr:\n{}",
+        a.stderr_text()
+    );
+    assert_eq!(a.text(), "kernel lost");
+    a.seen.clear();
+    let r = ask_again(&mut a, "again");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(a.text(), "recovered");
+    a.report("kernel_killed_mid_cell", 1, 0);
+    assert!(a.finish().success());
+}
+
+#[test]
+fn sigterm_mid_bash_call_kills_the_group_answers_and_exits_zero() {
+    let dir = TempDir::new("fault-sigterm-bash");
+    let mut a = agent_in(&dir, "bash_cancel.jsonl", &[]);
+    let id = a.prompt("sleep");
+    let shell = wait_for_file(&dir.path().join("shell.pid"));
+    let child = wait_for_file(&dir.path().join("child.pid"));
+    #[allow(unsafe_code)]
+    // SAFETY: sending a signal to our own child process.
+    unsafe {
+        libc::kill(a.pid() as libc::pid_t, libc::SIGTERM);
+    }
+    assert_eq!(a.response(&id)["result"]["stopReason"], "cancelled");
+    let status = a.wait_exit(TIMEOUT).expect("exits after SIGTERM");
+    assert!(status.success(), "{status}");
+    assert_dies(&shell);
+    assert_dies(&child);
+    a.report("client_sigterm_mid_tool_call", 1, 0);
+}
+
+/// `session/cancel` right behind each `session/prompt`, without waiting for any update,
+/// a thousand times in a row; then a user shell command runs to its end and a model call
+/// still streams. (A prompt cancelled before its model call consumes no script line, so the
+/// script is all "stream, then wait for cancel".)
+#[test]
+fn cancel_and_reprompt_a_thousand_times_in_a_row() {
+    const N: usize = 1000;
+    let dir = TempDir::new("fault-reprompt");
+    let lines: Vec<Value> = (0..=N)
+        .map(|_| json!({"steps":[{"text":"go"},{"wait_for_cancel":true}]}))
+        .collect();
+    let script = script_file(&dir, &lines);
+    let mut a = agent_in(&dir, &script, &[]);
+    for i in 0..N {
+        let id = a.prompt("work");
+        a.cancel();
+        let r = a.response(&id);
+        assert_eq!(r["result"]["stopReason"], "cancelled", "cycle {i}: {r}");
+        a.seen.clear();
+    }
+    let r = ask_again(&mut a, "!echo still here");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let id = a.prompt("stream");
+    a.wait_for("a streamed chunk", |f| {
+        f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+            && f["params"]["update"]["content"]["text"] == "go"
+    });
+    a.cancel();
+    assert_eq!(a.response(&id)["result"]["stopReason"], "cancelled");
+    a.report("client_cancels_and_reprompts_1000x", N as u64 + 1, 0);
+    assert!(a.finish().success());
+}
+
+/// Item 4: the full-output temp file cannot be created (TMPDIR missing, or not a directory).
+/// The result says the output was not saved and why, the turn completes, the log says why,
+/// and the next prompt works.
+#[test]
+fn an_unwritable_temp_dir_loses_no_turn_and_the_log_says_why() {
+    let dir = TempDir::new("fault-tmpdir");
+    let not_a_dir = dir.write("plain-file", "x");
+    let missing = dir.path().join("missing");
+    for (tmpdir, why, name) in [
+        (missing, "No such file or directory", "tmpdir_missing"),
+        (not_a_dir, "Not a directory", "tmpdir_not_a_directory"),
+    ] {
+        let mut a = agent_in_env(
+            &dir,
+            "faults/unwritable_tmp.jsonl",
+            &[],
+            &[("TMPDIR", tmpdir.to_str().unwrap())],
+        );
+        let r = ask_again(&mut a, "count");
+        assert_eq!(stop_reason(&r), "end_turn", "{r}\n{}", a.stderr_text());
+        let end = a
+            .updates()
+            .into_iter()
+            .rfind(|u| u["toolCallId"] == "t_seq" && u["status"] == "completed")
+            .expect("the call completed");
+        let text = end["content"][0]["content"]["text"].as_str().unwrap();
+        assert!(
+            text.ends_with(&format!(
+                "[Showing lines 1002-3001 of 3001. Full output: (not saved: {why} (os error {}))]",
+                if why.starts_with("No such") { 2 } else { 20 }
+            )),
+            "{}",
+            &text[text.len().saturating_sub(200)..]
+        );
+        let needle = format!("cannot create {}/prime-agent-bash-", tmpdir.display());
+        assert!(stderr_eventually(&a, &needle), "{}", a.stderr_text());
+        assert!(a.stderr_text().contains(why));
+        a.seen.clear();
+        let r = ask_again(&mut a, "next");
+        assert_eq!(stop_reason(&r), "end_turn", "{r}");
+        assert_eq!(a.text(), "next");
+        a.report(name, 1, 0);
+        assert!(a.finish().success());
+    }
+}
+
+/// Item 4: an image sent to a text-only model reaches it as a placeholder, and the log says
+/// so (the substitution is documented in the README).
+#[test]
+fn an_image_for_a_text_only_model_is_a_logged_placeholder() {
+    let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
+    let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
+    s.agent.handshake();
+    let sid = s.agent.sid();
+    let id = s.agent.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+        ]}),
+    );
+    let r = s.agent.response(&id);
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let body = &server.requests()[0].body;
+    let user = body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(user["content"][0]["text"], "what is this?");
+    assert_eq!(
+        user["content"][1]["text"],
+        "(1 image(s) omitted: the model cold/test-model does not accept images)"
+    );
+    assert!(!user.to_string().contains("iVBORw0KGgo="));
+    assert!(
+        stderr_eventually(&s.agent, "1 image(s) not sent"),
+        "{}",
+        s.agent.stderr_text()
+    );
+    s.agent.report("image_to_text_only_model", 1, 0);
+}
