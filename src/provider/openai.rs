@@ -437,6 +437,7 @@ mod tests {
             messages: &messages,
             tools: &[],
             thinking: Thinking::Off,
+            agent: "main",
         };
         let mut m = model(false);
         m.input = vec!["text".into()];
