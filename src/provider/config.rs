@@ -598,6 +598,22 @@ pub struct Credentials {
     command_cache: Mutex<HashMap<String, String>>,
 }
 
+/// Credentials files should be private (mode 0600); say so once if one is not.
+fn warn_if_shared(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        log::warn!(
+            "{} is readable by other users (mode {mode:o}); run chmod 600 on it",
+            path.display()
+        );
+    }
+}
+
 impl Credentials {
     pub fn new(cli_key: Option<String>, agent_dir: PathBuf) -> Credentials {
         Credentials {
@@ -608,7 +624,9 @@ impl Credentials {
     }
 
     fn auth_json_entry(&self, provider: &str) -> Option<String> {
-        let text = std::fs::read_to_string(self.agent_dir.join("auth.json")).ok()?;
+        let path = self.agent_dir.join("auth.json");
+        let text = std::fs::read_to_string(&path).ok()?;
+        warn_if_shared(&path);
         let value: Value = match serde_json::from_str(&text) {
             Ok(v) => v,
             Err(e) => {

@@ -251,6 +251,13 @@ impl HttpClient {
                 sse.finish(&mut events);
             } else {
                 sse.feed(&buf[..n], &mut events);
+                if sse.overflowed() {
+                    let why = format!(
+                        "the model server sent a stream event larger than {} MiB",
+                        crate::provider::sse::MAX_EVENT_BYTES >> 20
+                    );
+                    return Err(AttemptError::fatal(ProviderError::Stream(why)));
+                }
             }
             for event in events.drain(..) {
                 abort

@@ -14,8 +14,14 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// The most one event (its pending line plus its data) may hold. Model events are small; a
+/// server that streams without ever ending a line or an event must not grow memory forever.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
+
 #[derive(Debug, Default)]
 pub struct SseDecoder {
+    /// The current event outgrew `MAX_EVENT_BYTES`; the stream is unusable.
+    overflow: bool,
     /// Bytes of the current, not yet terminated line.
     line: Vec<u8>,
     /// The last byte seen was a CR: a following LF belongs to the same line end.
@@ -30,8 +36,19 @@ impl SseDecoder {
         SseDecoder::default()
     }
 
+    /// True once an event outgrew `MAX_EVENT_BYTES`; nothing more is decoded.
+    pub fn overflowed(&self) -> bool {
+        self.overflow
+    }
+
     /// Feeds one read's worth of bytes; complete events are appended to `out`.
     pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+        if self.overflow || self.line.len() + self.data.len() + bytes.len() > MAX_EVENT_BYTES {
+            self.overflow = true;
+            self.line = Vec::new();
+            self.data = String::new();
+            return;
+        }
         while !bytes.is_empty() {
             if self.after_cr {
                 self.after_cr = false;
@@ -113,6 +130,19 @@ impl SseDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endless_line_overflows_instead_of_growing_forever() {
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        let chunk = vec![b'x'; 1024 * 1024];
+        for _ in 0..(MAX_EVENT_BYTES / chunk.len() + 1) {
+            d.feed(&chunk, &mut out);
+        }
+        assert!(d.overflowed());
+        assert!(out.is_empty());
+        assert!(d.line.capacity() < chunk.len(), "the buffer was released");
+    }
 
     fn ev(event: &str, data: &str) -> SseEvent {
         SseEvent {
