@@ -256,7 +256,11 @@ struct Bench {
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let bin = root.join("target/release/prime-agent");
+    // `BENCH_BIN` swaps in another binary or a wrapper script (e.g. one that execs
+    // `perf record -- target/release/prime-agent "$@"`) for profiling.
+    let bin = std::env::var_os("BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/release/prime-agent"));
     assert!(
         bin.exists(),
         "build the release binary first (make bench does)"
@@ -271,18 +275,29 @@ fn main() {
         report: Report::default(),
     };
 
-    b.cold_start("", &b.bin.clone());
-    if static_bin.exists() {
-        b.cold_start(" (static)", &static_bin);
-    } else {
-        b.report
-            .note("no static binary (musl toolchain missing): static rows skipped".into());
+    // `BENCH_ONLY=stream,cancel` runs only the named sections.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let on = |name: &str| only.is_empty() || only.split(',').any(|o| o.trim() == name);
+    if on("start") {
+        b.cold_start("", &b.bin.clone());
+        if static_bin.exists() {
+            b.cold_start(" (static)", &static_bin);
+        } else {
+            b.report
+                .note("no static binary (musl toolchain missing): static rows skipped".into());
+        }
     }
-    b.turns();
-    b.big_turn();
-    b.scripted_stream();
-    b.provider_stream();
-    b.cancels();
+    if on("memory") {
+        b.turns();
+        b.big_turn();
+    }
+    if on("stream") {
+        b.scripted_stream();
+        b.provider_stream();
+    }
+    if on("cancel") {
+        b.cancels();
+    }
 
     for (name, path) in [
         (

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::meta::namespaced;
+use crate::meta::{namespaced, Envelope, NAMESPACE};
 
 /// One thing that happened in a session, as produced by turns, tools and (later) subagents.
 #[derive(Debug, Clone, PartialEq)]
@@ -257,6 +257,53 @@ fn put<T: Into<Value>>(obj: &mut Map<String, Value>, key: &str, value: Option<T>
     }
 }
 
+/// The whole `session/update` frame of an assistant message delta, serialised directly: the
+/// streaming hot path (one per model token). Byte for byte what the general path writes
+/// (`to_session_updates` → `meta::apply_envelope` → `rpc::notification` → `serde_json`, whose
+/// maps sort their keys), without building and dropping a `Value` tree per delta; a unit test
+/// holds the two equal. `None` where the general path writes nothing.
+pub fn message_chunk_frame(
+    session_id: &str,
+    kind: DeltaKind,
+    delta: &str,
+    env: Envelope,
+) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let update = match kind {
+        _ if delta.is_empty() => return None,
+        DeltaKind::Text => "agent_message_chunk",
+        DeltaKind::Thinking => "agent_thought_chunk",
+        DeltaKind::ToolCall => return None,
+    };
+    let mut out = Vec::with_capacity(delta.len() + session_id.len() + 256);
+    out.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
+    );
+    // Strings go through serde_json, so escaping is the general path's own.
+    serde_json::to_writer(&mut out, session_id).ok()?;
+    out.extend_from_slice(b",\"update\":{\"_meta\":{");
+    serde_json::to_writer(&mut out, NAMESPACE).ok()?;
+    write!(out, ":{{\"eventSequence\":{}", env.event_sequence).ok()?;
+    if let Some(ok) = env.outcome_ok {
+        let outcome = if ok { "result" } else { "error" };
+        write!(out, ",\"outcome\":\"{outcome}\"").ok()?;
+    }
+    write!(
+        out,
+        ",\"phase\":\"{}\",\"promptTurnId\":{}}}}},\"content\":{{\"text\":",
+        env.phase.as_str(),
+        env.prompt_turn_id
+    )
+    .ok()?;
+    serde_json::to_writer(&mut out, delta).ok()?;
+    write!(
+        out,
+        ",\"type\":\"text\"}},\"sessionUpdate\":\"{update}\"}}}}}}"
+    )
+    .ok()?;
+    Some(out)
+}
+
 /// The pure mapping: one event → zero or more `update` objects.
 pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<Value> {
     match event {
@@ -474,6 +521,62 @@ mod tests {
     //! The 17 cases of the upstream `acp-events.test.ts` (behaviour spec §2.1), plus ours.
     use super::*;
     use crate::meta::NAMESPACE;
+
+    /// The hot-path serialiser writes exactly what the general path writes.
+    #[test]
+    fn message_chunk_frame_matches_the_general_path() {
+        use crate::meta::{apply_envelope, Phase};
+        let texts = [
+            "tok ",
+            "",
+            "a\"b\\c\n\r\t\u{0}\u{1f}\u{7f}",
+            "héllo ✓ 😀 \u{2028}\u{2029} </script>",
+            "{\"json\": [1, 2]}",
+        ];
+        let kinds = [DeltaKind::Text, DeltaKind::Thinking, DeltaKind::ToolCall];
+        let phases = [Phase::Event, Phase::ResponseBoundary];
+        for text in texts {
+            for kind in kinds {
+                for (phase, outcome_ok) in phases.into_iter().zip([None, Some(false)]) {
+                    let env = Envelope {
+                        prompt_turn_id: 7,
+                        event_sequence: 123_456_789_012,
+                        phase,
+                        outcome_ok,
+                    };
+                    let event = AgentEvent::MessageDelta {
+                        assistant: true,
+                        kind,
+                        delta: text.to_owned(),
+                    };
+                    let general: Vec<Vec<u8>> = map(event)
+                        .into_iter()
+                        .map(|mut update| {
+                            apply_envelope(&mut update, env);
+                            let frame = crate::rpc::notification(
+                                crate::acp::SESSION_UPDATE,
+                                json!({ "sessionId": "s-1\"x", "update": update }),
+                            );
+                            serde_json::to_vec(&frame).unwrap()
+                        })
+                        .collect();
+                    let fast: Vec<Vec<u8>> = message_chunk_frame("s-1\"x", kind, text, env)
+                        .into_iter()
+                        .collect();
+                    assert_eq!(
+                        fast.iter()
+                            .map(|f| String::from_utf8_lossy(f))
+                            .collect::<Vec<_>>(),
+                        general
+                            .iter()
+                            .map(|f| String::from_utf8_lossy(f))
+                            .collect::<Vec<_>>(),
+                        "{kind:?} {text:?} {phase:?}"
+                    );
+                }
+            }
+        }
+    }
 
     fn map(event: AgentEvent) -> Vec<Value> {
         to_session_updates(&event, &mut MappingState::default())

@@ -275,7 +275,10 @@ fn without_python_the_tool_is_not_offered() {
     let id = a.prompt("go");
     a.response(&id);
     let end = &tool_ends(&a)[0];
-    assert_eq!(first_text(end), "Tool ipython not found. Available tools: read, bash, edit, write");
+    assert_eq!(
+        first_text(end),
+        "Tool ipython not found. Available tools: read, bash, edit, write"
+    );
     assert!(a.stderr_text().contains("the ipython tool is not offered"));
 }
 
