@@ -5,6 +5,11 @@ use std::process::ExitCode;
 
 use prime_agent::cli::{self, Command};
 
+/// The static (musl) build's allocator: musl's own malloc made streaming ~3x slower.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let mut logger =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"));
