@@ -1,42 +1,55 @@
 //! `make bench`: drives the release binary over stdio and prints a table plus
 //! `target/bench.json`. No assertions: figures are for people, budgets are in the README.
 //!
-//! Every figure reports median, p99 (or min/max for small samples) and the run count.
+//! Every figure reports median, p99, min/max and the run count. `BENCH_QUICK=1` runs fewer
+//! and smaller samples (a smoke run, not figures to quote).
 
 // This program exists to print a report on stdout.
 #![allow(clippy::print_stdout)]
 
-use std::io::{BufRead, BufReader, Write};
+#[path = "support/loopback.rs"]
+mod loopback;
+
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use loopback::{Plan, Server};
+
 struct Proc {
     child: Child,
     stdin: Option<ChildStdin>,
-    out: BufReader<ChildStdout>,
+    out: BufReader<Box<dyn Read>>,
     line: String,
 }
 
 impl Proc {
     fn spawn(bin: &Path, args: &[&str], cwd: &Path) -> Proc {
-        let mut child = Command::new(bin)
-            .args(args)
+        Proc::spawn_env(bin, args, cwd, &[])
+    }
+
+    fn spawn_env(bin: &Path, args: &[&str], cwd: &Path, env: &[(&str, String)]) -> Proc {
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .env_remove("RUST_LOG")
-            .spawn()
-            .expect("spawn prime-agent");
+            .env_remove("RUST_LOG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn");
         let stdin = child.stdin.take();
-        let out = BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
+        let stdout: Box<dyn Read> = Box::new(child.stdout.take().unwrap());
         Proc {
             child,
             stdin,
-            out,
+            out: BufReader::with_capacity(1 << 20, stdout),
             line: String::new(),
         }
     }
@@ -49,14 +62,19 @@ impl Proc {
         stdin.flush().unwrap();
     }
 
+    /// Reads one line into `self.line`; panics at EOF.
+    fn next_line(&mut self, waiting_for: &str) {
+        self.line.clear();
+        if self.out.read_line(&mut self.line).unwrap() == 0 {
+            panic!("agent closed stdout while waiting for {waiting_for}");
+        }
+    }
+
     /// Reads lines until one contains `needle`; returns how many lines were read.
     fn read_until(&mut self, needle: &str) -> usize {
         let mut n = 0;
         loop {
-            self.line.clear();
-            if self.out.read_line(&mut self.line).unwrap() == 0 {
-                panic!("agent closed stdout while waiting for {needle}");
-            }
+            self.next_line(needle);
             n += 1;
             if self.line.contains(needle) {
                 return n;
@@ -68,6 +86,18 @@ impl Proc {
         self.send(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
     }
 
+    fn prompt(&mut self, id: u64, sid: &str) {
+        self.request(
+            id,
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":"go"}]}),
+        );
+    }
+
+    fn cancel(&mut self, sid: &str) {
+        self.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": sid}}));
+    }
+
     /// Waits for the response to `id` (the text `"id":<id>,` in a frame without a method).
     fn response(&mut self, id: u64) {
         let needle = format!("\"id\":{id},");
@@ -75,6 +105,29 @@ impl Proc {
             self.read_until(&needle);
             if !self.line.contains("\"method\"") {
                 return;
+            }
+        }
+    }
+
+    /// The streaming reader: reads until the response to `id`, stamping the arrival of every
+    /// line that contains `needle` and calling `on_hit` after each. The benchmark's ceiling is
+    /// measured through this same function.
+    fn read_stream(
+        &mut self,
+        id: u64,
+        needle: &str,
+        expect: usize,
+        on_hit: &mut dyn FnMut(&str),
+    ) -> Vec<Instant> {
+        let done = format!("\"id\":{id},");
+        let mut hits = Vec::with_capacity(expect);
+        loop {
+            self.next_line(&done);
+            if self.line.contains(needle) {
+                hits.push(Instant::now());
+                on_hit(&self.line);
+            } else if self.line.contains(&done) && !self.line.contains("\"method\"") {
+                return hits;
             }
         }
     }
@@ -103,6 +156,10 @@ impl Proc {
             .unwrap_or(0)
     }
 
+    fn hwm_mib(&self) -> f64 {
+        self.status_kib("VmHWM:") as f64 / 1024.0
+    }
+
     fn finish(mut self) -> Duration {
         let t = Instant::now();
         self.stdin.take();
@@ -114,6 +171,7 @@ impl Proc {
 #[derive(Default)]
 struct Report {
     rows: Vec<(String, String, Value)>,
+    notes: Vec<String>,
 }
 
 fn stats(mut xs: Vec<f64>) -> Value {
@@ -125,38 +183,56 @@ fn stats(mut xs: Vec<f64>) -> Value {
 
 impl Report {
     fn add(&mut self, name: &str, unit: &str, samples: Vec<f64>) {
+        if samples.is_empty() {
+            return;
+        }
         self.rows
             .push((name.to_owned(), unit.to_owned(), stats(samples)));
     }
 
+    fn note(&mut self, text: String) {
+        println!("note: {text}");
+        self.notes.push(text);
+    }
+
     fn print(&self) {
         println!(
-            "{:<58} {:>12} {:>12} {:>12} {:>6}  unit",
-            "figure", "median", "p99", "max", "runs"
+            "{:<62} {:>11} {:>11} {:>11} {:>11} {:>7}  unit",
+            "figure", "median", "p99", "min", "max", "runs"
         );
+        let f = |s: &Value, k: &str| s[k].as_f64().unwrap();
         for (name, unit, s) in &self.rows {
             println!(
-                "{:<58} {:>12.3} {:>12.3} {:>12.3} {:>6}  {unit}",
+                "{:<62} {:>11.3} {:>11.3} {:>11.3} {:>11.3} {:>7}  {unit}",
                 name,
-                s["median"].as_f64().unwrap(),
-                s["p99"].as_f64().unwrap(),
-                s["max"].as_f64().unwrap(),
+                f(s, "median"),
+                f(s, "p99"),
+                f(s, "min"),
+                f(s, "max"),
                 s["runs"].as_u64().unwrap_or(0)
             );
+        }
+        for n in &self.notes {
+            println!("note: {n}");
         }
     }
 
     fn json(&self) -> Value {
-        Value::Object(
-            self.rows
-                .iter()
-                .map(|(name, unit, s)| {
-                    let mut s = s.clone();
-                    s["unit"] = json!(unit);
-                    (name.clone(), s)
-                })
-                .collect(),
-        )
+        let mut figures: serde_json::Map<String, Value> = self
+            .rows
+            .iter()
+            .map(|(name, unit, s)| {
+                let mut s = s.clone();
+                s["unit"] = json!(unit);
+                (name.clone(), s)
+            })
+            .collect();
+        figures.insert("_notes".into(), json!(self.notes));
+        figures.insert(
+            "_machine".into(),
+            json!({"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)}),
+        );
+        Value::Object(figures)
     }
 }
 
@@ -171,175 +247,475 @@ fn write_script(dir: &Path, name: &str, lines: &[Value]) -> PathBuf {
     path
 }
 
+struct Bench {
+    bin: PathBuf,
+    work: PathBuf,
+    quick: bool,
+    report: Report,
+}
+
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let bin = root.join("target/release/prime-agent");
+    // `BENCH_BIN` swaps in another binary or a wrapper script (e.g. one that execs
+    // `perf record -- target/release/prime-agent "$@"`) for profiling.
+    let bin = std::env::var_os("BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/release/prime-agent"));
     assert!(
         bin.exists(),
         "build the release binary first (make bench does)"
     );
     let work = std::env::temp_dir().join(format!("prime-agent-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
-    let quick = std::env::var_os("BENCH_QUICK").is_some();
-    let runs = if quick { 5 } else { 30 };
-    let mut report = Report::default();
+    let static_bin = root.join("target/x86_64-unknown-linux-musl/release/prime-agent");
+    let mut b = Bench {
+        bin,
+        work,
+        quick: std::env::var_os("BENCH_QUICK").is_some(),
+        report: Report::default(),
+    };
 
-    // Cold start: spawn → initialize; → session/new; stdin EOF → exit.
-    let hello = write_script(&work, "hello.jsonl", &[json!({"text":"hi"})]);
-    let hello_s = hello.display().to_string();
-    let args = [
-        "--mode",
-        "acp",
-        "--provider",
-        "scripted",
-        "--script",
-        hello_s.as_str(),
-    ];
-    let (mut init, mut new, mut exit, mut hwm, mut rss) = (vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        let mut p = Proc::spawn(&bin, &args, &work);
-        p.request(1, "initialize", json!({"protocolVersion":1}));
-        p.response(1);
-        init.push(ms(t0.elapsed()));
-        p.request(
-            2,
-            "session/new",
-            json!({"cwd": work.display().to_string(), "mcpServers": []}),
-        );
-        p.response(2);
-        new.push(ms(t0.elapsed()));
-        hwm.push(p.status_kib("VmHWM:") as f64 / 1024.0);
-        rss.push(p.status_kib("VmRSS:") as f64 / 1024.0);
-        exit.push(ms(p.finish()));
+    // `BENCH_ONLY=stream,cancel` runs only the named sections.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let on = |name: &str| only.is_empty() || only.split(',').any(|o| o.trim() == name);
+    if on("start") {
+        b.cold_start("", &b.bin.clone());
+        if static_bin.exists() {
+            b.cold_start(" (static)", &static_bin);
+        } else {
+            b.report
+                .note("no static binary (musl toolchain missing): static rows skipped".into());
+        }
     }
-    report.add("cold start: spawn → initialize response", "ms", init);
-    report.add("cold start: spawn → session/new response", "ms", new);
-    report.add("stdin EOF → process exit", "ms", exit);
-    report.add("peak RSS (VmHWM) after session/new", "MiB", hwm);
-    report.add("RSS (VmRSS) after session/new", "MiB", rss);
-
-    // 100 prompt turns on one connection: memory growth and per-turn round trip.
-    let turns = 100;
-    let lines: Vec<Value> = (0..turns)
-        .map(|i| json!({"text": format!("reply number {i}")}))
-        .collect();
-    let script = write_script(&work, "turns.jsonl", &lines);
-    let script_s = script.display().to_string();
-    let mut p = Proc::spawn(
-        &bin,
-        &["--provider", "scripted", "--script", &script_s],
-        &work,
-    );
-    let sid = p.handshake(&work);
-    let before = p.status_kib("VmHWM:") as f64 / 1024.0;
-    let mut per_turn = vec![];
-    for i in 0..turns {
-        let id = 10 + i as u64;
-        let t = Instant::now();
-        p.request(
-            id,
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"go"}]}),
-        );
-        p.response(id);
-        per_turn.push(ms(t.elapsed()));
+    if on("memory") {
+        b.turns();
+        b.big_turn();
     }
-    let after = p.status_kib("VmHWM:") as f64 / 1024.0;
-    p.finish();
-    report.add("prompt round trip (scripted, 1 chunk)", "ms", per_turn);
-    report.add(
-        "peak RSS (VmHWM) after 100 prompt turns",
-        "MiB",
-        vec![after],
-    );
-    report.add(
-        "peak RSS growth over 100 turns",
-        "MiB",
-        vec![after - before],
-    );
-
-    // Streaming through the agent: scripted deltas → client stdout.
-    let deltas = if quick { 20_000 } else { 100_000 };
-    let script = write_script(
-        &work,
-        "stream.jsonl",
-        &[json!({"steps":[{"repeat":{"text":"x","count":deltas}}]})],
-    );
-    let script_s = script.display().to_string();
-    let mut rates = vec![];
-    for _ in 0..if quick { 1 } else { 5 } {
-        let mut p = Proc::spawn(
-            &bin,
-            &["--provider", "scripted", "--script", &script_s],
-            &work,
-        );
-        let sid = p.handshake(&work);
-        let t = Instant::now();
-        p.request(
-            9,
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"go"}]}),
-        );
-        let n = p.read_until("\"id\":9,");
-        rates.push(n as f64 / t.elapsed().as_secs_f64());
-        p.finish();
+    if on("stream") {
+        b.scripted_stream();
+        b.provider_stream();
     }
-    report.add(
-        &format!("scripted stream: {deltas} deltas → client, throughput"),
-        "deltas/s",
-        rates,
-    );
-
-    // Cancel latency while the model streams.
-    let n_cancel = if quick { 5 } else { 30 };
-    let lines: Vec<Value> = (0..n_cancel)
-        .map(|_| json!({"steps":[{"stream_until_cancelled":{"text":"tick ","interval_ms":1}}]}))
-        .collect();
-    let script = write_script(&work, "cancel.jsonl", &lines);
-    let script_s = script.display().to_string();
-    let mut p = Proc::spawn(
-        &bin,
-        &["--provider", "scripted", "--script", &script_s],
-        &work,
-    );
-    let sid = p.handshake(&work);
-    let mut lat = vec![];
-    for i in 0..n_cancel {
-        let id = 100 + i as u64;
-        p.request(
-            id,
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"go"}]}),
-        );
-        p.read_until("agent_message_chunk");
-        let t = Instant::now();
-        p.send(&json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId": sid}}));
-        p.response(id);
-        lat.push(ms(t.elapsed()));
+    if on("cancel") {
+        b.cancels();
     }
-    p.finish();
-    report.add("cancel latency while streaming (scripted)", "ms", lat);
 
-    // Binary sizes.
     for (name, path) in [
         (
             "binary size: release (stripped)",
             root.join("target/release/prime-agent"),
         ),
-        (
-            "binary size: static musl",
-            root.join("target/x86_64-unknown-linux-musl/release/prime-agent"),
-        ),
+        ("binary size: static musl (stripped)", static_bin),
     ] {
         if let Ok(meta) = std::fs::metadata(&path) {
-            report.add(name, "MiB", vec![meta.len() as f64 / 1_048_576.0]);
+            b.report
+                .add(name, "MB", vec![meta.len() as f64 / 1_000_000.0]);
         }
     }
 
-    report.print();
+    println!();
+    b.report.print();
     let out = root.join("target/bench.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report.json()).unwrap()).unwrap();
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&b.report.json()).unwrap(),
+    )
+    .unwrap();
     println!("\nwrote {}", out.display());
-    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&b.work);
+}
+
+impl Bench {
+    fn runs(&self, full: usize, quick: usize) -> usize {
+        if self.quick {
+            quick
+        } else {
+            full
+        }
+    }
+
+    /// Cold start: spawn → initialize; → session/new; stdin EOF → exit. Also the floor: how
+    /// long this machine takes to spawn and reap a trivial process.
+    fn cold_start(&mut self, label: &str, bin: &Path) {
+        let hello = write_script(&self.work, "hello.jsonl", &[json!({"text":"hi"})]);
+        let hello_s = hello.display().to_string();
+        let args = [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &hello_s,
+        ];
+        let runs = self.runs(50, 5);
+        let (mut init, mut new, mut exit, mut hwm) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            let mut p = Proc::spawn(bin, &args, &self.work);
+            p.request(1, "initialize", json!({"protocolVersion":1}));
+            p.response(1);
+            init.push(ms(t0.elapsed()));
+            p.request(
+                2,
+                "session/new",
+                json!({"cwd": self.work.display().to_string(), "mcpServers": []}),
+            );
+            p.response(2);
+            new.push(ms(t0.elapsed()));
+            hwm.push(p.hwm_mib());
+            exit.push(ms(p.finish()));
+        }
+        let r = &mut self.report;
+        r.add(
+            &format!("cold start{label}: spawn → initialize response"),
+            "ms",
+            init,
+        );
+        r.add(
+            &format!("cold start{label}: spawn → session/new response"),
+            "ms",
+            new,
+        );
+        r.add(&format!("stdin EOF → process exit{label}"), "ms", exit);
+        r.add(
+            &format!("peak RSS (VmHWM) after session/new{label}"),
+            "MiB",
+            hwm,
+        );
+        if label.is_empty() {
+            let mut floor = vec![];
+            for _ in 0..runs {
+                let t0 = Instant::now();
+                let _ = Command::new("true").status();
+                floor.push(ms(t0.elapsed()));
+            }
+            r.add("floor: spawn → exit of `true` (this machine)", "ms", floor);
+        }
+    }
+
+    /// 100 prompt turns on one connection: memory growth against the conversation's size.
+    fn turns(&mut self) {
+        let turns = 100;
+        let filler = "lorem ipsum dolor sit amet ".repeat(38); // ~1 KiB per reply
+        let replies: Vec<String> = (0..turns).map(|i| format!("reply {i}: {filler}")).collect();
+        let lines: Vec<Value> = replies.iter().map(|t| json!({ "text": t })).collect();
+        let script = write_script(&self.work, "turns.jsonl", &lines);
+        let script_s = script.display().to_string();
+        let mut p = Proc::spawn(
+            &self.bin,
+            &["--provider", "scripted", "--script", &script_s],
+            &self.work,
+        );
+        let sid = p.handshake(&self.work);
+        let before = p.hwm_mib();
+        let mut per_turn = vec![];
+        let mut at10 = 0.0;
+        for i in 0..turns {
+            let id = 10 + i as u64;
+            let t = Instant::now();
+            p.prompt(id, &sid);
+            p.response(id);
+            per_turn.push(ms(t.elapsed()));
+            if i == 9 {
+                at10 = p.hwm_mib();
+            }
+        }
+        let after = p.hwm_mib();
+        p.finish();
+        // The conversation's own bytes: the prompt "go" and the reply text, per turn.
+        let conv = |range: std::ops::Range<usize>| -> f64 {
+            replies[range].iter().map(|r| r.len() + 2).sum::<usize>() as f64 / 1_048_576.0
+        };
+        let r = &mut self.report;
+        r.add("prompt round trip (scripted, 1 KiB reply)", "ms", per_turn);
+        r.add(
+            "peak RSS (VmHWM) after 100 prompt turns",
+            "MiB",
+            vec![after],
+        );
+        r.add(
+            "peak RSS growth, session/new → turn 100",
+            "MiB",
+            vec![after - before],
+        );
+        r.add(
+            "peak RSS growth, turn 10 → turn 100",
+            "MiB",
+            vec![after - at10],
+        );
+        r.add(
+            "conversation text added, turn 10 → turn 100",
+            "MiB",
+            vec![conv(10..turns)],
+        );
+    }
+
+    /// One turn that streams 1 MB of text, then one `bash` call printing 100 MB.
+    fn big_turn(&mut self) {
+        let chunk = "x".repeat(1000);
+        let script = write_script(
+            &self.work,
+            "big.jsonl",
+            &[
+                json!({"steps":[
+                    {"repeat":{"text": chunk, "count": 1000}},
+                    {"tool_call":{"name":"bash","arguments":{
+                        "command":"head -c 100000000 /dev/zero | tr '\\0' x"}}}]}),
+                json!({"text":"done"}),
+            ],
+        );
+        let script_s = script.display().to_string();
+        let mut p = Proc::spawn(
+            &self.bin,
+            &["--provider", "scripted", "--script", &script_s],
+            &self.work,
+        );
+        let sid = p.handshake(&self.work);
+        let t = Instant::now();
+        p.prompt(9, &sid);
+        p.response(9);
+        let took = ms(t.elapsed());
+        let hwm = p.hwm_mib();
+        p.finish();
+        let r = &mut self.report;
+        r.add(
+            "peak RSS (VmHWM) after 1 MB text + 100 MB bash output",
+            "MiB",
+            vec![hwm],
+        );
+        r.add("  that turn's wall time", "ms", vec![took]);
+    }
+
+    /// Scripted deltas → client stdout: the agent without any network.
+    fn scripted_stream(&mut self) {
+        let deltas = self.runs(100_000, 20_000);
+        let script = write_script(
+            &self.work,
+            "stream.jsonl",
+            &[json!({"steps":[{"repeat":{"text":"tok ","count":deltas}}]})],
+        );
+        let script_s = script.display().to_string();
+        let mut rates = vec![];
+        for _ in 0..self.runs(5, 1) {
+            let mut p = Proc::spawn(
+                &self.bin,
+                &["--provider", "scripted", "--script", &script_s],
+                &self.work,
+            );
+            let sid = p.handshake(&self.work);
+            let t = Instant::now();
+            p.prompt(9, &sid);
+            let hits = p.read_stream(9, "agent_message_chunk", deltas, &mut |_| {});
+            rates.push(hits.len() as f64 / (*hits.last().unwrap() - t).as_secs_f64());
+            p.finish();
+        }
+        self.report.add(
+            &format!("scripted stream: {deltas} deltas → client"),
+            "deltas/s",
+            rates,
+        );
+    }
+
+    fn provider_agent(&self, server: &Server) -> (Proc, String) {
+        let dir = self.work.join("agent-dir");
+        std::fs::create_dir_all(&dir).unwrap();
+        let models = json!({"providers": {"bench": {
+            "baseUrl": server.url(), "api": "openai-completions", "apiKey": "bench-key",
+            "models": [{"id": "bench-model", "reasoning": false, "input": ["text"]}]}}});
+        std::fs::write(dir.join("models.json"), models.to_string()).unwrap();
+        let mut p = Proc::spawn_env(
+            &self.bin,
+            &[
+                "--provider",
+                "bench",
+                "--model",
+                "bench-model",
+                "--no-context-files",
+            ],
+            &self.work,
+            &[
+                ("PRIME_AGENT_CODING_AGENT_DIR", dir.display().to_string()),
+                ("HOME", dir.display().to_string()),
+            ],
+        );
+        let sid = p.handshake(&self.work);
+        (p, sid)
+    }
+
+    /// OpenAI SSE over loopback HTTP → agent → client: throughput, per-delta latency, and the
+    /// client's own ceiling through the same reading code.
+    fn provider_stream(&mut self) {
+        let deltas = self.runs(100_000, 20_000);
+        let server = Server::start();
+        let needle = "agent_message_chunk";
+
+        // Throughput: the server writes as fast as the agent reads.
+        let mut rates = vec![];
+        let mut sample_line = String::new();
+        for _ in 0..self.runs(5, 1) {
+            let (mut p, sid) = self.provider_agent(&server);
+            server.plan(Plan::Blast(deltas));
+            p.prompt(9, &sid);
+            let hits = p.read_stream(9, needle, deltas, &mut |line| {
+                if sample_line.is_empty() {
+                    line.clone_into(&mut sample_line);
+                }
+            });
+            let t0 = server.stamps()[0];
+            assert_eq!(hits.len(), deltas, "one update per delta");
+            rates.push(deltas as f64 / (*hits.last().unwrap() - t0).as_secs_f64());
+            p.finish();
+        }
+        let label = format!("provider stream (OpenAI SSE, loopback): {deltas} deltas");
+        self.report
+            .add(&format!("{label}, throughput"), "deltas/s", rates);
+
+        // Latency: one delta in flight at a time; server write → client read of its update.
+        let (mut p, sid) = self.provider_agent(&server);
+        let (ack_tx, ack_rx) = mpsc::channel();
+        server.plan(Plan::Lockstep(deltas, ack_rx));
+        p.prompt(9, &sid);
+        let hits = p.read_stream(9, needle, deltas, &mut |_| {
+            let _ = ack_tx.send(());
+        });
+        let sent = server.stamps();
+        p.finish();
+        assert_eq!(hits.len(), sent.len());
+        let lat: Vec<f64> = hits
+            .iter()
+            .zip(&sent)
+            .map(|(r, s)| (*r - *s).as_secs_f64() * 1e6)
+            .collect();
+        self.report.add(
+            &format!("{label}, latency server write → client read"),
+            "µs",
+            lat,
+        );
+
+        // The client's ceiling: the same lines, from `cat`, through the same reading code.
+        let file = self.work.join("ceiling.ndjson");
+        let mut text = String::with_capacity((sample_line.len() + 1) * deltas + 100);
+        for _ in 0..deltas {
+            text.push_str(&sample_line);
+        }
+        text.push_str("{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{\"stopReason\":\"end_turn\"}}\n");
+        std::fs::write(&file, text).unwrap();
+        let mut rates = vec![];
+        for _ in 0..self.runs(5, 1) {
+            let t = Instant::now();
+            let mut p = Proc::spawn(Path::new("cat"), &[&file.display().to_string()], &self.work);
+            let hits = p.read_stream(9, needle, deltas, &mut |_| {});
+            rates.push(hits.len() as f64 / (*hits.last().unwrap() - t).as_secs_f64());
+            p.finish();
+        }
+        self.report.add(
+            "bench client ceiling: same lines from `cat`, same reader",
+            "lines/s",
+            rates,
+        );
+    }
+
+    /// Cancel latency: `session/cancel` written → `cancelled` response read.
+    fn cancels(&mut self) {
+        let n = self.runs(30, 5);
+        let cancel_row = |r: &mut Report, what: &str, lat: Vec<f64>| {
+            r.add(&format!("cancel latency while {what}"), "ms", lat)
+        };
+
+        // Scripted streaming.
+        let lines: Vec<Value> = (0..n)
+            .map(|_| json!({"steps":[{"stream_until_cancelled":{"text":"tick ","interval_ms":1}}]}))
+            .collect();
+        let lat = self.cancel_loop("cancel.jsonl", &lines, "agent_message_chunk", None);
+        cancel_row(&mut self.report, "streaming (scripted)", lat);
+
+        // Streaming from the loopback server.
+        let server = Server::start();
+        let (mut p, sid) = self.provider_agent(&server);
+        let mut lat = vec![];
+        for i in 0..n {
+            let id = 100 + i as u64;
+            server.plan(Plan::Trickle(Duration::from_millis(1)));
+            p.prompt(id, &sid);
+            p.read_until("agent_message_chunk");
+            let t = Instant::now();
+            p.cancel(&sid);
+            p.response(id);
+            lat.push(ms(t.elapsed()));
+            assert!(p.line.contains("cancelled"), "{}", p.line);
+        }
+        p.finish();
+        cancel_row(&mut self.report, "streaming (OpenAI SSE, loopback)", lat);
+
+        // `bash` running `sleep 30`.
+        let lines: Vec<Value> = (0..n)
+            .map(|_| json!({"steps":[{"tool_call":{"name":"bash","arguments":{"command":"sleep 30"}}}]}))
+            .collect();
+        let lat = self.cancel_loop(
+            "sleep.jsonl",
+            &lines,
+            "\"sessionUpdate\":\"tool_call\"",
+            Some(Duration::from_millis(20)),
+        );
+        cancel_row(&mut self.report, "bash runs `sleep 30`", lat);
+
+        // A Python cell busy-looping in the ipython tool.
+        let python = Command::new("python3")
+            .arg("-c")
+            .arg("pass")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !python {
+            self.report
+                .note("python3 missing: cancel while a Python cell busy-loops skipped".into());
+            return;
+        }
+        let code = "print('spinning', flush=True)\nwhile True: pass";
+        let lines: Vec<Value> = (0..n)
+            .map(|_| json!({"steps":[{"tool_call":{"name":"ipython","arguments":{"code": code}}}]}))
+            .collect();
+        let lat = self.cancel_loop(
+            "spin.jsonl",
+            &lines,
+            "spinning",
+            Some(Duration::from_millis(20)),
+        );
+        cancel_row(&mut self.report, "a Python cell busy-loops (ipython)", lat);
+    }
+
+    /// Runs one prompt per script line; cancels each once a line contains `ready` (and
+    /// `settle` later), and returns the latencies.
+    fn cancel_loop(
+        &self,
+        name: &str,
+        lines: &[Value],
+        ready: &str,
+        settle: Option<Duration>,
+    ) -> Vec<f64> {
+        let script = write_script(&self.work, name, lines);
+        let script_s = script.display().to_string();
+        let mut p = Proc::spawn(
+            &self.bin,
+            &["--provider", "scripted", "--script", &script_s],
+            &self.work,
+        );
+        let sid = p.handshake(&self.work);
+        let mut lat = vec![];
+        for i in 0..lines.len() {
+            let id = 100 + i as u64;
+            p.prompt(id, &sid);
+            p.read_until(ready);
+            if let Some(d) = settle {
+                std::thread::sleep(d);
+            }
+            let t = Instant::now();
+            p.cancel(&sid);
+            p.response(id);
+            lat.push(ms(t.elapsed()));
+            assert!(p.line.contains("cancelled"), "{}", p.line);
+        }
+        p.finish();
+        lat
+    }
 }

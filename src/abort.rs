@@ -92,16 +92,20 @@ impl AbortFlag {
         guard
     }
 
-    /// Sleeps for `duration` in small slices; returns `Err(Aborted)` as soon as the flag is set.
+    /// Sleeps for `duration`; returns `Err(Aborted)` as soon as the flag is set (an abort hook
+    /// unparks the sleeping thread, so a cancel does not wait for the sleep to run out).
     pub fn sleep(&self, duration: Duration) -> Result<(), Aborted> {
         let deadline = Instant::now() + duration;
+        let me = std::thread::current();
+        let _hook = self.on_abort(move || me.unpark());
         loop {
             self.check()?;
             let now = Instant::now();
             if now >= deadline {
                 return Ok(());
             }
-            std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+            // Spurious and stale wake-ups just go round the loop again.
+            std::thread::park_timeout(deadline - now);
         }
     }
 }
@@ -109,6 +113,18 @@ impl AbortFlag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn abort_wakes_a_sleeper() {
+        let flag = AbortFlag::new();
+        let f = flag.clone();
+        let sleeper = std::thread::spawn(move || f.sleep(Duration::from_secs(300)));
+        std::thread::sleep(Duration::from_millis(20));
+        flag.abort();
+        assert_eq!(sleeper.join().unwrap(), Err(Aborted));
+        assert_eq!(flag.sleep(Duration::from_secs(300)), Err(Aborted));
+        assert_eq!(AbortFlag::new().sleep(Duration::from_millis(1)), Ok(()));
+    }
 
     #[test]
     fn hooks_run_once_and_late_hooks_run_immediately() {

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::meta::namespaced;
+use crate::meta::{namespaced, Envelope, NAMESPACE};
 
 /// One thing that happened in a session, as produced by turns, tools and (later) subagents.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +157,13 @@ pub struct MappingState {
     assistant_messages: u64,
 }
 
+impl MappingState {
+    /// The current assistant message number, once one has started (for `messageId`).
+    pub fn assistant_message(&self) -> Option<u64> {
+        (self.assistant_messages > 0).then_some(self.assistant_messages)
+    }
+}
+
 /// How much of a user shell run's output each update repeats.
 pub const BASH_TAIL_BYTES: usize = 8 * 1024;
 
@@ -259,6 +266,54 @@ fn put<T: Into<Value>>(obj: &mut Map<String, Value>, key: &str, value: Option<T>
     if let Some(v) = value {
         obj.insert(key.to_owned(), v.into());
     }
+}
+
+/// The whole `session/update` frame of an assistant message delta, serialised directly: the
+/// streaming hot path (one per model token). Byte for byte what the general path writes
+/// (`to_session_updates` → `meta::apply_envelope` → `rpc::notification` → `serde_json`, whose
+/// maps sort their keys), without building and dropping a `Value` tree per delta; a unit test
+/// holds the two equal. `None` where the general path writes nothing.
+pub fn message_chunk_frame(
+    session_id: &str,
+    kind: DeltaKind,
+    delta: &str,
+    message: Option<u64>,
+    env: Envelope,
+) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let update = match kind {
+        _ if delta.is_empty() => return None,
+        DeltaKind::Text => "agent_message_chunk",
+        DeltaKind::Thinking => "agent_thought_chunk",
+        DeltaKind::ToolCall => return None,
+    };
+    let mut out = Vec::with_capacity(delta.len() + session_id.len() + 256);
+    out.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
+    );
+    // Strings go through serde_json, so escaping is the general path's own.
+    serde_json::to_writer(&mut out, session_id).ok()?;
+    out.extend_from_slice(b",\"update\":{\"_meta\":{");
+    serde_json::to_writer(&mut out, NAMESPACE).ok()?;
+    write!(out, ":{{\"eventSequence\":{}", env.event_sequence).ok()?;
+    if let Some(ok) = env.outcome_ok {
+        let outcome = if ok { "result" } else { "error" };
+        write!(out, ",\"outcome\":\"{outcome}\"").ok()?;
+    }
+    write!(
+        out,
+        ",\"phase\":\"{}\",\"promptTurnId\":{}}}}},\"content\":{{\"text\":",
+        env.phase.as_str(),
+        env.prompt_turn_id
+    )
+    .ok()?;
+    serde_json::to_writer(&mut out, delta).ok()?;
+    out.extend_from_slice(b",\"type\":\"text\"}");
+    if let Some(n) = message {
+        write!(out, ",\"messageId\":\"prime-agent-assistant-{n}\"").ok()?;
+    }
+    write!(out, ",\"sessionUpdate\":\"{update}\"}}}}}}").ok()?;
+    Some(out)
 }
 
 /// The pure mapping: one event → zero or more `update` objects.
@@ -497,6 +552,62 @@ mod tests {
     //! The 17 cases of the upstream `acp-events.test.ts` (behaviour spec §2.1), plus ours.
     use super::*;
     use crate::meta::NAMESPACE;
+
+    /// The hot-path serialiser writes exactly what the general path writes.
+    #[test]
+    fn message_chunk_frame_matches_the_general_path() {
+        use crate::meta::{apply_envelope, Phase};
+        let texts = [
+            "tok ",
+            "",
+            "a\"b\\c\n\r\t\u{0}\u{1f}\u{7f}",
+            "héllo ✓ 😀 \u{2028}\u{2029} </script>",
+            "{\"json\": [1, 2]}",
+        ];
+        let kinds = [DeltaKind::Text, DeltaKind::Thinking, DeltaKind::ToolCall];
+        let phases = [Phase::Event, Phase::ResponseBoundary];
+        for text in texts {
+            for kind in kinds {
+                for message in [None, Some(3)] {
+                    for (phase, outcome_ok) in phases.into_iter().zip([None, Some(false)]) {
+                        let env = Envelope {
+                            prompt_turn_id: 7,
+                            event_sequence: 123_456_789_012,
+                            phase,
+                            outcome_ok,
+                        };
+                        let mut state = MappingState::default();
+                        for _ in 0..message.unwrap_or(0) {
+                            to_session_updates(&AgentEvent::AssistantMessageStart, &mut state);
+                        }
+                        assert_eq!(state.assistant_message(), message);
+                        let event = AgentEvent::MessageDelta {
+                            assistant: true,
+                            kind,
+                            delta: text.to_owned(),
+                        };
+                        let general: Vec<String> = to_session_updates(&event, &mut state)
+                            .into_iter()
+                            .map(|mut update| {
+                                apply_envelope(&mut update, env);
+                                let frame = crate::rpc::notification(
+                                    crate::acp::SESSION_UPDATE,
+                                    json!({ "sessionId": "s-1\"x", "update": update }),
+                                );
+                                serde_json::to_string(&frame).unwrap()
+                            })
+                            .collect();
+                        let fast: Vec<String> =
+                            message_chunk_frame("s-1\"x", kind, text, message, env)
+                                .into_iter()
+                                .map(|f| String::from_utf8(f).unwrap())
+                                .collect();
+                        assert_eq!(fast, general, "{kind:?} {text:?} {message:?} {phase:?}");
+                    }
+                }
+            }
+        }
+    }
 
     fn map(event: AgentEvent) -> Vec<Value> {
         to_session_updates(&event, &mut MappingState::default())

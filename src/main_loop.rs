@@ -15,7 +15,9 @@ use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
 use crate::acp::{self, McpServer, UserPrompt};
-use crate::events::{bash_tool_call_id, to_session_updates, AgentEvent, MappingState};
+use crate::events::{
+    bash_tool_call_id, message_chunk_frame, to_session_updates, AgentEvent, DeltaKind, MappingState,
+};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
@@ -198,7 +200,10 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
 
 impl MainLoop {
     fn send(&self, frame: &Value) {
-        let bytes = serde_json::to_vec(frame).expect("a JSON value always serialises");
+        self.send_bytes(serde_json::to_vec(frame).expect("a JSON value always serialises"));
+    }
+
+    fn send_bytes(&self, bytes: Vec<u8>) {
         if log::log_enabled!(log::Level::Debug) {
             log::debug!("> {}", String::from_utf8_lossy(&bytes));
         }
@@ -237,6 +242,25 @@ impl MainLoop {
             json!({ "sessionId": session.id, "update": update }),
         );
         self.send(&frame);
+    }
+
+    /// `publish` for an assistant message delta, serialised without a `Value` tree (the
+    /// streaming hot path; same bytes, see `events::message_chunk_frame`).
+    fn publish_message_chunk(&mut self, kind: DeltaKind, delta: &str, prompt_turn_id: u64) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let env = Envelope {
+            prompt_turn_id,
+            event_sequence: session.sequence + 1,
+            phase: Phase::Event,
+            outcome_ok: None,
+        };
+        let message = session.mapping.assistant_message();
+        if let Some(frame) = message_chunk_frame(&session.id, kind, delta, message, env) {
+            session.sequence += 1;
+            self.send_bytes(frame);
+        }
     }
 
     fn on_client(&mut self, msg: Incoming) {
@@ -680,6 +704,11 @@ impl MainLoop {
         let prompt_turn_id = active.prompt_turn_id;
         let active_cancelled = active.cancel_deadline.is_some();
         match msg.kind {
+            TurnMsgKind::Event(AgentEvent::MessageDelta {
+                assistant: true,
+                kind,
+                delta,
+            }) => self.publish_message_chunk(kind, &delta, prompt_turn_id),
             TurnMsgKind::Event(event) => {
                 let session = self.session.as_mut().expect("checked above");
                 let open = &mut session

@@ -2,6 +2,12 @@
 //! it: vLLM, llama.cpp, OpenRouter, Groq, ...): the request body, and a decoder that turns
 //! streamed chunks into deltas and an assembled `Reply`.
 
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{value::MapAccessDeserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
@@ -205,6 +211,105 @@ fn parse_arguments(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }
 
+/// `T` parsed from a JSON object only. (Derived structs also accept arrays, which the general
+/// path would ignore; refusing them keeps the two paths in agreement.)
+struct MapOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(V(PhantomData)).map(MapOnly)
+    }
+}
+
+/// The shape of almost every chunk of a stream: a text or reasoning delta and maybe a finish
+/// reason. Parsed straight from the event's text, borrowing the strings, instead of building a
+/// `Value` tree per delta (the hot path of streaming). Anything else (usage, an error, tool
+/// calls, a field of an unexpected type, a duplicate key) fails to match and goes the general
+/// way, so both paths give the same result for every chunk this one accepts.
+#[derive(Deserialize)]
+struct FastChunk<'a> {
+    #[serde(borrow)]
+    choices: Vec<MapOnly<FastChoice<'a>>>,
+    usage: Option<IgnoredAny>,
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct FastChoice<'a> {
+    #[serde(borrow)]
+    delta: Option<MapOnly<FastDelta<'a>>>,
+    #[serde(borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct FastDelta<'a> {
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    tool_calls: Option<IgnoredAny>,
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        _ => FinishReason::Stop,
+    }
+}
+
+impl Decoder {
+    /// The fast path for the common chunk; `false` means "not handled, use the general path"
+    /// (and nothing was emitted or recorded).
+    fn on_simple_chunk(&mut self, data: &str, emit: &mut dyn FnMut(StreamEvent)) -> bool {
+        let Ok(MapOnly(chunk)) = serde_json::from_str::<MapOnly<FastChunk<'_>>>(data) else {
+            return false;
+        };
+        if chunk.usage.is_some() || chunk.error.is_some() {
+            return false;
+        }
+        let Some(MapOnly(choice)) = chunk.choices.into_iter().next() else {
+            return true;
+        };
+        if let Some(MapOnly(delta)) = &choice.delta {
+            if delta.tool_calls.is_some() {
+                return false;
+            }
+            // As the general path: `reasoning_content` wins even when empty.
+            let thinking = delta
+                .reasoning_content
+                .as_deref()
+                .or(delta.reasoning.as_deref())
+                .filter(|t| !t.is_empty());
+            if let Some(t) = thinking {
+                self.message.thinking.push_str(t);
+                emit(StreamEvent::Thinking(t.to_owned()));
+            }
+            if let Some(t) = delta.content.as_deref().filter(|t| !t.is_empty()) {
+                self.message.text.push_str(t);
+                emit(StreamEvent::Text(t.to_owned()));
+            }
+        }
+        if let Some(reason) = &choice.finish_reason {
+            self.finish = Some(finish_reason(reason));
+        }
+        true
+    }
+}
+
 impl StreamDecoder for Decoder {
     fn on_event(
         &mut self,
@@ -216,9 +321,24 @@ impl StreamDecoder for Decoder {
             self.done = true;
             return Ok(true);
         }
-        if data.is_empty() {
+        if data.is_empty() || self.on_simple_chunk(data, emit) {
             return Ok(false);
         }
+        self.on_chunk(data, emit)
+    }
+
+    fn finish(self) -> Result<Reply, ProviderError> {
+        self.finish_reply()
+    }
+}
+
+impl Decoder {
+    /// The general path: any chunk, as a `Value`.
+    fn on_chunk(
+        &mut self,
+        data: &str,
+        emit: &mut dyn FnMut(StreamEvent),
+    ) -> Result<bool, ProviderError> {
         let chunk: Value = serde_json::from_str(data).map_err(|e| {
             ProviderError::Stream(format!("The model stream sent invalid JSON: {e}"))
         })?;
@@ -294,16 +414,12 @@ impl StreamDecoder for Decoder {
             }
         }
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish = Some(match reason {
-                "length" => FinishReason::Length,
-                "tool_calls" | "function_call" => FinishReason::ToolCalls,
-                _ => FinishReason::Stop,
-            });
+            self.finish = Some(finish_reason(reason));
         }
         Ok(false)
     }
 
-    fn finish(mut self) -> Result<Reply, ProviderError> {
+    fn finish_reply(mut self) -> Result<Reply, ProviderError> {
         let finish =
             match self.finish {
                 Some(f) => f,
@@ -411,6 +527,65 @@ mod tests {
         assert!(err.to_string().contains("ended before"), "{err}");
         let err = run("openai-error-event.sse").0.unwrap_err();
         assert_eq!(err.to_string(), "upstream overloaded in test");
+    }
+
+    /// The fast path and the general path agree on every chunk: same events, same errors,
+    /// same assembled reply.
+    #[test]
+    fn fast_path_agrees_with_general_path() {
+        let chunks = [
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#,
+            r#"{"id":"x","choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"b\né 😀"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning":"think2"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"","reasoning":"r"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":null,"reasoning":"r"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":1,"reasoning":"r"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"x","reasoning":"y"},"finish_reason":"length"}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"delta":null,"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[{"finish_reason":7}]}"#,
+            r#"{"choices":[{"delta":{"content":5}}]}"#,
+            r#"{"choices":[{"delta":[{"content":"seq"}]}]}"#,
+            r#"{"choices":[[{"content":"seq"}]]}"#,
+            r#"[[{"delta":{"content":"seq"}}]]"#,
+            r#"{"choices":[]}"#,
+            r#"{"choices":{"0":{"delta":{"content":"obj"}}}}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},{"delta":7}]}"#,
+            r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}],"choices":[{"delta":{"content":"b"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":null,"content":"t"}}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+            r#"{"choices":[{"delta":{"content":"u"}}],"usage":null}"#,
+            r#"{"choices":[{"delta":{"content":"u"}}],"usage":5}"#,
+            r#"{"error":{"message":"boom"}}"#,
+            r#"{"error":null,"choices":[{"delta":{"content":"e"}}]}"#,
+            r#"{"usage":{"prompt_tokens":1}}"#,
+            r#"{"choices":[{"delta":{"content":"#,
+            r#""just a string""#,
+            r#"{"choices":[{"delta":{"content":"x"}}]} trailing"#,
+        ];
+        assert!(Decoder::new().on_simple_chunk(chunks[0], &mut |_| {}));
+        for chunk in chunks {
+            let (mut fast, mut general) = (Decoder::new(), Decoder::new());
+            let (mut fast_out, mut general_out) = (Vec::new(), Vec::new());
+            let event = SseEvent {
+                event: String::new(),
+                data: chunk.to_owned(),
+            };
+            let a = fast.on_event(&event, &mut |e| fast_out.push(e));
+            let b = general.on_chunk(chunk, &mut |e| general_out.push(e));
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "result for {chunk}");
+            assert_eq!(fast_out, general_out, "events for {chunk}");
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{general:?}"),
+                "state for {chunk}"
+            );
+        }
     }
 
     #[test]

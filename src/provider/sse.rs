@@ -95,7 +95,11 @@ impl SseDecoder {
         if line[0] == b':' {
             return; // A comment, typically a keep-alive.
         }
-        let text = String::from_utf8_lossy(line);
+        // Valid UTF-8 (the norm) is borrowed after a fast check; the lossy path only repairs.
+        let text = match std::str::from_utf8(line) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => String::from_utf8_lossy(line),
+        };
         let (field, value) = match text.split_once(':') {
             Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
             None => (text.as_ref(), ""),
