@@ -272,8 +272,10 @@ fn put<T: Into<Value>>(obj: &mut Map<String, Value>, key: &str, value: Option<T>
 /// streaming hot path (one per model token). Byte for byte what the general path writes
 /// (`to_session_updates` → `meta::apply_envelope` → `rpc::notification` → `serde_json`, whose
 /// maps sort their keys), without building and dropping a `Value` tree per delta; a unit test
-/// holds the two equal. `None` where the general path writes nothing.
+/// holds the two equal. `None` where the general path writes nothing. `out` is a buffer to
+/// reuse (the writer hands spent frames back), so a delta usually allocates nothing here.
 pub fn message_chunk_frame(
+    mut out: Vec<u8>,
     session_id: &str,
     kind: DeltaKind,
     delta: &str,
@@ -287,7 +289,8 @@ pub fn message_chunk_frame(
         DeltaKind::Thinking => "agent_thought_chunk",
         DeltaKind::ToolCall => return None,
     };
-    let mut out = Vec::with_capacity(delta.len() + session_id.len() + 256);
+    out.clear();
+    out.reserve(delta.len() + session_id.len() + 256);
     out.extend_from_slice(
         b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
     );
@@ -598,7 +601,7 @@ mod tests {
                             })
                             .collect();
                         let fast: Vec<String> =
-                            message_chunk_frame("s-1\"x", kind, text, message, env)
+                            message_chunk_frame(Vec::new(), "s-1\"x", kind, text, message, env)
                                 .into_iter()
                                 .map(|f| String::from_utf8(f).unwrap())
                                 .collect();

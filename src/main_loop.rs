@@ -128,6 +128,8 @@ struct PendingTerminal {
 
 struct MainLoop {
     out: Sender<Vec<u8>>,
+    /// Frame buffers back from the writer (see `Connection::recycled`).
+    recycled: Receiver<Vec<u8>>,
     agent: Arc<Agent>,
     session: Option<Session>,
     turn_tx: Sender<TurnMsg>,
@@ -148,6 +150,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     let (family_tx, family_rx) = unbounded();
     let mut ml = MainLoop {
         out: conn.sender,
+        recycled: conn.recycled,
         agent,
         session: None,
         turn_tx,
@@ -257,7 +260,8 @@ impl MainLoop {
             outcome_ok: None,
         };
         let message = session.mapping.assistant_message();
-        if let Some(frame) = message_chunk_frame(&session.id, kind, delta, message, env) {
+        let buf = self.recycled.try_recv().unwrap_or_default();
+        if let Some(frame) = message_chunk_frame(buf, &session.id, kind, delta, message, env) {
             session.sequence += 1;
             self.send_bytes(frame);
         }

@@ -30,7 +30,15 @@ pub struct Connection {
     /// Serialised frames (without the trailing newline) for the writer.
     pub sender: Sender<Vec<u8>>,
     pub receiver: Receiver<Inbound>,
+    /// Frame buffers the writer is done with, for reuse: a streamed delta then costs no
+    /// allocation on one thread and free on another (musl's allocator makes that expensive).
+    pub recycled: Receiver<Vec<u8>>,
 }
+
+/// How many spare frame buffers the writer hands back at most.
+const RECYCLE_SLOTS: usize = 64;
+/// Buffers larger than this are freed rather than kept.
+const RECYCLE_MAX_CAPACITY: usize = 16 * 1024;
 
 /// The two IO threads; join them after the main loop has dropped its `Connection`.
 pub struct IoThreads {
@@ -68,16 +76,18 @@ where
 {
     let (in_tx, in_rx) = unbounded();
     let (out_tx, out_rx) = unbounded::<Vec<u8>>();
+    let (recycle_tx, recycle_rx) = crossbeam_channel::bounded::<Vec<u8>>(RECYCLE_SLOTS);
     let reader = thread::Builder::new()
         .name("acp-reader".to_owned())
         .spawn(move || read_loop(input, max_line, &in_tx))
         .expect("spawn acp-reader");
     let writer = thread::Builder::new()
         .name("acp-writer".to_owned())
-        .spawn(move || write_loop(output, &out_rx))
+        .spawn(move || write_loop(output, &out_rx, &recycle_tx))
         .expect("spawn acp-writer");
     (
         Connection {
+            recycled: recycle_rx,
             sender: out_tx,
             receiver: in_rx,
         },
@@ -254,23 +264,37 @@ fn read_line_limited<R: BufRead>(
     }
 }
 
-fn write_loop<W: Write>(output: W, rx: &Receiver<Vec<u8>>) -> io::Result<()> {
+fn write_loop<W: Write>(
+    output: W,
+    rx: &Receiver<Vec<u8>>,
+    recycle: &Sender<Vec<u8>>,
+) -> io::Result<()> {
     let mut out = io::BufWriter::with_capacity(64 * 1024, output);
     while let Ok(frame) = rx.recv() {
-        write_frame(&mut out, &frame)?;
+        write_frame(&mut out, frame, recycle)?;
         // Batch whatever is already queued into one flush: ordering is preserved and a burst of
         // deltas costs one syscall instead of one per frame.
         while let Ok(frame) = rx.try_recv() {
-            write_frame(&mut out, &frame)?;
+            write_frame(&mut out, frame, recycle)?;
         }
         out.flush()?;
     }
     out.flush()
 }
 
-fn write_frame<W: Write>(out: &mut W, frame: &[u8]) -> io::Result<()> {
-    out.write_all(frame)?;
-    out.write_all(b"\n")
+fn write_frame<W: Write>(
+    out: &mut W,
+    mut frame: Vec<u8>,
+    recycle: &Sender<Vec<u8>>,
+) -> io::Result<()> {
+    out.write_all(&frame)?;
+    out.write_all(b"\n")?;
+    if frame.capacity() <= RECYCLE_MAX_CAPACITY {
+        frame.clear();
+        // Full or gone: the buffer is simply freed.
+        let _ = recycle.try_send(frame);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
