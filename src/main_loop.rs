@@ -370,6 +370,15 @@ impl MainLoop {
 
     fn session_prompt(&mut self, id: &RequestId, params: &Value) -> Result<(), RpcError> {
         let (session_id, prompt) = acp::parse_prompt(params)?;
+        if let Ok(provider) = &self.agent.provider {
+            if !prompt.images.is_empty() && !provider.accepts_images() {
+                return Err(RpcError::invalid_params(format!(
+                    "the prompt has {} image(s), but the model {} does not accept images; send text only or choose a model with image input",
+                    prompt.images.len(),
+                    provider.label()
+                )));
+            }
+        }
         let Some(session) = self.session.as_mut().filter(|s| s.id == session_id) else {
             return Err(RpcError::internal(format!(
                 "Unknown ACP session: {session_id}"

@@ -407,10 +407,10 @@ fn an_unwritable_temp_dir_loses_no_turn_and_the_log_says_why() {
     }
 }
 
-/// Item 4: an image sent to a text-only model reaches it as a placeholder, and the log says
-/// so (the substitution is documented in the README).
+/// Item 4: a prompt image for a text-only model is refused with an error that says why,
+/// instead of reaching the model as a placeholder the user never sees.
 #[test]
-fn an_image_for_a_text_only_model_is_a_logged_placeholder() {
+fn an_image_for_a_text_only_model_is_refused_not_dropped() {
     let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
     let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
     s.agent.handshake();
@@ -422,20 +422,17 @@ fn an_image_for_a_text_only_model_is_a_logged_placeholder() {
             {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
         ]}),
     );
+    // The user learns the image could not reach this model; nothing was sent.
     let r = s.agent.response(&id);
-    assert_eq!(stop_reason(&r), "end_turn", "{r}");
-    let body = &server.requests()[0].body;
-    let user = body["messages"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(user["content"][0]["text"], "what is this?");
-    assert_eq!(
-        user["content"][1]["text"],
-        "(1 image(s) omitted: the model cold/test-model does not accept images)"
-    );
-    assert!(!user.to_string().contains("iVBORw0KGgo="));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let reason = r["error"]["data"]["reason"].as_str().unwrap();
     assert!(
-        stderr_eventually(&s.agent, "1 image(s) not sent"),
-        "{}",
-        s.agent.stderr_text()
+        reason.contains("does not accept images") && reason.contains("cold/test-model"),
+        "{reason}"
     );
+    assert!(server.requests().is_empty());
+    // The same words without the image go through.
+    let id = s.agent.prompt("what is this?");
+    assert_eq!(stop_reason(&s.agent.response(&id)), "end_turn");
     s.agent.report("image_to_text_only_model", 1, 0);
 }

@@ -193,6 +193,12 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// Whether the model takes image input. A prompt with images for a model that does not is
+    /// refused up front, so the user learns the image did not reach it.
+    fn accepts_images(&self) -> bool {
+        true
+    }
+
     fn stream(
         &self,
         request: &ChatRequest<'_>,

@@ -41,6 +41,10 @@ impl Provider for RemoteProvider {
         Some(self.selection.model.context_window).filter(|w| *w > 0)
     }
 
+    fn accepts_images(&self) -> bool {
+        self.selection.model.input.iter().any(|i| i == "image")
+    }
+
     fn stream(
         &self,
         request: &ChatRequest<'_>,
