@@ -22,7 +22,7 @@ use crate::acp::UserPrompt;
 use crate::events::ChildSnapshot;
 use crate::family::{self, ChildStatus, Party, TokenBucket};
 use crate::kernel::host::{unavailable, HostHandler};
-use crate::provider::Message;
+use crate::provider::{Message, Thinking};
 use crate::tools::KernelHost;
 use crate::turn::{run_turn, Agent, AgentCtx, Conversation, Inbox, TurnInput, TurnOutcome};
 
@@ -81,6 +81,8 @@ struct Node {
     conversation: Arc<Mutex<Conversation>>,
     /// Kept between runs so a revived child keeps its kernel.
     ctx: Option<Arc<AgentCtx>>,
+    /// `rlm(..., thinking=)`, else the parent's.
+    thinking: Thinking,
 }
 
 impl Family {
@@ -117,6 +119,7 @@ impl Family {
             system_prompt: self.agent.system_prompt.clone(),
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
+            thinking: self.agent.thinking,
         }
     }
 
@@ -286,6 +289,11 @@ impl Family {
             session_dir: session_dir.clone(),
             conversation: Arc::default(),
             ctx: None,
+            thinking: payload
+                .get("thinking")
+                .and_then(Value::as_str)
+                .and_then(Thinking::parse)
+                .unwrap_or(self.agent.thinking),
         };
         self.notify_child(&node);
         state.order.push(id.clone());
@@ -342,6 +350,7 @@ impl Family {
                     system_prompt,
                     name: node.name.clone(),
                     inbox: node.inbox.clone(),
+                    thinking: node.thinking,
                 });
                 node.ctx = Some(ctx.clone());
                 ctx

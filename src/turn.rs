@@ -51,6 +51,8 @@ pub struct AgentCtx {
     pub name: String,
     /// Agent-to-agent messages, delivered before the next model call of a running turn.
     pub inbox: Arc<Inbox>,
+    /// Reasoning effort (a subagent may ask for its own with `rlm(..., thinking=)`).
+    pub thinking: Thinking,
 }
 
 impl AgentCtx {
@@ -59,6 +61,7 @@ impl AgentCtx {
         let tools = agent.tools.build(None);
         AgentCtx {
             system_prompt: agent.system_prompt.clone(),
+            thinking: agent.thinking,
             agent,
             tools,
             name: "main".to_owned(),
@@ -268,7 +271,7 @@ impl Worker<'_> {
                 system: &self.ctx.system_prompt,
                 messages: &conv.messages,
                 tools: &specs,
-                thinking: self.agent.thinking,
+                thinking: self.ctx.thinking,
                 agent: &self.ctx.name,
             };
             let emit = self.emit;
