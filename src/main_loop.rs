@@ -702,6 +702,29 @@ impl MainLoop {
                 }
             }
             FamilyMsg::MainInbox { generation } if generation == session.generation => {}
+            FamilyMsg::SentByMain {
+                generation,
+                target,
+                delivery_status,
+            } if generation == session.generation => {
+                // Attributed to the cell that sent it when one is running.
+                let (turn, tool_call_id) = match &session.active {
+                    Some(a) => (
+                        a.prompt_turn_id,
+                        a.open_tool_calls.last().cloned().unwrap_or_default(),
+                    ),
+                    None => (0, String::new()),
+                };
+                let event = AgentEvent::AgentMessageSent {
+                    tool_call_id,
+                    target: Some(target),
+                    delivery_status: Some(delivery_status),
+                };
+                let updates = to_session_updates(&event, &mut session.mapping);
+                for update in updates {
+                    self.publish(update, turn, Phase::Event, None);
+                }
+            }
             _ => return, // News from a closed session's family.
         }
         self.advance();

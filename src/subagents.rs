@@ -36,6 +36,12 @@ pub enum FamilyMsg {
     },
     /// The main agent's inbox received a message.
     MainInbox { generation: u64 },
+    /// The main agent's kernel sent an agent message (surfaced as `_meta…agentMessage`).
+    SentByMain {
+        generation: u64,
+        target: String,
+        delivery_status: String,
+    },
 }
 
 /// The name the main agent goes by in its family.
@@ -584,6 +590,13 @@ impl Family {
             });
             receipt[at_key] = json!(crate::prompt::now_iso_utc());
             receipts.push(receipt);
+            if from == self.main_id {
+                self.notify(FamilyMsg::SentByMain {
+                    generation: self.generation,
+                    target: target_name,
+                    delivery_status: status.to_owned(),
+                });
+            }
         }
         if targets.len() == 1 && payload.get("target").is_none() {
             return Ok(receipts.pop().unwrap_or(Value::Null));

@@ -182,6 +182,21 @@ fn family_apis_answer_from_the_kernel() {
         a.stderr_text()
     );
     assert_eq!(a.text(), "apis ok");
+    // The message the main agent's cell sent is visible to the client (§1.12 agentMessage).
+    let sent: Vec<Value> = a
+        .updates()
+        .iter()
+        .filter_map(|u| ns(u).get("agentMessage").cloned())
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["target"], "reviewer");
+    assert_eq!(sent[0]["deliveryStatus"], "queued");
+    let call = a
+        .updates()
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(sent[0]["toolCallId"], call["toolCallId"]);
     let statuses = subagent_statuses(&a, "reviewer");
     assert_eq!(
         statuses.last().map(|(s, _)| s.as_str()),
