@@ -23,6 +23,9 @@ pub const CANCEL_REQUEST: &str = "$/cancel_request";
 pub struct UserPrompt {
     pub text: String,
     pub images: Vec<Image>,
+    /// The prompt opens with a text block the user typed: only then may `!cmd` run a shell
+    /// command (never from an embedded resource or a link a client attached).
+    pub typed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -159,9 +162,15 @@ pub fn convert_prompt(blocks: &[Value]) -> Result<UserPrompt, RpcError> {
             }
         }
     }
+    let typed = blocks
+        .first()
+        .and_then(|b| b.get("type"))
+        .and_then(Value::as_str)
+        == Some("text");
     Ok(UserPrompt {
         text: parts.join("\n"),
         images,
+        typed,
     })
 }
 

@@ -21,7 +21,7 @@ use crate::events::{
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
-use crate::stop_reason::{acp_stop_reason, StopReason};
+use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
 use crate::transport::{Connection, Inbound};
 use crate::turn::{
@@ -33,17 +33,6 @@ pub const ONE_SESSION: &str =
 pub const PROMPT_RUNNING: &str = "A prompt turn is already running for this ACP session";
 pub const TURN_FAILED: &str = "prime-agent turn failed: ";
 
-/// ACP methods that exist in the protocol but that this agent does not serve (§1.10).
-const UNSUPPORTED: &[&str] = &[
-    "authenticate",
-    "session/load",
-    "session/resume",
-    "session/list",
-    "session/set_mode",
-    "session/set_config_option",
-    "session/set_model",
-];
-
 /// How long a cancelled turn may take to report its last updates (killed children, the final
 /// `failed` tool update) before the prompt is answered without them. Abort hooks make the
 /// usual case well under a millisecond.
@@ -52,6 +41,11 @@ const CANCEL_GRACE: Duration = Duration::from_millis(250);
 /// How long a new prompt waits for the previous turn's subagents to settle before the previous
 /// turn's terminal update is published as it stands (the later upstream behaviour: bounded).
 const QUIESCENCE_WAIT: Duration = Duration::from_secs(3);
+
+/// The result of a prompt that was cancelled.
+fn cancelled() -> Value {
+    json!({ "stopReason": acp_stop_reason(true, None).as_str() })
+}
 
 /// How the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +182,13 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
             Event::Turn(msg) => ml.on_turn(msg),
             Event::Family(msg) => ml.on_family(msg),
             Event::Timer => ml.on_timer(),
-            Event::ClientClosed => break Exit::ClientClosed,
+            Event::ClientClosed => {
+                // Stdin is closed but stdout may still be read (a pipe-driven harness): answer
+                // what is in flight, as for a signal.
+                ml.cancel_session_work();
+                ml.settle_blocking();
+                break Exit::ClientClosed;
+            }
             Event::Signal => {
                 // The client may still be reading: answer the running prompt first.
                 ml.cancel_session_work();
@@ -298,7 +298,8 @@ impl MainLoop {
                 self.session_cancel(&params);
                 Ok(json!({}))
             }
-            _ if UNSUPPORTED.contains(&method) => Err(RpcError::method_not_found(method)),
+            // Includes ACP methods this agent does not serve (§1.10): `authenticate`,
+            // `session/load`, `session/set_mode`, …
             _ => Err(RpcError::method_not_found(method)),
         };
         self.respond(&id, result);
@@ -309,7 +310,7 @@ impl MainLoop {
             acp::SESSION_CANCEL => self.session_cancel(params),
             acp::CANCEL_REQUEST => {
                 let target = params.get("requestId").cloned().unwrap_or(Value::Null);
-                let Some(session) = self.session.as_ref() else {
+                let Some(session) = self.session.as_mut() else {
                     return;
                 };
                 let running = session
@@ -317,12 +318,17 @@ impl MainLoop {
                     .as_ref()
                     .and_then(|a| a.request.as_ref())
                     .is_some_and(|r| r.0 == target);
-                let queued = session
+                if running {
+                    self.cancel_session_work();
+                } else if session
                     .queued
                     .as_ref()
-                    .is_some_and(|q| q.request.0 == target);
-                if running || queued {
-                    self.cancel_session_work();
+                    .is_some_and(|q| q.request.0 == target)
+                {
+                    // Only that prompt: it never ran, so nothing else is disturbed.
+                    if let Some(q) = session.queued.take() {
+                        self.respond(&q.request, Ok(cancelled()));
+                    }
                 }
             }
             other => log::debug!("ignoring notification {other}"),
@@ -370,15 +376,6 @@ impl MainLoop {
 
     fn session_prompt(&mut self, id: &RequestId, params: &Value) -> Result<(), RpcError> {
         let (session_id, prompt) = acp::parse_prompt(params)?;
-        if let Ok(provider) = &self.agent.provider {
-            if !prompt.images.is_empty() && !provider.accepts_images() {
-                return Err(RpcError::invalid_params(format!(
-                    "the prompt has {} image(s), but the model {} does not accept images; send text only or choose a model with image input",
-                    prompt.images.len(),
-                    provider.label()
-                )));
-            }
-        }
         let Some(session) = self.session.as_mut().filter(|s| s.id == session_id) else {
             return Err(RpcError::internal(format!(
                 "Unknown ACP session: {session_id}"
@@ -388,6 +385,15 @@ impl MainLoop {
             return Err(RpcError::internal(format!(
                 "ACP session is closing: {session_id}"
             )));
+        }
+        if let Ok(provider) = &self.agent.provider {
+            if !prompt.images.is_empty() && !provider.accepts_images() {
+                return Err(RpcError::invalid_params(format!(
+                    "the prompt has {} image(s), but the model {} does not accept images; send text only or choose a model with image input",
+                    prompt.images.len(),
+                    provider.label()
+                )));
+            }
         }
         match &session.active {
             Some(a) if a.cancel_deadline.is_some() => {
@@ -473,10 +479,7 @@ impl MainLoop {
             }
         }
         if let Some(q) = queued {
-            self.respond(
-                &q.request,
-                Ok(json!({ "stopReason": StopReason::Cancelled.as_str() })),
-            );
+            self.respond(&q.request, Ok(cancelled()));
         }
     }
 
@@ -536,8 +539,7 @@ impl MainLoop {
             self.publish(update, active.prompt_turn_id, Phase::Event, None);
         }
         if let Some(request) = &active.request {
-            let result = json!({ "stopReason": acp_stop_reason(true, None).as_str() });
-            self.respond(request, Ok(result));
+            self.respond(request, Ok(cancelled()));
         }
         if self.session.as_ref().is_some_and(|s| s.closing.is_some()) {
             self.finish_close();
@@ -589,12 +591,16 @@ impl MainLoop {
         let Some(session) = self.session.as_mut() else {
             return;
         };
-        if inbox_waiting {
-            self.start_turn(None, TurnInput::Inbox);
-        } else if session.pending_terminal.is_none() {
+        // A waiting prompt goes first once the previous turn is settled (or its wait timed
+        // out): its first model call takes the inbox along, so agent messages cannot starve it.
+        if session.pending_terminal.is_none() {
             if let Some(q) = session.queued.take() {
                 self.start_turn(Some(q.request), TurnInput::Prompt(q.prompt));
+                return;
             }
+        }
+        if inbox_waiting {
+            self.start_turn(None, TurnInput::Inbox);
         }
     }
 
@@ -731,6 +737,17 @@ impl MainLoop {
     }
 
     fn on_turn(&mut self, msg: TurnMsg) {
+        // `select!` picks among ready channels at random: family news the turn caused (a
+        // child admitted, a message sent from a cell) is handled before the end of that tool
+        // call or turn, so it is attributed to them.
+        if matches!(
+            msg.kind,
+            TurnMsgKind::Finished(_) | TurnMsgKind::Event(AgentEvent::ToolEnd { .. })
+        ) {
+            while let Ok(news) = self.family_rx.try_recv() {
+                self.on_family(news);
+            }
+        }
         let Some(active) = self.session.as_ref().and_then(|s| s.active.as_ref()) else {
             return; // A turn of a closed session, or one already answered: dropped.
         };
@@ -801,10 +818,7 @@ impl MainLoop {
         let id = active.prompt_turn_id;
         let (result, ok) = match outcome {
             TurnOutcome::Cancelled => {
-                self.respond(
-                    &request,
-                    Ok(json!({ "stopReason": StopReason::Cancelled.as_str() })),
-                );
+                self.respond(&request, Ok(cancelled()));
                 self.advance();
                 return;
             }
@@ -863,15 +877,7 @@ impl MainLoop {
             session.family.close();
         }
         if let Some(worker) = self.last_worker.take() {
-            let deadline = Instant::now() + Duration::from_millis(500);
-            while !worker.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if worker.is_finished() {
-                let _ = worker.join();
-            } else {
-                log::warn!("a turn worker did not stop within 500 ms; exiting without it");
-            }
+            crate::subagents::join_by(worker, Instant::now() + Duration::from_millis(500));
         }
     }
 }

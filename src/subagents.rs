@@ -139,10 +139,6 @@ impl Family {
         }
     }
 
-    pub fn main_inbox(&self) -> &Arc<Inbox> {
-        &self.main_inbox
-    }
-
     /// The main loop says whether the main agent is running a turn (for delivery statuses).
     pub fn set_main_busy(&self, busy: bool) {
         self.main_busy.store(busy, Ordering::SeqCst);
@@ -157,9 +153,13 @@ impl Family {
             .count() as u64
     }
 
-    /// `session/cancel`: every child stops, and messages waiting for the main agent are dropped.
+    /// `session/cancel`: every running child stops, and messages waiting for the main agent
+    /// are dropped. Children that already finished are left idle (a later message may still
+    /// wake them). The inbox is emptied under the family lock, so a child finishing at this
+    /// moment cannot slip a notice past the cancel.
     pub fn cancel_all(&self) {
-        for node in self.lock().nodes.values() {
+        let state = self.lock();
+        for node in state.nodes.values().filter(|n| !n.status.is_terminal()) {
             node.abort.abort();
         }
         self.main_inbox.drain();
@@ -178,15 +178,23 @@ impl Family {
             .collect();
         let deadline = Instant::now() + Duration::from_millis(500);
         for t in threads {
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            }
+            join_by(t, deadline);
         }
         // Dropping the nodes drops their tools and kills their kernels.
-        self.lock().nodes.clear();
+        let nodes: Vec<Node> = {
+            let mut state = self.lock();
+            state.order.clear();
+            state.nodes.drain().map(|(_, n)| n).collect()
+        };
+        for node in nodes {
+            let _ = std::fs::remove_dir_all(&node.session_dir);
+        }
+        let _ = std::fs::remove_dir(subagent_root());
+    }
+
+    /// Whether `node` may still speak for the family (the main agent or a live child).
+    fn knows(&self, node: &str) -> bool {
+        node == self.main_id || self.lock().nodes.contains_key(node)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -274,9 +282,7 @@ impl Family {
             Some(name) => family::validate_child_name(name, &siblings)?,
             None => family::default_child_name(prompt, &id),
         };
-        let session_dir = std::env::temp_dir()
-            .join(format!("prime-agent-{}", std::process::id()))
-            .join(&id);
+        let session_dir = subagent_root().join(&id);
         if let Err(e) = std::fs::create_dir_all(&session_dir) {
             log::warn!("cannot create subagent dir {}: {e}", session_dir.display());
         }
@@ -311,6 +317,8 @@ impl Family {
             TurnInput::Prompt(UserPrompt {
                 text: task,
                 images: Vec::new(),
+                // The task comes from the parent model, not a user: never a shell command.
+                typed: false,
             }),
         )?;
         Ok(json!({
@@ -372,59 +380,63 @@ impl Family {
         let thread = std::thread::Builder::new()
             .name(format!("subagent-{id}"))
             .spawn(move || {
-                let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
                 let mut input = input;
-                let outcome = loop {
-                    let outcome = run_turn(&ctx, &mut conv, input, &abort, &|_| {});
-                    // Messages that arrived during the last model call get a turn of their own.
-                    if outcome == TurnOutcome::Completed(crate::stop_reason::StopReason::EndTurn)
-                        && !ctx.inbox.is_empty()
-                        && !abort.is_aborted()
-                    {
-                        input = TurnInput::Inbox;
-                        continue;
+                loop {
+                    let (outcome, last_text, tokens) = {
+                        let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
+                        let outcome = run_turn(&ctx, &mut conv, input, &abort, &|_| {});
+                        let last_text = conv
+                            .messages
+                            .iter()
+                            .rev()
+                            .find_map(|m| match m {
+                                Message::Assistant(a) if !a.text.is_empty() => Some(a.text.clone()),
+                                _ => None,
+                            })
+                            .unwrap_or_default();
+                        (outcome, last_text, conv.usage.input + conv.usage.output)
+                    };
+                    let Some(family) = family.upgrade() else {
+                        break;
+                    };
+                    // Messages that arrived during the last model call get a turn of their
+                    // own; the check happens under the family lock, so none is stranded.
+                    if !family.finish_child(&child_id, outcome, last_text, tokens) {
+                        break;
                     }
-                    break outcome;
-                };
-                let last_text = conv
-                    .messages
-                    .iter()
-                    .rev()
-                    .find_map(|m| match m {
-                        Message::Assistant(a) if !a.text.is_empty() => Some(a.text.clone()),
-                        _ => None,
-                    })
-                    .unwrap_or_default();
-                let tokens = conv.usage.input + conv.usage.output;
-                drop(conv);
-                if let Some(family) = family.upgrade() {
-                    family.finish_child(&child_id, outcome, abort.is_aborted(), last_text, tokens);
+                    input = TurnInput::Inbox;
                 }
             })
-            .map_err(|e| format!("cannot start the subagent thread: {e}"))?;
-        node.thread = Some(thread);
-        Ok(())
+            .map_err(|e| format!("cannot start the subagent thread: {e}"));
+        match thread {
+            Ok(thread) => {
+                node.thread = Some(thread);
+                Ok(())
+            }
+            Err(e) => {
+                node.status = ChildStatus::Error;
+                node.error = Some(e.clone());
+                self.notify_child(node);
+                Err(e)
+            }
+        }
     }
 
     /// A child's run ended: record its status, tell the main loop, and tell its parent when it
-    /// did not reply itself (§4.3 completion notices).
-    fn finish_child(
-        &self,
-        id: &str,
-        outcome: TurnOutcome,
-        aborted: bool,
-        last_text: String,
-        tokens: u64,
-    ) {
+    /// did not reply itself (§4.3 completion notices). Returns true when the child must run
+    /// again instead, because messages reached its inbox after its last model call.
+    fn finish_child(&self, id: &str, outcome: TurnOutcome, last_text: String, tokens: u64) -> bool {
+        let mut state = self.lock();
+        let Some(node) = state.nodes.get_mut(id) else {
+            return false;
+        };
+        let aborted = node.abort.is_aborted();
         let (status, detail) = match outcome {
             TurnOutcome::Cancelled => (ChildStatus::Cancelled, "cancelled".to_owned()),
             _ if aborted => (ChildStatus::Cancelled, "cancelled".to_owned()),
+            TurnOutcome::Completed(_) if !node.inbox.is_empty() => return true,
             TurnOutcome::Completed(_) => (ChildStatus::Done, preview(&last_text)),
             TurnOutcome::Failed(e) | TurnOutcome::Panicked(e) => (ChildStatus::Error, e),
-        };
-        let mut state = self.lock();
-        let Some(node) = state.nodes.get_mut(id) else {
-            return;
         };
         node.status = status;
         node.token_count = tokens;
@@ -442,6 +454,7 @@ impl Family {
         if let Some((parent, text)) = notice {
             self.push_to(&mut state, &parent, text);
         }
+        false
     }
 
     /// Puts `text` in `target`'s inbox and wakes it: the main loop for the main agent, a new
@@ -495,7 +508,9 @@ impl Family {
             entries.push(self.entry(&state, parent, "parent"));
         }
         for id in &state.order {
-            let n = &state.nodes[id];
+            let Some(n) = state.nodes.get(id) else {
+                continue;
+            };
             if Some(&n.parent) == parent.as_ref() && id != me {
                 entries.push(self.entry(&state, id, "sibling"));
             } else if n.parent == me {
@@ -546,7 +561,7 @@ impl Family {
             let pending = if *target == self.main_id {
                 self.main_inbox.len()
             } else {
-                state.nodes[target].inbox.len()
+                state.nodes.get(target).map(|n| n.inbox.len()).unwrap_or(0)
             };
             family::check_message(message, pending, &target_name)?;
             let relationship = if parent.as_deref() == Some(target.as_str()) {
@@ -607,7 +622,9 @@ impl Family {
     fn family_of(&self, state: &State, me: &str, parent: Option<&str>) -> Vec<String> {
         let mut out: Vec<String> = parent.map(str::to_owned).into_iter().collect();
         for id in &state.order {
-            let n = &state.nodes[id];
+            let Some(n) = state.nodes.get(id) else {
+                continue;
+            };
             if (Some(n.parent.as_str()) == parent && id != me) || n.parent == me {
                 out.push(id.clone());
             }
@@ -635,8 +652,11 @@ impl Family {
                     .order
                     .iter()
                     .find(|id| {
-                        let n = &state.nodes[*id];
-                        Some(n.parent.as_str()) == owner && n.name == name && *id != me
+                        state
+                            .nodes
+                            .get(*id)
+                            .is_some_and(|n| Some(n.parent.as_str()) == owner && n.name == name)
+                            && *id != me
                     })
                     .cloned()
                     .ok_or_else(|| format!("No {role} agent named \"{name}\""))
@@ -688,22 +708,47 @@ impl Family {
             .order
             .iter()
             .find(|id| {
-                let n = &state.nodes[*id];
-                n.parent == me && (n.id == target || n.name == target)
+                state
+                    .nodes
+                    .get(*id)
+                    .is_some_and(|n| n.parent == me && (n.id == target || n.name == target))
             })
             .cloned()
             .ok_or_else(|| format!("No subagent matches \"{target}\""))?;
-        let mut node = state.nodes.remove(&id).ok_or("unknown subagent")?;
-        state.order.retain(|o| *o != id);
-        node.abort.abort();
-        let view = self.subagent_view(&node);
-        if !node.status.is_terminal() {
-            node.status = ChildStatus::Cancelled;
-            self.notify_child(&node);
+        // The child and everything it started go: abort the whole subtree.
+        let mut doomed = vec![id.clone()];
+        let mut i = 0;
+        while i < doomed.len() {
+            let parent = doomed[i].clone();
+            doomed.extend(
+                state
+                    .order
+                    .iter()
+                    .filter(|c| state.nodes.get(*c).is_some_and(|n| n.parent == parent))
+                    .cloned(),
+            );
+            i += 1;
         }
+        let mut removed = Vec::new();
+        for d in &doomed {
+            if let Some(mut node) = state.nodes.remove(d) {
+                node.abort.abort();
+                if !node.status.is_terminal() {
+                    node.status = ChildStatus::Cancelled;
+                    self.notify_child(&node);
+                }
+                removed.push(node);
+            }
+        }
+        state.order.retain(|o| !doomed.contains(o));
         drop(state);
-        if let Some(t) = node.thread.take() {
-            let _ = t.join();
+        let view = self.subagent_view(&removed[0]);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        for mut node in removed {
+            if let Some(t) = node.thread.take() {
+                join_by(t, deadline);
+            }
+            let _ = std::fs::remove_dir_all(&node.session_dir);
         }
         Ok(json!({ "subagent": view }))
     }
@@ -737,6 +782,22 @@ impl Family {
     }
 }
 
+/// Where subagents' session dirs live (removed when their family closes).
+fn subagent_root() -> PathBuf {
+    std::env::temp_dir().join(format!("prime-agent-{}", std::process::id()))
+}
+
+/// Joins `thread` if it finishes by `deadline`; otherwise leaves it to the process exit (it was
+/// aborted and holds nothing the caller needs).
+pub fn join_by(thread: JoinHandle<()>, deadline: Instant) {
+    while !thread.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if thread.is_finished() {
+        let _ = thread.join();
+    }
+}
+
 fn preview(text: &str) -> String {
     const MAX: usize = 500;
     let t = text.trim();
@@ -756,6 +817,9 @@ struct NodeHandler {
 impl HostHandler for NodeHandler {
     fn handle(&self, kind: &str, payload: Value) -> Result<Value, String> {
         let family = self.family.upgrade().ok_or("the session has ended")?;
+        if !family.knows(&self.node) {
+            return Err("this subagent was deleted".to_owned());
+        }
         match kind {
             "model.info" => Ok(family.model_info()),
             "rlm.run" => family.spawn_child(&self.node, &payload),

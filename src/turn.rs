@@ -229,14 +229,19 @@ impl Worker<'_> {
         if self.abort.is_aborted() {
             return TurnOutcome::Cancelled;
         }
-        let start_len = conv.messages.len();
+        // Where this turn's prompt sits, so a failure before any model answered can take it
+        // back out (messages from the inbox stay: nobody would send them again).
+        let mut prompt_at = None;
         match input {
             TurnInput::Prompt(prompt) => {
                 // Before the provider: `!cmd` needs no model, so it works without one.
-                if let Some(outcome) = self.user_shell(conv, &prompt.text) {
-                    return outcome;
+                if prompt.typed {
+                    if let Some(outcome) = self.user_shell(conv, &prompt.text) {
+                        return outcome;
+                    }
                 }
                 if self.agent.provider.is_ok() {
+                    prompt_at = Some(conv.messages.len());
                     conv.messages.push(Message::User {
                         text: prompt.text,
                         images: prompt.images,
@@ -294,8 +299,8 @@ impl Worker<'_> {
                 Err(e) => {
                     // Nothing of this prompt reached a model that answered: forget it, so a
                     // retry by the client does not send it twice.
-                    if calls_ok == 0 {
-                        conv.messages.truncate(start_len);
+                    if let Some(at) = prompt_at.filter(|_| calls_ok == 0) {
+                        conv.messages.remove(at);
                     }
                     return TurnOutcome::Failed(e.to_string());
                 }
@@ -508,6 +513,7 @@ mod tests {
         let prompt = UserPrompt {
             text: text.to_owned(),
             images: Vec::new(),
+            typed: true,
         };
         let handle = spawn_turn(1, ctx, conv.clone(), TurnInput::Prompt(prompt), None, tx).unwrap();
         handle.thread.join().unwrap();

@@ -138,12 +138,16 @@ fn no_update_after_a_cancelled_response() {
 fn stdin_eof_mid_turn_exits_zero() {
     let mut a = Agent::scripted("wait_for_cancel.jsonl", &[]);
     a.handshake();
-    a.prompt("work");
+    let id = a.prompt("work");
     a.wait_for("the first chunk", |f| {
         f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
     });
     let status = a.finish();
     assert!(status.success(), "{status}");
+    // A pipe-driven client may still read stdout after closing stdin: the prompt in flight
+    // got its answer before the exit.
+    let r = a.response(&id);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
 }
 
 fn signal_mid_turn(sig: libc::c_int) {

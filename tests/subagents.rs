@@ -248,3 +248,45 @@ fn session_close_stops_children_and_sends_nothing_after() {
     assert!(r["result"]["sessionId"].is_string(), "{r}");
     assert!(a.finish().success());
 }
+
+#[test]
+fn a_cancel_with_nothing_running_leaves_finished_children_reachable() {
+    let (_dir, mut a) = agent("wake_after_cancel.jsonl");
+    a.handshake();
+    let id = a.prompt("spawn");
+    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    if !a.text().contains("noted") {
+        a.wait_for("the unsolicited turn", |f| {
+            f["params"]["update"]["content"]["text"] == "noted"
+        });
+    }
+    a.cancel();
+    let id = a.prompt("message the child again");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    if !a.text().contains("got it") {
+        a.wait_for("the child's second answer", |f| {
+            f["params"]["update"]["content"]["text"] == "got it"
+        });
+    }
+    if subagent_statuses(&a, "c").len() < 5 {
+        a.wait_for("the revived child's end", |f| {
+            ns(&f["params"]["update"])["subagents"][0]["status"] == "done"
+        });
+    }
+    let statuses: Vec<String> = subagent_statuses(&a, "c")
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(
+        statuses,
+        ["queued", "running", "done", "running", "done"],
+        "{statuses:?}"
+    );
+    assert!(a.finish().success());
+}
