@@ -270,7 +270,7 @@ fn write_loop<W: Write>(
     recycle: &Sender<Vec<u8>>,
 ) -> io::Result<()> {
     let mut out = io::BufWriter::with_capacity(64 * 1024, output);
-    while let Ok(frame) = rx.recv() {
+    while let Ok(frame) = recv_spinning(rx) {
         write_frame(&mut out, frame, recycle)?;
         // Batch whatever is already queued into one flush: ordering is preserved and a burst of
         // deltas costs one syscall instead of one per frame.
@@ -281,6 +281,26 @@ fn write_loop<W: Write>(
     }
     out.flush()
 }
+
+/// While frames stream, the next one usually comes within tens of microseconds: poll briefly
+/// before parking, so a delta does not pay a futex wake-up on this hop.
+fn recv_spinning(rx: &Receiver<Vec<u8>>) -> Result<Vec<u8>, crossbeam_channel::RecvError> {
+    let until = std::time::Instant::now() + std::time::Duration::from_micros(SPIN_MICROS);
+    loop {
+        match rx.try_recv() {
+            Ok(frame) => return Ok(frame),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                return Err(crossbeam_channel::RecvError)
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) if std::time::Instant::now() < until => {
+                std::hint::spin_loop()
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => return rx.recv(),
+        }
+    }
+}
+
+const SPIN_MICROS: u64 = 50;
 
 fn write_frame<W: Write>(
     out: &mut W,
