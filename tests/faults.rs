@@ -414,14 +414,10 @@ fn an_image_for_a_text_only_model_is_refused_not_dropped() {
     let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
     let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
     s.agent.handshake();
-    let sid = s.agent.sid();
-    let id = s.agent.request(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [
-            {"type": "text", "text": "what is this?"},
-            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
-        ]}),
-    );
+    let id = s.agent.prompt_blocks(json!([
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+    ]));
     // The user learns the image could not reach this model; nothing was sent.
     let r = s.agent.response(&id);
     assert_eq!(r["error"]["code"], -32602, "{r}");

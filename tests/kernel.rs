@@ -38,16 +38,6 @@ fn kernel_agent(dir: &TempDir, script: &str, env: &[(&str, &str)]) -> Agent {
     a
 }
 
-/// Sends a prompt and returns its stop reason (panics on an error response).
-fn run_prompt(a: &mut Agent, text: &str) -> String {
-    let id = a.prompt(text);
-    let r = a.response(&id);
-    r["result"]["stopReason"]
-        .as_str()
-        .unwrap_or_else(|| panic!("prompt failed: {r}\nstderr:\n{}", a.stderr_text()))
-        .to_owned()
-}
-
 /// The final `tool_call_update` of every ipython call, in order.
 fn tool_ends(a: &Agent) -> Vec<Value> {
     a.updates()
@@ -71,12 +61,8 @@ fn keeps_state_across_cells_as_execute_calls() {
     // See: spec §2.4 case 1.
     let dir = TempDir::new("kernel-state");
     let mut a = kernel_agent(&dir, "state.jsonl", &[]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
-    let starts: Vec<Value> = a
-        .updates()
-        .into_iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call")
-        .collect();
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let starts: Vec<Value> = a.updates_of("tool_call");
     assert_eq!(starts.len(), 2);
     assert_eq!(starts[1]["kind"], "execute");
     assert_eq!(
@@ -93,7 +79,7 @@ fn keeps_state_across_cells_as_execute_calls() {
 fn an_exception_fails_the_call_with_its_traceback() {
     let dir = TempDir::new("kernel-tb");
     let mut a = kernel_agent(&dir, "traceback.jsonl", &[]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
     let end = &tool_ends(&a)[0];
     assert_eq!(end["status"], "failed");
     assert!(first_text(end).contains("ZeroDivisionError"), "{end}");
@@ -116,7 +102,7 @@ fn cancel_interrupts_a_busy_cell_and_keeps_the_kernel() {
     let dir = TempDir::new("kernel-int");
     let mut a = kernel_agent(&dir, "interrupt.jsonl", &[]);
     cancel_busy_cell(&mut a);
-    assert_eq!(run_prompt(&mut a, "again"), "end_turn");
+    assert_eq!(a.prompt_stop("again"), "end_turn");
     let next = tool_ends(&a).pop().unwrap();
     assert!(
         !first_text(&next).contains("ipython_kernel_reset"),
@@ -129,7 +115,7 @@ fn a_cell_that_ignores_the_interrupt_gets_a_fresh_kernel() {
     let dir = TempDir::new("kernel-kill");
     let mut a = kernel_agent(&dir, "unkillable.jsonl", &[]);
     cancel_busy_cell(&mut a);
-    assert_eq!(run_prompt(&mut a, "again"), "end_turn");
+    assert_eq!(a.prompt_stop("again"), "end_turn");
     let next = tool_ends(&a).pop().unwrap();
     assert!(
         first_text(&next).starts_with("<ipython_kernel_reset>\n"),
@@ -141,7 +127,7 @@ fn a_cell_that_ignores_the_interrupt_gets_a_fresh_kernel() {
 fn a_kernel_killed_mid_cell_is_an_error_and_the_next_cell_recovers() {
     let dir = TempDir::new("kernel-died");
     let mut a = kernel_agent(&dir, "killed.jsonl", &[]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
     let ends = tool_ends(&a);
     assert_eq!(ends[0]["status"], "failed");
     assert_eq!(ends[1]["status"], "completed");
@@ -152,12 +138,8 @@ fn a_kernel_killed_mid_cell_is_an_error_and_the_next_cell_recovers() {
 fn bash_cells_and_top_level_await() {
     let dir = TempDir::new("kernel-bash");
     let mut a = kernel_agent(&dir, "bash_await.jsonl", &[]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
-    let starts: Vec<Value> = a
-        .updates()
-        .into_iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call")
-        .collect();
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let starts: Vec<Value> = a.updates_of("tool_call");
     assert_eq!(starts[0]["title"], "bash: echo hi");
 }
 
@@ -171,7 +153,7 @@ fn harness_crud_round_trips_through_the_json_store() {
         "harness.jsonl",
         &[("RLM_GLOBAL_HARNESS_STATE_DIR", global.to_str().unwrap())],
     );
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
     let text = std::fs::read_to_string(global.join("harness_state.json")).unwrap();
     let store: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(store["schema"], 1);
@@ -191,7 +173,7 @@ fn the_edit_skill_reports_a_diff() {
     let dir = TempDir::new("kernel-edit");
     let file = dir.write("notes.txt", "hello world\n");
     let mut a = kernel_agent(&dir, "edit.jsonl", &[]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello there\n");
     let end = &tool_ends(&a)[0];
     assert_eq!(end["toolCallId"], "cell-edit");
@@ -214,7 +196,7 @@ fn attach_image_becomes_image_content_and_meta() {
     let file = dir.path().join("dot.png");
     std::fs::write(&file, &png).unwrap();
     let mut a = kernel_agent(&dir, "attach_image.jsonl", &[]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
     let end = &tool_ends(&a)[0];
     assert_eq!(
         ns(end)["ipython"],
@@ -243,14 +225,14 @@ fn python_b64decode(data: &str) -> Vec<u8> {
 fn rlm_refuses_at_the_depth_limit() {
     let dir = TempDir::new("kernel-depth");
     let mut a = kernel_agent(&dir, "depth.jsonl", &[("RLM_DEPTH", "1")]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
 }
 
 #[test]
 fn host_bridge_errors_reach_python() {
     let dir = TempDir::new("kernel-host");
     let mut a = kernel_agent(&dir, "host_bridge.jsonl", &[]);
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
 }
 
 #[test]
@@ -261,7 +243,7 @@ fn plain_engine_without_ipython() {
         "plain_engine.jsonl",
         &[("PRIME_AGENT_KERNEL_IPYTHON", "0")],
     );
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
 }
 
 #[test]
@@ -290,5 +272,5 @@ fn a_kernel_that_cannot_start_is_a_failed_call() {
         "start_failure.jsonl",
         &[("PRIME_AGENT_KERNEL_PYTHON", "/bin/false")],
     );
-    assert_eq!(run_prompt(&mut a, "go"), "end_turn");
+    assert_eq!(a.prompt_stop("go"), "end_turn");
 }

@@ -74,14 +74,10 @@ fn image_prompt_reaches_the_server_as_a_data_uri() {
     let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
     let mut s = spawn_with(&server, "openai-completions", "vision-model", &[]);
     s.agent.handshake();
-    let sid = s.agent.sid();
-    let id = s.agent.request(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [
-            {"type": "text", "text": "what is this?"},
-            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
-        ]}),
-    );
+    let id = s.agent.prompt_blocks(json!([
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+    ]));
     let r = s.agent.response(&id);
     assert_eq!(stop_reason(&r), "end_turn", "{r}");
     let body = &server.requests()[0].body;

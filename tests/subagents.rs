@@ -140,8 +140,7 @@ fn a_child_replies_by_agent_message_and_the_parent_answers_unprompted() {
 fn session_cancel_cancels_every_child_and_suppresses_the_terminal() {
     let (_dir, mut a) = agent("cancel.jsonl");
     a.handshake();
-    let id = a.prompt("start a worker");
-    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    assert_eq!(a.prompt_stop("start a worker"), "end_turn");
     if !subagent_statuses(&a, "worker")
         .iter()
         .any(|(s, _)| s == "running")
@@ -154,8 +153,7 @@ fn session_cancel_cancels_every_child_and_suppresses_the_terminal() {
     a.wait_for("the worker cancelled", |f| {
         ns(&f["params"]["update"])["subagents"][0]["status"] == "cancelled"
     });
-    let id = a.prompt("next");
-    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    assert_eq!(a.prompt_stop("next"), "end_turn");
     a.wait_for("turn 2's terminal", |f| {
         ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
     });
@@ -210,10 +208,8 @@ fn family_apis_answer_from_the_kernel() {
 fn the_next_prompt_waits_for_quiescence_but_not_forever() {
     let (_dir, mut a) = agent("slow_child.jsonl");
     a.handshake();
-    let id = a.prompt("start");
-    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
-    let id = a.prompt("next");
-    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    assert_eq!(a.prompt_stop("start"), "end_turn");
+    assert_eq!(a.prompt_stop("next"), "end_turn");
     // Turn 1's terminal was published before turn 2 began, honestly reporting the child
     // still running.
     let t1 = phase_index(&a, "terminalQuiescence", 1).expect("terminal for turn 1");
@@ -234,8 +230,7 @@ fn the_next_prompt_waits_for_quiescence_but_not_forever() {
 fn session_close_stops_children_and_sends_nothing_after() {
     let (_dir, mut a) = agent("slow_child.jsonl");
     let sid = a.handshake();
-    let id = a.prompt("start");
-    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    assert_eq!(a.prompt_stop("start"), "end_turn");
     let r = a.call("session/close", serde_json::json!({"sessionId": sid}));
     assert_eq!(r["result"], serde_json::json!({}));
     let after = a.drain_for(std::time::Duration::from_millis(300));
@@ -253,8 +248,7 @@ fn session_close_stops_children_and_sends_nothing_after() {
 fn a_cancel_with_nothing_running_leaves_finished_children_reachable() {
     let (_dir, mut a) = agent("wake_after_cancel.jsonl");
     a.handshake();
-    let id = a.prompt("spawn");
-    assert_eq!(a.response(&id)["result"]["stopReason"], "end_turn");
+    assert_eq!(a.prompt_stop("spawn"), "end_turn");
     if !a.text().contains("noted") {
         a.wait_for("the unsolicited turn", |f| {
             f["params"]["update"]["content"]["text"] == "noted"

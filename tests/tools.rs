@@ -9,16 +9,6 @@ use serde_json::{json, Value};
 use crate::support::procs::{alive, assert_dies, wait_for_file};
 use crate::support::*;
 
-/// Prompts and returns the `stopReason` (panics on an error response).
-fn prompt_stop(a: &mut Agent, text: &str) -> String {
-    let id = a.prompt(text);
-    let r = a.response(&id);
-    r["result"]["stopReason"]
-        .as_str()
-        .unwrap_or_else(|| panic!("prompt failed: {r}\nstderr:\n{}", a.stderr_text()))
-        .to_owned()
-}
-
 /// The updates of one tool call, in order.
 fn call_updates(a: &Agent, id: &str) -> Vec<Value> {
     a.updates()
@@ -53,7 +43,7 @@ fn model_calls_bash_write_edit_and_read_in_one_prompt() {
     let dir = TempDir::new("tools");
     dir.write("notes.txt", "alpha\nbeta\n");
     let mut a = agent_in(&dir, "tools_roundtrip.jsonl", &[]);
-    assert_eq!(prompt_stop(&mut a, "use the tools"), "end_turn");
+    assert_eq!(a.prompt_stop("use the tools"), "end_turn");
     assert_eq!(a.text(), "Running tools.All done.");
 
     // The files really changed.
@@ -141,7 +131,7 @@ fn failing_tools_are_failed_calls_and_the_model_sees_why() {
     let dir = TempDir::new("tool-errors");
     dir.write("one.txt", "xx");
     let mut a = agent_in(&dir, "tool_errors.jsonl", &[]);
-    assert_eq!(prompt_stop(&mut a, "break things"), "end_turn");
+    assert_eq!(a.prompt_stop("break things"), "end_turn");
     assert_eq!(a.text(), "Handled.");
     let cases = [
         ("e_exit", "oops\n\n\nCommand exited with code 3"),
@@ -172,7 +162,7 @@ fn failing_tools_are_failed_calls_and_the_model_sees_why() {
 fn slow_bash_streams_output_so_far() {
     let dir = TempDir::new("bash-progress");
     let mut a = agent_in(&dir, "bash_progress.jsonl", &[]);
-    assert_eq!(prompt_stop(&mut a, "count"), "end_turn");
+    assert_eq!(a.prompt_stop("count"), "end_turn");
     let progress: Vec<String> = call_updates(&a, "p_slow")
         .iter()
         .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress")
@@ -216,7 +206,7 @@ fn cancel_kills_the_running_command_and_its_children() {
 fn timeout_and_orphaned_pipes_kill_the_whole_group() {
     let dir = TempDir::new("bash-kill");
     let mut a = agent_in(&dir, "bash_kill.jsonl", &[]);
-    assert_eq!(prompt_stop(&mut a, "kill"), "end_turn");
+    assert_eq!(a.prompt_stop("kill"), "end_turn");
     assert_eq!(a.text(), "Killed.");
     for pidfile in ["shell.pid", "child.pid", "orphan.pid"] {
         assert_dies(&wait_for_file(&dir.path().join(pidfile)));
@@ -228,7 +218,7 @@ fn timeout_and_orphaned_pipes_kill_the_whole_group() {
 fn huge_output_is_truncated_to_a_file_with_bounded_memory() {
     let dir = TempDir::new("bash-huge");
     let mut a = agent_in(&dir, "bash_huge.jsonl", &[]);
-    assert_eq!(prompt_stop(&mut a, "flood"), "end_turn");
+    assert_eq!(a.prompt_stop("flood"), "end_turn");
     let status = std::fs::read_to_string(format!("/proc/{}/status", a.pid())).unwrap();
     let hwm_kb: u64 = status
         .lines()
@@ -259,7 +249,7 @@ fn user_shell_command_streams_a_synthetic_bash_call_without_the_model() {
     let dir = TempDir::new("user-shell");
     // The script has no replies: any model call would fail the prompt.
     let mut a = agent_in(&dir, "no_replies.jsonl", &[]);
-    assert_eq!(prompt_stop(&mut a, "!echo hi"), "end_turn");
+    assert_eq!(a.prompt_stop("!echo hi"), "end_turn");
     let ups = a.updates();
     let start = ups
         .iter()
@@ -280,7 +270,7 @@ fn user_shell_command_streams_a_synthetic_bash_call_without_the_model() {
     assert_eq!(calls.last().unwrap()["status"], "completed");
 
     // `!!` too; a failing command still ends the turn normally, with a failed call.
-    assert_eq!(prompt_stop(&mut a, "!!echo quiet; exit 4"), "end_turn");
+    assert_eq!(a.prompt_stop("!!echo quiet; exit 4"), "end_turn");
     let last = a
         .updates()
         .into_iter()
@@ -351,7 +341,7 @@ fn tools_flag_filters_the_builtins() {
         ..Default::default()
     });
     a.handshake();
-    assert_eq!(prompt_stop(&mut a, "write"), "end_turn");
+    assert_eq!(a.prompt_stop("write"), "end_turn");
     assert!(!dir.path().join("x").exists());
 }
 
@@ -387,7 +377,7 @@ fn read_returns_images_as_attachments() {
         ..Default::default()
     });
     a.handshake();
-    assert_eq!(prompt_stop(&mut a, "look"), "end_turn");
+    assert_eq!(a.prompt_stop("look"), "end_turn");
     let e = end_of(&a, "img");
     assert_eq!(e["status"], "completed");
     assert_eq!(

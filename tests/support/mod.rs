@@ -349,6 +349,33 @@ impl Agent {
         )
     }
 
+    /// Sends a prompt made of these content blocks and returns the request id.
+    pub fn prompt_blocks(&mut self, blocks: Value) -> Value {
+        let sid = self.sid();
+        self.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": blocks}),
+        )
+    }
+
+    /// Sends a text prompt and returns its stop reason (panics on an error response).
+    pub fn prompt_stop(&mut self, text: &str) -> String {
+        let id = self.prompt(text);
+        let r = self.response(&id);
+        r["result"]["stopReason"]
+            .as_str()
+            .unwrap_or_else(|| panic!("prompt failed: {r}\nstderr:\n{}", self.stderr_text()))
+            .to_owned()
+    }
+
+    /// The `session/update` payloads of one kind (`tool_call`, `agent_message_chunk`, …).
+    pub fn updates_of(&self, kind: &str) -> Vec<Value> {
+        self.updates()
+            .into_iter()
+            .filter(|u| u["sessionUpdate"] == kind)
+            .collect()
+    }
+
     pub fn cancel(&mut self) {
         let sid = self.sid();
         self.notify("session/cancel", json!({"sessionId": sid}));
