@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
@@ -23,7 +23,7 @@ use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
-use crate::transport::{Connection, Inbound};
+use crate::transport::{Backlog, Connection, Inbound};
 use crate::turn::{
     spawn_turn, Agent, AgentCtx, Conversation, TurnInput, TurnMsg, TurnMsgKind, TurnOutcome,
 };
@@ -41,6 +41,9 @@ const CANCEL_GRACE: Duration = Duration::from_millis(250);
 /// How long a new prompt waits for the previous turn's subagents to settle before the previous
 /// turn's terminal update is published as it stands (the later upstream behaviour: bounded).
 const QUIESCENCE_WAIT: Duration = Duration::from_secs(3);
+
+/// Turn messages (mostly one streamed token each) queued for the loop at most.
+const TURN_QUEUE: usize = 1024;
 
 /// The result of a prompt that was cancelled.
 fn cancelled() -> Value {
@@ -124,6 +127,8 @@ struct MainLoop {
     out: Sender<Vec<u8>>,
     /// Frame buffers back from the writer (see `Connection::recycled`).
     recycled: Receiver<Vec<u8>>,
+    /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
+    backlog: Backlog,
     agent: Arc<Agent>,
     session: Option<Session>,
     turn_tx: Sender<TurnMsg>,
@@ -140,11 +145,15 @@ struct MainLoop {
 /// Runs until the client closes stdin or a signal arrives. Consumes the connection, so the
 /// writer drains and exits once this returns.
 pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: &str) -> Exit {
-    let (turn_tx, turn_rx) = unbounded();
+    // Bounded: a turn that outpaces the loop (which logs and serialises every event) waits
+    // for it instead of queueing without limit. The loop drains this channel in every state,
+    // so a worker never waits long, and never on the client.
+    let (turn_tx, turn_rx) = bounded(TURN_QUEUE);
     let (family_tx, family_rx) = unbounded();
     let mut ml = MainLoop {
         out: conn.sender,
         recycled: conn.recycled,
+        backlog: conn.backlog,
         agent,
         session: None,
         turn_tx,
@@ -210,6 +219,7 @@ impl MainLoop {
         if log::log_enabled!(log::Level::Debug) {
             log::debug!("> {}", String::from_utf8_lossy(&bytes));
         }
+        self.backlog.add(bytes.len());
         // A closed writer means the client is gone; the reader will report it.
         let _ = self.out.send(bytes);
     }
@@ -641,6 +651,7 @@ impl MainLoop {
             input,
             self.last_worker.take(),
             self.turn_tx.clone(),
+            self.backlog.clone(),
         );
         let handle = match spawned {
             Ok(h) => h,

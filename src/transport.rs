@@ -8,10 +8,14 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
+use crate::abort::AbortFlag;
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 
 /// Lines up to this size are accepted (image prompts are large); longer ones are refused.
@@ -33,6 +37,93 @@ pub struct Connection {
     /// Frame buffers the writer is done with, for reuse: a streamed delta then costs no
     /// allocation on one thread and free on another (musl's allocator makes that expensive).
     pub recycled: Receiver<Vec<u8>>,
+    /// Bytes handed to the writer and not yet written: turn workers pause on it.
+    pub backlog: Backlog,
+}
+
+/// Above this many queued bytes a producer that can wait (a turn worker) pauses.
+pub const BACKLOG_HIGH: usize = 4 * 1024 * 1024;
+/// Paused producers resume once the writer has brought the backlog down to this.
+pub const BACKLOG_LOW: usize = 1024 * 1024;
+
+/// Back-pressure for the writer queue without blocking the main loop.
+///
+/// The main loop never waits: it counts every frame it queues (`add`) and sends it on an
+/// unbounded channel. The writer counts each frame it has written (`written`). Turn workers,
+/// which produce nearly all the volume (one frame per streamed token), call `wait_until_drained`
+/// before each event; while a client is not reading, a worker parks there once the backlog
+/// passes `BACKLOG_HIGH`, so its provider stream stops being read too and memory stays bounded.
+/// Nothing is dropped, and an abort or a dead writer releases the wait at once.
+#[derive(Clone, Default)]
+pub struct Backlog(Arc<BacklogInner>);
+
+#[derive(Default)]
+struct BacklogInner {
+    bytes: AtomicUsize,
+    /// The writer is gone: nothing will ever drain, so nobody may wait.
+    closed: AtomicBool,
+    lock: Mutex<()>,
+    drained: Condvar,
+}
+
+impl Backlog {
+    /// Counts a frame about to be queued for the writer.
+    pub fn add(&self, bytes: usize) {
+        self.0.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+
+    fn written(&self, bytes: usize) {
+        let before = self.0.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        if before > BACKLOG_LOW && before - bytes <= BACKLOG_LOW {
+            self.wake();
+        }
+    }
+
+    fn close(&self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        // Taking the lock orders this wake-up after a waiter's check, so none is lost.
+        let _guard = self.0.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.0.drained.notify_all();
+    }
+
+    fn must_wait(&self, abort: &AbortFlag) -> bool {
+        self.0.bytes.load(Ordering::Relaxed) > BACKLOG_LOW
+            && !self.0.closed.load(Ordering::SeqCst)
+            && !abort.is_aborted()
+    }
+
+    /// Returns at once unless more than `BACKLOG_HIGH` bytes are queued; then waits until the
+    /// writer is down to `BACKLOG_LOW`, the writer is gone, or `abort` is set. Returns whether
+    /// it waited.
+    pub fn wait_until_drained(&self, abort: &AbortFlag) -> bool {
+        if self.0.bytes.load(Ordering::Relaxed) <= BACKLOG_HIGH {
+            return false;
+        }
+        log::debug!(
+            "writer backlog at {} bytes: pausing the turn",
+            self.queued()
+        );
+        let me = self.clone();
+        let _hook = abort.on_abort(move || me.wake());
+        let mut guard = self.0.lock.lock().unwrap_or_else(|e| e.into_inner());
+        while self.must_wait(abort) {
+            // The timeout only bounds the cost of a wake-up this code failed to foresee.
+            guard = match self.0.drained.wait_timeout(guard, Duration::from_secs(1)) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        true
+    }
 }
 
 /// How many spare frame buffers the writer hands back at most.
@@ -77,17 +168,25 @@ where
     let (in_tx, in_rx) = unbounded();
     let (out_tx, out_rx) = unbounded::<Vec<u8>>();
     let (recycle_tx, recycle_rx) = crossbeam_channel::bounded::<Vec<u8>>(RECYCLE_SLOTS);
+    let backlog = Backlog::default();
+    let writer_backlog = backlog.clone();
     let reader = thread::Builder::new()
         .name("acp-reader".to_owned())
         .spawn(move || read_loop(input, max_line, &in_tx))
         .expect("spawn acp-reader");
     let writer = thread::Builder::new()
         .name("acp-writer".to_owned())
-        .spawn(move || write_loop(output, &out_rx, &recycle_tx))
+        .spawn(move || {
+            let result = write_loop(output, &out_rx, &recycle_tx, &writer_backlog);
+            // A writer that failed (the client closed stdout) will never drain the queue.
+            writer_backlog.close();
+            result
+        })
         .expect("spawn acp-writer");
     (
         Connection {
             recycled: recycle_rx,
+            backlog,
             sender: out_tx,
             receiver: in_rx,
         },
@@ -268,14 +367,15 @@ fn write_loop<W: Write>(
     output: W,
     rx: &Receiver<Vec<u8>>,
     recycle: &Sender<Vec<u8>>,
+    backlog: &Backlog,
 ) -> io::Result<()> {
     let mut out = io::BufWriter::with_capacity(64 * 1024, output);
     while let Ok(frame) = recv_spinning(rx) {
-        write_frame(&mut out, frame, recycle)?;
+        write_frame(&mut out, frame, recycle, backlog)?;
         // Batch whatever is already queued into one flush: ordering is preserved and a burst of
         // deltas costs one syscall instead of one per frame.
         while let Ok(frame) = rx.try_recv() {
-            write_frame(&mut out, frame, recycle)?;
+            write_frame(&mut out, frame, recycle, backlog)?;
         }
         out.flush()?;
     }
@@ -306,9 +406,12 @@ fn write_frame<W: Write>(
     out: &mut W,
     mut frame: Vec<u8>,
     recycle: &Sender<Vec<u8>>,
+    backlog: &Backlog,
 ) -> io::Result<()> {
     out.write_all(&frame)?;
     out.write_all(b"\n")?;
+    // Counted once in the buffered writer: at most its 64 KiB is not yet on the wire.
+    backlog.written(frame.len());
     if frame.capacity() <= RECYCLE_MAX_CAPACITY {
         frame.clear();
         // Full or gone: the buffer is simply freed.

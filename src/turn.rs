@@ -27,6 +27,7 @@ use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::{format_size, tail_bytes};
 use crate::tools::{bash, ToolChoice, ToolContext, ToolOutput, ToolSet};
+use crate::transport::Backlog;
 
 /// Everything fixed for the life of the process: provider, tool choice, prompt, cwd.
 pub struct Agent {
@@ -157,32 +158,93 @@ pub fn spawn_turn(
     input: TurnInput,
     previous: Option<JoinHandle<()>>,
     tx: Sender<TurnMsg>,
+    backlog: Backlog,
 ) -> std::io::Result<TurnHandle> {
     let abort = AbortFlag::new();
     let flag = abort.clone();
     let thread = thread::Builder::new()
         .name(format!("turn-{turn}"))
         .spawn(move || {
-            if let Some(previous) = previous {
-                let _ = previous.join();
-            }
+            let finished = |outcome| {
+                let _ = tx.send(TurnMsg {
+                    turn,
+                    kind: TurnMsgKind::Finished(outcome),
+                });
+            };
+            // The predecessor was answered (or cancelled and given its grace) before this turn
+            // started; one still running is stuck in a call no abort hook reaches. Wait for it
+            // a bounded time, then give up on it rather than wedge the session.
+            let Some(mut conv) = take_over(previous, &conversation, &flag) else {
+                finished(TurnOutcome::Failed(PREDECESSOR_STUCK.to_owned()));
+                return;
+            };
             let emit = |event| {
+                // A client that is not reading pauses the turn here instead of growing the
+                // writer's queue without limit.
+                backlog.wait_until_drained(&flag);
                 let _ = tx.send(TurnMsg {
                     turn,
                     kind: TurnMsgKind::Event(event),
                 });
             };
-            let outcome = {
-                // A panic in an earlier turn poisons the lock; the conversation is still sound.
-                let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
-                run_turn(&ctx, &mut conv, input, &flag, &emit)
-            };
-            let _ = tx.send(TurnMsg {
-                turn,
-                kind: TurnMsgKind::Finished(outcome),
-            });
+            let outcome = run_turn(&ctx, &mut conv, input, &flag, &emit);
+            drop(conv);
+            finished(outcome);
         })?;
     Ok(TurnHandle { abort, thread })
+}
+
+/// How long a turn waits for its predecessor to let go of the conversation.
+const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
+
+/// The prompt's error when the previous turn never let go of the conversation.
+pub const PREDECESSOR_STUCK: &str = "the previous turn is stuck in a call that cannot be interrupted and still holds the conversation; this prompt was not run (try again later, or start a new session)";
+
+/// Turn workers given up on while stuck (they are left to finish or to die with the process).
+static ABANDONED_WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many turn workers were abandoned while stuck, for the log and the tests.
+pub fn abandoned_workers() -> u64 {
+    ABANDONED_WORKERS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Joins `previous` and locks the conversation, waiting at most `PREDECESSOR_WAIT` (or until
+/// this turn is aborted). `None` means the predecessor is stuck: it is not joined but leaked,
+/// logged and counted.
+fn take_over<'a>(
+    previous: Option<JoinHandle<()>>,
+    conversation: &'a Mutex<Conversation>,
+    abort: &AbortFlag,
+) -> Option<std::sync::MutexGuard<'a, Conversation>> {
+    let deadline = Instant::now() + PREDECESSOR_WAIT;
+    if let Some(previous) = previous {
+        while !previous.is_finished() && Instant::now() < deadline && !abort.is_aborted() {
+            let _ = abort.sleep(Duration::from_millis(5));
+        }
+        if previous.is_finished() {
+            let _ = previous.join();
+        } else {
+            let n = ABANDONED_WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            log::error!(
+                "turn worker {:?} is stuck past its cancel and was abandoned ({n} so far)",
+                previous.thread().name().unwrap_or("?")
+            );
+        }
+    }
+    // An abandoned worker (this one's or an earlier one's) may still hold the lock.
+    loop {
+        match conversation.try_lock() {
+            Ok(guard) => return Some(guard),
+            // A panic in an earlier turn poisons the lock; the conversation is still sound.
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if Instant::now() >= deadline || abort.is_aborted() {
+                    return None;
+                }
+                let _ = abort.sleep(Duration::from_millis(5));
+            }
+        }
+    }
 }
 
 /// Runs one turn to its end on the calling thread. Never panics: a panic inside becomes
@@ -515,7 +577,16 @@ mod tests {
             images: Vec::new(),
             typed: true,
         };
-        let handle = spawn_turn(1, ctx, conv.clone(), TurnInput::Prompt(prompt), None, tx).unwrap();
+        let handle = spawn_turn(
+            1,
+            ctx,
+            conv.clone(),
+            TurnInput::Prompt(prompt),
+            None,
+            tx,
+            Backlog::default(),
+        )
+        .unwrap();
         handle.thread.join().unwrap();
         let mut events = Vec::new();
         let mut outcome = None;

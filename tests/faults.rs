@@ -432,3 +432,55 @@ fn an_image_for_a_text_only_model_is_refused_not_dropped() {
     assert_eq!(stop_reason(&s.agent.response(&id)), "end_turn");
     s.agent.report("image_to_text_only_model", 1, 0);
 }
+
+/// A turn stuck in a call no abort hook reaches (a read from a FIFO nobody writes to, say):
+/// the cancel is answered after the grace, the next prompt fails with a clear error instead of
+/// hanging behind it, and once the stuck call returns the session works again.
+#[test]
+fn a_stuck_turn_fails_the_next_prompt_instead_of_wedging_the_session() {
+    let dir = TempDir::new("fault-stuck");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"text":"reading"},{"stuck_ms": 6000}]}),
+            json!({"text":"back"}),
+        ],
+    );
+    let mut a = agent_in(&dir, &script, &[]);
+    let id = a.prompt("read the pipe");
+    a.wait_for("the first chunk", |f| {
+        f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    a.cancel();
+    assert_eq!(a.response(&id)["result"]["stopReason"], "cancelled");
+    // The stuck worker still holds the conversation: the next prompt is refused, clearly.
+    let id = a.prompt("are you there?");
+    let r = a.response(&id);
+    let message = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        message.starts_with("prime-agent turn failed: the previous turn is stuck"),
+        "{r}"
+    );
+    assert!(a.stderr_text().contains("was abandoned (1 so far)"));
+    // Once it returns, prompts run again (each retry is itself bounded by the agent).
+    let mut refused = 1;
+    let reply = loop {
+        a.seen.clear();
+        let id = a.prompt("and now?");
+        let r = a.response(&id);
+        if r.get("result").is_some() {
+            break r;
+        }
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains("stuck"),
+            "{r}"
+        );
+        refused += 1;
+        assert!(refused < 20, "the session never recovered: {r}");
+    };
+    assert_eq!(reply["result"]["stopReason"], "end_turn");
+    assert_eq!(a.text(), "back");
+    a.report("turn_stuck_past_cancel", 1, 0);
+}

@@ -1,6 +1,6 @@
 //! Handshake, JSON-RPC front end and session lifecycle, driven over stdio.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::*;
 
@@ -291,4 +291,61 @@ fn stdin_closed_mid_frame_gets_a_parse_error_and_a_clean_exit() {
     assert_eq!(err["id"], serde_json::Value::Null);
     let status = a.wait_exit(TIMEOUT).expect("exits after EOF");
     assert!(status.success(), "{status}");
+}
+
+/// The schema check can fail: one corrupted frame (the prompt's stop reason) fails the test
+/// through the ordinary helpers, on the test's own thread.
+#[test]
+#[should_panic(expected = "frame is not valid ACP")]
+fn a_corrupted_frame_fails_the_schema_check() {
+    fn corrupt(frame: &mut Value) {
+        if let Some(stop) = frame.pointer_mut("/result/stopReason") {
+            *stop = json!("hello");
+        }
+    }
+    let mut a = Agent::spawn(Spawn {
+        args: [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &fixture("scripts/hello.jsonl").display().to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+        corrupt: Some(corrupt),
+        ..Default::default()
+    });
+    a.handshake();
+    a.prompt_stop("hi");
+}
+
+/// Frames after the last one a test awaits are checked as well: here the corrupted frame is
+/// the response to `session/close`, which the test never reads; dropping the agent finds it.
+#[test]
+#[should_panic(expected = "frame is not valid ACP")]
+fn a_corrupted_frame_nobody_awaited_still_fails() {
+    fn corrupt(frame: &mut Value) {
+        if frame["id"] == 3 {
+            frame["result"] = json!("hello");
+        }
+    }
+    let mut a = Agent::spawn(Spawn {
+        args: [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &fixture("scripts/hello.jsonl").display().to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+        corrupt: Some(corrupt),
+        ..Default::default()
+    });
+    a.handshake();
+    let sid = a.sid();
+    a.request("session/close", json!({"sessionId": sid}));
 }

@@ -233,3 +233,75 @@ fn prompt_cancel_cycles_with_a_running_bash_call_leak_nothing() {
     );
     assert!(a.finish().success());
 }
+
+/// A client that stops reading stdout while a turn streams 300,000 deltas: the turn pauses
+/// once the writer's backlog passes its bound, so the agent's memory stays bounded, and every
+/// delta arrives, in order, once the client reads again.
+#[test]
+fn a_client_that_stops_reading_holds_the_turn_not_the_memory() {
+    const DELTAS: usize = 300_000;
+    let dir = TempDir::new("stall");
+    let script = script_file(
+        &dir,
+        &[json!({"steps":[{"repeat":{"text":"tok ","count":DELTAS}}]})],
+    );
+    let mut a = Agent::spawn(Spawn {
+        args: [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+        ]
+        .map(String::from)
+        .to_vec(),
+        cwd: Some(dir.path().to_path_buf()),
+        // 300,000 frames through the schema validator of a debug build take minutes; the
+        // frames are the same two shapes every other test validates.
+        skip_schema: true,
+        ..Default::default()
+    });
+    a.handshake();
+    let pid = a.pid();
+    let base = crate::support::procs::vm_kib(pid, "VmRSS");
+    a.pause_reading();
+    let id = a.prompt("stream a lot");
+    // Long enough for an unthrottled turn to have produced every delta many times over.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let peak_stalled = crate::support::procs::vm_kib(pid, "VmHWM");
+    a.resume_reading();
+    let mut chunks = 0usize;
+    let mut bytes = 0usize;
+    let response = loop {
+        let frame = a
+            .next_frame(TIMEOUT)
+            .unwrap_or_else(|| panic!("stalled after {chunks} chunks\n{}", a.stderr_text()));
+        a.seen.clear();
+        if frame["method"] == "session/update"
+            && frame["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        {
+            assert_eq!(frame["params"]["update"]["content"]["text"], "tok ");
+            chunks += 1;
+            bytes += 4;
+        }
+        if frame["id"] == id {
+            break frame;
+        }
+    };
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(
+        (chunks, bytes),
+        (DELTAS, DELTAS * 4),
+        "every delta delivered"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "stall: rss KiB before {base}, peak while the client did not read {peak_stalled}"
+    );
+    assert!(
+        peak_stalled < 48 * 1024,
+        "agent RSS peaked at {peak_stalled} KiB while the client was not reading"
+    );
+    a.report("client_stops_reading_stdout", 1, 0);
+}

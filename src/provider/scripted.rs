@@ -15,6 +15,7 @@
 //!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
 //! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
+//! `{"stuck_ms": n}` (blocks n ms ignoring cancel, like a call no abort hook can reach),
 //! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
 //! `{"stream_until_cancelled": {"text": s, "interval_ms": n}}`, and
 //! `{"stray_stdout": s}` (writes `s` to fd 1, to prove it cannot reach the protocol stream), and
@@ -209,6 +210,9 @@ fn run_step(
         });
     } else if let Some(ms) = step.get("sleep_ms").and_then(Value::as_u64) {
         abort.sleep(Duration::from_millis(ms)).map_err(aborted)?;
+    } else if let Some(ms) = step.get("stuck_ms").and_then(Value::as_u64) {
+        // Deaf to the abort flag on purpose: it stands for a call no abort hook reaches.
+        std::thread::sleep(Duration::from_millis(ms));
     } else if let Some(r) = step.get("repeat") {
         let text = r.get("text").and_then(Value::as_str).unwrap_or("");
         for _ in 0..r.get("count").and_then(Value::as_u64).unwrap_or(0) {

@@ -6,11 +6,13 @@
 pub mod llm_server;
 pub mod model;
 pub mod procs;
+pub mod schema;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -86,29 +88,11 @@ impl Drop for TempDir {
     }
 }
 
-/// The agent-side half of the official schema (`anyOf[0]`, "Agent"), compiled once.
-fn validator() -> &'static jsonschema::Validator {
-    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
-    V.get_or_init(|| {
-        let text = std::fs::read_to_string(fixture("schema/acp-schema.json")).unwrap();
-        let full: Value = serde_json::from_str(&text).unwrap();
-        let mut agent = full["anyOf"][0].clone();
-        agent["$defs"] = full["$defs"].clone();
-        agent["$schema"] = full["$schema"].clone();
-        jsonschema::validator_for(&agent).expect("schema compiles")
-    })
-}
-
-/// Panics unless `frame` is a valid agent → client ACP message.
-pub fn assert_schema_valid(frame: &Value) {
-    let v = validator();
-    if !v.is_valid(frame) {
-        let errors: Vec<String> = v
-            .iter_errors(frame)
-            .take(5)
-            .map(|e| format!("{e} at {}", e.instance_path()))
-            .collect();
-        panic!("frame is not valid ACP: {frame}\n{}", errors.join("\n"));
+/// Panics unless `frame` is a valid agent → client ACP message (see `schema::check_frame`);
+/// `methods` maps request ids (as JSON text) to the methods the test sent.
+pub fn assert_schema_valid(frame: &Value, methods: &HashMap<String, String>) {
+    if let Err(e) = schema::check_frame(frame, methods) {
+        panic!("frame is not valid ACP: {frame}\n{e}");
     }
 }
 
@@ -120,13 +104,41 @@ pub struct Spawn {
     pub cwd: Option<PathBuf>,
     /// Validate every frame against the schema (on by default through `Agent::scripted`).
     pub skip_schema: bool,
+    /// Changes each frame as it arrives, before any check (to prove the checks can fail).
+    pub corrupt: Option<fn(&mut Value)>,
+}
+
+/// Lets a test stop reading the agent's stdout, like a client that stalls.
+#[derive(Default)]
+struct ReadGate {
+    paused: Mutex<bool>,
+    resumed: Condvar,
+}
+
+impl ReadGate {
+    fn wait_open(&self) {
+        let mut paused = self.paused.lock().unwrap();
+        while *paused {
+            paused = self.resumed.wait(paused).unwrap();
+        }
+    }
+
+    fn set(&self, paused: bool) {
+        *self.paused.lock().unwrap() = paused;
+        self.resumed.notify_all();
+    }
 }
 
 /// A running agent process and the frames it has written.
 pub struct Agent {
     pub child: Child,
     stdin: Option<ChildStdin>,
-    frames: Receiver<Value>,
+    frames: Receiver<Vec<u8>>,
+    gate: Arc<ReadGate>,
+    validate: bool,
+    corrupt: Option<fn(&mut Value)>,
+    /// The method of each request sent, by id (as JSON text), to check its response against.
+    methods: HashMap<String, String>,
     /// Every frame received so far, in order.
     pub seen: Vec<Value>,
     pub stderr: Arc<Mutex<String>>,
@@ -164,17 +176,24 @@ impl Agent {
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = unbounded();
-        let validate = !opts.skip_schema;
+        let gate = Arc::new(ReadGate::default());
+        let reader_gate = gate.clone();
+        // Raw lines only: parsing and schema checks happen on the test's thread, so a bad
+        // frame fails the test instead of a background thread.
         thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let frame: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line:?}"));
-                assert_eq!(frame["jsonrpc"], "2.0", "not JSON-RPC: {line}");
-                if validate {
-                    assert_schema_valid(&frame);
+            let mut stdout = BufReader::with_capacity(8192, stdout);
+            loop {
+                reader_gate.wait_open();
+                let mut line = Vec::new();
+                match stdout.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
                 }
-                if tx.send(frame).is_err() {
+                // An unterminated last line is what a killed agent leaves behind.
+                if line.pop() != Some(b'\n') {
+                    break;
+                }
+                if tx.send(line).is_err() {
                     break;
                 }
             }
@@ -198,6 +217,10 @@ impl Agent {
             stdin: child.stdin.take(),
             child,
             frames: rx,
+            gate,
+            validate: !opts.skip_schema,
+            corrupt: opts.corrupt,
+            methods: HashMap::new(),
             seen: Vec::new(),
             stderr: err_buf,
             next_id: 0,
@@ -238,6 +261,9 @@ impl Agent {
     }
 
     pub fn send(&mut self, frame: &Value) {
+        if let (Some(id), Some(method)) = (frame.get("id"), frame["method"].as_str()) {
+            self.methods.insert(id.to_string(), method.to_owned());
+        }
         let mut line = serde_json::to_vec(frame).unwrap();
         line.push(b'\n');
         self.send_raw(&line);
@@ -255,10 +281,12 @@ impl Agent {
         self.send(&json!({"jsonrpc":"2.0","method":method,"params":params}));
     }
 
-    /// The next frame, or `None` after `timeout`.
+    /// The next frame, or `None` after `timeout`. Panics on a line that is not JSON-RPC or
+    /// not valid ACP.
     pub fn next_frame(&mut self, timeout: Duration) -> Option<Value> {
         match self.frames.recv_timeout(timeout) {
-            Ok(f) => {
+            Ok(line) => {
+                let f = self.check_line(&line);
                 if f.get("id").is_some() && f.get("method").is_none() {
                     self.answered += 1;
                 }
@@ -267,6 +295,30 @@ impl Agent {
             }
             Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
         }
+    }
+
+    fn check_line(&self, line: &[u8]) -> Value {
+        let text = String::from_utf8_lossy(line);
+        let mut frame: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {text:?}"));
+        if let Some(corrupt) = self.corrupt {
+            corrupt(&mut frame);
+        }
+        assert_eq!(frame["jsonrpc"], "2.0", "not JSON-RPC: {text}");
+        if self.validate {
+            assert_schema_valid(&frame, &self.methods);
+        }
+        frame
+    }
+
+    /// Stops reading the agent's stdout (its pipe fills and the agent's writes block), as a
+    /// client that stalls would.
+    pub fn pause_reading(&self) {
+        self.gate.set(true);
+    }
+
+    pub fn resume_reading(&self) {
+        self.gate.set(false);
     }
 
     /// Reads frames until the response to `id`; returns it (notifications are kept in `seen`).
@@ -490,9 +542,25 @@ pub fn agent_in_env(dir: &TempDir, script: &str, extra: &[&str], env: &[(&str, &
 impl Drop for Agent {
     fn drop(&mut self) {
         self.stdin.take();
+        self.resume_reading();
         if self.wait_exit(Duration::from_secs(3)).is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        // Frames after the last one the test awaited are checked too (the reader ends at the
+        // agent's EOF, which has come now).
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut rest = Vec::new();
+        while let Ok(line) = self
+            .frames
+            .recv_deadline(deadline.max(Instant::now() + Duration::from_millis(1)))
+        {
+            rest.push(line);
+        }
+        if !thread::panicking() {
+            for line in rest {
+                self.check_line(&line);
+            }
         }
     }
 }

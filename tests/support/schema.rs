@@ -1,0 +1,199 @@
+//! Precise schema checks for every frame the agent writes.
+//!
+//! Validating a frame against the schema's top-level `Agent` union proves little: its
+//! extension branches (`ExtResponse`, `ExtNotification`) accept any value, so
+//! `{"result":"hello"}` passes. Instead each frame is checked against the one definition it
+//! must satisfy: a response by the method of the request with that id, a `session/update`
+//! against `SessionNotification`, an error against `Error`. Checks run on the test's own thread
+//! (see `Agent::next_frame`), so a violation fails the test.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+use super::fixture;
+
+/// The definition a successful response to `method` must satisfy.
+fn response_def(method: &str) -> Option<&'static str> {
+    Some(match method {
+        "initialize" => "InitializeResponse",
+        "authenticate" => "AuthenticateResponse",
+        "session/new" => "NewSessionResponse",
+        "session/load" => "LoadSessionResponse",
+        "session/list" => "ListSessionsResponse",
+        "session/resume" => "ResumeSessionResponse",
+        "session/close" => "CloseSessionResponse",
+        "session/set_mode" => "SetSessionModeResponse",
+        "session/set_config_option" => "SetSessionConfigOptionResponse",
+        "session/prompt" => "PromptResponse",
+        _ => return None,
+    })
+}
+
+/// The definition the params of an agent → client notification must satisfy.
+fn notification_def(method: &str) -> Option<&'static str> {
+    Some(match method {
+        "session/update" => "SessionNotification",
+        _ => return None,
+    })
+}
+
+/// Validators for single definitions of the vendored schema, compiled once each.
+struct Defs {
+    full: Value,
+    compiled: std::sync::Mutex<HashMap<&'static str, &'static jsonschema::Validator>>,
+}
+
+fn defs() -> &'static Defs {
+    static D: OnceLock<Defs> = OnceLock::new();
+    D.get_or_init(|| {
+        let text = std::fs::read_to_string(fixture("schema/acp-schema.json")).unwrap();
+        Defs {
+            full: serde_json::from_str(&text).unwrap(),
+            compiled: Default::default(),
+        }
+    })
+}
+
+fn validator(def: &'static str) -> &'static jsonschema::Validator {
+    let d = defs();
+    let mut compiled = d.compiled.lock().unwrap_or_else(|e| e.into_inner());
+    compiled.entry(def).or_insert_with(|| {
+        assert!(d.full["$defs"].get(def).is_some(), "no definition {def}");
+        let schema = json!({
+            "$schema": d.full["$schema"],
+            "$ref": format!("#/$defs/{def}"),
+            "$defs": d.full["$defs"],
+        });
+        Box::leak(Box::new(
+            jsonschema::validator_for(&schema).expect("schema compiles"),
+        ))
+    })
+}
+
+fn check_def(def: &'static str, value: &Value, what: &str) -> Result<(), String> {
+    let v = validator(def);
+    if v.is_valid(value) {
+        return Ok(());
+    }
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .take(5)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    Err(format!(
+        "{what} is not a valid {def}:\n{}",
+        errors.join("\n")
+    ))
+}
+
+fn only_keys(frame: &Value, allowed: &[&str]) -> Result<(), String> {
+    let obj = frame.as_object().ok_or("a frame must be a JSON object")?;
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(format!("unexpected top-level key {k:?}")),
+        None => Ok(()),
+    }
+}
+
+/// Checks one agent → client frame. `methods` maps the ids of the requests the test sent (as
+/// JSON text) to their methods, so a response is checked against its own result type.
+pub fn check_frame(frame: &Value, methods: &HashMap<String, String>) -> Result<(), String> {
+    if frame["jsonrpc"] != "2.0" {
+        return Err("\"jsonrpc\" must be \"2.0\"".to_owned());
+    }
+    if let Some(method) = frame.get("method") {
+        let method = method.as_str().ok_or("\"method\" must be a string")?;
+        if frame.get("id").is_some() {
+            return Err(format!(
+                "the agent sent a request ({method}) no test expects"
+            ));
+        }
+        only_keys(frame, &["jsonrpc", "method", "params"])?;
+        let def = notification_def(method)
+            .ok_or_else(|| format!("unknown agent notification {method}"))?;
+        return check_def(def, &frame["params"], "the params");
+    }
+    let id = frame.get("id").ok_or("a response needs an \"id\"")?;
+    if !(id.is_null() || id.is_string() || id.is_i64() || id.is_u64()) {
+        return Err(format!("invalid id {id}"));
+    }
+    only_keys(frame, &["jsonrpc", "id", "result", "error"])?;
+    match (frame.get("result"), frame.get("error")) {
+        (Some(_), Some(_)) => Err("a response has both \"result\" and \"error\"".to_owned()),
+        (None, None) => Err("a response has neither \"result\" nor \"error\"".to_owned()),
+        (None, Some(error)) => check_def("Error", error, "the error"),
+        (Some(result), None) => {
+            if id.is_null() {
+                return Err("a successful response must echo a request id".to_owned());
+            }
+            let method = methods.get(&id.to_string());
+            match method.and_then(|m| response_def(m)) {
+                Some(def) => check_def(def, result, "the result"),
+                // A request the test sent raw, or one outside ACP: the shape checks above.
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn methods() -> HashMap<String, String> {
+        [
+            ("1", "session/prompt"),
+            ("2", "session/new"),
+            ("3", "initialize"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    fn update(update: Value) -> Value {
+        json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":update}})
+    }
+
+    #[test]
+    fn valid_frames_pass() {
+        let m = methods();
+        for frame in [
+            json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}),
+            json!({"jsonrpc":"2.0","id":2,"result":{"sessionId":"abc"}}),
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}),
+            json!({"jsonrpc":"2.0","id":"x","result":{}}),
+            update(
+                json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}),
+            ),
+        ] {
+            check_frame(&frame, &m).unwrap_or_else(|e| panic!("{frame}: {e}"));
+        }
+    }
+
+    /// The checks the old top-level validation let through; each must be caught.
+    #[test]
+    fn invalid_frames_fail() {
+        let m = methods();
+        for frame in [
+            json!({"jsonrpc":"2.0","id":1,"result":"hello"}),
+            json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"finished"}}),
+            json!({"jsonrpc":"2.0","id":2,"result":{}}),
+            json!({"jsonrpc":"2.0","id":3,"result":{"protocolVersion":"one"}}),
+            json!({"jsonrpc":"2.0","id":1,"error":{"message":"no code"}}),
+            json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"},"error":{"code":1,"message":"m"}}),
+            json!({"jsonrpc":"2.0","id":1}),
+            json!({"jsonrpc":"1.0","id":1,"result":{"stopReason":"end_turn"}}),
+            json!({"jsonrpc":"2.0","id":null,"result":{}}),
+            json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"},"extra":1}),
+            update(json!({"sessionUpdate":"agent_message_chunk","content":"hi"})),
+            update(json!({"sessionUpdate":"no_such_update"})),
+            json!({"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"plan","entries":[]}}}),
+            json!({"jsonrpc":"2.0","method":"bogus/notification","params":{}}),
+            json!({"jsonrpc":"2.0","id":9,"method":"fs/read_text_file","params":{}}),
+        ] {
+            assert!(check_frame(&frame, &m).is_err(), "accepted {frame}");
+        }
+    }
+}
