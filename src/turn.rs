@@ -140,29 +140,38 @@ pub enum TurnOutcome {
     Cancelled,
 }
 
-pub struct TurnHandle {
-    pub abort: AbortFlag,
-    pub thread: JoinHandle<()>,
-}
-
 /// Tail cap and throttle for `in_progress` tool output (issue: bounded bandwidth for huge output).
 const PROGRESS_TAIL_BYTES: usize = 8 * 1024;
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
+/// What a session's main-agent turn starts with (the session decides it; the main loop
+/// spawns it).
+pub struct TurnStart {
+    /// Routing key of the worker's messages.
+    pub turn: u64,
+    pub ctx: Arc<AgentCtx>,
+    pub conversation: Arc<Mutex<Conversation>>,
+    pub input: TurnInput,
+    /// The worker stops at its checkpoints (and abort hooks fire) once this is set.
+    pub abort: AbortFlag,
+}
+
 /// Starts a turn worker for a session's main agent. It joins `previous` (the session's last
-/// worker) before touching the conversation, and reports through `tx`.
+/// worker, waiting a bounded time) before touching the conversation, and reports through `tx`.
 pub fn spawn_turn(
-    turn: u64,
-    ctx: Arc<AgentCtx>,
-    conversation: Arc<Mutex<Conversation>>,
-    input: TurnInput,
+    start: TurnStart,
     previous: Option<JoinHandle<()>>,
     tx: Sender<TurnMsg>,
     backlog: Backlog,
-) -> std::io::Result<TurnHandle> {
-    let abort = AbortFlag::new();
-    let flag = abort.clone();
-    let thread = thread::Builder::new()
+) -> std::io::Result<JoinHandle<()>> {
+    let TurnStart {
+        turn,
+        ctx,
+        conversation,
+        input,
+        abort: flag,
+    } = start;
+    thread::Builder::new()
         .name(format!("turn-{turn}"))
         .spawn(move || {
             let finished = |outcome| {
@@ -190,8 +199,7 @@ pub fn spawn_turn(
             let outcome = run_turn(&ctx, &mut conv, input, &flag, &emit);
             drop(conv);
             finished(outcome);
-        })?;
-    Ok(TurnHandle { abort, thread })
+        })
 }
 
 /// How long a turn waits for its predecessor to let go of the conversation.
@@ -577,17 +585,15 @@ mod tests {
             images: Vec::new(),
             typed: true,
         };
-        let handle = spawn_turn(
-            1,
+        let start = TurnStart {
+            turn: 1,
             ctx,
-            conv.clone(),
-            TurnInput::Prompt(prompt),
-            None,
-            tx,
-            Backlog::default(),
-        )
-        .unwrap();
-        handle.thread.join().unwrap();
+            conversation: conv.clone(),
+            input: TurnInput::Prompt(prompt),
+            abort: AbortFlag::new(),
+        };
+        let handle = spawn_turn(start, None, tx, Backlog::default()).unwrap();
+        handle.join().unwrap();
         let mut events = Vec::new();
         let mut outcome = None;
         for msg in rx.try_iter() {

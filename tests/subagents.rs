@@ -6,6 +6,11 @@ use serde_json::Value;
 use crate::support::*;
 
 fn agent(script: &str) -> (TempDir, Agent) {
+    agent_env(script, &[])
+}
+
+/// `agent` with extra environment variables.
+fn agent_env(script: &str, env: &[(&str, &str)]) -> (TempDir, Agent) {
     let dir = TempDir::new("subagents");
     let path = fixture(&format!("scripts/subagents/{script}"));
     let a = Agent::spawn(Spawn {
@@ -16,7 +21,11 @@ fn agent(script: &str) -> (TempDir, Agent) {
             path.display().to_string(),
         ],
         cwd: Some(dir.path().to_path_buf()),
-        env: vec![("RLM_MAX_DEPTH".into(), "1".into())],
+        env: [("RLM_MAX_DEPTH", "1")]
+            .iter()
+            .chain(env)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         ..Default::default()
     });
     (dir, a)
@@ -45,7 +54,12 @@ fn phase_index(a: &Agent, phase: &str, turn: u64) -> Option<usize> {
 
 #[test]
 fn a_child_replies_by_agent_message_and_the_parent_answers_unprompted() {
-    let (_dir, mut a) = agent("reply.jsonl");
+    // The order below holds once the child has replied; a loaded machine (python start-up of
+    // two kernels) may need longer than the default 3 s quiescence wait for that.
+    let (_dir, mut a) = agent_env(
+        "reply.jsonl",
+        &[("PRIME_AGENT_QUIESCENCE_WAIT_MS", "60000")],
+    );
     a.handshake();
     let first = a.prompt("delegate the review");
     let r = a.response(&first);

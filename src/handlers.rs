@@ -1,0 +1,135 @@
+//! Client requests and notifications: parse, validate, and hand each to the session (or
+//! answer it here). Runs on the main loop's thread; answers go through `MainLoop::respond`.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::acp;
+use crate::main_loop::MainLoop;
+use crate::meta;
+use crate::rpc::{RequestId, RpcError};
+use crate::session::{FamilyWorkers, Session};
+use crate::subagents::Family;
+
+pub(crate) const ONE_SESSION: &str =
+    "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
+
+impl MainLoop {
+    pub(crate) fn on_request(&mut self, id: RequestId, method: &str, params: Value) {
+        let result = match method {
+            acp::INITIALIZE => {
+                acp::parse_initialize(&params).map(|()| meta::initialize_result(&self.version))
+            }
+            acp::SESSION_NEW => self.session_new(&params),
+            acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
+                // The session answers (when the turn finishes, or at once if it refuses).
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
+            acp::SESSION_CLOSE => match self.session_close(id.clone(), &params) {
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
+            acp::SESSION_CANCEL => {
+                // A notification sent as a request: honour it and answer, so nothing hangs.
+                self.session_cancel(&params);
+                Ok(json!({}))
+            }
+            // Includes ACP methods this agent does not serve (§1.10): `authenticate`,
+            // `session/load`, `session/set_mode`, …
+            _ => Err(RpcError::method_not_found(method)),
+        };
+        self.respond(&id, result);
+    }
+
+    pub(crate) fn on_notification(&mut self, method: &str, params: &Value) {
+        match method {
+            acp::SESSION_CANCEL => self.session_cancel(params),
+            acp::CANCEL_REQUEST => {
+                let target = params.get("requestId").cloned().unwrap_or(Value::Null);
+                self.with_session(|s, now, out| s.cancel_request(&target, now, out));
+            }
+            other => log::debug!("ignoring notification {other}"),
+        }
+    }
+
+    fn session_new(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let p = acp::parse_new_session(params)?;
+        if self.session.is_some() {
+            return Err(RpcError::internal(ONE_SESSION));
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        self.next_generation += 1;
+        let family = Family::new(
+            self.next_generation,
+            self.agent.clone(),
+            id.clone(),
+            self.family_tx.clone(),
+        );
+        let ctx = Arc::new(family.main_ctx());
+        let workers = Box::new(FamilyWorkers {
+            family,
+            ctx: ctx.clone(),
+        });
+        self.session = Some(Session::new(
+            id.clone(),
+            self.next_generation,
+            ctx,
+            workers,
+            p.mcp_servers,
+            self.timing,
+        ));
+        let mut result = json!({ "sessionId": id });
+        if !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
+            let actual = self.agent.cwd.display().to_string();
+            result["_meta"] =
+                meta::namespaced(json!({ "cwd": { "requested": p.cwd, "actual": actual } }));
+        }
+        Ok(result)
+    }
+
+    /// The session answers the prompt; an error here is answered by the caller.
+    fn session_prompt(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
+        let (session_id, prompt) = acp::parse_prompt(params)?;
+        if self.session.as_ref().is_none_or(|s| s.id() != session_id) {
+            return Err(unknown_session(&session_id));
+        }
+        if let Ok(provider) = &self.agent.provider {
+            if !prompt.images.is_empty() && !provider.accepts_images() {
+                return Err(RpcError::invalid_params(format!(
+                    "the prompt has {} image(s), but the model {} does not accept images; send text only or choose a model with image input",
+                    prompt.images.len(),
+                    provider.label()
+                )));
+            }
+        }
+        self.with_session(|s, now, out| s.prompt(id, prompt, now, out));
+        Ok(())
+    }
+
+    fn session_cancel(&mut self, params: &Value) {
+        let Ok(session_id) = acp::parse_session_id(params, acp::SESSION_CANCEL) else {
+            log::warn!("ignoring session/cancel without a sessionId");
+            return;
+        };
+        // Never cancel another session's work; with nothing running it is a no-op, and
+        // duplicates coalesce.
+        if self.session.as_ref().is_some_and(|s| s.id() == session_id) {
+            self.cancel_session_work();
+        }
+    }
+
+    fn session_close(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
+        let session_id = acp::parse_session_id(params, acp::SESSION_CLOSE)?;
+        if self.session.as_ref().is_none_or(|s| s.id() != session_id) {
+            return Err(unknown_session(&session_id));
+        }
+        self.with_session(|s, now, out| s.close(id, now, out));
+        Ok(())
+    }
+}
+
+fn unknown_session(session_id: &str) -> RpcError {
+    RpcError::internal(format!("Unknown ACP session: {session_id}"))
+}

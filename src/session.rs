@@ -1,0 +1,1075 @@
+//! One ACP session's state machine: prompts, cancel, close, turn and family news, timers.
+//!
+//! A `Session` takes an event and the current time and says what to do, as `Action`s pushed
+//! into a buffer the caller owns (the main loop reuses one, so the streaming hot path does not
+//! allocate). It performs no IO and starts no thread: answering the client, sending updates
+//! and spawning turn workers are the caller's. It reads no clock: every method that waits is
+//! given `now`, so the unit tests below drive the cancel grace, the quiescence wait and the
+//! terminal update with a fake clock. The subagent family is behind the small `Workers` trait
+//! for the same reason.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::abort::AbortFlag;
+use crate::acp::{self, McpServer, UserPrompt};
+use crate::events::{bash_tool_call_id, to_session_updates, AgentEvent, DeltaKind, MappingState};
+use crate::family::Attribution;
+use crate::meta::{self, Envelope, Phase, Quiescence};
+use crate::rpc::{self, RequestId, RpcError};
+use crate::stop_reason::acp_stop_reason;
+use crate::subagents::{Family, FamilyMsg};
+use crate::turn::{
+    AgentCtx, Conversation, TurnInput, TurnMsg, TurnMsgKind, TurnOutcome, TurnStart,
+};
+
+pub(crate) const PROMPT_RUNNING: &str = "A prompt turn is already running for this ACP session";
+pub(crate) const TURN_FAILED: &str = "prime-agent turn failed: ";
+
+/// The waits of the state machine.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// How long a cancelled turn may take to report its last updates (killed children, the
+    /// final `failed` tool update) before the prompt is answered without them. Abort hooks
+    /// make the usual case well under a millisecond.
+    pub(crate) cancel_grace: Duration,
+    /// How long a new prompt waits for the previous turn's subagents to settle before the
+    /// previous turn's terminal update is published as it stands (the later upstream
+    /// behaviour: bounded).
+    pub(crate) quiescence_wait: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            cancel_grace: Duration::from_millis(250),
+            quiescence_wait: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Timing {
+    /// The defaults, with `PRIME_AGENT_QUIESCENCE_WAIT_MS` honoured (a harness whose subagents
+    /// take long may want the next prompt to wait for them longer).
+    pub(crate) fn from_env() -> Timing {
+        let mut timing = Timing::default();
+        if let Some(ms) = std::env::var("PRIME_AGENT_QUIESCENCE_WAIT_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
+            timing.quiescence_wait = Duration::from_millis(ms);
+        }
+        timing
+    }
+}
+
+/// What the session asks its owner to do, in order.
+pub(crate) enum Action {
+    /// Answer a client request.
+    Respond(RequestId, Result<Value, RpcError>),
+    /// Send this `session/update` notification (the envelope is already applied).
+    Notify(Value),
+    /// Send an assistant message chunk: the streaming hot path, serialised by
+    /// `events::message_chunk_frame` without a `Value` tree.
+    Chunk {
+        kind: DeltaKind,
+        delta: String,
+        message: Option<u64>,
+        env: Envelope,
+    },
+    /// Start a turn worker for the main agent. A failed spawn comes back as
+    /// `Session::spawn_failed`.
+    StartTurn(TurnStart),
+    /// The session is closed (its close was answered): drop it.
+    Closed,
+}
+
+/// The part of the subagent family the state machine consults.
+pub(crate) trait Workers: Send {
+    /// Children queued or running.
+    fn outstanding(&self) -> u64;
+    /// Messages waiting for the main agent.
+    fn inbox_waiting(&self) -> bool;
+    fn set_main_busy(&self, busy: bool);
+    /// Aborts every running child (finished ones stay reachable by message).
+    fn cancel_all(&self);
+    /// Ends every child.
+    fn close(&self);
+}
+
+/// The real family of a session and its main agent's inbox.
+pub(crate) struct FamilyWorkers {
+    pub(crate) family: Arc<Family>,
+    pub(crate) ctx: Arc<AgentCtx>,
+}
+
+impl Workers for FamilyWorkers {
+    fn outstanding(&self) -> u64 {
+        self.family.outstanding()
+    }
+    fn inbox_waiting(&self) -> bool {
+        !self.ctx.inbox.is_empty()
+    }
+    fn set_main_busy(&self, busy: bool) {
+        self.family.set_main_busy(busy);
+    }
+    fn cancel_all(&self) {
+        self.family.cancel_all();
+    }
+    fn close(&self) {
+        self.family.close();
+    }
+}
+
+/// Routing keys of turn workers, unique in the process: a closed session's late messages can
+/// never be mistaken for a newer session's.
+static NEXT_TURN: AtomicU64 = AtomicU64::new(0);
+
+struct ActiveTurn {
+    /// `None` for a turn nobody prompted (an agent message or a child's result arrived).
+    request: Option<RequestId>,
+    /// The `promptTurnId` its updates carry (0 for unsolicited turns).
+    prompt_turn_id: u64,
+    /// Routing key of the worker's messages.
+    turn: u64,
+    abort: AbortFlag,
+    /// Set by cancel/close: the prompt is answered `cancelled` when the worker finishes or at
+    /// this deadline, whichever comes first.
+    cancel_deadline: Option<Instant>,
+    /// Tool calls started but not ended, so a cancel that outruns the worker can still close
+    /// them for the client.
+    open_tool_calls: Vec<String>,
+}
+
+struct QueuedPrompt {
+    request: RequestId,
+    prompt: UserPrompt,
+    /// When the wait for the previous turn's quiescence gives up.
+    deadline: Instant,
+}
+
+struct PendingTerminal {
+    prompt_turn_id: u64,
+    ok: bool,
+}
+
+/// The result of a prompt that was cancelled.
+fn cancelled() -> Value {
+    json!({ "stopReason": acp_stop_reason(true, None).as_str() })
+}
+
+pub(crate) struct Session {
+    id: String,
+    /// Routes family news: a closed session's late news is dropped.
+    generation: u64,
+    timing: Timing,
+    mapping: MappingState,
+    /// Last `eventSequence` used; strictly increasing per session, starting at 1.
+    sequence: u64,
+    /// Last `promptTurnId` allocated (1, 2, 3, …).
+    prompt_counter: u64,
+    conversation: Arc<Mutex<Conversation>>,
+    /// The main agent: its tools (and kernel) answer host requests through the family.
+    ctx: Arc<AgentCtx>,
+    workers: Box<dyn Workers>,
+    attribution: Attribution,
+    active: Option<ActiveTurn>,
+    /// A prompt that arrived while unsolicited work ran or the previous turn was settling.
+    queued: Option<QueuedPrompt>,
+    /// The last committed prompt turn, until its terminal-quiescence update is published.
+    pending_terminal: Option<PendingTerminal>,
+    /// A `session/close` waiting for the cancelled turn to settle.
+    closing: Option<RequestId>,
+    /// The close was answered (`Action::Closed`): the owner drops the session.
+    closed: bool,
+    /// Validated at `session/new`; not yet offered to the kernel (there is no MCP client).
+    #[allow(dead_code)] // Kept so the session owns what the client configured.
+    mcp_servers: Vec<McpServer>,
+    /// The newest turn worker; each new worker joins its predecessor (bounded, see
+    /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
+    pub(crate) last_worker: Option<JoinHandle<()>>,
+}
+
+impl Session {
+    pub(crate) fn new(
+        id: String,
+        generation: u64,
+        ctx: Arc<AgentCtx>,
+        workers: Box<dyn Workers>,
+        mcp_servers: Vec<McpServer>,
+        timing: Timing,
+    ) -> Session {
+        Session {
+            id,
+            generation,
+            timing,
+            mapping: MappingState::default(),
+            sequence: 0,
+            prompt_counter: 0,
+            conversation: Arc::default(),
+            ctx,
+            workers,
+            attribution: Attribution::default(),
+            active: None,
+            queued: None,
+            pending_terminal: None,
+            closing: None,
+            closed: false,
+            mcp_servers,
+            last_worker: None,
+        }
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Wraps `update` in the envelope and queues it as `session/update`.
+    fn publish(
+        &mut self,
+        mut update: Value,
+        prompt_turn_id: u64,
+        phase: Phase,
+        outcome_ok: Option<bool>,
+        out: &mut Vec<Action>,
+    ) {
+        self.sequence += 1;
+        let env = Envelope {
+            prompt_turn_id,
+            event_sequence: self.sequence,
+            phase,
+            outcome_ok,
+        };
+        meta::apply_envelope(&mut update, env);
+        out.push(Action::Notify(rpc::notification(
+            acp::SESSION_UPDATE,
+            json!({ "sessionId": self.id, "update": update }),
+        )));
+    }
+
+    /// A client's `session/prompt`, already parsed. Runs now, waits behind unsolicited work or
+    /// a settling previous turn, or is refused.
+    pub(crate) fn prompt(
+        &mut self,
+        request: RequestId,
+        prompt: UserPrompt,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        let refusal = if self.closing.is_some() {
+            Some(format!("ACP session is closing: {}", self.id))
+        } else {
+            match &self.active {
+                Some(a) if a.cancel_deadline.is_some() => {
+                    Some(format!("ACP session is cancelling: {}", self.id))
+                }
+                Some(a) if a.request.is_some() => Some(PROMPT_RUNNING.to_owned()),
+                _ if self.queued.is_some() => Some(PROMPT_RUNNING.to_owned()),
+                _ => None,
+            }
+        };
+        if let Some(why) = refusal {
+            out.push(Action::Respond(request, Err(RpcError::internal(why))));
+            return;
+        }
+        // Behind unsolicited work or a settling previous turn, the prompt waits its turn
+        // (bounded by the quiescence wait for the latter) instead of being refused.
+        self.queued = Some(QueuedPrompt {
+            request,
+            prompt,
+            deadline: now + self.timing.quiescence_wait,
+        });
+        self.advance(out);
+    }
+
+    /// `session/cancel` semantics (§1.6): abort the running turn (answered `cancelled` once it
+    /// settles), cancel every subagent, drop queued agent messages, answer a queued prompt
+    /// `cancelled`, and publish no terminal update for the interrupted turn.
+    pub(crate) fn cancel(&mut self, now: Instant, out: &mut Vec<Action>) {
+        self.workers.cancel_all();
+        self.pending_terminal = None;
+        if let Some(active) = self.active.as_mut() {
+            if active.cancel_deadline.is_none() {
+                active.cancel_deadline = Some(now + self.timing.cancel_grace);
+                active.abort.abort();
+            }
+        }
+        if let Some(q) = self.queued.take() {
+            out.push(Action::Respond(q.request, Ok(cancelled())));
+        }
+    }
+
+    /// `$/cancel_request` for `target`: cancels the running prompt if it is that request, or
+    /// answers only that queued prompt (it never ran, so nothing else is disturbed).
+    pub(crate) fn cancel_request(&mut self, target: &Value, now: Instant, out: &mut Vec<Action>) {
+        let running = self
+            .active
+            .as_ref()
+            .and_then(|a| a.request.as_ref())
+            .is_some_and(|r| r.0 == *target);
+        if running {
+            self.cancel(now, out);
+        } else if self.queued.as_ref().is_some_and(|q| q.request.0 == *target) {
+            if let Some(q) = self.queued.take() {
+                out.push(Action::Respond(q.request, Ok(cancelled())));
+            }
+        }
+    }
+
+    /// `session/close`: answered `{}` once the running turn (if any) has been cancelled and
+    /// answered, so nothing of this session is written after the close response.
+    pub(crate) fn close(&mut self, request: RequestId, now: Instant, out: &mut Vec<Action>) {
+        if self.closing.is_some() {
+            let why = format!("ACP session is already closing: {}", self.id);
+            out.push(Action::Respond(request, Err(RpcError::internal(why))));
+            return;
+        }
+        self.closing = Some(request);
+        self.cancel(now, out);
+        if self.active.is_none() {
+            self.finish_close(out);
+        }
+    }
+
+    fn finish_close(&mut self, out: &mut Vec<Action>) {
+        self.closed = true;
+        self.workers.close();
+        if let Some(close_id) = self.closing.take() {
+            out.push(Action::Respond(close_id, Ok(json!({}))));
+        }
+        out.push(Action::Closed);
+    }
+
+    /// Ends everything at once (the process is exiting): aborts the turn, ends the family.
+    pub(crate) fn shut_down(&mut self) {
+        if let Some(active) = self.active.take() {
+            active.abort.abort();
+        }
+        self.workers.close();
+    }
+
+    /// The cancelled turn's grace deadline, if one is running out.
+    pub(crate) fn cancel_deadline(&self) -> Option<Instant> {
+        self.active.as_ref().and_then(|a| a.cancel_deadline)
+    }
+
+    /// When `on_timer` must run next.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let queued = self
+            .queued
+            .as_ref()
+            .filter(|_| self.pending_terminal.is_some())
+            .map(|q| q.deadline);
+        self.cancel_deadline().into_iter().chain(queued).min()
+    }
+
+    pub(crate) fn on_timer(&mut self, now: Instant, out: &mut Vec<Action>) {
+        if self.cancel_deadline().is_some_and(|d| d <= now) {
+            self.settle_cancelled(out);
+        }
+        if self.closed {
+            return;
+        }
+        let waited_out = self.queued.as_ref().is_some_and(|q| q.deadline <= now);
+        if waited_out {
+            if let Some(pending) = self.pending_terminal.take() {
+                // The previous turn's subagents are still working: publish its terminal update
+                // as it stands (outstandingSubagents > 0) rather than hold the prompt forever.
+                self.publish_terminal(pending, out);
+            }
+        }
+        self.advance(out);
+    }
+
+    /// Answers a cancelled turn: closes its open tool calls for the client, responds
+    /// `cancelled`, and completes a pending `session/close`. Later messages of the turn are
+    /// dropped by routing.
+    fn settle_cancelled(&mut self, out: &mut Vec<Action>) {
+        let Some(active) = self.active.take() else {
+            return;
+        };
+        self.workers.set_main_busy(false);
+        for id in &active.open_tool_calls {
+            let update = json!({
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": id,
+                "status": "failed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "Cancelled"}}],
+            });
+            self.publish(update, active.prompt_turn_id, Phase::Event, None, out);
+        }
+        if let Some(request) = active.request {
+            out.push(Action::Respond(request, Ok(cancelled())));
+        }
+        if self.closing.is_some() {
+            self.finish_close(out);
+        } else {
+            self.advance(out);
+        }
+    }
+
+    /// Moves the session forward when nothing runs: publish a settled turn's terminal update,
+    /// run the main agent on messages waiting in its inbox, or start the queued prompt.
+    fn advance(&mut self, out: &mut Vec<Action>) {
+        if self.active.is_some() || self.closing.is_some() {
+            return;
+        }
+        // Outstanding first: it takes the family lock, so a child that just finished has also
+        // finished putting its completion notice in the inbox.
+        let outstanding = self.workers.outstanding();
+        let inbox_waiting = self.workers.inbox_waiting();
+        if outstanding == 0 && !inbox_waiting {
+            if let Some(pending) = self.pending_terminal.take() {
+                self.publish_terminal(pending, out);
+            }
+        }
+        // A waiting prompt goes first once the previous turn is settled (or its wait timed
+        // out): its first model call takes the inbox along, so agent messages cannot starve it.
+        if self.pending_terminal.is_none() {
+            if let Some(q) = self.queued.take() {
+                self.start_turn(Some(q.request), TurnInput::Prompt(q.prompt), out);
+                return;
+            }
+        }
+        if inbox_waiting {
+            self.start_turn(None, TurnInput::Inbox, out);
+        }
+    }
+
+    fn publish_terminal(&mut self, pending: PendingTerminal, out: &mut Vec<Action>) {
+        let q = Quiescence {
+            outstanding_subagents: self.workers.outstanding(),
+            remaining_autonomous_continuations: 0,
+        };
+        self.attribution.seal(pending.prompt_turn_id);
+        self.publish(
+            meta::quiescence_update(q),
+            pending.prompt_turn_id,
+            Phase::TerminalQuiescence,
+            Some(pending.ok),
+            out,
+        );
+    }
+
+    /// Starts a turn of the main agent: a client prompt (`request` is its id) or an
+    /// unsolicited turn over the inbox.
+    fn start_turn(&mut self, request: Option<RequestId>, input: TurnInput, out: &mut Vec<Action>) {
+        // The first prompt names the session, so editors can title the thread.
+        let title = match (&input, self.prompt_counter) {
+            (TurnInput::Prompt(p), 0) if request.is_some() => meta::session_title(&p.text),
+            _ => None,
+        };
+        let turn = NEXT_TURN.fetch_add(1, Ordering::Relaxed) + 1;
+        let abort = AbortFlag::new();
+        let prompt_turn_id = if request.is_some() {
+            self.prompt_counter += 1;
+            self.prompt_counter
+        } else {
+            0
+        };
+        out.push(Action::StartTurn(TurnStart {
+            turn,
+            abort: abort.clone(),
+            input,
+            ctx: self.ctx.clone(),
+            conversation: self.conversation.clone(),
+        }));
+        if let Some(title) = title {
+            let update = json!({ "sessionUpdate": "session_info_update", "title": title });
+            self.publish(update, prompt_turn_id, Phase::Event, None, out);
+        }
+        self.active = Some(ActiveTurn {
+            request,
+            prompt_turn_id,
+            turn,
+            abort,
+            cancel_deadline: None,
+            open_tool_calls: Vec::new(),
+        });
+        self.workers.set_main_busy(true);
+    }
+
+    /// The owner could not start the worker of `turn`: the prompt fails, nothing else runs.
+    pub(crate) fn spawn_failed(&mut self, turn: u64, error: &str, out: &mut Vec<Action>) {
+        if self.active.as_ref().is_some_and(|a| a.turn == turn) {
+            let active = self.active.take().expect("checked");
+            self.workers.set_main_busy(false);
+            if active.request.is_some() {
+                // The prompt never ran: it does not count.
+                self.prompt_counter -= 1;
+            }
+            if let Some(request) = active.request {
+                let err = RpcError::internal(format!(
+                    "{TURN_FAILED}could not start the turn thread: {error}"
+                ));
+                out.push(Action::Respond(request, Err(err)));
+            }
+        }
+    }
+
+    pub(crate) fn on_family(&mut self, msg: FamilyMsg, out: &mut Vec<Action>) {
+        match msg {
+            FamilyMsg::Child {
+                generation,
+                snapshot,
+                status,
+            } if generation == self.generation => {
+                let active_turn = self.active.as_ref().map(|a| a.prompt_turn_id).unwrap_or(0);
+                let turn = self
+                    .attribution
+                    .turn_for_child(&snapshot.id, status, active_turn);
+                let updates =
+                    to_session_updates(&AgentEvent::ChildUpdate(snapshot), &mut self.mapping);
+                for update in updates {
+                    self.publish(update, turn, Phase::Event, None, out);
+                }
+            }
+            FamilyMsg::MainInbox { generation } if generation == self.generation => {}
+            FamilyMsg::SentByMain {
+                generation,
+                target,
+                delivery_status,
+            } if generation == self.generation => {
+                // Attributed to the cell that sent it when one is running.
+                let (turn, tool_call_id) = match &self.active {
+                    Some(a) => (
+                        a.prompt_turn_id,
+                        a.open_tool_calls.last().cloned().unwrap_or_default(),
+                    ),
+                    None => (0, String::new()),
+                };
+                let event = AgentEvent::AgentMessageSent {
+                    tool_call_id,
+                    target: Some(target),
+                    delivery_status: Some(delivery_status),
+                };
+                let updates = to_session_updates(&event, &mut self.mapping);
+                for update in updates {
+                    self.publish(update, turn, Phase::Event, None, out);
+                }
+            }
+            _ => return, // News from a closed session's family.
+        }
+        self.advance(out);
+    }
+
+    /// A message from a turn worker. Messages of a turn that was already answered, or of
+    /// another session's turn, are dropped (routing by turn number).
+    pub(crate) fn on_turn(&mut self, msg: TurnMsg, out: &mut Vec<Action>) {
+        let Some(active) = self.active.as_mut().filter(|a| a.turn == msg.turn) else {
+            return;
+        };
+        let prompt_turn_id = active.prompt_turn_id;
+        let active_cancelled = active.cancel_deadline.is_some();
+        match msg.kind {
+            TurnMsgKind::Event(AgentEvent::MessageDelta {
+                assistant: true,
+                kind,
+                delta,
+            }) => {
+                // The hot path writes nothing for these, so they use no sequence number.
+                if delta.is_empty() || kind == DeltaKind::ToolCall {
+                    return;
+                }
+                self.sequence += 1;
+                out.push(Action::Chunk {
+                    kind,
+                    delta,
+                    message: self.mapping.assistant_message(),
+                    env: Envelope {
+                        prompt_turn_id,
+                        event_sequence: self.sequence,
+                        phase: Phase::Event,
+                        outcome_ok: None,
+                    },
+                });
+            }
+            TurnMsgKind::Event(event) => {
+                let open = &mut active.open_tool_calls;
+                match &event {
+                    AgentEvent::ToolStart { id, .. } => open.push(id.clone()),
+                    AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
+                    AgentEvent::BashStart { run_id, .. } => {
+                        open.push(bash_tool_call_id(run_id.as_deref()))
+                    }
+                    AgentEvent::BashEnd { run_id, .. } => {
+                        let id = bash_tool_call_id(run_id.as_deref());
+                        open.retain(|o| *o != id);
+                    }
+                    _ => {}
+                }
+                let updates = to_session_updates(&event, &mut self.mapping);
+                for update in updates {
+                    self.publish(update, prompt_turn_id, Phase::Event, None, out);
+                }
+            }
+            // A turn cancelled before its response boundary is `cancelled`, whatever it says.
+            TurnMsgKind::Finished(_) if active_cancelled => self.settle_cancelled(out),
+            TurnMsgKind::Finished(outcome) => self.finish_turn(outcome, out),
+        }
+    }
+
+    /// Writes the per-turn tail of §1.14 and answers the prompt; the terminal update follows
+    /// once the turn's subagents have settled (`advance`).
+    fn finish_turn(&mut self, outcome: TurnOutcome, out: &mut Vec<Action>) {
+        let Some(active) = self.active.take() else {
+            return;
+        };
+        self.workers.set_main_busy(false);
+        let Some(request) = active.request else {
+            // An unsolicited turn belongs to the lifecycle of the last prompt turn: a failure
+            // there makes that turn's terminal outcome "error".
+            if !matches!(outcome, TurnOutcome::Completed(_)) {
+                log::warn!("an unsolicited turn ended with {outcome:?}");
+                if let Some(p) = self.pending_terminal.as_mut() {
+                    p.ok = false;
+                }
+            }
+            self.advance(out);
+            return;
+        };
+        let id = active.prompt_turn_id;
+        let (result, ok) = match outcome {
+            TurnOutcome::Cancelled => {
+                out.push(Action::Respond(request, Ok(cancelled())));
+                self.advance(out);
+                return;
+            }
+            TurnOutcome::Panicked(why) => {
+                log::error!("turn {} panicked: {why}", active.turn);
+                let boundary = meta::response_boundary(false);
+                self.publish(boundary, id, Phase::ResponseBoundary, Some(false), out);
+                let err = RpcError::internal(format!("{TURN_FAILED}internal error: {why}"));
+                out.push(Action::Respond(request, Err(err)));
+                self.advance(out);
+                return;
+            }
+            TurnOutcome::Completed(stop) => (Ok(json!({ "stopReason": stop.as_str() })), true),
+            TurnOutcome::Failed(why) => (
+                Err(RpcError::internal(format!("{TURN_FAILED}{why}"))),
+                false,
+            ),
+        };
+        let quiescence = Quiescence {
+            outstanding_subagents: self.workers.outstanding(),
+            remaining_autonomous_continuations: 0,
+        };
+        let boundary = meta::response_boundary(true);
+        self.publish(boundary, id, Phase::ResponseBoundary, Some(ok), out);
+        let completion = meta::quiescence_update(quiescence);
+        self.publish(completion, id, Phase::Event, None, out);
+        out.push(Action::Respond(request, result));
+        self.pending_terminal = Some(PendingTerminal {
+            prompt_turn_id: id,
+            ok,
+        });
+        self.advance(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Thinking;
+    use crate::stop_reason::StopReason;
+    use crate::tools::ToolChoice;
+    use crate::turn::Agent;
+    use std::sync::atomic::AtomicBool;
+
+    /// A family whose state the test sets.
+    #[derive(Default)]
+    struct FakeWorkers {
+        outstanding: AtomicU64,
+        inbox: AtomicBool,
+        cancelled: AtomicU64,
+        closed: AtomicBool,
+    }
+
+    impl Workers for Arc<FakeWorkers> {
+        fn outstanding(&self) -> u64 {
+            self.outstanding.load(Ordering::SeqCst)
+        }
+        fn inbox_waiting(&self) -> bool {
+            self.inbox.load(Ordering::SeqCst)
+        }
+        fn set_main_busy(&self, _: bool) {}
+        fn cancel_all(&self) {
+            self.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+        fn close(&self) {
+            self.closed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    struct Harness {
+        session: Session,
+        workers: Arc<FakeWorkers>,
+        /// The fake clock.
+        now: Instant,
+        out: Vec<Action>,
+    }
+
+    fn prompt(text: &str) -> UserPrompt {
+        UserPrompt {
+            text: text.to_owned(),
+            images: Vec::new(),
+            typed: true,
+        }
+    }
+
+    fn id(n: i64) -> RequestId {
+        RequestId(json!(n))
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let agent = Arc::new(Agent {
+                provider: Err("no model".to_owned()),
+                tools: ToolChoice::None,
+                system_prompt: String::new(),
+                cwd: std::env::temp_dir(),
+                thinking: Thinking::Off,
+            });
+            let ctx = Arc::new(AgentCtx::standalone(agent));
+            let workers = Arc::new(FakeWorkers::default());
+            let session = Session::new(
+                "sid".to_owned(),
+                1,
+                ctx,
+                Box::new(workers.clone()),
+                Vec::new(),
+                Timing::default(),
+            );
+            Harness {
+                session,
+                workers,
+                now: Instant::now(),
+                out: Vec::new(),
+            }
+        }
+
+        fn advance_clock(&mut self, by: Duration) {
+            self.now += by;
+        }
+
+        fn prompt(&mut self, n: i64, text: &str) {
+            self.session
+                .prompt(id(n), prompt(text), self.now, &mut self.out);
+        }
+
+        fn fire_timers(&mut self) {
+            if self.session.next_deadline().is_some_and(|d| d <= self.now) {
+                self.session.on_timer(self.now, &mut self.out);
+            }
+        }
+
+        fn turn(&mut self, turn: u64, kind: TurnMsgKind) {
+            self.session.on_turn(TurnMsg { turn, kind }, &mut self.out);
+        }
+
+        /// The actions so far, as short strings, and forget them.
+        fn take(&mut self) -> Vec<String> {
+            self.out
+                .drain(..)
+                .map(|a| match a {
+                    Action::Respond(id, Ok(v)) => format!("respond {} {v}", id.0),
+                    Action::Respond(id, Err(e)) => format!("error {} {}", id.0, e.message),
+                    Action::Notify(v) => {
+                        let u = &v["params"]["update"];
+                        let m = &u["_meta"][meta::NAMESPACE];
+                        format!(
+                            "update {} {} turn={} seq={}",
+                            u["sessionUpdate"].as_str().unwrap_or("?"),
+                            m["phase"].as_str().unwrap_or("-"),
+                            m["promptTurnId"],
+                            m["eventSequence"]
+                        )
+                    }
+                    Action::Chunk { delta, env, .. } => {
+                        format!("chunk {delta} seq={}", env.event_sequence)
+                    }
+                    Action::StartTurn(TurnStart { input, .. }) => match input {
+                        TurnInput::Prompt(p) => format!("start {}", p.text),
+                        TurnInput::Inbox => "start inbox".to_owned(),
+                    },
+                    Action::Closed => "closed".to_owned(),
+                })
+                .collect()
+        }
+
+        /// The routing key of the running turn.
+        fn running(&self) -> u64 {
+            self.session.active.as_ref().expect("a turn runs").turn
+        }
+
+        fn abort_of_running(&self) -> AbortFlag {
+            self.session
+                .active
+                .as_ref()
+                .expect("a turn runs")
+                .abort
+                .clone()
+        }
+    }
+
+    fn done() -> TurnMsgKind {
+        TurnMsgKind::Finished(TurnOutcome::Completed(StopReason::EndTurn))
+    }
+
+    #[test]
+    fn a_prompt_runs_streams_and_ends_with_boundary_response_and_terminal() {
+        let mut h = Harness::new();
+        h.prompt(1, "hello there");
+        assert_eq!(
+            h.take(),
+            [
+                "start hello there",
+                "update session_info_update event turn=1 seq=1"
+            ]
+        );
+        let t = h.running();
+        h.turn(
+            t,
+            TurnMsgKind::Event(AgentEvent::MessageDelta {
+                assistant: true,
+                kind: DeltaKind::Text,
+                delta: "Hi".into(),
+            }),
+        );
+        // Empty deltas write nothing and use no sequence number.
+        h.turn(
+            t,
+            TurnMsgKind::Event(AgentEvent::MessageDelta {
+                assistant: true,
+                kind: DeltaKind::Text,
+                delta: String::new(),
+            }),
+        );
+        h.turn(t, done());
+        assert_eq!(
+            h.take(),
+            [
+                "chunk Hi seq=2",
+                "update session_info_update responseBoundary turn=1 seq=3",
+                "update session_info_update event turn=1 seq=4",
+                r#"respond 1 {"stopReason":"end_turn"}"#,
+                "update session_info_update terminalQuiescence turn=1 seq=5",
+            ]
+        );
+        // A stale message of the finished turn is dropped.
+        h.turn(t, done());
+        assert!(h.take().is_empty());
+    }
+
+    #[test]
+    fn a_second_prompt_while_one_runs_is_refused() {
+        let mut h = Harness::new();
+        h.prompt(1, "a");
+        h.take();
+        h.prompt(2, "b");
+        assert_eq!(h.take(), [format!("error 2 {PROMPT_RUNNING}")]);
+    }
+
+    #[test]
+    fn a_cancelled_turn_is_answered_at_the_grace_deadline_with_its_tools_closed() {
+        let mut h = Harness::new();
+        h.prompt(1, "work");
+        h.take();
+        let t = h.running();
+        let abort = h.abort_of_running();
+        h.turn(
+            t,
+            TurnMsgKind::Event(AgentEvent::ToolStart {
+                id: "call-1".into(),
+                name: "bash".into(),
+                args: json!({"command": "sleep 100"}),
+                locations: Vec::new(),
+            }),
+        );
+        h.take();
+        h.session.cancel(h.now, &mut h.out);
+        assert!(abort.is_aborted());
+        assert_eq!(h.workers.cancelled.load(Ordering::SeqCst), 1);
+        // Within the grace nothing is answered; a prompt meanwhile is refused.
+        h.advance_clock(Duration::from_millis(100));
+        h.fire_timers();
+        h.prompt(2, "again");
+        assert_eq!(h.take(), ["error 2 ACP session is cancelling: sid"]);
+        h.advance_clock(Duration::from_millis(150));
+        h.fire_timers();
+        assert_eq!(
+            h.take(),
+            [
+                "update tool_call_update event turn=1 seq=3",
+                r#"respond 1 {"stopReason":"cancelled"}"#,
+            ]
+        );
+        // The worker's late report is dropped; the next prompt runs.
+        h.turn(t, done());
+        assert!(h.take().is_empty());
+        h.prompt(3, "next");
+        assert_eq!(h.take(), ["start next"]);
+    }
+
+    #[test]
+    fn a_cancelled_turn_that_reports_in_time_is_answered_at_once() {
+        let mut h = Harness::new();
+        h.prompt(1, "work");
+        h.take();
+        let t = h.running();
+        h.session.cancel(h.now, &mut h.out);
+        h.turn(t, TurnMsgKind::Finished(TurnOutcome::Cancelled));
+        assert_eq!(h.take(), [r#"respond 1 {"stopReason":"cancelled"}"#]);
+        assert_eq!(h.session.next_deadline(), None);
+    }
+
+    #[test]
+    fn the_next_prompt_waits_for_quiescence_then_gives_up_at_the_deadline() {
+        let mut h = Harness::new();
+        h.prompt(1, "spawn a child");
+        h.take();
+        let t = h.running();
+        h.workers.outstanding.store(1, Ordering::SeqCst);
+        h.turn(t, done());
+        let actions = h.take();
+        assert_eq!(
+            actions.len(),
+            3,
+            "boundary, completion, response: {actions:?}"
+        );
+        // The child still runs: the next prompt is queued behind turn 1's terminal update.
+        h.prompt(2, "next");
+        assert!(h.take().is_empty());
+        h.advance_clock(Duration::from_millis(2999));
+        h.fire_timers();
+        assert!(h.take().is_empty());
+        h.advance_clock(Duration::from_millis(1));
+        h.fire_timers();
+        assert_eq!(
+            h.take(),
+            [
+                "update session_info_update terminalQuiescence turn=1 seq=4",
+                "start next",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_queued_prompt_starts_once_the_family_settles_and_goes_before_the_inbox() {
+        let mut h = Harness::new();
+        h.prompt(1, "spawn");
+        h.take();
+        let t = h.running();
+        h.workers.outstanding.store(1, Ordering::SeqCst);
+        h.turn(t, done());
+        h.take();
+        h.prompt(2, "next");
+        // The child finishes and leaves a message for the main agent: the family is settled
+        // only once the inbox is empty, so an unsolicited turn runs first...
+        h.workers.outstanding.store(0, Ordering::SeqCst);
+        h.workers.inbox.store(true, Ordering::SeqCst);
+        h.session
+            .on_family(FamilyMsg::MainInbox { generation: 1 }, &mut h.out);
+        assert_eq!(h.take(), ["start inbox"]);
+        let unsolicited = h.running();
+        // ...then turn 1's terminal update, and the queued prompt.
+        h.workers.inbox.store(false, Ordering::SeqCst);
+        h.turn(unsolicited, done());
+        assert_eq!(
+            h.take(),
+            [
+                "update session_info_update terminalQuiescence turn=1 seq=4",
+                "start next",
+            ]
+        );
+        // News of another generation's family is dropped.
+        h.session
+            .on_family(FamilyMsg::MainInbox { generation: 7 }, &mut h.out);
+        assert!(h.take().is_empty());
+    }
+
+    #[test]
+    fn cancel_answers_a_queued_prompt_and_suppresses_the_terminal() {
+        let mut h = Harness::new();
+        h.prompt(1, "spawn");
+        h.take();
+        let t = h.running();
+        h.workers.outstanding.store(1, Ordering::SeqCst);
+        h.turn(t, done());
+        h.take();
+        h.prompt(2, "next");
+        h.session.cancel(h.now, &mut h.out);
+        assert_eq!(h.take(), [r#"respond 2 {"stopReason":"cancelled"}"#]);
+        h.workers.outstanding.store(0, Ordering::SeqCst);
+        h.advance_clock(Duration::from_secs(10));
+        h.fire_timers();
+        h.session
+            .on_family(FamilyMsg::MainInbox { generation: 1 }, &mut h.out);
+        assert!(h.take().is_empty(), "no terminal update after a cancel");
+    }
+
+    #[test]
+    fn close_mid_turn_answers_the_prompt_then_the_close_and_ends_the_family() {
+        let mut h = Harness::new();
+        h.prompt(1, "work");
+        h.take();
+        let t = h.running();
+        h.session.close(id(9), h.now, &mut h.out);
+        assert!(h.take().is_empty());
+        h.prompt(2, "more");
+        assert_eq!(h.take(), ["error 2 ACP session is closing: sid"]);
+        h.session.close(id(10), h.now, &mut h.out);
+        assert_eq!(h.take(), ["error 10 ACP session is already closing: sid"]);
+        h.turn(t, TurnMsgKind::Finished(TurnOutcome::Cancelled));
+        assert_eq!(
+            h.take(),
+            [
+                r#"respond 1 {"stopReason":"cancelled"}"#,
+                "respond 9 {}",
+                "closed"
+            ]
+        );
+        assert!(h.workers.closed.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn close_of_an_idle_session_is_answered_at_once() {
+        let mut h = Harness::new();
+        h.session.close(id(3), h.now, &mut h.out);
+        assert_eq!(h.take(), ["respond 3 {}", "closed"]);
+    }
+
+    #[test]
+    fn a_failed_spawn_fails_the_prompt_and_the_next_one_is_turn_one() {
+        let mut h = Harness::new();
+        h.prompt(1, "a");
+        h.take();
+        let t = h.running();
+        h.session.spawn_failed(t, "no threads", &mut h.out);
+        assert_eq!(
+            h.take(),
+            [format!(
+                "error 1 {TURN_FAILED}could not start the turn thread: no threads"
+            )]
+        );
+        h.prompt(2, "b");
+        h.take();
+        assert_eq!(h.session.active.as_ref().unwrap().prompt_turn_id, 1);
+    }
+
+    #[test]
+    fn cancel_request_cancels_only_its_own_prompt() {
+        let mut h = Harness::new();
+        h.prompt(1, "a");
+        h.take();
+        let abort = h.abort_of_running();
+        h.session.cancel_request(&json!(5), h.now, &mut h.out);
+        assert!(!abort.is_aborted());
+        h.session.cancel_request(&json!(1), h.now, &mut h.out);
+        assert!(abort.is_aborted());
+    }
+}
