@@ -408,3 +408,28 @@ fn only_typed_text_runs_as_a_user_shell_command() {
     );
     assert_eq!(a.text(), "read it");
 }
+
+#[test]
+fn bash_output_whose_last_line_alone_is_too_long_still_reaches_the_model() {
+    // Regression (issue 9): a 60 KB last line followed by a newline used to reach the model as
+    // an empty text plus `[Showing lines 3-3 of 3 (50.0KB limit). …]`.
+    let dir = TempDir::new("bash-long-line");
+    let command = "echo short; head -c 61440 /dev/zero | tr '\\0' q; echo END";
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"long","name":"bash","arguments":{"command":command}}}]}),
+            json!({"steps":[{"expect":["qqqqEND\n\n\n[Showing last 50.0KB of line 2 (line is 60.0KB). Full output: "]},{"text":"saw it"}]}),
+        ],
+    );
+    let mut a = agent_in(&dir, &script, &[]);
+    assert_eq!(a.prompt_stop("print a long line"), "end_turn");
+    assert_eq!(a.text(), "saw it");
+    let text = text_of(&end_of(&a, "long"));
+    let (body, notice) = text.rsplit_once("\n\n").expect("a notice");
+    assert_eq!(body.len(), 50 * 1024, "the end of the long line is shown");
+    assert!(body.ends_with("qqqqEND\n"));
+    let prefix = "[Showing last 50.0KB of line 2 (line is 60.0KB). Full output: ";
+    assert!(notice.starts_with(prefix), "{notice}");
+    let _ = std::fs::remove_file(notice[prefix.len()..].trim_end_matches(']'));
+}

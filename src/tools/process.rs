@@ -86,6 +86,8 @@ pub struct Captured {
     newlines: u64,
     /// Bytes since the last `\n`: the full size of the last line, even if the tail lost its start.
     last_line_bytes: u64,
+    /// Size of the last complete non-empty line: the line a final newline follows.
+    last_full_line_bytes: u64,
     full: Option<FullOutput>,
 }
 
@@ -111,13 +113,17 @@ impl Captured {
 
     fn push(&mut self, bytes: &[u8]) {
         self.total_bytes += bytes.len() as u64;
-        match bytes.iter().rposition(|&b| b == b'\n') {
-            Some(i) => {
-                self.newlines += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
-                self.last_line_bytes = (bytes.len() - i - 1) as u64;
+        let mut line_start = 0;
+        for (i, _) in bytes.iter().enumerate().filter(|(_, &b)| b == b'\n') {
+            let line = self.last_line_bytes + (i - line_start) as u64;
+            if line > 0 {
+                self.last_full_line_bytes = line;
             }
-            None => self.last_line_bytes += bytes.len() as u64,
+            self.last_line_bytes = 0;
+            self.newlines += 1;
+            line_start = i + 1;
         }
+        self.last_line_bytes += (bytes.len() - line_start) as u64;
         self.tail.extend_from_slice(bytes);
         if self.full.is_none() && self.over_limit() {
             // Nothing was trimmed yet (trimming starts far above the limit), so the buffer
@@ -197,10 +203,16 @@ impl Captured {
         let start = total + 1 - t.output_lines as u64;
         let path = self.full_output_label();
         if t.last_line_partial {
+            // The cut line is the first one shown; only empty lines (a final newline) follow.
+            let line_bytes = if self.last_line_bytes > 0 {
+                self.last_line_bytes
+            } else {
+                self.last_full_line_bytes
+            };
             out.push_str(&format!(
-                "\n\n[Showing last {} of line {end} (line is {}). Full output: {path}]",
+                "\n\n[Showing last {} of line {start} (line is {}). Full output: {path}]",
                 format_size(t.output_bytes as u64),
-                format_size(self.last_line_bytes)
+                format_size(line_bytes)
             ));
         } else if t.by_lines {
             out.push_str(&format!(
@@ -653,5 +665,28 @@ mod tests {
         if let Some(p) = c.full_output_path() {
             let _ = std::fs::remove_file(p);
         }
+    }
+
+    #[test]
+    fn an_overlong_last_line_before_a_final_newline_still_reaches_the_model() {
+        // Two lines, the second 60 KB, then a newline: the model must see the end of line 2,
+        // not an empty result with "[Showing lines 3-3 of 3 …]".
+        let mut c = Captured::default();
+        c.push(b"short\n");
+        for _ in 0..60 {
+            c.push(&[b'q'; 1024]);
+        }
+        c.push(b"END\n");
+        c.finish();
+        let text = c.render();
+        let (body, notice) = text.rsplit_once("\n\n").expect("a notice");
+        assert!(body.ends_with("qqqEND\n"), "{:?}", &body[body.len() - 20..]);
+        assert_eq!(body.len(), MAX_BYTES);
+        let path = c.full_output_path().expect("spilled").display().to_string();
+        assert_eq!(
+            notice,
+            format!("[Showing last 50.0KB of line 2 (line is 60.0KB). Full output: {path}]")
+        );
+        let _ = std::fs::remove_file(path);
     }
 }
