@@ -81,6 +81,8 @@ pub struct RunResult {
 /// Bounded capture of a command's combined output.
 #[derive(Debug, Default)]
 pub struct Captured {
+    /// Never write the output to a file (it may be a secret, e.g. a key command's stdout).
+    no_spill: bool,
     tail: Vec<u8>,
     total_bytes: u64,
     newlines: u64,
@@ -125,7 +127,7 @@ impl Captured {
         }
         self.last_line_bytes += (bytes.len() - line_start) as u64;
         self.tail.extend_from_slice(bytes);
-        if self.full.is_none() && self.over_limit() {
+        if self.full.is_none() && !self.no_spill && self.over_limit() {
             // Nothing was trimmed yet (trimming starts far above the limit), so the buffer
             // holds everything so far.
             self.full = Some(open_full_output(&self.tail));
@@ -163,6 +165,11 @@ impl Captured {
                 }
             }
         }
+    }
+
+    /// All of the output, unless the in-memory tail has lost its start.
+    pub fn whole(&self) -> Option<&[u8]> {
+        (self.tail.len() as u64 == self.total_bytes).then_some(self.tail.as_slice())
     }
 
     /// The path of the full-output file, once the output exceeded a limit.
@@ -341,29 +348,66 @@ pub fn run(
     spec: &RunSpec<'_>,
     on_report: &mut dyn FnMut(&Report<'_>),
 ) -> Result<RunResult, String> {
-    if spec.abort.is_aborted() {
-        return Ok(RunResult {
-            ending: Ending::Aborted,
-            output: Captured::default(),
-        });
-    }
-    if !spec.cwd.is_dir() {
+    if !spec.abort.is_aborted() && !spec.cwd.is_dir() {
         return Err(format!(
             "Working directory does not exist: {}\nCannot execute bash commands.",
             spec.cwd.display()
         ));
     }
-    let mut child = Command::new(shell())
+    launch(spec, shell(), true, Captured::default(), on_report)
+}
+
+/// Runs `sh -c command` for its stdout alone (stderr is discarded), with the same group
+/// discipline as `run`: the whole group dies on timeout, on abort, and when the shell has
+/// exited but a process it left behind still holds the pipe. The output stays in memory
+/// only (never spilled to a file, since it may be a secret); `Captured::whole` is `None`
+/// when it was too large to keep whole. For `!command` config values.
+pub fn run_stdout(
+    command: &str,
+    timeout: Duration,
+    abort: &AbortFlag,
+) -> Result<RunResult, String> {
+    let spec = RunSpec {
+        command,
+        cwd: Path::new("."),
+        timeout: Some(timeout),
+        abort,
+    };
+    let captured = Captured {
+        no_spill: true,
+        ..Default::default()
+    };
+    launch(&spec, "sh", false, captured, &mut |_| {})
+}
+
+fn launch(
+    spec: &RunSpec<'_>,
+    program: &str,
+    with_stderr: bool,
+    captured: Captured,
+    on_report: &mut dyn FnMut(&Report<'_>),
+) -> Result<RunResult, String> {
+    if spec.abort.is_aborted() {
+        return Ok(RunResult {
+            ending: Ending::Aborted,
+            output: captured,
+        });
+    }
+    let mut child = Command::new(program)
         .arg("-c")
         .arg(spec.command)
         .current_dir(spec.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(if with_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         // Its own group: one signal reaches the shell and everything it started.
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("Cannot run {}: {e}", shell()))?;
+        .map_err(|e| format!("Cannot run {program}: {e}"))?;
     let pgid = i32::try_from(child.id()).unwrap_or(0);
     let group = GroupGuard(pgid);
     // Cancel kills at once, from the thread that sets the flag, instead of at our next poll.
@@ -385,7 +429,7 @@ pub fn run(
     drop(tx);
 
     let mut state = Loop {
-        captured: Captured::default(),
+        captured,
         pending: Vec::new(),
         skipped: 0,
         last_report: None,
@@ -566,6 +610,64 @@ fn complete_utf8_prefix(bytes: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `run_stdout` on another thread, waited for at most 10 s (`None`: still running).
+    fn run_stdout_within(command: &'static str, timeout: Duration) -> Option<RunResult> {
+        let (tx, rx) = bounded(1);
+        thread::spawn(move || {
+            let _ = tx.send(run_stdout(command, timeout, &AbortFlag::new()));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .ok()
+            .map(|r| r.expect("sh starts"))
+    }
+
+    /// Waits (bounded) for `pid` to be gone or a zombie.
+    fn dies(pid: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Err(_) => return true,
+                Ok(stat)
+                    if stat
+                        .rsplit(')')
+                        .next()
+                        .is_some_and(|s| s.trim_start().starts_with('Z')) =>
+                {
+                    return true
+                }
+                Ok(_) => thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn run_stdout_kills_the_whole_group_on_timeout_and_for_leftover_pipe_holders() {
+        // A child still running at the deadline: timed out, its stdout so far kept.
+        let r = run_stdout_within("echo $$; sleep 30; echo k", Duration::from_millis(300))
+            .expect("the timeout did not end the run");
+        assert_eq!(r.ending, Ending::TimedOut);
+        let out = String::from_utf8_lossy(r.output.whole().unwrap()).into_owned();
+        assert!(dies(out.trim()), "the shell survived its timeout");
+        // The shell exits but a background child holds the pipe: the run ends with what was
+        // printed, and the holder dies with the group.
+        let r = run_stdout_within("sleep 30 & echo $!; echo k", Duration::from_secs(60))
+            .expect("a leftover pipe holder stalled the run");
+        assert_eq!(r.ending, Ending::Exited(0));
+        let out = String::from_utf8_lossy(r.output.whole().unwrap()).into_owned();
+        let (pid, rest) = out.split_once('\n').unwrap();
+        assert_eq!(rest, "k\n");
+        assert!(dies(pid), "the background child survived the run");
+        // Stderr is not part of the output, and nothing is spilled to a file.
+        let r = run_stdout_within(
+            "echo err >&2; yes key | head -c 100000",
+            Duration::from_secs(60),
+        )
+        .expect("run ends");
+        assert_eq!(r.output.whole().map(<[u8]>::len), Some(100_000));
+        assert!(r.output.full_output_path().is_none());
+    }
 
     #[test]
     fn utf8_prefix_holds_back_split_characters() {
