@@ -1,4 +1,5 @@
-//! The child-process runner behind the `bash` tool and user shell commands (`!cmd`).
+//! The child-process runner behind the `bash` tool, user shell commands (`!cmd`) and
+//! `!command` config values (`run_stdout`).
 //!
 //! It owns everything about a shell child's life: spawning `bash -c` (or `sh -c`) in its own
 //! process group, draining stdout/stderr on named threads (so a full pipe never deadlocks the
