@@ -84,6 +84,8 @@ RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
 	provider::cancel_while_the_server_stalls_answers_cancelled_and_closes_the_socket \
 	tools::timeout_and_orphaned_pipes_kill_the_whole_group \
 	tools::huge_output_is_truncated_to_a_file_with_bounded_memory \
+	tools::read_of_a_fifo_is_a_prompt_error_and_the_next_prompt_works \
+	tools::read_of_dev_zero_is_an_error_and_memory_stays_small \
 	kernel::a_kernel_killed_mid_cell_is_an_error_and_the_next_cell_recovers \
 	protocol::stdin_closed_mid_frame_gets_a_parse_error_and_a_clean_exit \
 	protocol::stdin_eof_mid_turn_exits_zero \

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::procs::{alive, assert_dies, wait_for_file};
+use crate::support::procs::{alive, assert_dies, vm_kib, wait_for_file};
 use crate::support::*;
 
 /// The updates of one tool call, in order.
@@ -407,4 +407,115 @@ fn only_typed_text_runs_as_a_user_shell_command() {
         "a resource ran as a shell command"
     );
     assert_eq!(a.text(), "read it");
+}
+
+#[test]
+fn bash_output_whose_last_line_alone_is_too_long_still_reaches_the_model() {
+    // Regression (issue 9): a 60 KB last line followed by a newline used to reach the model as
+    // an empty text plus `[Showing lines 3-3 of 3 (50.0KB limit). …]`.
+    let dir = TempDir::new("bash-long-line");
+    let command = "echo short; head -c 61440 /dev/zero | tr '\\0' q; echo END";
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"long","name":"bash","arguments":{"command":command}}}]}),
+            json!({"steps":[{"expect":["qqqqEND\n\n\n[Showing last 50.0KB of line 2 (line is 60.0KB). Full output: "]},{"text":"saw it"}]}),
+        ],
+    );
+    let mut a = agent_in(&dir, &script, &[]);
+    assert_eq!(a.prompt_stop("print a long line"), "end_turn");
+    assert_eq!(a.text(), "saw it");
+    let text = text_of(&end_of(&a, "long"));
+    let (body, notice) = text.rsplit_once("\n\n").expect("a notice");
+    assert_eq!(body.len(), 50 * 1024, "the end of the long line is shown");
+    assert!(body.ends_with("qqqqEND\n"));
+    let prefix = "[Showing last 50.0KB of line 2 (line is 60.0KB). Full output: ";
+    assert!(notice.starts_with(prefix), "{notice}");
+    let _ = std::fs::remove_file(notice[prefix.len()..].trim_end_matches(']'));
+}
+
+/// An agent whose model calls `read` with `args` once, expects a result containing `want`,
+/// answers `"read it"`, and then `"again"` to a second prompt.
+fn read_agent(dir: &TempDir, args: Value, want: &str) -> Agent {
+    let script = script_file(
+        dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"r","name":"read","arguments":args}}]}),
+            json!({"steps":[{"expect":[want]},{"text":"read it"}]}),
+            json!({"steps":[{"text":"again"}]}),
+        ],
+    );
+    agent_in(dir, &script, &[])
+}
+
+/// The second prompt on the same connection is answered normally.
+fn second_prompt_works(a: &mut Agent) {
+    a.seen.clear();
+    assert_eq!(a.prompt_stop("still there?"), "end_turn");
+    assert_eq!(a.text(), "again");
+}
+
+#[test]
+fn read_of_a_fifo_is_a_prompt_error_and_the_next_prompt_works() {
+    // Regression (issue 9): `read` used to block for ever in `fs::read` on a named pipe.
+    let dir = TempDir::new("read-fifo");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("pipe"))
+        .status()
+        .expect("mkfifo")
+        .success();
+    assert!(ok);
+    let want = format!(
+        "tool_result read error=true: Cannot read '{}': it is a named pipe (FIFO), not a regular file.",
+        dir.path().join("pipe").display()
+    );
+    let mut a = read_agent(&dir, json!({"path": "pipe"}), &want);
+    assert_eq!(a.prompt_stop("read the pipe"), "end_turn");
+    assert_eq!(a.text(), "read it");
+    assert_eq!(end_of(&a, "r")["status"], "failed");
+    second_prompt_works(&mut a);
+    a.report("tool_reads_a_fifo", 1, 0);
+    assert!(a.finish().success());
+}
+
+#[test]
+fn read_of_dev_zero_is_an_error_and_memory_stays_small() {
+    // Regression (issue 9): `read` of `/dev/zero` used to grow without end.
+    let dir = TempDir::new("read-zero");
+    let want = "tool_result read error=true: Cannot read '/dev/zero': it is a character device, not a regular file.";
+    let mut a = read_agent(&dir, json!({"path": "/dev/zero"}), want);
+    assert_eq!(a.prompt_stop("read zeros"), "end_turn");
+    assert_eq!(end_of(&a, "r")["status"], "failed");
+    let hwm = vm_kib(a.pid(), "VmHWM:");
+    assert!(hwm > 0 && hwm < 64 * 1024, "agent peak RSS {hwm} kB");
+    second_prompt_works(&mut a);
+    a.report("tool_reads_dev_zero", 1, 0);
+    assert!(a.finish().success());
+}
+
+#[test]
+fn read_of_a_200mb_file_is_capped_with_bounded_memory() {
+    // A sparse file: 3000 short lines, then zeros up to 200 MB (one huge last line).
+    let dir = TempDir::new("read-huge");
+    let text: String = (1..=3000).map(|i| format!("line{i}\n")).collect();
+    let path = dir.write("big.log", &text);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(200 << 20))
+        .expect("sparse file");
+    let mut a = read_agent(
+        &dir,
+        json!({"path": "big.log"}),
+        "line2000\n\n[Showing lines 1-2000 of 3001. Use offset=2001 to continue.]",
+    );
+    assert_eq!(a.prompt_stop("read the log"), "end_turn");
+    let e = end_of(&a, "r");
+    assert_eq!(e["status"], "completed");
+    let out = text_of(&e);
+    assert!(out.starts_with("line1\nline2\n"), "{}", &out[..40]);
+    assert!(out.len() < 50 * 1024);
+    let hwm = vm_kib(a.pid(), "VmHWM:");
+    assert!(hwm > 0 && hwm < 64 * 1024, "agent peak RSS {hwm} kB");
+    second_prompt_works(&mut a);
 }

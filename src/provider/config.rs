@@ -8,9 +8,7 @@
 //! prompt says what to set (and adding the key to `auth.json` later works without a restart).
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -709,45 +707,27 @@ pub fn resolve_value(raw: &str) -> Result<String, String> {
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs `sh -c cmd` with a 10 s limit. The command text is not logged: it may embed a secret.
+/// Runs `sh -c cmd` with a 10 s limit, through the tools' process runner: its own process
+/// group, killed whole on timeout, so a grandchild that holds the pipe cannot outlast the
+/// limit. The command text is not logged: it may embed a secret.
 fn run_command(cmd: &str) -> Result<String, String> {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+    use crate::tools::process::{run_stdout, Ending};
+    let run = run_stdout(cmd, COMMAND_TIMEOUT, &crate::abort::AbortFlag::new())
         .map_err(|e| format!("Cannot run a key command: {e}"))?;
-    let Some(mut stdout) = child.stdout.take() else {
-        return Err("Cannot read a key command's output".to_owned());
-    };
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let _ = stdout.read_to_end(&mut out);
-        let _ = tx.send(out);
-    });
-    let out = match rx.recv_timeout(COMMAND_TIMEOUT) {
-        Ok(out) => out,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = reader.join();
+    match run.ending {
+        Ending::Exited(0) => {}
+        Ending::Exited(code) => return Err(format!("A key command failed (exit status: {code})")),
+        Ending::TimedOut | Ending::Aborted => {
             return Err(format!(
                 "A key command did not finish within {} s",
                 COMMAND_TIMEOUT.as_secs()
-            ));
+            ))
         }
-    };
-    let _ = reader.join();
-    let status = child
-        .wait()
-        .map_err(|e| format!("Key command failed: {e}"))?;
-    if !status.success() {
-        return Err(format!("A key command failed ({status})"));
     }
-    let value = String::from_utf8_lossy(&out).trim().to_owned();
+    let Some(out) = run.output.whole() else {
+        return Err("A key command printed too much".to_owned());
+    };
+    let value = String::from_utf8_lossy(out).trim().to_owned();
     if value.is_empty() {
         return Err("A key command printed nothing".to_owned());
     }
@@ -795,6 +775,31 @@ pub fn resolve(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `resolve_value` on another thread, waited for at most `bound` (`None`: still running).
+    fn resolve_within(raw: &'static str, bound: Duration) -> Option<Result<String, String>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let _ = tx.send(resolve_value(raw));
+        });
+        rx.recv_timeout(bound).ok()
+    }
+
+    #[test]
+    fn key_commands_cannot_outlast_their_limit_through_a_grandchild() {
+        // `sleep` keeps the stdout pipe open after `sh` exits: the value is what was printed,
+        // and the leftover is killed with its group instead of holding the call for 30 s.
+        let got = resolve_within("!sleep 30 & echo k", COMMAND_TIMEOUT)
+            .expect("a key command hung on a pipe its grandchild holds");
+        assert_eq!(got.as_deref(), Ok("k"));
+        // Still running at the limit: a clear error (after 10 s, not after the sleep's 30 s).
+        let got = resolve_within("!sleep 30; echo k", 2 * COMMAND_TIMEOUT)
+            .expect("a key command outlasted its 10 s limit");
+        assert_eq!(
+            got,
+            Err("A key command did not finish within 10 s".to_owned())
+        );
+    }
 
     fn registry_with_intercept() -> Registry {
         let mut r = Registry::builtin();

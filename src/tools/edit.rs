@@ -9,8 +9,17 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::read::path_location;
-use super::{file_diff, io_error_code, resolve_path, Tool, ToolContext, ToolOutput};
+use super::truncate::format_size;
+use super::{
+    file_diff, io_error_code, open_regular, resolve_path, FileError, Tool, ToolContext, ToolOutput,
+};
 use crate::provider::ToolSpec;
+
+/// The largest file `edit` loads. An edit holds the file several times over (the original,
+/// its LF- and fuzzy-normalised copies for matching, the result with its line endings
+/// restored, the diff), so a cap keeps one call's memory near 100 MiB; files this large are
+/// data, not source, and `bash` (`sed`) edits them without loading them.
+pub const EDIT_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
 pub struct Edit;
 
@@ -84,17 +93,34 @@ impl Tool for Edit {
         };
         // Opened for writing too, so a read-only file fails before any work, like the
         // reference's R_OK|W_OK access check.
-        let bytes = match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&abs)
-            .and_then(|mut f| {
-                let mut b = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut b).map(|_| b)
-            }) {
-            Ok(b) => b,
-            Err(e) => return could_not(&e),
+        let (mut file, meta) =
+            match open_regular(&abs, std::fs::OpenOptions::new().read(true).write(true)) {
+                Ok(f) => f,
+                Err(FileError::Io(e)) => return could_not(&e),
+                Err(FileError::NotRegular(kind)) => {
+                    return ToolOutput::error(format!(
+                        "Could not edit file: {path}. It is a {kind}, not a regular file."
+                    ))
+                }
+            };
+        let too_large = || {
+            ToolOutput::error(format!(
+                "Could not edit file: {path}. It is larger than the {} edit limit; use bash (e.g. sed) for files this large.",
+                format_size(EDIT_MAX_BYTES)
+            ))
         };
+        if meta.len() > EDIT_MAX_BYTES {
+            return too_large();
+        }
+        let mut bytes = Vec::new();
+        // `take`: a file that grows after the `stat` is still read only up to the limit.
+        let mut limited = std::io::Read::take(&mut file, EDIT_MAX_BYTES + 1);
+        if let Err(e) = std::io::Read::read_to_end(&mut limited, &mut bytes) {
+            return could_not(&e);
+        }
+        if bytes.len() as u64 > EDIT_MAX_BYTES {
+            return too_large();
+        }
         // Rewriting a non-UTF-8 file through a lossy decode would corrupt it: refuse.
         let Ok(original) = String::from_utf8(bytes) else {
             return ToolOutput::error(format!("Could not edit file: {path}. Error code: EILSEQ."));
@@ -106,7 +132,12 @@ impl Tool for Edit {
         if ctx.abort.is_aborted() {
             return ToolOutput::error("Operation aborted");
         }
-        if let Err(e) = std::fs::write(&abs, &updated) {
+        // Through the descriptor that was checked, never the path again.
+        let written = file
+            .set_len(0)
+            .and_then(|()| std::io::Seek::rewind(&mut file))
+            .and_then(|()| std::io::Write::write_all(&mut file, updated.as_bytes()));
+        if let Err(e) = written {
             return could_not(&e);
         }
         ToolOutput {

@@ -144,8 +144,58 @@ pub fn io_error_text(e: &std::io::Error) -> String {
     }
 }
 
+/// Why a file tool cannot use a path.
+#[derive(Debug)]
+pub enum FileError {
+    Io(std::io::Error),
+    /// It exists but is not a regular file: the kind, for the message (`named pipe (FIFO)`…).
+    NotRegular(&'static str),
+}
+
+/// Opens `abs` with `options` only if it is a regular file (symlinks are followed). A FIFO,
+/// a device (`/dev/zero`), a socket would block the call for ever or feed it without end, so
+/// the type is checked with `stat` before opening, the open is non-blocking (a path swapped
+/// for a FIFO in between cannot block it either), and the type is checked again on the open
+/// descriptor. A directory stays the plain `EISDIR` error the tools always gave.
+pub fn open_regular(
+    abs: &Path,
+    options: &mut std::fs::OpenOptions,
+) -> Result<(std::fs::File, std::fs::Metadata), FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fn check(meta: &std::fs::Metadata) -> Result<(), FileError> {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        let kind = if t.is_file() {
+            return Ok(());
+        } else if t.is_dir() {
+            return Err(FileError::Io(std::io::Error::from_raw_os_error(
+                libc::EISDIR,
+            )));
+        } else if t.is_fifo() {
+            "named pipe (FIFO)"
+        } else if t.is_char_device() {
+            "character device"
+        } else if t.is_block_device() {
+            "block device"
+        } else if t.is_socket() {
+            "socket"
+        } else {
+            "special file"
+        };
+        Err(FileError::NotRegular(kind))
+    }
+    check(&std::fs::metadata(abs).map_err(FileError::Io)?)?;
+    let file = options
+        .custom_flags(libc::O_NONBLOCK)
+        .open(abs)
+        .map_err(FileError::Io)?;
+    let meta = file.metadata().map_err(FileError::Io)?;
+    check(&meta)?;
+    Ok((file, meta))
+}
+
 /// Above this size a `diff` is left out: clients render it whole and the wire carries it twice.
-const DIFF_MAX_BYTES: usize = 2 * 1024 * 1024;
+pub const DIFF_MAX_BYTES: usize = 2 * 1024 * 1024;
 
 /// The ACP `diff` of a file change (`old` is `None` for a new file), unless a side is huge.
 pub fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<FileDiff> {
@@ -201,5 +251,193 @@ impl ToolChoice {
                 .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    /// A fresh private directory for one test.
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "pa-tools-{name}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Runs built-in tool `name` on another thread, waited for at most 10 s: a tool that
+    /// blocks (on a FIFO…) fails the test instead of hanging it.
+    fn run_tool(name: &'static str, args: Value, cwd: &Path) -> ToolOutput {
+        let cwd = cwd.to_path_buf();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let tool: Box<dyn Tool> = match name {
+                "read" => Box::new(read::Read),
+                "write" => Box::new(write::Write),
+                "edit" => Box::new(edit::Edit),
+                _ => unreachable!(),
+            };
+            let abort = AbortFlag::new();
+            let mut progress = |_: &str| {};
+            let mut ctx = ToolContext {
+                cwd: &cwd,
+                abort: &abort,
+                progress: &mut progress,
+            };
+            let _ = tx.send(tool.run(&args, &mut ctx));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{name} blocked"))
+    }
+
+    fn mkfifo(path: &Path) {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfifo failed");
+    }
+
+    #[test]
+    fn file_tools_refuse_fifos_and_devices_without_blocking() {
+        let dir = temp_dir("special");
+        mkfifo(&dir.join("pipe"));
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero")).unwrap();
+        let pipe = dir.join("pipe").display().to_string();
+        let cases = [
+            (
+                "read",
+                json!({"path": "pipe"}),
+                format!("Cannot read '{pipe}': it is a named pipe (FIFO), not a regular file. read only reads regular files."),
+            ),
+            (
+                "read",
+                json!({"path": "/dev/zero"}),
+                "Cannot read '/dev/zero': it is a character device, not a regular file. read only reads regular files.".to_owned(),
+            ),
+            (
+                // Through a symlink: the target's type decides.
+                "read",
+                json!({"path": "zero", "limit": 1}),
+                format!("Cannot read '{}': it is a character device, not a regular file. read only reads regular files.", dir.join("zero").display()),
+            ),
+            (
+                "write",
+                json!({"path": "pipe", "content": "x"}),
+                format!("Cannot write '{pipe}': it is a named pipe (FIFO), not a regular file. write only writes regular files."),
+            ),
+            (
+                "edit",
+                json!({"path": "pipe", "edits": [{"oldText": "a", "newText": "b"}]}),
+                "Could not edit file: pipe. It is a named pipe (FIFO), not a regular file.".to_owned(),
+            ),
+            (
+                // A directory stays the plain error it always was.
+                "read",
+                json!({"path": "."}),
+                format!("EISDIR: is a directory, access '{}'", dir.join(".").display()),
+            ),
+        ];
+        for (tool, args, want) in cases {
+            let out = run_tool(tool, args.clone(), &dir);
+            assert!(out.is_error, "{tool} {args}");
+            assert_eq!(out.text, want, "{tool} {args}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn edit_refuses_files_too_large_to_edit_in_memory() {
+        let dir = temp_dir("edit-large");
+        let big = std::fs::File::create(dir.join("big")).unwrap();
+        big.set_len(edit::EDIT_MAX_BYTES + 1).unwrap();
+        let out = run_tool(
+            "edit",
+            json!({"path": "big", "edits": [{"oldText": "a", "newText": "b"}]}),
+            &dir,
+        );
+        assert!(out.is_error);
+        assert_eq!(
+            out.text,
+            "Could not edit file: big. It is larger than the 16.0MB edit limit; use bash (e.g. sed) for files this large."
+        );
+        assert_eq!(
+            std::fs::metadata(dir.join("big")).unwrap().len(),
+            edit::EDIT_MAX_BYTES + 1
+        );
+        // Just under the limit is edited as usual (and written through the same descriptor).
+        std::fs::write(dir.join("small"), "one\ntwo\n").unwrap();
+        let out = run_tool(
+            "edit",
+            json!({"path": "small", "edits": [{"oldText": "two", "newText": "2"}]}),
+            &dir,
+        );
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("small")).unwrap(),
+            "one\n2\n"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn write_diffs_only_files_small_enough_and_overwrites_large_ones() {
+        let dir = temp_dir("write-diff");
+        std::fs::write(dir.join("small"), "old\n").unwrap();
+        let out = run_tool("write", json!({"path": "small", "content": "new\n"}), &dir);
+        assert!(!out.is_error, "{}", out.text);
+        let diff = out.diff.expect("a diff for a small file");
+        assert_eq!(diff.old_text.as_deref(), Some("old\n"));
+        // Above the diff limit the old text is not read, and no diff claims the file is new.
+        let big = std::fs::File::create(dir.join("big")).unwrap();
+        big.set_len(DIFF_MAX_BYTES as u64 + 1).unwrap();
+        let out = run_tool("write", json!({"path": "big", "content": "short\n"}), &dir);
+        assert!(!out.is_error, "{}", out.text);
+        assert!(out.diff.is_none());
+        assert_eq!(std::fs::read_to_string(dir.join("big")).unwrap(), "short\n");
+        // A new file, in a new directory: oldText null.
+        let out = run_tool("write", json!({"path": "d/new", "content": "x"}), &dir);
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(out.diff.expect("diff").old_text, None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn read_streams_a_large_sparse_file() {
+        let dir = temp_dir("read-large");
+        let mut text = String::new();
+        for i in 1..=3000 {
+            text.push_str(&format!("line{i}\n"));
+        }
+        std::fs::write(dir.join("big"), &text).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("big"))
+            .unwrap();
+        f.set_len(64 << 20).unwrap();
+        let out = run_tool("read", json!({"path": "big"}), &dir);
+        assert!(!out.is_error, "{}", out.text);
+        assert!(out.text.starts_with("line1\nline2\n"));
+        assert!(
+            out.text.ends_with(
+                "line2000\n\n[Showing lines 1-2000 of 3001. Use offset=2001 to continue.]"
+            ),
+            "{}",
+            &out.text[out.text.len() - 100..]
+        );
+        // The zero-filled rest is one 64 MB line: the notice says so instead of loading it.
+        let out = run_tool("read", json!({"path": "big", "offset": 3001}), &dir);
+        assert_eq!(
+            out.text,
+            "[Line 3001 is 64.0MB, exceeds 50.0KB limit. Use bash: sed -n '3001p' big | head -c 51200]"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,4 +1,5 @@
-//! The child-process runner behind the `bash` tool and user shell commands (`!cmd`).
+//! The child-process runner behind the `bash` tool, user shell commands (`!cmd`) and
+//! `!command` config values (`run_stdout`).
 //!
 //! It owns everything about a shell child's life: spawning `bash -c` (or `sh -c`) in its own
 //! process group, draining stdout/stderr on named threads (so a full pipe never deadlocks the
@@ -81,11 +82,15 @@ pub struct RunResult {
 /// Bounded capture of a command's combined output.
 #[derive(Debug, Default)]
 pub struct Captured {
+    /// Never write the output to a file (it may be a secret, e.g. a key command's stdout).
+    no_spill: bool,
     tail: Vec<u8>,
     total_bytes: u64,
     newlines: u64,
     /// Bytes since the last `\n`: the full size of the last line, even if the tail lost its start.
     last_line_bytes: u64,
+    /// Size of the last complete non-empty line: the line a final newline follows.
+    last_full_line_bytes: u64,
     full: Option<FullOutput>,
 }
 
@@ -111,15 +116,19 @@ impl Captured {
 
     fn push(&mut self, bytes: &[u8]) {
         self.total_bytes += bytes.len() as u64;
-        match bytes.iter().rposition(|&b| b == b'\n') {
-            Some(i) => {
-                self.newlines += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
-                self.last_line_bytes = (bytes.len() - i - 1) as u64;
+        let mut line_start = 0;
+        for (i, _) in bytes.iter().enumerate().filter(|(_, &b)| b == b'\n') {
+            let line = self.last_line_bytes + (i - line_start) as u64;
+            if line > 0 {
+                self.last_full_line_bytes = line;
             }
-            None => self.last_line_bytes += bytes.len() as u64,
+            self.last_line_bytes = 0;
+            self.newlines += 1;
+            line_start = i + 1;
         }
+        self.last_line_bytes += (bytes.len() - line_start) as u64;
         self.tail.extend_from_slice(bytes);
-        if self.full.is_none() && self.over_limit() {
+        if self.full.is_none() && !self.no_spill && self.over_limit() {
             // Nothing was trimmed yet (trimming starts far above the limit), so the buffer
             // holds everything so far.
             self.full = Some(open_full_output(&self.tail));
@@ -157,6 +166,11 @@ impl Captured {
                 }
             }
         }
+    }
+
+    /// All of the output, unless the in-memory tail has lost its start.
+    pub fn whole(&self) -> Option<&[u8]> {
+        (self.tail.len() as u64 == self.total_bytes).then_some(self.tail.as_slice())
     }
 
     /// The path of the full-output file, once the output exceeded a limit.
@@ -197,10 +211,16 @@ impl Captured {
         let start = total + 1 - t.output_lines as u64;
         let path = self.full_output_label();
         if t.last_line_partial {
+            // The cut line is the first one shown; only empty lines (a final newline) follow.
+            let line_bytes = if self.last_line_bytes > 0 {
+                self.last_line_bytes
+            } else {
+                self.last_full_line_bytes
+            };
             out.push_str(&format!(
-                "\n\n[Showing last {} of line {end} (line is {}). Full output: {path}]",
+                "\n\n[Showing last {} of line {start} (line is {}). Full output: {path}]",
                 format_size(t.output_bytes as u64),
-                format_size(self.last_line_bytes)
+                format_size(line_bytes)
             ));
         } else if t.by_lines {
             out.push_str(&format!(
@@ -329,29 +349,66 @@ pub fn run(
     spec: &RunSpec<'_>,
     on_report: &mut dyn FnMut(&Report<'_>),
 ) -> Result<RunResult, String> {
-    if spec.abort.is_aborted() {
-        return Ok(RunResult {
-            ending: Ending::Aborted,
-            output: Captured::default(),
-        });
-    }
-    if !spec.cwd.is_dir() {
+    if !spec.abort.is_aborted() && !spec.cwd.is_dir() {
         return Err(format!(
             "Working directory does not exist: {}\nCannot execute bash commands.",
             spec.cwd.display()
         ));
     }
-    let mut child = Command::new(shell())
+    launch(spec, shell(), true, Captured::default(), on_report)
+}
+
+/// Runs `sh -c command` for its stdout alone (stderr is discarded), with the same group
+/// discipline as `run`: the whole group dies on timeout, on abort, and when the shell has
+/// exited but a process it left behind still holds the pipe. The output stays in memory
+/// only (never spilled to a file, since it may be a secret); `Captured::whole` is `None`
+/// when it was too large to keep whole. For `!command` config values.
+pub fn run_stdout(
+    command: &str,
+    timeout: Duration,
+    abort: &AbortFlag,
+) -> Result<RunResult, String> {
+    let spec = RunSpec {
+        command,
+        cwd: Path::new("."),
+        timeout: Some(timeout),
+        abort,
+    };
+    let captured = Captured {
+        no_spill: true,
+        ..Default::default()
+    };
+    launch(&spec, "sh", false, captured, &mut |_| {})
+}
+
+fn launch(
+    spec: &RunSpec<'_>,
+    program: &str,
+    with_stderr: bool,
+    captured: Captured,
+    on_report: &mut dyn FnMut(&Report<'_>),
+) -> Result<RunResult, String> {
+    if spec.abort.is_aborted() {
+        return Ok(RunResult {
+            ending: Ending::Aborted,
+            output: captured,
+        });
+    }
+    let mut child = Command::new(program)
         .arg("-c")
         .arg(spec.command)
         .current_dir(spec.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(if with_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         // Its own group: one signal reaches the shell and everything it started.
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("Cannot run {}: {e}", shell()))?;
+        .map_err(|e| format!("Cannot run {program}: {e}"))?;
     let pgid = i32::try_from(child.id()).unwrap_or(0);
     let group = GroupGuard(pgid);
     // Cancel kills at once, from the thread that sets the flag, instead of at our next poll.
@@ -373,7 +430,7 @@ pub fn run(
     drop(tx);
 
     let mut state = Loop {
-        captured: Captured::default(),
+        captured,
         pending: Vec::new(),
         skipped: 0,
         last_report: None,
@@ -555,6 +612,64 @@ fn complete_utf8_prefix(bytes: &[u8]) -> usize {
 mod tests {
     use super::*;
 
+    /// `run_stdout` on another thread, waited for at most 10 s (`None`: still running).
+    fn run_stdout_within(command: &'static str, timeout: Duration) -> Option<RunResult> {
+        let (tx, rx) = bounded(1);
+        thread::spawn(move || {
+            let _ = tx.send(run_stdout(command, timeout, &AbortFlag::new()));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .ok()
+            .map(|r| r.expect("sh starts"))
+    }
+
+    /// Waits (bounded) for `pid` to be gone or a zombie.
+    fn dies(pid: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Err(_) => return true,
+                Ok(stat)
+                    if stat
+                        .rsplit(')')
+                        .next()
+                        .is_some_and(|s| s.trim_start().starts_with('Z')) =>
+                {
+                    return true
+                }
+                Ok(_) => thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn run_stdout_kills_the_whole_group_on_timeout_and_for_leftover_pipe_holders() {
+        // A child still running at the deadline: timed out, its stdout so far kept.
+        let r = run_stdout_within("echo $$; sleep 30; echo k", Duration::from_millis(300))
+            .expect("the timeout did not end the run");
+        assert_eq!(r.ending, Ending::TimedOut);
+        let out = String::from_utf8_lossy(r.output.whole().unwrap()).into_owned();
+        assert!(dies(out.trim()), "the shell survived its timeout");
+        // The shell exits but a background child holds the pipe: the run ends with what was
+        // printed, and the holder dies with the group.
+        let r = run_stdout_within("sleep 30 & echo $!; echo k", Duration::from_secs(60))
+            .expect("a leftover pipe holder stalled the run");
+        assert_eq!(r.ending, Ending::Exited(0));
+        let out = String::from_utf8_lossy(r.output.whole().unwrap()).into_owned();
+        let (pid, rest) = out.split_once('\n').unwrap();
+        assert_eq!(rest, "k\n");
+        assert!(dies(pid), "the background child survived the run");
+        // Stderr is not part of the output, and nothing is spilled to a file.
+        let r = run_stdout_within(
+            "echo err >&2; yes key | head -c 100000",
+            Duration::from_secs(60),
+        )
+        .expect("run ends");
+        assert_eq!(r.output.whole().map(<[u8]>::len), Some(100_000));
+        assert!(r.output.full_output_path().is_none());
+    }
+
     #[test]
     fn utf8_prefix_holds_back_split_characters() {
         assert_eq!(complete_utf8_prefix(b"abc"), 3);
@@ -653,5 +768,28 @@ mod tests {
         if let Some(p) = c.full_output_path() {
             let _ = std::fs::remove_file(p);
         }
+    }
+
+    #[test]
+    fn an_overlong_last_line_before_a_final_newline_still_reaches_the_model() {
+        // Two lines, the second 60 KB, then a newline: the model must see the end of line 2,
+        // not an empty result with "[Showing lines 3-3 of 3 …]".
+        let mut c = Captured::default();
+        c.push(b"short\n");
+        for _ in 0..60 {
+            c.push(&[b'q'; 1024]);
+        }
+        c.push(b"END\n");
+        c.finish();
+        let text = c.render();
+        let (body, notice) = text.rsplit_once("\n\n").expect("a notice");
+        assert!(body.ends_with("qqqEND\n"), "{:?}", &body[body.len() - 20..]);
+        assert_eq!(body.len(), MAX_BYTES);
+        let path = c.full_output_path().expect("spilled").display().to_string();
+        assert_eq!(
+            notice,
+            format!("[Showing last 50.0KB of line 2 (line is 60.0KB). Full output: {path}]")
+        );
+        let _ = std::fs::remove_file(path);
     }
 }

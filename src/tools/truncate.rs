@@ -92,8 +92,10 @@ pub fn truncate_head(content: &str, max_lines: usize, max_bytes: usize) -> Trunc
     out
 }
 
-/// Keeps whole lines from the end until either limit is hit (for `bash`). When the last line
-/// alone is too long, keeps its last `max_bytes` bytes (cut at a char boundary).
+/// Keeps whole lines from the end until either limit is hit (for `bash`). When the last
+/// non-empty line alone is too long, keeps the end of it (cut at a char boundary) so that the
+/// model always sees some output: empty pieces after it (a final newline) do not count as
+/// "something kept" and take their share of the byte budget.
 pub fn truncate_tail(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
     let lines: Vec<&str> = content.split('\n').collect();
     let total_lines = lines.len();
@@ -111,10 +113,14 @@ pub fn truncate_tail(content: &str, max_lines: usize, max_bytes: usize) -> Trunc
         let cost = line.len() + usize::from(!kept.is_empty());
         if bytes + cost > max_bytes {
             by_lines = false;
-            if kept.is_empty() {
-                let end = tail_bytes(line, max_bytes);
+            // Only empty pieces so far (`"…\n"` ends in one): without the end of this line
+            // the model would see nothing at all.
+            if kept.iter().all(|l| l.is_empty()) {
+                let separator = usize::from(!kept.is_empty());
+                let budget = max_bytes.saturating_sub(bytes + separator);
+                let end = tail_bytes(line, budget);
                 kept.push(end);
-                bytes = end.len();
+                bytes += end.len() + separator;
                 last_line_partial = true;
             }
             break;
@@ -206,6 +212,43 @@ mod tests {
         );
         let t = truncate_tail("aaaa\nbbbb\ncccc", 10, 9);
         assert_eq!((t.content.as_str(), t.by_lines), ("bbbb\ncccc", false));
+    }
+
+    #[test]
+    fn tail_always_keeps_the_end_of_the_last_non_empty_line() {
+        // (input, max_lines, max_bytes) → (content, output_lines, by_lines, last_line_partial)
+        let cases: &[(&str, usize, usize, &str, usize, bool, bool)] = &[
+            // No final newline: the last line itself is cut.
+            ("x\nabcdefgh", 10, 4, "efgh", 1, false, true),
+            // A final newline must not hide the line before it (it used to leave nothing).
+            ("x\nabcdefgh\n", 10, 4, "fgh\n", 2, false, true),
+            ("short\nabcdefgh\n", 10, 4, "fgh\n", 2, false, true),
+            // Several empty lines at the end: each keeps its newline inside the budget.
+            ("abcdefgh\n\n", 10, 5, "fgh\n\n", 3, false, true),
+            // A char boundary is respected inside the remaining budget.
+            ("x\nxéé\n", 10, 4, "é\n", 2, false, true),
+            // Something non-empty fits: whole lines only, nothing partial.
+            ("aaaa\nbbbb\n", 10, 6, "bbbb\n", 2, false, false),
+            ("aaaaaaaa\nbb\n", 10, 4, "bb\n", 2, false, false),
+            // The line limit still counts the final empty piece, as the reference does.
+            ("1\n2\n3\n", 2, 100, "3\n", 2, true, false),
+        ];
+        for &(input, lines, bytes, content, out_lines, by_lines, partial) in cases {
+            let t = truncate_tail(input, lines, bytes);
+            assert!(t.truncated, "{input:?}");
+            assert_eq!(
+                (
+                    t.content.as_str(),
+                    t.output_lines,
+                    t.by_lines,
+                    t.last_line_partial
+                ),
+                (content, out_lines, by_lines, partial),
+                "{input:?}"
+            );
+            assert_eq!(t.output_bytes, t.content.len(), "{input:?}");
+            assert!(t.output_bytes <= bytes, "{input:?}");
+        }
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! The `write` tool (behaviour spec §3.5): creates or overwrites a file, creating parent
 //! directories, and reports a `diff` (old text `None` for a new file) for ACP clients.
 
+use std::io::{Read as _, Write as _};
 use std::path::Path;
 
 use serde_json::{json, Value};
 
 use super::read::path_location;
-use super::{file_diff, io_error_code, io_error_text, resolve_path, Tool, ToolContext, ToolOutput};
+use super::{
+    file_diff, io_error_code, io_error_text, open_regular, resolve_path, FileError, Tool,
+    ToolContext, ToolOutput, DIFF_MAX_BYTES,
+};
 use crate::provider::ToolSpec;
 
 pub struct Write;
@@ -45,10 +49,6 @@ impl Tool for Write {
             );
         };
         let abs = resolve_path(ctx.cwd, path);
-        // The previous text, for the diff; `None` when the file is new (or not text).
-        let old = std::fs::read(&abs)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok());
         let fail = |op: &str, e: std::io::Error, target: &Path| {
             ToolOutput::error(format!(
                 "{}: {}, {op} '{}'",
@@ -57,24 +57,69 @@ impl Tool for Write {
                 target.display()
             ))
         };
+        let refuse = |kind: &str| {
+            ToolOutput::error(format!(
+                "Cannot write '{}': it is a {kind}, not a regular file. write only writes regular files.",
+                abs.display()
+            ))
+        };
+        let old = match previous_text(&abs) {
+            Ok(old) => old,
+            Err(kind) => return refuse(kind),
+        };
         if let Some(dir) = abs.parent() {
             if let Err(e) = std::fs::create_dir_all(dir) {
                 return fail("mkdir", e, dir);
             }
         }
-        if let Err(e) = std::fs::write(&abs, content) {
-            return fail("open", e, &abs);
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        let mut file = match open_regular(&abs, &mut options) {
+            Ok((f, _)) => f,
+            // A new file: nothing to check before creating it (non-blocking, as above).
+            Err(FileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                use std::os::unix::fs::OpenOptionsExt;
+                match options.custom_flags(libc::O_NONBLOCK).open(&abs) {
+                    Ok(f) => f,
+                    Err(e) => return fail("open", e, &abs),
+                }
+            }
+            Err(FileError::Io(e)) => return fail("open", e, &abs),
+            Err(FileError::NotRegular(kind)) => return refuse(kind),
+        };
+        if let Err(e) = file.write_all(content.as_bytes()) {
+            return fail("write", e, &abs);
         }
         // The reference reports JavaScript's `content.length`: UTF-16 code units, not bytes.
         let units = content.encode_utf16().count();
         ToolOutput {
             text: format!("Successfully wrote {units} bytes to {path}"),
-            diff: file_diff(&abs, old, content),
+            diff: old.and_then(|old| file_diff(&abs, old, content)),
             ..Default::default()
         }
     }
 
     fn locations(&self, args: &Value, cwd: &Path) -> Vec<String> {
         path_location(args, cwd)
+    }
+}
+
+/// The file's previous text for the diff: `Some(None)` when it is new (or not UTF-8, shown
+/// as new, as always), `None` when it is too large for a diff (it is not read at all then).
+/// `Err`: it exists but is not a regular file.
+fn previous_text(abs: &Path) -> Result<Option<Option<String>>, &'static str> {
+    match open_regular(abs, std::fs::OpenOptions::new().read(true)) {
+        Ok((file, meta)) if meta.len() <= DIFF_MAX_BYTES as u64 => {
+            let mut bytes = Vec::new();
+            // `take`: a file that grows after the `stat` is still read only up to the limit.
+            let read = file.take(DIFF_MAX_BYTES as u64 + 1).read_to_end(&mut bytes);
+            if read.is_err() || bytes.len() > DIFF_MAX_BYTES {
+                return Ok(None);
+            }
+            Ok(Some(String::from_utf8(bytes).ok()))
+        }
+        Ok(_) => Ok(None),
+        Err(FileError::NotRegular(kind)) => Err(kind),
+        Err(FileError::Io(_)) => Ok(Some(None)),
     }
 }
