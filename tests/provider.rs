@@ -511,3 +511,32 @@ fn bench_stream_throughput() {
         .as_bytes(),
     );
 }
+
+#[test]
+fn anthropic_redacted_and_signed_empty_thinking_go_back_before_the_tool_use() {
+    let (server, mut s) = anthropic(vec![
+        Canned::sse("anthropic-redacted-tools.sse"),
+        Canned::sse("anthropic-after-tool.sse"),
+    ]);
+    let r = ask(&mut s.agent, "use tools");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[1].body["thinking"]["type"], "enabled");
+    let messages = reqs[1].body["messages"].as_array().expect("m").clone();
+    let assistant = &messages[1];
+    assert_eq!(assistant["role"], "assistant");
+    let blocks = assistant["content"].as_array().expect("blocks");
+    assert_eq!(
+        blocks[0],
+        json!({"type": "redacted_thinking",
+               "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj"})
+    );
+    assert_eq!(
+        blocks[1],
+        json!({"type": "thinking", "thinking": "", "signature": "ErUBCkYIBhgCIkBsig-empty"})
+    );
+    assert_eq!(blocks[2]["type"], "tool_use");
+    assert_eq!(blocks[2]["id"], "toolu_09");
+    assert_eq!(blocks.len(), 3);
+}

@@ -38,9 +38,19 @@ pub enum Message {
 pub struct AssistantMessage {
     pub text: String,
     pub thinking: String,
-    /// Provider-specific opaque data needed to replay thinking (e.g. Anthropic signatures).
-    pub thinking_signature: Option<String>,
+    /// Reasoning the API wants back verbatim with the next request, in the order it came
+    /// (Anthropic: signed `thinking` blocks, even with empty text, and `redacted_thinking`).
+    pub reasoning_blocks: Vec<ReasoningBlock>,
     pub tool_calls: Vec<ToolCall>,
+}
+
+/// One opaque reasoning block, replayed exactly as received.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReasoningBlock {
+    /// Visible thinking with the signature that lets the API check it was not altered.
+    Signed { thinking: String, signature: String },
+    /// Thinking the API encrypted (`redacted_thinking`); `data` is opaque.
+    Redacted { data: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]
