@@ -18,7 +18,7 @@ use crossbeam_channel::Sender;
 
 use crate::abort::AbortFlag;
 use crate::acp::UserPrompt;
-use crate::events::{AgentEvent, DeltaKind, ToolResultView};
+use crate::events::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
     Usage,
@@ -285,6 +285,24 @@ impl Worker<'_> {
                 let (kind, delta) = match ev {
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
                     StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
+                    StreamEvent::Retrying(wait) => {
+                        return emit(AgentEvent::AutoRetry(RetryPhase::Waiting {
+                            attempt: wait.attempt,
+                            max_attempts: wait.max_attempts,
+                            delay_ms: u64::try_from(wait.delay.as_millis()).unwrap_or(u64::MAX),
+                            reason: wait.reason.to_owned(),
+                            error_message: wait.error,
+                        }))
+                    }
+                    StreamEvent::Recovered { attempt } => {
+                        return emit(AgentEvent::AutoRetry(RetryPhase::Recovered { attempt }))
+                    }
+                    StreamEvent::RetriesExhausted { attempt, error } => {
+                        return emit(AgentEvent::AutoRetry(RetryPhase::Exhausted {
+                            attempt,
+                            error_message: error,
+                        }))
+                    }
                 };
                 emit(AgentEvent::MessageDelta {
                     assistant: true,

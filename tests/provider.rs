@@ -208,7 +208,20 @@ fn a_refused_connection_is_retried_then_reported() {
     let details = failure(&ask(&mut a, "hi"));
     assert!(details.contains(&format!("127.0.0.1:{port}")), "{details}");
     assert!(details.to_lowercase().contains("refused"), "{details}");
-    assert!(stderr_eventually(&a, "retry 3/3"), "{}", a.stderr_text());
+    // A local server that is down stays down for the backoff: one retry, not three.
+    let retries = info_meta(&a, "autoRetry");
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!(retries[0]["phase"], "waiting");
+    assert_eq!(retries[0]["attempt"], 1);
+    assert_eq!(retries[0]["maxAttempts"], 1);
+    assert_eq!(retries[0]["reason"], "connection");
+    assert!(retries[0]["errorMessage"]
+        .as_str()
+        .is_some_and(|m| m.contains("refused")));
+    assert_eq!(retries[1]["phase"], "exhausted");
+    assert_eq!(retries[1]["attempt"], 1);
+    assert!(stderr_eventually(&a, "retry 1/1"), "{}", a.stderr_text());
+    assert!(!a.stderr_text().contains("retry 2/"));
 }
 
 #[test]
@@ -539,4 +552,62 @@ fn anthropic_redacted_and_signed_empty_thinking_go_back_before_the_tool_use() {
     assert_eq!(blocks[2]["type"], "tool_use");
     assert_eq!(blocks[2]["id"], "toolu_09");
     assert_eq!(blocks.len(), 3);
+}
+
+/// `_meta[ns][key]` of every `session_info_update` that carries `key`.
+fn info_meta(a: &Agent, key: &str) -> Vec<Value> {
+    a.updates_of("session_info_update")
+        .iter()
+        .map(|u| ns(u)[key].clone())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn unsupported_input_errors_are_not_retried() {
+    let (server, mut s) = openai(vec![
+        Canned::error(500, "error-500-image.json"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(
+        details.contains("image input is not supported"),
+        "{details}"
+    );
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the same request fails the same way"
+    );
+    assert!(info_meta(&s.agent, "autoRetry").is_empty());
+}
+
+#[test]
+fn a_retry_is_visible_as_waiting_then_recovered() {
+    let (server, mut s) = openai(vec![
+        Canned::error(500, "error-500.json"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let r = ask(&mut s.agent, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(server.requests().len(), 2);
+    assert_eq!(
+        info_meta(&s.agent, "autoRetry"),
+        vec![
+            json!({"phase": "waiting", "attempt": 1, "maxAttempts": 3, "delayMs": 10,
+                   "reason": "server_error", "errorMessage": "500 internal error in test"}),
+            json!({"phase": "recovered", "attempt": 1}),
+        ]
+    );
+    // The client hears of the recovery before the recovered reply's text.
+    let updates = s.agent.updates();
+    let recovered = updates
+        .iter()
+        .position(|u| ns(u)["autoRetry"]["phase"] == "recovered")
+        .expect("recovered");
+    let first_text = updates
+        .iter()
+        .position(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .expect("text");
+    assert!(recovered < first_text);
 }

@@ -24,7 +24,7 @@ use ureq::unversioned::transport::{
 };
 
 use super::sse::{SseDecoder, SseEvent};
-use super::{ProviderError, Reply, StreamEvent};
+use super::{ProviderError, Reply, RetryWait, StreamEvent};
 use crate::abort::AbortFlag;
 
 /// At trace level the HTTP stack hex-dumps raw request bytes, `Authorization` and
@@ -131,6 +131,10 @@ struct AttemptError {
     error: ProviderError,
     retryable: bool,
     retry_after: Option<Duration>,
+    /// A lower retry limit than the settings' for this kind of failure.
+    max_retries: Option<u32>,
+    /// The `autoRetry` reason: `rate_limited`, `server_error`, `connection`, `stream_dropped`.
+    reason: &'static str,
 }
 
 impl AttemptError {
@@ -139,6 +143,18 @@ impl AttemptError {
             error,
             retryable: false,
             retry_after: None,
+            max_retries: None,
+            reason: "fatal",
+        }
+    }
+
+    fn retryable(error: ProviderError, reason: &'static str) -> AttemptError {
+        AttemptError {
+            error,
+            retryable: true,
+            retry_after: None,
+            max_retries: None,
+            reason,
         }
     }
 }
@@ -172,7 +188,9 @@ impl HttpClient {
     }
 
     /// POSTs `request` and streams the SSE reply through a fresh decoder per attempt.
-    /// Retries 429, 5xx and connection failures (never once a delta reached the client).
+    /// Retries 429, 5xx and connection failures (never once a delta reached the client), and
+    /// reports each wait and its end through `on_event` (`Retrying`, `Recovered`,
+    /// `RetriesExhausted`).
     pub fn stream<D: StreamDecoder>(
         &self,
         request: &PostRequest<'_>,
@@ -184,16 +202,36 @@ impl HttpClient {
         loop {
             abort.check().map_err(|_| ProviderError::Aborted)?;
             let mut streamed = false;
+            // A retried call has recovered once its first delta arrives (the client hears
+            // so before the text), or when it completes without any.
             let result = self.attempt(request, abort, new_decoder(), &mut |ev| {
+                if !streamed && attempt > 0 {
+                    on_event(StreamEvent::Recovered { attempt });
+                }
                 streamed = true;
                 on_event(ev);
             });
             let failure = match result {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    if attempt > 0 && !streamed {
+                        on_event(StreamEvent::Recovered { attempt });
+                    }
+                    return Ok(reply);
+                }
                 Err(_) if abort.is_aborted() => return Err(ProviderError::Aborted),
                 Err(f) => f,
             };
-            if !failure.retryable || streamed || attempt >= self.settings.max_retries {
+            let max_attempts = failure
+                .max_retries
+                .unwrap_or(self.settings.max_retries)
+                .min(self.settings.max_retries);
+            if !failure.retryable || streamed || attempt >= max_attempts {
+                if attempt > 0 && !streamed {
+                    on_event(StreamEvent::RetriesExhausted {
+                        attempt,
+                        error: failure.error.to_string(),
+                    });
+                }
                 return Err(failure.error);
             }
             let delay = failure
@@ -201,12 +239,18 @@ impl HttpClient {
                 .unwrap_or_else(|| self.settings.retry_base * 2u32.saturating_pow(attempt));
             attempt += 1;
             log::warn!(
-                "{}: {}; retry {attempt}/{} in {:.1} s",
+                "{}: {}; retry {attempt}/{max_attempts} in {:.1} s",
                 request.label,
                 failure.error,
-                self.settings.max_retries,
                 delay.as_secs_f64()
             );
+            on_event(StreamEvent::Retrying(RetryWait {
+                attempt,
+                max_attempts,
+                delay,
+                reason: failure.reason,
+                error: failure.error.to_string(),
+            }));
             abort.sleep(delay).map_err(|_| ProviderError::Aborted)?;
         }
     }
@@ -272,11 +316,9 @@ impl HttpClient {
             }
             if n == 0 {
                 // A body that ends without a finish is a dropped connection, not an answer.
-                return decoder.finish().map_err(|error| AttemptError {
-                    error,
-                    retryable: true,
-                    retry_after: None,
-                });
+                return decoder
+                    .finish()
+                    .map_err(|error| AttemptError::retryable(error, "stream_dropped"));
             }
         }
     }
@@ -297,14 +339,46 @@ fn status_error(status: u16, response: ureq::http::Response<ureq::Body>) -> Atte
         .into_reader()
         .take(MAX_ERROR_BODY)
         .read_to_end(&mut body);
+    let message = error_text(&String::from_utf8_lossy(&body), status);
+    // A server that cannot take this kind of input (images for a text-only llama.cpp answer
+    // 500) answers the same way every time: retrying only makes the user wait.
+    let unsupported = is_unsupported_input(&message);
     AttemptError {
-        error: ProviderError::Status {
-            status,
-            message: error_text(&String::from_utf8_lossy(&body), status),
-        },
-        retryable: status == 429 || status >= 500,
+        error: ProviderError::Status { status, message },
+        retryable: (status == 429 || status >= 500) && !unsupported,
         retry_after,
+        max_retries: None,
+        reason: if status == 429 {
+            "rate_limited"
+        } else {
+            "server_error"
+        },
     }
+}
+
+/// Whether an error text says the request's input type is unsupported ("image input is not
+/// supported", "this model does not support image input", "multimodal ... unsupported").
+pub fn is_unsupported_input(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    let negative = [
+        "not supported",
+        "unsupported",
+        "does not support",
+        "doesn't support",
+    ]
+    .iter()
+    .any(|n| m.contains(n));
+    let input = [
+        "image",
+        "input type",
+        "multimodal",
+        "vision",
+        "audio",
+        "content type",
+    ]
+    .iter()
+    .any(|k| m.contains(k));
+    negative && input
 }
 
 /// The provider's own words from an error body (`{"error":{"message":…}}`, `{"message":…}`,
@@ -371,11 +445,19 @@ fn classify_ureq_error(e: &ureq::Error, url: &str, slot: &CallSlot) -> AttemptEr
         return AttemptError::fatal(ProviderError::Aborted);
     }
     let host = host_of(url);
+    let mut max_retries = None;
     let (retryable, text) = match e {
-        ureq::Error::Io(io) => (
-            is_connection_error(io.kind()),
-            format!("Connection to {host} failed: {io}"),
-        ),
+        ureq::Error::Io(io) => {
+            // A local server that refuses connections is down, and will not come up within
+            // the backoff: one retry covers a restart, more only keep the user waiting.
+            if io.kind() == io::ErrorKind::ConnectionRefused && is_local_host(host) {
+                max_retries = Some(1);
+            }
+            (
+                is_connection_error(io.kind()),
+                format!("Connection to {host} failed: {io}"),
+            )
+        }
         // Only a connect timeout is worth another try; the others already waited a full
         // idle timeout for the server.
         ureq::Error::Timeout(t) => (
@@ -395,6 +477,8 @@ fn classify_ureq_error(e: &ureq::Error, url: &str, slot: &CallSlot) -> AttemptEr
         error: ProviderError::Transport(one_line(&text)),
         retryable,
         retry_after: None,
+        max_retries,
+        reason: "connection",
     }
 }
 
@@ -410,13 +494,12 @@ fn read_error(e: &io::Error, slot: &CallSlot, idle: Duration) -> AttemptError {
             idle.as_secs_f64()
         )));
     }
-    AttemptError {
-        error: ProviderError::Transport(one_line(&format!(
+    AttemptError::retryable(
+        ProviderError::Transport(one_line(&format!(
             "The connection dropped mid-stream: {text}"
         ))),
-        retryable: true,
-        retry_after: None,
-    }
+        "stream_dropped",
+    )
 }
 
 fn is_connection_error(kind: io::ErrorKind) -> bool {
@@ -434,6 +517,38 @@ fn is_connection_error(kind: io::ErrorKind) -> bool {
 fn host_of(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     rest.split('/').next().unwrap_or(rest)
+}
+
+/// Whether `host` (`name`, `name:port`, `[v6]:port`) is this machine or a private network:
+/// loopback, RFC 1918, link-local, IPv6 unique-local, `localhost`, `*.local`.
+pub fn is_local_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else if host.matches(':').count() == 1 {
+        host.split(':').next().unwrap_or(host)
+    } else {
+        host
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") || name.ends_with(".local") {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => {
+            ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified()
+        }
+        Ok(std::net::IpAddr::V6(ip)) => {
+            let first = ip.segments()[0];
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_private() || v4.is_link_local())
+        }
+        Err(_) => false,
+    }
 }
 
 /// The sockets of one attempt, shut down by the attempt's abort hook.
@@ -718,6 +833,46 @@ mod tests {
         let huge = "é".repeat(5000);
         let t = error_text(&huge, 500);
         assert!(t.len() <= MAX_ERROR_TEXT + 4, "{}", t.len());
+    }
+
+    #[test]
+    fn local_hosts() {
+        for h in [
+            "127.0.0.1:8080",
+            "localhost",
+            "LOCALHOST:1",
+            "10.1.2.3",
+            "192.168.0.9:80",
+            "172.16.0.1",
+            "[::1]:8000",
+            "[fd00::5]",
+            "gpu-box.local:8000",
+        ] {
+            assert!(is_local_host(h), "{h}");
+        }
+        for h in [
+            "api.openai.com",
+            "8.8.8.8:443",
+            "172.32.0.1",
+            "[2001:db8::1]:80",
+        ] {
+            assert!(!is_local_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn unsupported_input_texts() {
+        assert!(is_unsupported_input(
+            "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        ));
+        assert!(is_unsupported_input(
+            "This model does not support image input."
+        ));
+        assert!(is_unsupported_input("Multimodal content is unsupported"));
+        assert!(!is_unsupported_input("internal error in test"));
+        assert!(!is_unsupported_input(
+            "model overloaded, not supported right now"
+        ));
     }
 
     #[test]

@@ -101,11 +101,35 @@ pub struct Reply {
     pub finish: FinishReason,
 }
 
-/// A streamed delta, forwarded to the client as it arrives.
+/// What a provider reports while a call runs: streamed deltas, forwarded to the client as they
+/// arrive, and facts about the call itself (retries).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
     Text(String),
     Thinking(String),
+    /// An attempt failed before any delta and another one follows after `delay`.
+    Retrying(RetryWait),
+    /// A retried call succeeded on retry number `attempt`.
+    Recovered {
+        attempt: u32,
+    },
+    /// The last of `attempt` retries failed too; the call fails with `error`.
+    RetriesExhausted {
+        attempt: u32,
+        error: String,
+    },
+}
+
+/// One wait before a retry. `attempt` counts retries from 1 up to `max_attempts`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryWait {
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub delay: std::time::Duration,
+    /// Why: `rate_limited`, `server_error`, `connection` or `stream_dropped`.
+    pub reason: &'static str,
+    /// The failed attempt's error text.
+    pub error: String,
 }
 
 /// Reasoning effort requested from the model.
