@@ -81,6 +81,13 @@ pub enum AgentEvent {
     },
     /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
     AutoRetry(RetryPhase),
+    /// An advisory for the user (ACP `notice` fields), e.g. defaults assumed for an unknown
+    /// model. Producers decide how often; the mapping sends every one it gets.
+    Notice {
+        severity: String,
+        title: String,
+        description: Option<String>,
+    },
     /// Lifecycle events with no ACP place (agent start, recap, turn start/end, …).
     Lifecycle(&'static str),
 }
@@ -537,6 +544,17 @@ pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<V
                 }
             };
             vec![info_update(json!({ "autoRetry": retry }))]
+        }
+        AgentEvent::Notice {
+            severity,
+            title,
+            description,
+        } => {
+            let mut n = Map::new();
+            n.insert("severity".into(), json!(severity));
+            n.insert("title".into(), json!(title));
+            put(&mut n, "description", description.clone());
+            vec![info_update(json!({ "notice": n }))]
         }
         AgentEvent::Lifecycle(_) => vec![],
     }
@@ -1162,6 +1180,32 @@ mod tests {
         assert_eq!(
             meta(&exhausted[0]),
             &json!({"autoRetry":{"phase":"exhausted","attempt":3,"errorMessage":"429 slow down"}})
+        );
+    }
+
+    /// A notice has ACP's `notice` fields, under `_meta[ns].notice` of a `session_info_update`
+    /// (not an `agent_message_chunk`: it is not the model's words).
+    #[test]
+    fn notice_is_session_info_meta() {
+        let ev = AgentEvent::Notice {
+            severity: "warning".into(),
+            title: "t".into(),
+            description: Some("d".into()),
+        };
+        let updates = map(ev);
+        assert_eq!(updates[0]["sessionUpdate"], "session_info_update");
+        assert_eq!(
+            meta(&updates[0]),
+            &json!({"notice":{"severity":"warning","title":"t","description":"d"}})
+        );
+        let bare = map(AgentEvent::Notice {
+            severity: "info".into(),
+            title: "t".into(),
+            description: None,
+        });
+        assert_eq!(
+            meta(&bare[0]),
+            &json!({"notice":{"severity":"info","title":"t"}})
         );
     }
 }

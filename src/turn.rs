@@ -114,6 +114,8 @@ pub enum TurnInput {
 pub struct Conversation {
     pub messages: Vec<Message>,
     pub usage: Usage,
+    /// Provider notices already shown in this session (each is shown once).
+    pub notices_shown: Vec<String>,
 }
 
 /// A message from a turn worker to the main loop; `turn` routes it (stale turns are dropped).
@@ -281,6 +283,7 @@ impl Worker<'_> {
             };
             let emit = self.emit;
             emit(AgentEvent::AssistantMessageStart);
+            let shown = &mut conv.notices_shown;
             let result = provider.stream(&request, self.abort, &mut |ev| {
                 let (kind, delta) = match ev {
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
@@ -302,6 +305,17 @@ impl Worker<'_> {
                             attempt,
                             error_message: error,
                         }))
+                    }
+                    StreamEvent::Notice(notice) => {
+                        if !shown.contains(&notice.title) {
+                            shown.push(notice.title.clone());
+                            emit(AgentEvent::Notice {
+                                severity: notice.severity.to_owned(),
+                                title: notice.title,
+                                description: notice.description,
+                            });
+                        }
+                        return;
                     }
                 };
                 emit(AgentEvent::MessageDelta {

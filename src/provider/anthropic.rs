@@ -14,6 +14,9 @@ use crate::events::Image;
 
 pub const VERSION: &str = "2023-06-01";
 
+/// `max_tokens` for a model whose output limit nobody told us.
+const UNKNOWN_MODEL_MAX_TOKENS: u64 = 4096;
+
 pub fn url(base_url: &str) -> String {
     format!("{}/v1/messages", base_url.trim_end_matches('/'))
 }
@@ -130,7 +133,9 @@ pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
-    let mut max_tokens = model.output_budget();
+    // The Messages API requires `max_tokens`; for a model of unknown limits take a budget
+    // that fits even a small window.
+    let mut max_tokens = model.output_budget().unwrap_or(UNKNOWN_MODEL_MAX_TOKENS);
     let mut body = Map::new();
     body.insert("model".into(), json!(model.id));
     body.insert("stream".into(), json!(true));

@@ -91,9 +91,32 @@ impl ModelDef {
         self.input.iter().any(|i| i == "image")
     }
 
-    /// The output budget of one request: `min(maxTokens, 32000)` as upstream does.
-    pub fn output_budget(&self) -> u64 {
-        self.max_tokens.clamp(1, 32_000)
+    /// The output budget of one request: `min(maxTokens, 32000)` as upstream does; `None`
+    /// when the model's limit is unknown (`max_tokens` 0) and the server should decide.
+    pub fn output_budget(&self) -> Option<u64> {
+        (self.max_tokens > 0).then(|| self.max_tokens.min(32_000))
+    }
+
+    /// What we assume for a model id we do not know on a server we do not know (a llama.cpp
+    /// or vLLM behind `--base-url`, a models.json provider that does not list it). Nothing that
+    /// only OpenAI's own API accepts: role `system`, no `store`, text-only input, no output
+    /// limit (the server caps output at what its window leaves; a guess could exceed a small
+    /// window and be refused), and `reasoning_effort` only when `reasoning` (the user asked
+    /// for a thinking level). `context_window` 0: ask the server at the first call.
+    pub fn assumed(id: &str, reasoning: bool, compat: Compat) -> ModelDef {
+        ModelDef {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            reasoning,
+            input: vec!["text".into()],
+            context_window: 0,
+            max_tokens: 0,
+            compat: Compat {
+                supports_developer_role: false,
+                supports_store: false,
+                ..compat
+            },
+        }
     }
 }
 
@@ -467,6 +490,9 @@ pub struct Selection {
     pub provider: ProviderDef,
     pub model: ModelDef,
     pub api: Api,
+    /// The model is not in the catalogue and the server is the user's own: `model` holds
+    /// `ModelDef::assumed` defaults, and the client is told so.
+    pub assumed_defaults: bool,
 }
 
 fn unknown_provider(name: &str) -> String {
@@ -586,6 +612,7 @@ pub fn select(
         provider: p.clone(),
         model: m,
         api,
+        assumed_defaults: false,
     })
 }
 
@@ -761,12 +788,22 @@ pub struct Resolved {
     pub credentials: Arc<Credentials>,
 }
 
+/// What the command line says about the model beyond its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ModelOverrides {
+    /// `--context-window N`: wins over the catalogue and over what a server reports.
+    pub context_window: Option<u64>,
+    /// `--thinking` other than `off` was given: an unknown model is then asked to reason.
+    pub thinking_requested: bool,
+}
+
 /// Resolves a run's provider from the CLI flags and the agent directory.
 pub fn resolve(
     provider: Option<&str>,
     model: Option<&str>,
     api_key: Option<&str>,
     base_url: Option<&str>,
+    overrides: ModelOverrides,
     agent_dir: &Path,
 ) -> Result<Resolved, String> {
     let registry = Registry::load(agent_dir)?;
@@ -775,8 +812,26 @@ pub fn resolve(
         agent_dir.to_path_buf(),
     ));
     let mut selection = select(&registry, provider, model, &|p| credentials.has_key(p))?;
-    if let Some(url) = base_url.filter(|u| !u.is_empty()) {
+    let base_url = base_url.filter(|u| !u.is_empty());
+    if let Some(url) = base_url {
         selection.provider.base_url = url.to_owned();
+    }
+    let p = &selection.provider;
+    let known = p.models.iter().any(|m| m.id == selection.model.id);
+    // A built-in provider's own server knows its new models about as well as its catalogue
+    // does; anyone else's server gets nothing OpenAI-specific.
+    if !known && (base_url.is_some() || p.custom) {
+        let compat = if p.custom {
+            p.compat
+        } else {
+            Compat::default()
+        };
+        selection.model =
+            ModelDef::assumed(&selection.model.id, overrides.thinking_requested, compat);
+        selection.assumed_defaults = true;
+    }
+    if let Some(window) = overrides.context_window {
+        selection.model.context_window = window;
     }
     log::info!(
         "Model: {}/{} ({}, {})",
@@ -864,6 +919,57 @@ mod tests {
         assert_eq!(s.provider.name, "openai");
         let s = select(&r, None, None, &|p| p.name == "groq" || p.name == "zai").expect("auto");
         assert_eq!(s.provider.name, "groq", "preference order");
+    }
+
+    #[test]
+    fn unknown_models_on_own_servers_get_assumed_defaults() {
+        let dir = std::env::temp_dir().join(format!("pa-assumed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let none = ModelOverrides::default();
+        let r = resolve(
+            Some("openai"),
+            Some("local-llama"),
+            None,
+            Some("http://127.0.0.1:8080/v1"),
+            none,
+            &dir,
+        )
+        .expect("resolves");
+        let m = &r.selection.model;
+        assert!(r.selection.assumed_defaults);
+        assert!(!m.reasoning && !m.supports_images());
+        assert!(!m.compat.supports_developer_role && !m.compat.supports_store);
+        assert_eq!((m.context_window, m.output_budget()), (0, None));
+        let thinking = ModelOverrides {
+            context_window: Some(4096),
+            thinking_requested: true,
+        };
+        let r = resolve(
+            Some("openai"),
+            Some("local-llama"),
+            None,
+            Some("http://h/v1"),
+            thinking,
+            &dir,
+        )
+        .expect("resolves");
+        assert!(r.selection.model.reasoning);
+        assert_eq!(r.selection.model.context_window, 4096);
+        // Known models keep their catalogue entry, and OpenAI's own server its new models.
+        let r = resolve(
+            Some("openai"),
+            Some("gpt-4.1"),
+            None,
+            Some("http://h/v1"),
+            none,
+            &dir,
+        )
+        .expect("resolves");
+        assert!(!r.selection.assumed_defaults);
+        assert_eq!(r.selection.model.context_window, 1_047_576);
+        let r = resolve(Some("openai"), Some("gpt-6"), None, None, none, &dir).expect("resolves");
+        assert!(!r.selection.assumed_defaults);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

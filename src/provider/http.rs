@@ -160,6 +160,8 @@ impl AttemptError {
 }
 
 const MAX_ERROR_BODY: u64 = 64 * 1024;
+/// Bound on a server's self-description (`/v1/models` lists can be long on routers).
+const MAX_INFO_BODY: u64 = 4 * 1024 * 1024;
 const MAX_ERROR_TEXT: usize = 500;
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
@@ -253,6 +255,46 @@ impl HttpClient {
             }));
             abort.sleep(delay).map_err(|_| ProviderError::Aborted)?;
         }
+    }
+
+    /// GETs `url` and parses a JSON body, for facts a server tells about itself (the model's
+    /// context window). Best effort: `None` on any failure, never retried, bounded by
+    /// `timeout` as a whole, and cut short by `abort`.
+    pub fn get_json(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        timeout: Duration,
+        abort: &AbortFlag,
+    ) -> Option<serde_json::Value> {
+        let slot = Arc::new(CallSlot::default());
+        let hook_slot = slot.clone();
+        let _hook = abort.on_abort(move || hook_slot.abort());
+        let _current = CurrentSlot::enter(slot.clone());
+        log::debug!("GET {url}");
+        let mut builder = self.agent().get(url);
+        for (name, value) in headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        let response = builder
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .call()
+            .map_err(|e| log::debug!("GET {url} failed: {e}"))
+            .ok()?;
+        if response.status().as_u16() != 200 {
+            log::debug!("GET {url}: status {}", response.status().as_u16());
+            return None;
+        }
+        let mut body = Vec::new();
+        response
+            .into_body()
+            .into_reader()
+            .take(MAX_INFO_BODY)
+            .read_to_end(&mut body)
+            .ok()?;
+        serde_json::from_slice(&body).ok()
     }
 
     fn attempt<D: StreamDecoder>(

@@ -102,7 +102,7 @@ pub struct Reply {
 }
 
 /// What a provider reports while a call runs: streamed deltas, forwarded to the client as they
-/// arrive, and facts about the call itself (retries).
+/// arrive, and facts about the call itself (retries, advisories).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
     Text(String),
@@ -118,6 +118,9 @@ pub enum StreamEvent {
         attempt: u32,
         error: String,
     },
+    /// An advisory about the configuration, e.g. defaults assumed for an unknown model. The
+    /// provider repeats it on every call; whoever shows it decides how often.
+    Notice(Notice),
 }
 
 /// One wait before a retry. `attempt` counts retries from 1 up to `max_attempts`.
@@ -130,6 +133,15 @@ pub struct RetryWait {
     pub reason: &'static str,
     /// The failed attempt's error text.
     pub error: String,
+}
+
+/// An advisory in the shape of ACP's `notice` update (`severity`, `title`, `description`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// `info`, `warning` or `error`.
+    pub severity: &'static str,
+    pub title: String,
+    pub description: Option<String>,
 }
 
 /// Reasoning effort requested from the model.
