@@ -13,12 +13,20 @@ pub struct Selection {
     pub assumed_defaults: bool,
 }
 
-fn unknown_provider(name: &str) -> String {
-    format!("Unknown provider \"{name}\". Use \"prime-agent model list\" to see available providers/models.")
+/// There is no `prime-agent model list` in this build (upstream's texts point at one), so the
+/// error names the providers it knows.
+fn unknown_provider(registry: &Registry, name: &str) -> String {
+    let names: Vec<&str> = registry.providers.iter().map(|p| p.name.as_str()).collect();
+    format!(
+        "Unknown provider \"{name}\". Available providers: {}. Add others in models.json.",
+        names.join(", ")
+    )
 }
 
 fn unknown_model(id: &str) -> String {
-    format!("Model \"{id}\" not found. Use \"prime-agent model list\" to see available models.")
+    format!(
+        "Model \"{id}\" not found. Pass --provider NAME with it to use a model the catalogue does not list, or add it to models.json."
+    )
 }
 
 /// A model of `p` with this id, or a custom one built from the provider's default model.
@@ -63,7 +71,9 @@ pub fn select(
 ) -> Result<Selection, String> {
     let (p, m) = match (provider, model) {
         (Some(name), model) => {
-            let p = registry.find(name).ok_or_else(|| unknown_provider(name))?;
+            let p = registry
+                .find(name)
+                .ok_or_else(|| unknown_provider(registry, name))?;
             let m = match model {
                 Some(id) => match p.models.iter().find(|m| m.id == id) {
                     Some(m) => m.clone(),
@@ -115,7 +125,7 @@ pub fn select(
                 .iter()
                 .find(|p| has_key(p) && p.default_model.is_some())
                 .or_else(|| registry.find("openai"))
-                .ok_or_else(|| unknown_provider("openai"))?;
+                .ok_or_else(|| unknown_provider(registry, "openai"))?;
             let id = p.default_model.clone().unwrap_or_default();
             (p, model_or_custom(p, &id))
         }
