@@ -17,6 +17,8 @@ Options:
   --api-key <key>                    API key for the provider (highest precedence)
   --base-url <url>                   Point the provider at a compatible server (vLLM, llama.cpp, ...)
   --thinking <level>                 off, minimal, low, medium, high, xhigh, max (default: medium)
+  --context-window <tokens>          The model's context window (default: the catalogue's, or
+                                     what a --base-url server reports, else 32768)
   --script <file>                    Replies for --provider scripted (JSONL, see README)
   --cwd <dir>                        Change to this directory before starting
   -t, --tools <a,b>                  Tools to offer the model (default: all built-in tools)
@@ -42,6 +44,7 @@ pub struct Config {
     pub api_key: Option<String>,
     pub base_url: Option<String>,
     pub thinking: Option<Thinking>,
+    pub context_window: Option<u64>,
     pub script: Option<PathBuf>,
     pub cwd: Option<PathBuf>,
     pub tools: Option<Vec<String>>,
@@ -115,6 +118,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                         "Invalid thinking level \"{level}\". Valid values: {}",
                         Thinking::NAMES
                     )),
+                }
+            }
+            "--context-window" => {
+                let raw = value("--context-window")?;
+                match raw.trim().parse::<u64>() {
+                    Ok(n) if n > 0 => cfg.context_window = Some(n),
+                    _ => return Err("--context-window must be a positive integer".to_owned()),
                 }
             }
             "--script" => cfg.script = Some(PathBuf::from(value("--script")?)),
@@ -198,6 +208,21 @@ mod tests {
         assert!(p(&["--mode", "bogus"])
             .unwrap_err()
             .starts_with("Unknown mode"));
+        for bad in ["0", "-5", "lots", "1.5", ""] {
+            assert_eq!(
+                p(&[&format!("--context-window={bad}")]),
+                Err("--context-window must be a positive integer".into()),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            p(&["--context-window"]),
+            Err("--context-window requires a value".into())
+        );
+        let Ok(Command::Run(cfg)) = p(&["--context-window", "4096"]) else {
+            panic!()
+        };
+        assert_eq!(cfg.context_window, Some(4096));
         assert_eq!(p(&["--help"]), Ok(Command::Help));
         assert_eq!(p(&["-v"]), Ok(Command::Version));
     }

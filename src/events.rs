@@ -79,8 +79,36 @@ pub enum AgentEvent {
         used: u64,
         size: Option<u64>,
     },
+    /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
+    AutoRetry(RetryPhase),
+    /// An advisory for the user (ACP `notice` fields), e.g. defaults assumed for an unknown
+    /// model. Producers decide how often; the mapping sends every one it gets.
+    Notice {
+        severity: String,
+        title: String,
+        description: Option<String>,
+    },
     /// Lifecycle events with no ACP place (agent start, recap, turn start/end, …).
     Lifecycle(&'static str),
+}
+
+/// The phases of `_meta[ns].autoRetry`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryPhase {
+    Waiting {
+        attempt: u32,
+        max_attempts: u32,
+        delay_ms: u64,
+        reason: String,
+        error_message: String,
+    },
+    Recovered {
+        attempt: u32,
+    },
+    Exhausted {
+        attempt: u32,
+        error_message: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -489,6 +517,45 @@ pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<V
             vec![info_update(json!({ "agentMessage": m }))]
         }
         AgentEvent::HeartbeatsChanged => vec![info_update(json!({ "heartbeatsChanged": true }))],
+        AgentEvent::AutoRetry(phase) => {
+            let retry = match phase {
+                RetryPhase::Waiting {
+                    attempt,
+                    max_attempts,
+                    delay_ms,
+                    reason,
+                    error_message,
+                } => json!({
+                    "phase": "waiting",
+                    "attempt": attempt,
+                    "maxAttempts": max_attempts,
+                    "delayMs": delay_ms,
+                    "reason": reason,
+                    "errorMessage": error_message,
+                }),
+                RetryPhase::Recovered { attempt } => {
+                    json!({ "phase": "recovered", "attempt": attempt })
+                }
+                RetryPhase::Exhausted {
+                    attempt,
+                    error_message,
+                } => {
+                    json!({ "phase": "exhausted", "attempt": attempt, "errorMessage": error_message })
+                }
+            };
+            vec![info_update(json!({ "autoRetry": retry }))]
+        }
+        AgentEvent::Notice {
+            severity,
+            title,
+            description,
+        } => {
+            let mut n = Map::new();
+            n.insert("severity".into(), json!(severity));
+            n.insert("title".into(), json!(title));
+            put(&mut n, "description", description.clone());
+            vec![info_update(json!({ "notice": n }))]
+        }
         AgentEvent::Lifecycle(_) => vec![],
     }
 }
@@ -1081,5 +1148,64 @@ mod tests {
         for (data, want) in [("aGVsbG8=", 5), ("aGk=", 2), ("YWJj", 3), ("", 0)] {
             assert_eq!(base64_decoded_len(data), want, "{data}");
         }
+    }
+
+    /// §7.3: `autoRetry` rides on `session_info_update` with exactly the upstream fields.
+    #[test]
+    fn auto_retry_phases_are_session_info_meta() {
+        let waiting = AgentEvent::AutoRetry(RetryPhase::Waiting {
+            attempt: 1,
+            max_attempts: 3,
+            delay_ms: 2000,
+            reason: "server_error".into(),
+            error_message: "500 boom".into(),
+        });
+        assert_eq!(
+            map(waiting),
+            vec![
+                json!({"sessionUpdate":"session_info_update","_meta":{NAMESPACE:{"autoRetry":{
+                "phase":"waiting","attempt":1,"maxAttempts":3,"delayMs":2000,
+                "reason":"server_error","errorMessage":"500 boom"}}}})
+            ]
+        );
+        let recovered = map(AgentEvent::AutoRetry(RetryPhase::Recovered { attempt: 2 }));
+        assert_eq!(
+            meta(&recovered[0]),
+            &json!({"autoRetry":{"phase":"recovered","attempt":2}})
+        );
+        let exhausted = map(AgentEvent::AutoRetry(RetryPhase::Exhausted {
+            attempt: 3,
+            error_message: "429 slow down".into(),
+        }));
+        assert_eq!(
+            meta(&exhausted[0]),
+            &json!({"autoRetry":{"phase":"exhausted","attempt":3,"errorMessage":"429 slow down"}})
+        );
+    }
+
+    /// A notice has ACP's `notice` fields, under `_meta[ns].notice` of a `session_info_update`
+    /// (not an `agent_message_chunk`: it is not the model's words).
+    #[test]
+    fn notice_is_session_info_meta() {
+        let ev = AgentEvent::Notice {
+            severity: "warning".into(),
+            title: "t".into(),
+            description: Some("d".into()),
+        };
+        let updates = map(ev);
+        assert_eq!(updates[0]["sessionUpdate"], "session_info_update");
+        assert_eq!(
+            meta(&updates[0]),
+            &json!({"notice":{"severity":"warning","title":"t","description":"d"}})
+        );
+        let bare = map(AgentEvent::Notice {
+            severity: "info".into(),
+            title: "t".into(),
+            description: None,
+        });
+        assert_eq!(
+            meta(&bare[0]),
+            &json!({"notice":{"severity":"info","title":"t"}})
+        );
     }
 }

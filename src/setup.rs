@@ -74,6 +74,10 @@ fn build_provider(cfg: &Config) -> Result<ProviderChoice, String> {
         cfg.model.as_deref(),
         cfg.api_key.as_deref(),
         cfg.base_url.as_deref(),
+        config::ModelOverrides {
+            context_window: cfg.context_window,
+            thinking_requested: cfg.thinking.is_some_and(|t| t != Thinking::Off),
+        },
         &dir,
     )?;
     let key_optional = cfg.base_url.is_some()

@@ -18,7 +18,7 @@ use crossbeam_channel::Sender;
 
 use crate::abort::AbortFlag;
 use crate::acp::UserPrompt;
-use crate::events::{AgentEvent, DeltaKind, ToolResultView};
+use crate::events::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
     Usage,
@@ -115,6 +115,8 @@ pub enum TurnInput {
 pub struct Conversation {
     pub messages: Vec<Message>,
     pub usage: Usage,
+    /// Provider notices already shown in this session (each is shown once).
+    pub notices_shown: Vec<String>,
 }
 
 /// A message from a turn worker to the main loop; `turn` routes it (stale turns are dropped).
@@ -351,10 +353,40 @@ impl Worker<'_> {
             };
             let emit = self.emit;
             emit(AgentEvent::AssistantMessageStart);
+            let shown = &mut conv.notices_shown;
             let result = provider.stream(&request, self.abort, &mut |ev| {
                 let (kind, delta) = match ev {
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
                     StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
+                    StreamEvent::Retrying(wait) => {
+                        return emit(AgentEvent::AutoRetry(RetryPhase::Waiting {
+                            attempt: wait.attempt,
+                            max_attempts: wait.max_attempts,
+                            delay_ms: u64::try_from(wait.delay.as_millis()).unwrap_or(u64::MAX),
+                            reason: wait.reason.to_owned(),
+                            error_message: wait.error,
+                        }))
+                    }
+                    StreamEvent::Recovered { attempt } => {
+                        return emit(AgentEvent::AutoRetry(RetryPhase::Recovered { attempt }))
+                    }
+                    StreamEvent::RetriesExhausted { attempt, error } => {
+                        return emit(AgentEvent::AutoRetry(RetryPhase::Exhausted {
+                            attempt,
+                            error_message: error,
+                        }))
+                    }
+                    StreamEvent::Notice(notice) => {
+                        if !shown.contains(&notice.title) {
+                            shown.push(notice.title.clone());
+                            emit(AgentEvent::Notice {
+                                severity: notice.severity.to_owned(),
+                                title: notice.title,
+                                description: notice.description,
+                            });
+                        }
+                        return;
+                    }
                 };
                 emit(AgentEvent::MessageDelta {
                     assistant: true,

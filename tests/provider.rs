@@ -208,7 +208,20 @@ fn a_refused_connection_is_retried_then_reported() {
     let details = failure(&ask(&mut a, "hi"));
     assert!(details.contains(&format!("127.0.0.1:{port}")), "{details}");
     assert!(details.to_lowercase().contains("refused"), "{details}");
-    assert!(stderr_eventually(&a, "retry 3/3"), "{}", a.stderr_text());
+    // A local server that is down stays down for the backoff: one retry, not three.
+    let retries = info_meta(&a, "autoRetry");
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!(retries[0]["phase"], "waiting");
+    assert_eq!(retries[0]["attempt"], 1);
+    assert_eq!(retries[0]["maxAttempts"], 1);
+    assert_eq!(retries[0]["reason"], "connection");
+    assert!(retries[0]["errorMessage"]
+        .as_str()
+        .is_some_and(|m| m.contains("refused")));
+    assert_eq!(retries[1]["phase"], "exhausted");
+    assert_eq!(retries[1]["attempt"], 1);
+    assert!(stderr_eventually(&a, "retry 1/1"), "{}", a.stderr_text());
+    assert!(!a.stderr_text().contains("retry 2/"));
 }
 
 #[test]
@@ -373,11 +386,11 @@ fn unknown_provider_and_model_exit_1_before_initialize() {
     let cases: [(&[&str], &str); 2] = [
         (
             &["--provider", "nope"],
-            "Error: Unknown provider \"nope\". Use \"prime-agent model list\" to see available providers/models.",
+            "Error: Unknown provider \"nope\". Available providers: prime-inference, anthropic, openai,",
         ),
         (
             &["--model", "no-such-model"],
-            "Error: Model \"no-such-model\" not found. Use \"prime-agent model list\" to see available models.",
+            "Error: Model \"no-such-model\" not found. Pass --provider NAME with it to use a model the catalogue does not list, or add it to models.json.",
         ),
     ];
     for (args, want) in cases {
@@ -510,4 +523,284 @@ fn bench_stream_throughput() {
         )
         .as_bytes(),
     );
+}
+
+/// `_meta[ns][key]` of every `session_info_update` that carries `key`.
+fn info_meta(a: &Agent, key: &str) -> Vec<Value> {
+    a.updates_of("session_info_update")
+        .iter()
+        .map(|u| ns(u)[key].clone())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// An agent on the built-in openai provider rerouted to `server` with a model id the
+/// catalogue does not have (a llama.cpp or vLLM server).
+fn unknown_model_agent(server: &LlmServer, extra: &[&str]) -> (Agent, TempDir) {
+    let dir = TempDir::new("unknown-model");
+    let base = format!("{}/v1", server.url());
+    let mut args = vec![
+        "--provider",
+        "openai",
+        "--model",
+        "local-llama",
+        "--api-key",
+        "k",
+        "--base-url",
+        &base,
+    ];
+    args.extend_from_slice(extra);
+    let a = spawn_plain(&args, &dir);
+    (a, dir)
+}
+
+fn usage_sizes(a: &Agent) -> Vec<Value> {
+    a.updates_of("usage_update")
+        .iter()
+        .map(|u| u["size"].clone())
+        .collect()
+}
+
+#[test]
+fn an_unknown_model_on_a_custom_server_gets_conservative_defaults_and_one_notice() {
+    let server = LlmServer::start_routed(
+        0,
+        vec![Canned::sse("openai-text.sse")],
+        vec![(
+            "/v1/models".into(),
+            json!({"object": "list", "data": [
+                {"id": "other", "max_model_len": 999_999},
+                {"id": "local-llama", "object": "model", "max_model_len": 4096}
+            ]}),
+        )],
+    );
+    let (mut a, _dir) = unknown_model_agent(&server, &[]);
+    let r = ask(&mut a, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let posts = server.posts();
+    assert_eq!(posts.len(), 1);
+    let body = &posts[0].body;
+    assert_eq!(body["model"], "local-llama");
+    assert_eq!(body["messages"][0]["role"], "system", "{body}");
+    for field in [
+        "reasoning_effort",
+        "store",
+        "max_completion_tokens",
+        "max_tokens",
+    ] {
+        assert!(body.get(field).is_none(), "{field} sent: {body}");
+    }
+    // The window is the server's, not the flagship's 400,000.
+    assert_eq!(usage_sizes(&a), vec![json!(4096)]);
+    let gets: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|q| q.method == "GET")
+        .map(|q| q.path.clone())
+        .collect();
+    assert_eq!(gets, ["/v1/models"], "asked once; /props not needed");
+    // The warning reaches the client as a notice, not as the model's words.
+    assert_eq!(a.text(), "Hello, wörld!");
+    let notices = info_meta(&a, "notice");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0]["severity"], "warning");
+    assert!(
+        notices[0]["title"]
+            .as_str()
+            .is_some_and(|t| t.contains("local-llama")),
+        "{notices:?}"
+    );
+    let description = notices[0]["description"].as_str().expect("description");
+    assert!(
+        description.contains("\"system\"") && description.contains("4096"),
+        "{description}"
+    );
+    // Once per session: a second prompt does not repeat it, nor ask the server again.
+    let r = ask_again(&mut a, "again");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(info_meta(&a, "notice").len(), 1);
+    assert_eq!(server.requests().len(), 3, "two POSTs, one GET");
+    // Text-only input: an image is refused up front instead of sent.
+    let id = a.prompt_blocks(json!([
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+    ]));
+    let r = a.response(&id);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(server.posts().len(), 2, "no image reached the server");
+    assert!(a.finish().success());
+}
+
+#[test]
+fn an_unknown_models_window_comes_from_llama_cpp_props() {
+    let server = LlmServer::start_routed(
+        0,
+        vec![Canned::sse("openai-text.sse")],
+        vec![(
+            "/props".into(),
+            json!({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}),
+        )],
+    );
+    let (mut a, _dir) = unknown_model_agent(&server, &[]);
+    assert_eq!(stop_reason(&ask(&mut a, "hi")), "end_turn");
+    assert_eq!(usage_sizes(&a), vec![json!(4096)]);
+    let notices = info_meta(&a, "notice");
+    assert!(
+        notices[0]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("/props")),
+        "{notices:?}"
+    );
+}
+
+#[test]
+fn an_unknown_model_on_a_silent_server_assumes_32768() {
+    let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
+    let (mut a, _dir) = unknown_model_agent(&server, &[]);
+    assert_eq!(stop_reason(&ask(&mut a, "hi")), "end_turn");
+    assert_eq!(usage_sizes(&a), vec![json!(32_768)]);
+    let notices = info_meta(&a, "notice");
+    assert!(
+        notices[0]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("--context-window")),
+        "{notices:?}"
+    );
+}
+
+#[test]
+fn context_window_flag_wins_and_thinking_flag_asks_for_effort() {
+    let server = LlmServer::start_routed(
+        0,
+        vec![Canned::sse("openai-text.sse")],
+        vec![(
+            "/v1/models".into(),
+            json!({"data": [{"id": "local-llama", "max_model_len": 4096}]}),
+        )],
+    );
+    let (mut a, _dir) =
+        unknown_model_agent(&server, &["--context-window", "8192", "--thinking", "high"]);
+    assert_eq!(stop_reason(&ask(&mut a, "hi")), "end_turn");
+    assert_eq!(usage_sizes(&a), vec![json!(8192)]);
+    assert!(
+        server.requests().iter().all(|q| q.method == "POST"),
+        "nothing to ask the server"
+    );
+    let body = &server.posts()[0].body;
+    assert_eq!(body["reasoning_effort"], "high", "--thinking asked for it");
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert!(body.get("store").is_none());
+}
+
+#[test]
+fn context_window_flag_overrides_a_known_model() {
+    let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
+    let dir = TempDir::new("window-flag");
+    dir.write("models.json", &models_json(&server, "openai-completions"));
+    let mut a = spawn_plain(
+        &[
+            "--provider",
+            "intercept",
+            "--model",
+            "cold/test-model",
+            "--context-window",
+            "5000",
+        ],
+        &dir,
+    );
+    assert_eq!(stop_reason(&ask(&mut a, "hi")), "end_turn");
+    assert_eq!(usage_sizes(&a), vec![json!(5000)]);
+    assert!(
+        info_meta(&a, "notice").is_empty(),
+        "a known model: no notice"
+    );
+}
+
+#[test]
+fn a_bad_context_window_exits_1_before_initialize() {
+    let dir = TempDir::new("bad-window");
+    let mut a = spawn_plain(&["--context-window", "many"], &dir);
+    assert_eq!(a.wait_exit(TIMEOUT).expect("exits").code(), Some(1));
+    assert!(stderr_eventually(
+        &a,
+        "Error: --context-window must be a positive integer"
+    ));
+}
+
+#[test]
+fn unsupported_input_errors_are_not_retried() {
+    let (server, mut s) = openai(vec![
+        Canned::error(500, "error-500-image.json"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(
+        details.contains("image input is not supported"),
+        "{details}"
+    );
+    assert_eq!(
+        server.posts().len(),
+        1,
+        "the same request fails the same way"
+    );
+    assert!(info_meta(&s.agent, "autoRetry").is_empty());
+}
+
+#[test]
+fn a_retry_is_visible_as_waiting_then_recovered() {
+    let (server, mut s) = openai(vec![
+        Canned::error(500, "error-500.json"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let r = ask(&mut s.agent, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(server.posts().len(), 2);
+    assert_eq!(
+        info_meta(&s.agent, "autoRetry"),
+        vec![
+            json!({"phase": "waiting", "attempt": 1, "maxAttempts": 3, "delayMs": 10,
+                   "reason": "server_error", "errorMessage": "500 internal error in test"}),
+            json!({"phase": "recovered", "attempt": 1}),
+        ]
+    );
+    // The client hears of the recovery before the recovered reply's text.
+    let updates = s.agent.updates();
+    let recovered = updates
+        .iter()
+        .position(|u| ns(u)["autoRetry"]["phase"] == "recovered")
+        .expect("recovered");
+    let first_text = updates
+        .iter()
+        .position(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .expect("text");
+    assert!(recovered < first_text);
+}
+
+#[test]
+fn anthropic_redacted_and_signed_empty_thinking_go_back_before_the_tool_use() {
+    let (server, mut s) = anthropic(vec![
+        Canned::sse("anthropic-redacted-tools.sse"),
+        Canned::sse("anthropic-after-tool.sse"),
+    ]);
+    let r = ask(&mut s.agent, "use tools");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let reqs = server.posts();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[1].body["thinking"]["type"], "enabled");
+    let messages = reqs[1].body["messages"].as_array().expect("m").clone();
+    let assistant = &messages[1];
+    assert_eq!(assistant["role"], "assistant");
+    let blocks = assistant["content"].as_array().expect("blocks");
+    assert_eq!(
+        blocks[0],
+        json!({"type": "redacted_thinking",
+               "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj"})
+    );
+    assert_eq!(
+        blocks[1],
+        json!({"type": "thinking", "thinking": "", "signature": "ErUBCkYIBhgCIkBsig-empty"})
+    );
+    assert_eq!(blocks[2]["type"], "tool_use");
+    assert_eq!(blocks[2]["id"], "toolu_09");
+    assert_eq!(blocks.len(), 3);
 }

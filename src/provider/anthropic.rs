@@ -7,12 +7,15 @@ use super::config::ModelDef;
 use super::http::{one_line, StreamDecoder};
 use super::sse::SseEvent;
 use super::{
-    AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
-    Thinking, ToolCall, Usage,
+    AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
+    StreamEvent, Thinking, ToolCall, Usage,
 };
 use crate::events::Image;
 
 pub const VERSION: &str = "2023-06-01";
+
+/// `max_tokens` for a model whose output limit nobody told us.
+const UNKNOWN_MODEL_MAX_TOKENS: u64 = 4096;
 
 pub fn url(base_url: &str) -> String {
     format!("{}/v1/messages", base_url.trim_end_matches('/'))
@@ -71,15 +74,22 @@ pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 ("user", b)
             }
             Message::Assistant(a) => {
-                let mut b = Vec::new();
-                // Thinking can only be replayed with its signature.
-                if let Some(sig) = a
-                    .thinking_signature
-                    .as_ref()
-                    .filter(|_| !a.thinking.is_empty())
-                {
-                    b.push(json!({"type": "thinking", "thinking": a.thinking, "signature": sig}));
-                }
+                // With thinking on, the API requires the reply's signed and redacted thinking
+                // back before its tool_use, verbatim and in order (unsigned thinking cannot
+                // be replayed and is left out).
+                let mut b: Vec<Value> = a
+                    .reasoning_blocks
+                    .iter()
+                    .map(|r| match r {
+                        ReasoningBlock::Signed {
+                            thinking,
+                            signature,
+                        } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                        ReasoningBlock::Redacted { data } => {
+                            json!({"type": "redacted_thinking", "data": data})
+                        }
+                    })
+                    .collect();
                 if !a.text.is_empty() {
                     b.push(json!({"type": "text", "text": a.text}));
                 }
@@ -123,7 +133,9 @@ pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
-    let mut max_tokens = model.output_budget();
+    // The Messages API requires `max_tokens`; for a model of unknown limits take a budget
+    // that fits even a small window.
+    let mut max_tokens = model.output_budget().unwrap_or(UNKNOWN_MODEL_MAX_TOKENS);
     let mut body = Map::new();
     body.insert("model".into(), json!(model.id));
     body.insert("stream".into(), json!(true));
@@ -157,7 +169,13 @@ pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
 #[derive(Debug)]
 enum Block {
     Text,
-    Thinking,
+    Thinking {
+        text: String,
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
     ToolUse {
         id: String,
         name: String,
@@ -232,9 +250,23 @@ impl StreamDecoder for Decoder {
             "content_block_start" => {
                 let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
                 let cb = v.get("content_block").cloned().unwrap_or(Value::Null);
+                let field = |k: &str| cb.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
                 let block = match cb.get("type").and_then(Value::as_str) {
                     Some("text") => Block::Text,
-                    Some("thinking") => Block::Thinking,
+                    Some("thinking") => {
+                        let text = field("thinking");
+                        if !text.is_empty() {
+                            self.message.thinking.push_str(&text);
+                            emit(StreamEvent::Thinking(text.clone()));
+                        }
+                        Block::Thinking {
+                            text,
+                            signature: field("signature"),
+                        }
+                    }
+                    Some("redacted_thinking") => Block::RedactedThinking {
+                        data: field("data"),
+                    },
                     Some("tool_use") => Block::ToolUse {
                         id: cb
                             .get("id")
@@ -265,17 +297,21 @@ impl StreamDecoder for Decoder {
                         }
                     }
                     Some("thinking_delta") => {
-                        let t = s("thinking");
+                        let t = s("thinking").to_owned();
                         if !t.is_empty() {
-                            self.message.thinking.push_str(t);
-                            emit(StreamEvent::Thinking(t.to_owned()));
+                            self.message.thinking.push_str(&t);
+                            if let Some(Block::Thinking { text, .. }) = self.block_mut(index) {
+                                text.push_str(&t);
+                            }
+                            emit(StreamEvent::Thinking(t));
                         }
                     }
-                    Some("signature_delta") => self
-                        .message
-                        .thinking_signature
-                        .get_or_insert_with(String::new)
-                        .push_str(s("signature")),
+                    Some("signature_delta") => {
+                        let part = s("signature").to_owned();
+                        if let Some(Block::Thinking { signature, .. }) = self.block_mut(index) {
+                            signature.push_str(&part);
+                        }
+                    }
                     Some("input_json_delta") => {
                         let part = s("partial_json").to_owned();
                         if let Some(Block::ToolUse { json, .. }) = self.block_mut(index) {
@@ -322,17 +358,31 @@ impl StreamDecoder for Decoder {
             ));
         }
         for (_, block) in std::mem::take(&mut self.blocks) {
-            if let Block::ToolUse { id, name, json } = block {
-                let arguments = if json.trim().is_empty() {
-                    json!({})
-                } else {
-                    serde_json::from_str(&json).unwrap_or(Value::String(json))
-                };
-                self.message.tool_calls.push(ToolCall {
-                    id,
-                    name,
-                    arguments,
-                });
+            match block {
+                Block::ToolUse { id, name, json } => {
+                    let arguments = if json.trim().is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_str(&json).unwrap_or(Value::String(json))
+                    };
+                    self.message.tool_calls.push(ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    });
+                }
+                // A signed block is kept even with empty text: the API checks the signature.
+                Block::Thinking { text, signature } if !signature.is_empty() => {
+                    self.message.reasoning_blocks.push(ReasoningBlock::Signed {
+                        thinking: text,
+                        signature,
+                    })
+                }
+                Block::RedactedThinking { data } => self
+                    .message
+                    .reasoning_blocks
+                    .push(ReasoningBlock::Redacted { data }),
+                Block::Text | Block::Thinking { .. } | Block::Other => {}
             }
         }
         let finish = match self.stop_reason.as_deref() {
@@ -376,8 +426,11 @@ mod tests {
         let r = r.expect("ok");
         assert_eq!(r.message.thinking, "Two plus two is four.");
         assert_eq!(
-            r.message.thinking_signature.as_deref(),
-            Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3h")
+            r.message.reasoning_blocks,
+            vec![ReasoningBlock::Signed {
+                thinking: "Two plus two is four.".into(),
+                signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h".into()
+            }]
         );
         assert_eq!(ev.last(), Some(&StreamEvent::Text("4".into())));
         let r = run("anthropic-tools.sse").0.expect("ok");
@@ -393,6 +446,58 @@ mod tests {
         );
         let e = run("anthropic-error-event.sse").0.unwrap_err();
         assert_eq!(e.to_string(), "Overloaded in test (overloaded_error)");
+    }
+
+    #[test]
+    fn redacted_and_empty_signed_thinking_are_kept_in_order() {
+        let r = run("anthropic-redacted-tools.sse").0.expect("ok");
+        assert_eq!(
+            r.message.reasoning_blocks,
+            vec![
+                ReasoningBlock::Redacted {
+                    data: "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj".into()
+                },
+                ReasoningBlock::Signed {
+                    thinking: String::new(),
+                    signature: "ErUBCkYIBhgCIkBsig-empty".into()
+                },
+            ]
+        );
+        assert_eq!(r.message.tool_calls[0].id, "toolu_09");
+        let messages = vec![
+            Message::User {
+                text: "go".into(),
+                images: vec![],
+            },
+            Message::Assistant(r.message),
+        ];
+        let model = ModelDef {
+            id: "claude".into(),
+            name: "claude".into(),
+            reasoning: true,
+            input: vec!["text".into()],
+            context_window: 200_000,
+            max_tokens: 32_000,
+            compat: Compat::default(),
+        };
+        let b = body(
+            &model,
+            &ChatRequest {
+                system: "",
+                messages: &messages,
+                tools: &[],
+                thinking: Thinking::Medium,
+                agent: "main",
+            },
+        );
+        let kinds: Vec<&str> = b["messages"][1]["content"]
+            .as_array()
+            .expect("blocks")
+            .iter()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(kinds, ["redacted_thinking", "thinking", "tool_use"]);
+        assert_eq!(b["messages"][1]["content"][1]["thinking"], "");
     }
 
     #[test]
@@ -417,7 +522,10 @@ mod tests {
             Message::Assistant(AssistantMessage {
                 text: "calling".into(),
                 thinking: "hmm".into(),
-                thinking_signature: Some("sig".into()),
+                reasoning_blocks: vec![ReasoningBlock::Signed {
+                    thinking: "hmm".into(),
+                    signature: "sig".into(),
+                }],
                 tool_calls: vec![
                     ToolCall {
                         id: "a".into(),

@@ -9,22 +9,22 @@
 //! hook that shuts the slot's socket down, which wakes the blocked read at once. Connecting
 //! and DNS run on short-lived helper threads the caller stops waiting for when aborted.
 
-use std::cell::RefCell;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+mod failure;
+mod socket;
+
+pub use failure::{error_text, is_local_host, is_unsupported_input, one_line};
+
+use failure::{classify_ureq_error, read_error, status_error, AttemptError};
+use socket::{AbortableResolver, AbortableTcpConnector, CallSlot, CurrentSlot};
+
+use std::io::{self, Read};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crossbeam_channel::RecvTimeoutError;
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{
-    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout,
-    RustlsConnector, Transport,
-};
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
 use super::sse::{SseDecoder, SseEvent};
-use super::{ProviderError, Reply, StreamEvent};
+use super::{ProviderError, Reply, RetryWait, StreamEvent};
 use crate::abort::AbortFlag;
 
 /// At trace level the HTTP stack hex-dumps raw request bytes, `Authorization` and
@@ -126,26 +126,8 @@ pub struct HttpClient {
     agent: OnceLock<ureq::Agent>,
 }
 
-/// Why one attempt failed, and whether another attempt may help.
-struct AttemptError {
-    error: ProviderError,
-    retryable: bool,
-    retry_after: Option<Duration>,
-}
-
-impl AttemptError {
-    fn fatal(error: ProviderError) -> AttemptError {
-        AttemptError {
-            error,
-            retryable: false,
-            retry_after: None,
-        }
-    }
-}
-
-const MAX_ERROR_BODY: u64 = 64 * 1024;
-const MAX_ERROR_TEXT: usize = 500;
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// Bound on a server's self-description (`/v1/models` lists can be long on routers).
+const MAX_INFO_BODY: u64 = 4 * 1024 * 1024;
 
 impl HttpClient {
     pub fn new(settings: HttpSettings) -> HttpClient {
@@ -172,7 +154,9 @@ impl HttpClient {
     }
 
     /// POSTs `request` and streams the SSE reply through a fresh decoder per attempt.
-    /// Retries 429, 5xx and connection failures (never once a delta reached the client).
+    /// Retries 429, 5xx and connection failures (never once a delta reached the client), and
+    /// reports each wait and its end through `on_event` (`Retrying`, `Recovered`,
+    /// `RetriesExhausted`).
     pub fn stream<D: StreamDecoder>(
         &self,
         request: &PostRequest<'_>,
@@ -184,16 +168,36 @@ impl HttpClient {
         loop {
             abort.check().map_err(|_| ProviderError::Aborted)?;
             let mut streamed = false;
+            // A retried call has recovered once its first delta arrives (the client hears
+            // so before the text), or when it completes without any.
             let result = self.attempt(request, abort, new_decoder(), &mut |ev| {
+                if !streamed && attempt > 0 {
+                    on_event(StreamEvent::Recovered { attempt });
+                }
                 streamed = true;
                 on_event(ev);
             });
             let failure = match result {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    if attempt > 0 && !streamed {
+                        on_event(StreamEvent::Recovered { attempt });
+                    }
+                    return Ok(reply);
+                }
                 Err(_) if abort.is_aborted() => return Err(ProviderError::Aborted),
                 Err(f) => f,
             };
-            if !failure.retryable || streamed || attempt >= self.settings.max_retries {
+            let max_attempts = failure
+                .max_retries
+                .unwrap_or(self.settings.max_retries)
+                .min(self.settings.max_retries);
+            if !failure.retryable || streamed || attempt >= max_attempts {
+                if attempt > 0 && !streamed {
+                    on_event(StreamEvent::RetriesExhausted {
+                        attempt,
+                        error: failure.error.to_string(),
+                    });
+                }
                 return Err(failure.error);
             }
             let delay = failure
@@ -201,14 +205,60 @@ impl HttpClient {
                 .unwrap_or_else(|| self.settings.retry_base * 2u32.saturating_pow(attempt));
             attempt += 1;
             log::warn!(
-                "{}: {}; retry {attempt}/{} in {:.1} s",
+                "{}: {}; retry {attempt}/{max_attempts} in {:.1} s",
                 request.label,
                 failure.error,
-                self.settings.max_retries,
                 delay.as_secs_f64()
             );
+            on_event(StreamEvent::Retrying(RetryWait {
+                attempt,
+                max_attempts,
+                delay,
+                reason: failure.reason,
+                error: failure.error.to_string(),
+            }));
             abort.sleep(delay).map_err(|_| ProviderError::Aborted)?;
         }
+    }
+
+    /// GETs `url` and parses a JSON body, for facts a server tells about itself (the model's
+    /// context window). Best effort: `None` on any failure, never retried, bounded by
+    /// `timeout` as a whole, and cut short by `abort`.
+    pub fn get_json(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        timeout: Duration,
+        abort: &AbortFlag,
+    ) -> Option<serde_json::Value> {
+        let slot = Arc::new(CallSlot::default());
+        let hook_slot = slot.clone();
+        let _hook = abort.on_abort(move || hook_slot.abort());
+        let _current = CurrentSlot::enter(slot.clone());
+        log::debug!("GET {url}");
+        let mut builder = self.agent().get(url);
+        for (name, value) in headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        let response = builder
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .call()
+            .map_err(|e| log::debug!("GET {url} failed: {e}"))
+            .ok()?;
+        if response.status().as_u16() != 200 {
+            log::debug!("GET {url}: status {}", response.status().as_u16());
+            return None;
+        }
+        let mut body = Vec::new();
+        response
+            .into_body()
+            .into_reader()
+            .take(MAX_INFO_BODY)
+            .read_to_end(&mut body)
+            .ok()?;
+        serde_json::from_slice(&body).ok()
     }
 
     fn attempt<D: StreamDecoder>(
@@ -272,470 +322,10 @@ impl HttpClient {
             }
             if n == 0 {
                 // A body that ends without a finish is a dropped connection, not an answer.
-                return decoder.finish().map_err(|error| AttemptError {
-                    error,
-                    retryable: true,
-                    retry_after: None,
-                });
+                return decoder
+                    .finish()
+                    .map_err(|error| AttemptError::retryable(error, "stream_dropped"));
             }
         }
-    }
-}
-
-fn status_error(status: u16, response: ureq::http::Response<ureq::Body>) -> AttemptError {
-    let retry_after = response
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s).min(MAX_RETRY_AFTER));
-    let mut body = Vec::new();
-    // Best effort: the status alone is still a useful error if the body is unreadable.
-    let _ = response
-        .into_body()
-        .into_reader()
-        .take(MAX_ERROR_BODY)
-        .read_to_end(&mut body);
-    AttemptError {
-        error: ProviderError::Status {
-            status,
-            message: error_text(&String::from_utf8_lossy(&body), status),
-        },
-        retryable: status == 429 || status >= 500,
-        retry_after,
-    }
-}
-
-/// The provider's own words from an error body (`{"error":{"message":…}}`, `{"message":…}`,
-/// `{"error":"…"}`, or plain text), on one line and bounded.
-pub fn error_text(body: &str, status: u16) -> String {
-    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
-    let from_json = parsed.as_ref().and_then(|v| {
-        let err = v.get("error").unwrap_or(v);
-        err.get("message")
-            .and_then(|m| m.as_str())
-            .or_else(|| err.as_str())
-            .or_else(|| v.get("message").and_then(|m| m.as_str()))
-            .or_else(|| v.get("detail").and_then(|m| m.as_str()))
-            .map(str::to_owned)
-    });
-    let text = from_json.unwrap_or_else(|| body.to_owned());
-    let text = one_line(&text);
-    if text.is_empty() {
-        return reason_phrase(status).to_owned();
-    }
-    text
-}
-
-/// Collapses whitespace runs (including newlines) and truncates at a char boundary.
-pub fn one_line(text: &str) -> String {
-    let mut out = String::new();
-    for word in text.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-        if out.len() > MAX_ERROR_TEXT {
-            let mut cut = MAX_ERROR_TEXT;
-            while !out.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            out.truncate(cut);
-            out.push('…');
-            break;
-        }
-    }
-    out
-}
-
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        413 => "Payload Too Large",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "HTTP error",
-    }
-}
-
-fn classify_ureq_error(e: &ureq::Error, url: &str, slot: &CallSlot) -> AttemptError {
-    if slot.aborted.load(Ordering::SeqCst) {
-        return AttemptError::fatal(ProviderError::Aborted);
-    }
-    let host = host_of(url);
-    let (retryable, text) = match e {
-        ureq::Error::Io(io) => (
-            is_connection_error(io.kind()),
-            format!("Connection to {host} failed: {io}"),
-        ),
-        // Only a connect timeout is worth another try; the others already waited a full
-        // idle timeout for the server.
-        ureq::Error::Timeout(t) => (
-            *t == ureq::Timeout::Connect,
-            format!("Request to {host} timed out ({t})"),
-        ),
-        ureq::Error::ConnectionFailed => (true, format!("Connection to {host} failed")),
-        ureq::Error::HostNotFound => (false, format!("Host not found: {host}")),
-        ureq::Error::BadUri(_) | ureq::Error::Http(_) => {
-            return AttemptError::fatal(ProviderError::Config(format!(
-                "Invalid provider URL {url:?}: {e}"
-            )))
-        }
-        other => (false, format!("Request to {host} failed: {other}")),
-    };
-    AttemptError {
-        error: ProviderError::Transport(one_line(&text)),
-        retryable,
-        retry_after: None,
-    }
-}
-
-fn read_error(e: &io::Error, slot: &CallSlot, idle: Duration) -> AttemptError {
-    if slot.aborted.load(Ordering::SeqCst) {
-        return AttemptError::fatal(ProviderError::Aborted);
-    }
-    let text = e.to_string();
-    if e.kind() == io::ErrorKind::TimedOut || text.contains("timeout") {
-        // Not retried: the user has already waited a full idle timeout.
-        return AttemptError::fatal(ProviderError::Transport(format!(
-            "The model stream stalled: no data for {:.1} s",
-            idle.as_secs_f64()
-        )));
-    }
-    AttemptError {
-        error: ProviderError::Transport(one_line(&format!(
-            "The connection dropped mid-stream: {text}"
-        ))),
-        retryable: true,
-        retry_after: None,
-    }
-}
-
-fn is_connection_error(kind: io::ErrorKind) -> bool {
-    matches!(
-        kind,
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::TimedOut
-    )
-}
-
-fn host_of(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
-}
-
-/// The sockets of one attempt, shut down by the attempt's abort hook.
-#[derive(Default)]
-struct CallSlot {
-    aborted: AtomicBool,
-    socket: Mutex<Option<Weak<TcpStream>>>,
-}
-
-impl CallSlot {
-    fn abort(&self) {
-        let mut socket = self.socket.lock().unwrap_or_else(|e| e.into_inner());
-        self.aborted.store(true, Ordering::SeqCst);
-        if let Some(stream) = socket.take().and_then(|w| w.upgrade()) {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-    }
-
-    /// Makes `stream` the socket a cancel shuts down. Under the same lock as `abort`, so a
-    /// cancel racing with this either sees the socket or is seen here.
-    fn adopt(&self, stream: &Arc<TcpStream>) -> io::Result<()> {
-        let mut socket = self.socket.lock().unwrap_or_else(|e| e.into_inner());
-        if self.aborted.load(Ordering::SeqCst) {
-            let _ = stream.shutdown(Shutdown::Both);
-            return Err(io::Error::new(
-                io::ErrorKind::Interrupted,
-                "request aborted",
-            ));
-        }
-        *socket = Some(Arc::downgrade(stream));
-        Ok(())
-    }
-}
-
-thread_local! {
-    static CURRENT: RefCell<Option<Arc<CallSlot>>> = const { RefCell::new(None) };
-}
-
-/// Makes a slot current on this thread for the guard's lifetime.
-struct CurrentSlot(Option<Arc<CallSlot>>);
-
-impl CurrentSlot {
-    fn enter(slot: Arc<CallSlot>) -> CurrentSlot {
-        CurrentSlot(CURRENT.with(|c| c.replace(Some(slot))))
-    }
-}
-
-impl Drop for CurrentSlot {
-    fn drop(&mut self) {
-        let previous = self.0.take();
-        CURRENT.with(|c| *c.borrow_mut() = previous);
-    }
-}
-
-fn current_slot() -> Option<Arc<CallSlot>> {
-    CURRENT.with(|c| c.borrow().clone())
-}
-
-/// Waits for a helper thread's answer, giving up as soon as the current call is aborted. The
-/// helper finishes on its own (bounded by the connect or DNS timeout) and its result is dropped.
-fn wait_abortable<T: Send + 'static>(
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ureq::Error> {
-    let slot = current_slot();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    std::thread::Builder::new()
-        .name("http-connect".into())
-        .spawn(move || {
-            let _ = tx.send(work());
-        })
-        .map_err(ureq::Error::Io)?;
-    loop {
-        match rx.recv_timeout(Duration::from_millis(5)) {
-            Ok(v) => return Ok(v),
-            Err(RecvTimeoutError::Timeout) => {
-                if slot
-                    .as_ref()
-                    .is_some_and(|s| s.aborted.load(Ordering::SeqCst))
-                {
-                    return Err(ureq::Error::Io(io::Error::new(
-                        io::ErrorKind::Interrupted,
-                        "request aborted",
-                    )));
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(ureq::Error::Io(io::Error::other("connect helper died")))
-            }
-        }
-    }
-}
-
-/// DNS on a helper thread so a cancel does not wait for a slow resolver.
-#[derive(Debug)]
-struct AbortableResolver;
-
-impl Resolver for AbortableResolver {
-    fn resolve(
-        &self,
-        uri: &ureq::http::Uri,
-        config: &ureq::config::Config,
-        timeout: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        // IP literals resolve without a lookup; no thread needed.
-        let literal = uri
-            .host()
-            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
-            .is_some_and(|h| h.parse::<std::net::IpAddr>().is_ok());
-        if literal {
-            return DefaultResolver::default().resolve(uri, config, timeout);
-        }
-        let (uri, config) = (uri.clone(), config.clone());
-        wait_abortable(move || DefaultResolver::default().resolve(&uri, &config, timeout))?
-    }
-}
-
-/// Opens plain TCP sockets wrapped in `SocketTransport` (TLS is layered on top by the chain).
-#[derive(Debug)]
-struct AbortableTcpConnector;
-
-impl<In: Transport> Connector<In> for AbortableTcpConnector {
-    type Out = Either<In, SocketTransport>;
-
-    fn connect(
-        &self,
-        details: &ConnectionDetails<'_>,
-        chained: Option<In>,
-    ) -> Result<Option<Self::Out>, ureq::Error> {
-        if let Some(chained) = chained {
-            return Ok(Some(Either::A(chained)));
-        }
-        let addrs: Vec<SocketAddr> = details.addrs.iter().copied().collect();
-        let budget = details.timeout.not_zero().map(|t| *t);
-        let stream = wait_abortable(move || connect_any(&addrs, budget))??;
-        let _ = stream.set_nodelay(true);
-        let config = details.config;
-        Ok(Some(Either::B(SocketTransport {
-            stream: Arc::new(stream),
-            buffers: LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size()),
-            read_timeout: None,
-            write_timeout: None,
-            adopted_by: Weak::new(),
-        })))
-    }
-}
-
-fn connect_any(addrs: &[SocketAddr], budget: Option<Duration>) -> Result<TcpStream, ureq::Error> {
-    let mut last = io::Error::new(io::ErrorKind::ConnectionRefused, "no address to connect to");
-    for addr in addrs {
-        let result = match budget {
-            Some(t) => TcpStream::connect_timeout(addr, t),
-            None => TcpStream::connect(addr),
-        };
-        match result {
-            Ok(stream) => return Ok(stream),
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return Err(ureq::Error::Timeout(ureq::Timeout::Connect))
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(ureq::Error::Io(last))
-}
-
-/// A TCP transport that registers its socket with the current call before every I/O.
-struct SocketTransport {
-    stream: Arc<TcpStream>,
-    buffers: LazyBuffers,
-    read_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
-    /// The slot this socket was last handed to (compared by identity only).
-    adopted_by: Weak<CallSlot>,
-}
-
-impl std::fmt::Debug for SocketTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SocketTransport")
-            .field("peer", &self.stream.peer_addr().ok())
-            .finish()
-    }
-}
-
-impl SocketTransport {
-    /// Hands the socket to the call now running on this thread (pooled sockets change calls).
-    fn adopt(&mut self) -> Result<(), ureq::Error> {
-        if let Some(slot) = current_slot() {
-            if !Weak::ptr_eq(&self.adopted_by, &Arc::downgrade(&slot)) {
-                slot.adopt(&self.stream)?;
-                self.adopted_by = Arc::downgrade(&slot);
-            }
-        }
-        Ok(())
-    }
-}
-
-fn timeout_io(kind: io::ErrorKind, reason: ureq::Timeout, e: io::Error) -> ureq::Error {
-    if kind == io::ErrorKind::TimedOut || kind == io::ErrorKind::WouldBlock {
-        ureq::Error::Timeout(reason)
-    } else {
-        ureq::Error::Io(e)
-    }
-}
-
-impl Transport for SocketTransport {
-    fn buffers(&mut self) -> &mut dyn Buffers {
-        &mut self.buffers
-    }
-
-    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.adopt()?;
-        let timeout = timeout.for_write();
-        if timeout.after.is_zero() {
-            return Err(ureq::Error::Timeout(timeout.reason));
-        }
-        let want = timeout.not_zero().map(|t| *t);
-        if want != self.write_timeout {
-            self.stream.set_write_timeout(want)?;
-            self.write_timeout = want;
-        }
-        let output = &self.buffers.output()[..amount];
-        (&*self.stream)
-            .write_all(output)
-            .map_err(|e| timeout_io(e.kind(), timeout.reason, e))
-    }
-
-    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.adopt()?;
-        let timeout = timeout.for_read();
-        if timeout.after.is_zero() {
-            return Err(ureq::Error::Timeout(timeout.reason));
-        }
-        let want = timeout.not_zero().map(|t| *t);
-        if want != self.read_timeout {
-            self.stream.set_read_timeout(want)?;
-            self.read_timeout = want;
-        }
-        let input = self.buffers.input_append_buf();
-        let amount = loop {
-            match (&*self.stream).read(input) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(timeout_io(e.kind(), timeout.reason, e)),
-            }
-        };
-        self.buffers.input_appended(amount);
-        Ok(amount > 0)
-    }
-
-    fn is_open(&mut self) -> bool {
-        // A pooled socket is reusable only if the peer has sent nothing and not closed it.
-        let stream = &*self.stream;
-        if stream.set_nonblocking(true).is_err() {
-            return false;
-        }
-        let mut byte = [0u8; 1];
-        let open =
-            matches!(stream.peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-        stream.set_nonblocking(false).is_ok() && open
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_text_prefers_the_providers_message() {
-        assert_eq!(
-            error_text(r#"{"error":{"message":"unauthorized in test"}}"#, 401),
-            "unauthorized in test"
-        );
-        assert_eq!(error_text(r#"{"error":"bad key"}"#, 401), "bad key");
-        assert_eq!(
-            error_text(
-                r#"{"type":"error","error":{"type":"x","message":"m"}}"#,
-                400
-            ),
-            "m"
-        );
-        assert_eq!(error_text("upstream\n  broke", 502), "upstream broke");
-        assert_eq!(error_text("", 503), "Service Unavailable");
-        let huge = "é".repeat(5000);
-        let t = error_text(&huge, 500);
-        assert!(t.len() <= MAX_ERROR_TEXT + 4, "{}", t.len());
-    }
-
-    #[test]
-    fn host_of_urls() {
-        assert_eq!(host_of("http://127.0.0.1:9/v1/chat"), "127.0.0.1:9");
-        assert_eq!(host_of("https://api.openai.com"), "api.openai.com");
-    }
-
-    #[test]
-    fn abort_before_adopt_shuts_the_socket() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stream = Arc::new(TcpStream::connect(addr).expect("connect"));
-        let (mut server, _) = listener.accept().expect("accept");
-        let slot = CallSlot::default();
-        slot.abort();
-        assert!(slot.adopt(&stream).is_err());
-        let mut buf = [0u8; 1];
-        assert_eq!(server.read(&mut buf).expect("read"), 0, "peer sees EOF");
     }
 }

@@ -38,9 +38,19 @@ pub enum Message {
 pub struct AssistantMessage {
     pub text: String,
     pub thinking: String,
-    /// Provider-specific opaque data needed to replay thinking (e.g. Anthropic signatures).
-    pub thinking_signature: Option<String>,
+    /// Reasoning the API wants back verbatim with the next request, in the order it came
+    /// (Anthropic: signed `thinking` blocks, even with empty text, and `redacted_thinking`).
+    pub reasoning_blocks: Vec<ReasoningBlock>,
     pub tool_calls: Vec<ToolCall>,
+}
+
+/// One opaque reasoning block, replayed exactly as received.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReasoningBlock {
+    /// Visible thinking with the signature that lets the API check it was not altered.
+    Signed { thinking: String, signature: String },
+    /// Thinking the API encrypted (`redacted_thinking`); `data` is opaque.
+    Redacted { data: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -91,11 +101,47 @@ pub struct Reply {
     pub finish: FinishReason,
 }
 
-/// A streamed delta, forwarded to the client as it arrives.
+/// What a provider reports while a call runs: streamed deltas, forwarded to the client as they
+/// arrive, and facts about the call itself (retries, advisories).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
     Text(String),
     Thinking(String),
+    /// An attempt failed before any delta and another one follows after `delay`.
+    Retrying(RetryWait),
+    /// A retried call succeeded on retry number `attempt`.
+    Recovered {
+        attempt: u32,
+    },
+    /// The last of `attempt` retries failed too; the call fails with `error`.
+    RetriesExhausted {
+        attempt: u32,
+        error: String,
+    },
+    /// An advisory about the configuration, e.g. defaults assumed for an unknown model. The
+    /// provider repeats it on every call; whoever shows it decides how often.
+    Notice(Notice),
+}
+
+/// One wait before a retry. `attempt` counts retries from 1 up to `max_attempts`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryWait {
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub delay: std::time::Duration,
+    /// Why: `rate_limited`, `server_error`, `connection` or `stream_dropped`.
+    pub reason: &'static str,
+    /// The failed attempt's error text.
+    pub error: String,
+}
+
+/// An advisory in the shape of ACP's `notice` update (`severity`, `title`, `description`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// `info`, `warning` or `error`.
+    pub severity: &'static str,
+    pub title: String,
+    pub description: Option<String>,
 }
 
 /// Reasoning effort requested from the model.

@@ -158,7 +158,9 @@ pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     } else {
         "max_completion_tokens"
     };
-    body.insert(field.into(), json!(model.output_budget()));
+    if let Some(budget) = model.output_budget() {
+        body.insert(field.into(), json!(budget));
+    }
     if model.compat.supports_store {
         body.insert("store".into(), json!(false));
     }

@@ -2,12 +2,42 @@
 //! request (so a key added to `auth.json` later is picked up), builds the body with the API
 //! module, and streams the reply through the shared `HttpClient`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::http::{HttpClient, HttpSettings, PostRequest};
-use super::{anthropic, openai, ChatRequest, Message, Provider, ProviderError, Reply, StreamEvent};
+use super::{
+    anthropic, openai, ChatRequest, Message, Notice, Provider, ProviderError, Reply, StreamEvent,
+};
 use crate::abort::AbortFlag;
+
+/// The window assumed for an unknown model whose server does not say. 32,768 tokens is what
+/// the common local set-ups run with or above (vLLM and Ollama defaults for current open
+/// models, llama.cpp users who raise its 4,096 default), so usage reports stay in the right
+/// order of magnitude, while a larger guess would report a small server's window as mostly
+/// free. `--context-window` sets the real value.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 32_768;
+
+/// How long each self-description request may take. The server is about to serve the model
+/// call, so it is up and local more often than not; a slow one must not hold the first
+/// prompt up noticeably.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a model's context window came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSource {
+    /// The catalogue, models.json or `--context-window`.
+    Configured,
+    /// The server's `GET /v1/models` entry.
+    Models,
+    /// llama.cpp's `GET /props`.
+    Props,
+    /// The server did not say: `DEFAULT_CONTEXT_WINDOW`.
+    Default,
+}
 
 pub struct RemoteProvider {
     selection: Selection,
@@ -16,6 +46,8 @@ pub struct RemoteProvider {
     /// `--base-url`, or a models.json provider has no `apiKey` (local vLLM, llama.cpp).
     key_optional: bool,
     http: HttpClient,
+    /// The window of a model configured without one, asked from the server at the first call.
+    discovered: OnceLock<(u64, WindowSource)>,
 }
 
 impl RemoteProvider {
@@ -25,8 +57,121 @@ impl RemoteProvider {
             credentials,
             key_optional,
             http: HttpClient::new(HttpSettings::from_env()),
+            discovered: OnceLock::new(),
         }
     }
+
+    /// The model's window and its source; asks the server once (lazily, so start-up and
+    /// `session/new` never wait for it) when nothing configured it.
+    fn window(&self, headers: &[(String, String)], abort: &AbortFlag) -> (u64, WindowSource) {
+        let configured = self.selection.model.context_window;
+        if configured > 0 {
+            return (configured, WindowSource::Configured);
+        }
+        *self.discovered.get_or_init(|| {
+            let found = self.discover_window(headers, abort);
+            let (window, source) = found.unwrap_or((DEFAULT_CONTEXT_WINDOW, WindowSource::Default));
+            let notice = self.assumed_defaults_notice(window, source);
+            log::warn!(
+                "{}: {}",
+                notice.title,
+                notice.description.unwrap_or_default()
+            );
+            (window, source)
+        })
+    }
+
+    fn discover_window(
+        &self,
+        headers: &[(String, String)],
+        abort: &AbortFlag,
+    ) -> Option<(u64, WindowSource)> {
+        let base = self.selection.provider.base_url.trim_end_matches('/');
+        let models_url = match self.selection.api {
+            Api::OpenAiCompletions => format!("{base}/models"),
+            Api::AnthropicMessages => format!("{base}/v1/models"),
+        };
+        let get = |url: &str| self.http.get_json(url, headers, DISCOVERY_TIMEOUT, abort);
+        if let Some(w) =
+            get(&models_url).and_then(|v| window_from_models(&v, &self.selection.model.id))
+        {
+            return Some((w, WindowSource::Models));
+        }
+        if abort.is_aborted() {
+            return None;
+        }
+        // llama.cpp serves `/props` at the root, beside `/v1`.
+        let root = base.strip_suffix("/v1").unwrap_or(base);
+        get(&format!("{root}/props"))
+            .and_then(|v| window_from_props(&v))
+            .map(|w| (w, WindowSource::Props))
+    }
+
+    /// What the client is told once per session about an unknown model.
+    fn assumed_defaults_notice(&self, window: u64, source: WindowSource) -> Notice {
+        let model = &self.selection.model;
+        let effort = if model.reasoning {
+            "reasoning_effort only because --thinking asked for it"
+        } else {
+            "no reasoning_effort"
+        };
+        let window_text = match source {
+            WindowSource::Configured => format!("a context window of {window} tokens (configured)"),
+            WindowSource::Models => {
+                format!("a context window of {window} tokens (reported by the server's /models)")
+            }
+            WindowSource::Props => {
+                format!("a context window of {window} tokens (reported by the server's /props)")
+            }
+            WindowSource::Default => format!(
+                "a context window of {window} tokens (the server did not report one; pass --context-window N to set it)"
+            ),
+        };
+        Notice {
+            severity: "warning",
+            title: format!("Unknown model \"{}\": conservative defaults assumed", model.id),
+            description: Some(format!(
+                "prime-agent does not know the model \"{}\" at {}, so it sends the system prompt with role \"system\", {effort}, no store, text-only input, and assumes {window_text}. Describe the model in models.json to change this.",
+                model.id, self.selection.provider.base_url
+            )),
+        }
+    }
+}
+
+/// A context window in tokens from one of the fields servers use for it, if plausible.
+fn window_field(entry: &Value) -> Option<u64> {
+    [
+        "max_model_len",
+        "context_length",
+        "context_window",
+        "max_context_length",
+    ]
+    .iter()
+    .find_map(|k| entry.get(*k).and_then(Value::as_u64))
+    .filter(|w| (256..=100_000_000).contains(w))
+}
+
+/// The window of `model` in a `GET /v1/models` answer (`{"data": [...]}`): its own entry, or
+/// the only entry (llama.cpp serves one model under a file name the user may not repeat).
+pub fn window_from_models(v: &Value, model: &str) -> Option<u64> {
+    let list = v
+        .get("data")
+        .or_else(|| v.get("models"))
+        .unwrap_or(v)
+        .as_array()?;
+    let entry = list
+        .iter()
+        .find(|e| e.get("id").and_then(Value::as_str) == Some(model))
+        .or_else(|| (list.len() == 1).then(|| &list[0]))?;
+    window_field(entry)
+}
+
+/// llama.cpp's `GET /props`: `default_generation_settings.n_ctx` (older builds: `n_ctx`).
+pub fn window_from_props(v: &Value) -> Option<u64> {
+    v.pointer("/default_generation_settings/n_ctx")
+        .or_else(|| v.get("n_ctx"))
+        .and_then(Value::as_u64)
+        .filter(|w| (256..=100_000_000).contains(w))
 }
 
 impl Provider for RemoteProvider {
@@ -38,7 +183,9 @@ impl Provider for RemoteProvider {
     }
 
     fn context_window(&self) -> Option<u64> {
-        Some(self.selection.model.context_window).filter(|w| *w > 0)
+        Some(self.selection.model.context_window)
+            .filter(|w| *w > 0)
+            .or_else(|| self.discovered.get().map(|(w, _)| *w))
     }
 
     fn accepts_images(&self) -> bool {
@@ -76,6 +223,21 @@ impl Provider for RemoteProvider {
             let value = resolve_value(raw).map_err(ProviderError::Config)?;
             headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
             headers.push((name.clone(), value));
+        }
+        if self.selection.assumed_defaults {
+            // Only what identifies us to the server: no body type or event-stream accept.
+            let info_headers: Vec<(String, String)> = headers
+                .iter()
+                .filter(|(n, _)| {
+                    !n.eq_ignore_ascii_case("content-type") && !n.eq_ignore_ascii_case("accept")
+                })
+                .cloned()
+                .collect();
+            let (window, source) = self.window(&info_headers, abort);
+            abort.check().map_err(|_| ProviderError::Aborted)?;
+            on_event(StreamEvent::Notice(
+                self.assumed_defaults_notice(window, source),
+            ));
         }
         let body = serde_json::to_vec(&body)
             .map_err(|e| ProviderError::Config(format!("Cannot encode the request: {e}")))?;
@@ -121,5 +283,30 @@ fn warn_images_omitted(label: &str, model: &ModelDef, messages: &[Message]) {
         log::warn!(
             "{label}: {n} image(s) not sent: the model does not accept images (its \"input\" has no \"image\"); it gets a text placeholder instead"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn windows_from_server_descriptions() {
+        let vllm = json!({"object": "list", "data": [
+            {"id": "a", "max_model_len": 8192}, {"id": "b", "max_model_len": 4096}]});
+        assert_eq!(window_from_models(&vllm, "b"), Some(4096));
+        assert_eq!(window_from_models(&vllm, "c"), None, "two others: not ours");
+        let one = json!({"data": [{"id": "model.gguf", "context_length": 16384}]});
+        assert_eq!(window_from_models(&one, "anything"), Some(16384));
+        let groq = json!({"data": [{"id": "g", "context_window": 131072}]});
+        assert_eq!(window_from_models(&groq, "g"), Some(131072));
+        let silent = json!({"data": [{"id": "o", "owned_by": "ollama"}]});
+        assert_eq!(window_from_models(&silent, "o"), None);
+        assert_eq!(window_from_models(&json!({"data": "x"}), "o"), None);
+        let props = json!({"default_generation_settings": {"n_ctx": 4096}});
+        assert_eq!(window_from_props(&props), Some(4096));
+        assert_eq!(window_from_props(&json!({"n_ctx": 2048})), Some(2048));
+        assert_eq!(window_from_props(&json!({"n_ctx": 0})), None);
     }
 }

@@ -1,6 +1,8 @@
 //! A loopback HTTP/1.1 model server on `std::net`: it plays canned replies (recorded SSE
 //! streams from `fixtures/sse/`, error bodies, drops and stalls) in order, and records every
 //! request (method, path, headers, JSON body) so tests can assert both directions.
+//! `GET`s (a server describing itself: `/v1/models`, `/props`) are answered from fixed routes
+//! (404 where none is set) and do not use up canned replies.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -112,6 +114,9 @@ impl Recorded {
     }
 }
 
+/// `GET path` → a JSON body with status 200.
+pub type Routes = Vec<(String, Value)>;
+
 pub struct LlmServer {
     pub port: u16,
     requests: Arc<Mutex<Vec<Recorded>>>,
@@ -127,7 +132,13 @@ impl LlmServer {
 
     /// As `start`, on a given loopback port (0: any free one).
     pub fn start_on(port: u16, replies: Vec<Canned>) -> LlmServer {
+        LlmServer::start_routed(port, replies, Vec::new())
+    }
+
+    /// As `start_on`, answering `GET`s from `routes`.
+    pub fn start_routed(port: u16, replies: Vec<Canned>, routes: Routes) -> LlmServer {
         assert!(!replies.is_empty());
+        let routes = Arc::new(routes);
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind loopback");
         let port = listener.local_addr().expect("addr").port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -142,13 +153,14 @@ impl LlmServer {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let (replies, next, reqs, closed_tx) = (
+                let (replies, routes, next, reqs, closed_tx) = (
                     replies.clone(),
+                    routes.clone(),
                     next.clone(),
                     reqs.clone(),
                     closed_tx.clone(),
                 );
-                thread::spawn(move || serve(conn, &replies, &next, &reqs, &closed_tx));
+                thread::spawn(move || serve(conn, &replies, &routes, &next, &reqs, &closed_tx));
             }
         });
         LlmServer {
@@ -165,6 +177,14 @@ impl LlmServer {
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// The model calls only (no `GET`s).
+    pub fn posts(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .collect()
     }
 
     /// Waits until the client closes a stalled connection.
@@ -184,6 +204,7 @@ impl Drop for LlmServer {
 fn serve(
     conn: TcpStream,
     replies: &[Canned],
+    routes: &Routes,
     next: &AtomicUsize,
     requests: &Mutex<Vec<Recorded>>,
     closed: &Sender<()>,
@@ -194,7 +215,24 @@ fn serve(
         let Some(request) = read_request(&mut reader) else {
             return;
         };
+        let get = request.method == "GET";
+        let path = request.path.split('?').next().unwrap_or("").to_owned();
         requests.lock().unwrap().push(request);
+        if get {
+            let body = routes.iter().find(|(p, _)| *p == path).map(|(_, b)| b);
+            let reply = Canned {
+                status: if body.is_some() { 200 } else { 404 },
+                headers: Vec::new(),
+                body: body.map_or_else(|| b"{}".to_vec(), |b| b.to_string().into_bytes()),
+                sse: false,
+                end: End::Complete,
+                pace: None,
+            };
+            if write_reply(&mut conn, &reply).is_err() {
+                return;
+            }
+            continue;
+        }
         let i = next.fetch_add(1, Ordering::SeqCst);
         let reply = &replies[i.min(replies.len() - 1)];
         if write_reply(&mut conn, reply).is_err() {
@@ -279,6 +317,7 @@ fn write_reply(conn: &mut TcpStream, reply: &Canned) -> std::io::Result<()> {
     let reason = match reply.status {
         200 => "OK",
         401 => "Unauthorized",
+        404 => "Not Found",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
         _ => "Status",

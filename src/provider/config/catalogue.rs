@@ -1,0 +1,323 @@
+//! The built-in providers and their models (the catalogue), and the types that describe a
+//! provider, a model and its wire-API quirks.
+
+use serde_json::Value;
+
+use super::Registry;
+
+/// The wire APIs this build speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    OpenAiCompletions,
+    AnthropicMessages,
+}
+
+impl Api {
+    pub fn parse(name: &str) -> Option<Api> {
+        match name {
+            "openai-completions" => Some(Api::OpenAiCompletions),
+            "anthropic-messages" => Some(Api::AnthropicMessages),
+            _ => None,
+        }
+    }
+}
+
+/// Per-model quirks of OpenAI-compatible servers (`compat` in models.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compat {
+    /// Send `max_tokens` instead of `max_completion_tokens`.
+    pub max_tokens_field: bool,
+    pub supports_developer_role: bool,
+    pub supports_reasoning_effort: bool,
+    pub supports_store: bool,
+}
+
+impl Default for Compat {
+    fn default() -> Compat {
+        Compat {
+            max_tokens_field: false,
+            supports_developer_role: false,
+            supports_reasoning_effort: true,
+            supports_store: false,
+        }
+    }
+}
+
+impl Compat {
+    /// Applies a models.json `compat` object over `self`.
+    pub(super) fn merge(mut self, v: Option<&Value>) -> Compat {
+        let Some(v) = v else { return self };
+        if let Some(f) = v.get("maxTokensField").and_then(Value::as_str) {
+            self.max_tokens_field = f == "max_tokens";
+        }
+        let flag = |k: &str| v.get(k).and_then(Value::as_bool);
+        if let Some(b) = flag("supportsDeveloperRole") {
+            self.supports_developer_role = b;
+        }
+        if let Some(b) = flag("supportsReasoningEffort") {
+            self.supports_reasoning_effort = b;
+        }
+        if let Some(b) = flag("supportsStore") {
+            self.supports_store = b;
+        }
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelDef {
+    pub id: String,
+    pub name: String,
+    pub reasoning: bool,
+    pub input: Vec<String>,
+    pub context_window: u64,
+    pub max_tokens: u64,
+    pub compat: Compat,
+}
+
+impl ModelDef {
+    pub fn supports_images(&self) -> bool {
+        self.input.iter().any(|i| i == "image")
+    }
+
+    /// The output budget of one request: `min(maxTokens, 32000)` as upstream does; `None`
+    /// when the model's limit is unknown (`max_tokens` 0) and the server should decide.
+    pub fn output_budget(&self) -> Option<u64> {
+        (self.max_tokens > 0).then(|| self.max_tokens.min(32_000))
+    }
+
+    /// What we assume for a model id we do not know on a server we do not know (a llama.cpp
+    /// or vLLM behind `--base-url`, a models.json provider that does not list it). Nothing that
+    /// only OpenAI's own API accepts: role `system`, no `store`, text-only input, no output
+    /// limit (the server caps output at what its window leaves; a guess could exceed a small
+    /// window and be refused), and `reasoning_effort` only when `reasoning` (the user asked
+    /// for a thinking level). `context_window` 0: ask the server at the first call.
+    pub fn assumed(id: &str, reasoning: bool, compat: Compat) -> ModelDef {
+        ModelDef {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            reasoning,
+            input: vec!["text".into()],
+            context_window: 0,
+            max_tokens: 0,
+            compat: Compat {
+                supports_developer_role: false,
+                supports_store: false,
+                ..compat
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderDef {
+    pub name: String,
+    pub base_url: String,
+    /// The configured API name (validated when the provider is chosen).
+    pub api: String,
+    /// Environment variables that hold the key, in order.
+    pub env_keys: Vec<String>,
+    /// models.json `apiKey` (a config value: `!cmd`, an env var name, or a literal).
+    pub api_key: Option<String>,
+    /// models.json `headers` (values are config values).
+    pub headers: Vec<(String, String)>,
+    pub compat: Compat,
+    pub default_model: Option<String>,
+    pub models: Vec<ModelDef>,
+    /// Defined in models.json rather than built in.
+    pub custom: bool,
+}
+
+struct Builtin {
+    name: &'static str,
+    base_url: &'static str,
+    api: &'static str,
+    env: &'static [&'static str],
+    compat: Compat,
+    /// `(id, reasoning, context window, max tokens, images)`; the first is the default.
+    models: &'static [(&'static str, bool, u64, u64, bool)],
+}
+
+const OPENAI_COMPAT: Compat = Compat {
+    max_tokens_field: false,
+    supports_developer_role: false,
+    supports_reasoning_effort: true,
+    supports_store: false,
+};
+const MAX_TOKENS_NO_EFFORT: Compat = Compat {
+    max_tokens_field: true,
+    supports_developer_role: false,
+    supports_reasoning_effort: false,
+    supports_store: false,
+};
+
+/// Built-in providers in auto-selection preference order (§6.2/§6.3/§6.4).
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "prime-inference",
+        base_url: "https://api.pinference.ai/api/v1",
+        api: "openai-completions",
+        env: &["PRIME_API_KEY"],
+        compat: MAX_TOKENS_NO_EFFORT,
+        models: &[("z-ai/glm-5.2", true, 200_000, 32_000, false)],
+    },
+    Builtin {
+        name: "anthropic",
+        base_url: "https://api.anthropic.com",
+        api: "anthropic-messages",
+        env: &["ANTHROPIC_API_KEY"],
+        compat: OPENAI_COMPAT,
+        models: &[
+            ("claude-opus-4-7", true, 200_000, 32_000, true),
+            ("claude-sonnet-4-5", true, 200_000, 64_000, true),
+            ("claude-haiku-4-5", true, 200_000, 64_000, true),
+        ],
+    },
+    Builtin {
+        name: "openai",
+        base_url: "https://api.openai.com/v1",
+        api: "openai-completions",
+        env: &["OPENAI_API_KEY"],
+        compat: Compat {
+            max_tokens_field: false,
+            supports_developer_role: true,
+            supports_reasoning_effort: true,
+            supports_store: true,
+        },
+        models: &[
+            ("gpt-5.4", true, 400_000, 128_000, true),
+            ("gpt-5-mini", true, 400_000, 128_000, true),
+            ("gpt-4.1", false, 1_047_576, 32_768, true),
+        ],
+    },
+    Builtin {
+        name: "openrouter",
+        base_url: "https://openrouter.ai/api/v1",
+        api: "openai-completions",
+        env: &["OPENROUTER_API_KEY"],
+        compat: OPENAI_COMPAT,
+        models: &[("moonshotai/kimi-k2.6", true, 262_144, 32_000, true)],
+    },
+    Builtin {
+        name: "deepseek",
+        base_url: "https://api.deepseek.com",
+        api: "openai-completions",
+        env: &["DEEPSEEK_API_KEY"],
+        compat: MAX_TOKENS_NO_EFFORT,
+        models: &[("deepseek-v4-pro", true, 128_000, 32_000, false)],
+    },
+    Builtin {
+        name: "xai",
+        base_url: "https://api.x.ai/v1",
+        api: "openai-completions",
+        env: &["XAI_API_KEY"],
+        compat: Compat {
+            supports_reasoning_effort: false,
+            ..OPENAI_COMPAT
+        },
+        models: &[("grok-4.20-0309-reasoning", true, 256_000, 32_000, true)],
+    },
+    Builtin {
+        name: "groq",
+        base_url: "https://api.groq.com/openai/v1",
+        api: "openai-completions",
+        env: &["GROQ_API_KEY"],
+        compat: OPENAI_COMPAT,
+        models: &[("openai/gpt-oss-120b", true, 131_072, 32_000, false)],
+    },
+    Builtin {
+        name: "zai",
+        base_url: "https://api.z.ai/api/coding/paas/v4",
+        api: "openai-completions",
+        env: &["ZAI_API_KEY"],
+        compat: MAX_TOKENS_NO_EFFORT,
+        models: &[("glm-5.1", true, 200_000, 32_000, false)],
+    },
+    Builtin {
+        name: "mistral",
+        // Mistral's OpenAI-compatible endpoint lives under /v1.
+        base_url: "https://api.mistral.ai/v1",
+        api: "openai-completions",
+        env: &["MISTRAL_API_KEY"],
+        compat: MAX_TOKENS_NO_EFFORT,
+        models: &[("devstral-medium-latest", false, 128_000, 32_000, false)],
+    },
+    Builtin {
+        name: "cerebras",
+        base_url: "https://api.cerebras.ai/v1",
+        api: "openai-completions",
+        env: &["CEREBRAS_API_KEY"],
+        compat: OPENAI_COMPAT,
+        models: &[("gpt-oss-120b", true, 131_072, 32_000, false)],
+    },
+    Builtin {
+        name: "moonshotai",
+        base_url: "https://api.moonshot.ai/v1",
+        api: "openai-completions",
+        env: &["MOONSHOT_API_KEY"],
+        compat: MAX_TOKENS_NO_EFFORT,
+        models: &[("kimi-k2.6", true, 262_144, 32_000, true)],
+    },
+    Builtin {
+        name: "huggingface",
+        base_url: "https://router.huggingface.co/v1",
+        api: "openai-completions",
+        env: &["HF_TOKEN"],
+        compat: MAX_TOKENS_NO_EFFORT,
+        models: &[("openai/gpt-oss-120b", true, 131_072, 32_000, false)],
+    },
+    Builtin {
+        name: "fireworks",
+        // Fireworks' Anthropic-compatible endpoint: POST {base}/v1/messages.
+        base_url: "https://api.fireworks.ai/inference",
+        api: "anthropic-messages",
+        env: &["FIREWORKS_API_KEY"],
+        compat: OPENAI_COMPAT,
+        models: &[(
+            "accounts/fireworks/models/kimi-k2p6",
+            true,
+            262_144,
+            32_000,
+            false,
+        )],
+    },
+];
+
+impl Registry {
+    pub fn builtin() -> Registry {
+        let providers = BUILTINS
+            .iter()
+            .map(|b| ProviderDef {
+                name: b.name.to_owned(),
+                base_url: b.base_url.to_owned(),
+                api: b.api.to_owned(),
+                env_keys: b.env.iter().map(|s| (*s).to_owned()).collect(),
+                api_key: None,
+                headers: Vec::new(),
+                compat: b.compat,
+                default_model: b.models.first().map(|m| m.0.to_owned()),
+                models: b
+                    .models
+                    .iter()
+                    .map(
+                        |&(id, reasoning, context_window, max_tokens, images)| ModelDef {
+                            id: id.to_owned(),
+                            name: id.to_owned(),
+                            reasoning,
+                            input: if images {
+                                vec!["text".into(), "image".into()]
+                            } else {
+                                vec!["text".into()]
+                            },
+                            context_window,
+                            max_tokens,
+                            compat: b.compat,
+                        },
+                    )
+                    .collect(),
+                custom: false,
+            })
+            .collect();
+        Registry { providers }
+    }
+}

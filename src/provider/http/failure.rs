@@ -1,0 +1,348 @@
+//! Why an attempt failed and whether to try again: status, transport and read errors
+//! classified into retryable or not (with per-kind limits), and the provider's own words
+//! extracted from an error body.
+
+use std::io::{self, Read};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::socket::CallSlot;
+use crate::provider::ProviderError;
+
+/// Why one attempt failed, and whether another attempt may help.
+pub(super) struct AttemptError {
+    pub(super) error: ProviderError,
+    pub(super) retryable: bool,
+    pub(super) retry_after: Option<Duration>,
+    /// A lower retry limit than the settings' for this kind of failure.
+    pub(super) max_retries: Option<u32>,
+    /// The `autoRetry` reason: `rate_limited`, `server_error`, `connection`, `stream_dropped`.
+    pub(super) reason: &'static str,
+}
+
+impl AttemptError {
+    pub(super) fn fatal(error: ProviderError) -> AttemptError {
+        AttemptError {
+            error,
+            retryable: false,
+            retry_after: None,
+            max_retries: None,
+            reason: "fatal",
+        }
+    }
+
+    pub(super) fn retryable(error: ProviderError, reason: &'static str) -> AttemptError {
+        AttemptError {
+            error,
+            retryable: true,
+            retry_after: None,
+            max_retries: None,
+            reason,
+        }
+    }
+}
+
+const MAX_ERROR_BODY: u64 = 64 * 1024;
+const MAX_ERROR_TEXT: usize = 500;
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+pub(super) fn status_error(
+    status: u16,
+    response: ureq::http::Response<ureq::Body>,
+) -> AttemptError {
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| Duration::from_secs_f64(s).min(MAX_RETRY_AFTER));
+    let mut body = Vec::new();
+    // Best effort: the status alone is still a useful error if the body is unreadable.
+    let _ = response
+        .into_body()
+        .into_reader()
+        .take(MAX_ERROR_BODY)
+        .read_to_end(&mut body);
+    let message = error_text(&String::from_utf8_lossy(&body), status);
+    // A server that cannot take this kind of input (images for a text-only llama.cpp answer
+    // 500) answers the same way every time: retrying only makes the user wait.
+    let unsupported = is_unsupported_input(&message);
+    AttemptError {
+        error: ProviderError::Status { status, message },
+        retryable: (status == 429 || status >= 500) && !unsupported,
+        retry_after,
+        max_retries: None,
+        reason: if status == 429 {
+            "rate_limited"
+        } else {
+            "server_error"
+        },
+    }
+}
+
+/// Whether an error text says the request's input type is unsupported ("image input is not
+/// supported", "this model does not support image input", "multimodal ... unsupported").
+pub fn is_unsupported_input(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    let negative = [
+        "not supported",
+        "unsupported",
+        "does not support",
+        "doesn't support",
+    ]
+    .iter()
+    .any(|n| m.contains(n));
+    let input = [
+        "image",
+        "input type",
+        "multimodal",
+        "vision",
+        "audio",
+        "content type",
+    ]
+    .iter()
+    .any(|k| m.contains(k));
+    negative && input
+}
+
+/// The provider's own words from an error body (`{"error":{"message":…}}`, `{"message":…}`,
+/// `{"error":"…"}`, or plain text), on one line and bounded.
+pub fn error_text(body: &str, status: u16) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let from_json = parsed.as_ref().and_then(|v| {
+        let err = v.get("error").unwrap_or(v);
+        err.get("message")
+            .and_then(|m| m.as_str())
+            .or_else(|| err.as_str())
+            .or_else(|| v.get("message").and_then(|m| m.as_str()))
+            .or_else(|| v.get("detail").and_then(|m| m.as_str()))
+            .map(str::to_owned)
+    });
+    let text = from_json.unwrap_or_else(|| body.to_owned());
+    let text = one_line(&text);
+    if text.is_empty() {
+        return reason_phrase(status).to_owned();
+    }
+    text
+}
+
+/// Collapses whitespace runs (including newlines) and truncates at a char boundary.
+pub fn one_line(text: &str) -> String {
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+        if out.len() > MAX_ERROR_TEXT {
+            let mut cut = MAX_ERROR_TEXT;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push('…');
+            break;
+        }
+    }
+    out
+}
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        413 => "Payload Too Large",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "HTTP error",
+    }
+}
+
+pub(super) fn classify_ureq_error(e: &ureq::Error, url: &str, slot: &CallSlot) -> AttemptError {
+    if slot.aborted.load(Ordering::SeqCst) {
+        return AttemptError::fatal(ProviderError::Aborted);
+    }
+    let host = host_of(url);
+    let mut max_retries = None;
+    let (retryable, text) = match e {
+        ureq::Error::Io(io) => {
+            // A local server that refuses connections is down, and will not come up within
+            // the backoff: one retry covers a restart, more only keep the user waiting.
+            if io.kind() == io::ErrorKind::ConnectionRefused && is_local_host(host) {
+                max_retries = Some(1);
+            }
+            (
+                is_connection_error(io.kind()),
+                format!("Connection to {host} failed: {io}"),
+            )
+        }
+        // Only a connect timeout is worth another try; the others already waited a full
+        // idle timeout for the server.
+        ureq::Error::Timeout(t) => (
+            *t == ureq::Timeout::Connect,
+            format!("Request to {host} timed out ({t})"),
+        ),
+        ureq::Error::ConnectionFailed => (true, format!("Connection to {host} failed")),
+        ureq::Error::HostNotFound => (false, format!("Host not found: {host}")),
+        ureq::Error::BadUri(_) | ureq::Error::Http(_) => {
+            return AttemptError::fatal(ProviderError::Config(format!(
+                "Invalid provider URL {url:?}: {e}"
+            )))
+        }
+        other => (false, format!("Request to {host} failed: {other}")),
+    };
+    AttemptError {
+        error: ProviderError::Transport(one_line(&text)),
+        retryable,
+        retry_after: None,
+        max_retries,
+        reason: "connection",
+    }
+}
+
+pub(super) fn read_error(e: &io::Error, slot: &CallSlot, idle: Duration) -> AttemptError {
+    if slot.aborted.load(Ordering::SeqCst) {
+        return AttemptError::fatal(ProviderError::Aborted);
+    }
+    let text = e.to_string();
+    if e.kind() == io::ErrorKind::TimedOut || text.contains("timeout") {
+        // Not retried: the user has already waited a full idle timeout.
+        return AttemptError::fatal(ProviderError::Transport(format!(
+            "The model stream stalled: no data for {:.1} s",
+            idle.as_secs_f64()
+        )));
+    }
+    AttemptError::retryable(
+        ProviderError::Transport(one_line(&format!(
+            "The connection dropped mid-stream: {text}"
+        ))),
+        "stream_dropped",
+    )
+}
+
+fn is_connection_error(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::TimedOut
+    )
+}
+
+fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest)
+}
+
+/// Whether `host` (`name`, `name:port`, `[v6]:port`) is this machine or a private network:
+/// loopback, RFC 1918, link-local, IPv6 unique-local, `localhost`, `*.local`.
+pub fn is_local_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else if host.matches(':').count() == 1 {
+        host.split(':').next().unwrap_or(host)
+    } else {
+        host
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") || name.ends_with(".local") {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => {
+            ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified()
+        }
+        Ok(std::net::IpAddr::V6(ip)) => {
+            let first = ip.segments()[0];
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_private() || v4.is_link_local())
+        }
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_prefers_the_providers_message() {
+        assert_eq!(
+            error_text(r#"{"error":{"message":"unauthorized in test"}}"#, 401),
+            "unauthorized in test"
+        );
+        assert_eq!(error_text(r#"{"error":"bad key"}"#, 401), "bad key");
+        assert_eq!(
+            error_text(
+                r#"{"type":"error","error":{"type":"x","message":"m"}}"#,
+                400
+            ),
+            "m"
+        );
+        assert_eq!(error_text("upstream\n  broke", 502), "upstream broke");
+        assert_eq!(error_text("", 503), "Service Unavailable");
+        let huge = "é".repeat(5000);
+        let t = error_text(&huge, 500);
+        assert!(t.len() <= MAX_ERROR_TEXT + 4, "{}", t.len());
+    }
+
+    #[test]
+    fn local_hosts() {
+        for h in [
+            "127.0.0.1:8080",
+            "localhost",
+            "LOCALHOST:1",
+            "10.1.2.3",
+            "192.168.0.9:80",
+            "172.16.0.1",
+            "[::1]:8000",
+            "[fd00::5]",
+            "gpu-box.local:8000",
+        ] {
+            assert!(is_local_host(h), "{h}");
+        }
+        for h in [
+            "api.openai.com",
+            "8.8.8.8:443",
+            "172.32.0.1",
+            "[2001:db8::1]:80",
+        ] {
+            assert!(!is_local_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn unsupported_input_texts() {
+        assert!(is_unsupported_input(
+            "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        ));
+        assert!(is_unsupported_input(
+            "This model does not support image input."
+        ));
+        assert!(is_unsupported_input("Multimodal content is unsupported"));
+        assert!(!is_unsupported_input("internal error in test"));
+        assert!(!is_unsupported_input(
+            "model overloaded, not supported right now"
+        ));
+    }
+
+    #[test]
+    fn host_of_urls() {
+        assert_eq!(host_of("http://127.0.0.1:9/v1/chat"), "127.0.0.1:9");
+        assert_eq!(host_of("https://api.openai.com"), "api.openai.com");
+    }
+}
