@@ -274,3 +274,36 @@ fn a_kernel_that_cannot_start_is_a_failed_call() {
     );
     assert_eq!(a.prompt_stop("go"), "end_turn");
 }
+
+/// Issue 9: a daemon thread that prints in a tight loop after its cell ended must not grow the
+/// idle agent's memory (its output belongs to no cell and is dropped as it arrives), and the
+/// next cell still works. A reliability measurement: the 10 s idle is the exposure, not a
+/// timing assertion.
+#[test]
+fn output_printed_between_cells_keeps_the_idle_agent_small() {
+    use crate::support::procs::vm_kib;
+    let dir = TempDir::new("kernel-spam");
+    let mut a = kernel_agent(&dir, "background_output.jsonl", &[]);
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let idle = std::time::Instant::now();
+    let mut peak = 0;
+    while idle.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        peak = peak.max(vm_kib(a.pid(), "VmRSS:"));
+    }
+    assert!(
+        peak < 32 * 1024,
+        "idle agent RSS reached {peak} KiB while its kernel printed between cells"
+    );
+    assert_eq!(a.prompt_stop("again"), "end_turn");
+    let next = tool_ends(&a).pop().unwrap();
+    assert_eq!(next["status"], "completed", "{next}");
+    // The spammer still prints during this cell, so its streams are full; the result is last.
+    let text = first_text(&next);
+    assert!(
+        text.ends_with("'alive 42, spammer alive: True'"),
+        "…{}",
+        &text[text.len().saturating_sub(200)..]
+    );
+    a.report("kernel_output_between_cells", 1, 0);
+}
