@@ -28,7 +28,7 @@
 //! `KeyboardInterrupt` only while user code runs (never mid-frame, never when idle). The host
 //! kills the whole group (and any `%%bash` group) if the cell is not done 1 s after the
 //! interrupt. **Host requests** are answered on a thread per request by a `HostHandler`, at any
-//! time, even between cells. **Lifetime**: started lazily by the tool; killed (process group)
+//! time, even between cells; a handler that panics gets an error reply, never silence. **Lifetime**: started lazily by the tool; killed (process group)
 //! on drop; the driver kills its own group when fd 0 reaches EOF, so an agent that dies without
 //! cleaning up takes its kernel with it.
 
@@ -652,7 +652,7 @@ fn spawn_frame_reader(
                         let spawned = thread::Builder::new()
                             .name("kernel-host-request".to_owned())
                             .spawn(move || {
-                                let reply = host::answer(&*handler, &kind, payload, &source);
+                                let reply = answer_guarded(&*handler, rid, &kind, payload, &source);
                                 // A dead kernel cannot take the reply; nothing else to do.
                                 send_line(&stdin, &wire::reply_frame(rid, &reply));
                             });
@@ -677,6 +677,32 @@ fn spawn_frame_reader(
             let _ = tx.send(Event::FramesClosed);
         })
         .map(|_| ())
+}
+
+/// `host::answer`, with a panic in the handler turned into an error reply: Python waits for a
+/// reply to every request, so a request must never end without one.
+fn answer_guarded(
+    handler: &dyn HostHandler,
+    rid: u64,
+    kind: &Value,
+    payload: Value,
+    cell_source: &str,
+) -> Result<Value, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        host::answer(handler, kind, payload, cell_source)
+    }))
+    .unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        let kind = kind.as_str().unwrap_or("?");
+        log::error!("kernel host request {rid} ({kind}) panicked: {why}");
+        Err(format!(
+            "host request \"{kind}\" failed: the agent hit an internal error ({why})"
+        ))
+    })
 }
 
 /// Reads the user code's stdout or stderr, splitting out end-of-cell markers, and forwards
@@ -840,5 +866,46 @@ mod tests {
         assert_eq!(notices, 1);
         // The next cell starts afresh.
         assert_eq!(forwarded(gate.admit(8, Stream::Stdout, out(5))), Some(5));
+    }
+
+    /// Panics on `test.panic`, echoes the type of anything else.
+    struct Panicky;
+
+    impl HostHandler for Panicky {
+        fn handle(&self, kind: &str, _payload: Value) -> Result<Value, String> {
+            if kind == "test.panic" {
+                panic!("handler exploded");
+            }
+            Ok(serde_json::json!({ "kind": kind }))
+        }
+    }
+
+    #[test]
+    fn a_panicking_host_handler_is_an_error_in_python_and_the_kernel_goes_on() {
+        let cfg = KernelConfig {
+            python: find_python().expect("the kernel tests need python3"),
+            cwd: std::env::temp_dir(),
+            env: Vec::new(),
+        };
+        let abort = AbortFlag::new();
+        let mut kernel = Kernel::start(&cfg, Arc::new(Panicky), &abort).unwrap();
+        // The timeout only bounds the wait if no reply ever comes (the bug).
+        let run = kernel.execute(
+            "try:\n    rlm.host_request_sync('test.panic', {}, timeout=30)\nexcept RuntimeError as e:\n    print('error:', e)",
+            &abort,
+            &mut |_, _| {},
+        );
+        assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
+        assert_eq!(
+            run.stdout.text(),
+            "error: host request \"test.panic\" failed: the agent hit an internal error (handler exploded)\n"
+        );
+        let run = kernel.execute(
+            "rlm.host_request_sync('test.echo', {}, timeout=30)['kind']",
+            &abort,
+            &mut |_, _| {},
+        );
+        assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
+        assert_eq!(run.result.as_deref(), Some("'test.echo'"));
     }
 }
