@@ -775,10 +775,22 @@ impl Family {
         Ok(json!({ "models": models }))
     }
 
+    /// `model.info`: the input kinds are the provider's real capability, so `attach_image`
+    /// can refuse on a text-only model instead of sending it an image it never sees.
     fn model_info(&self) -> Value {
         let label = self.model_label().unwrap_or_else(|| "none/none".to_owned());
         let (provider, id) = label.split_once('/').unwrap_or(("", label.as_str()));
-        json!({"id": id, "provider": provider, "input": ["text", "image"]})
+        let images = self
+            .agent
+            .provider
+            .as_ref()
+            .is_ok_and(|p| p.accepts_images());
+        let input = if images {
+            json!(["text", "image"])
+        } else {
+            json!(["text"])
+        };
+        json!({"id": id, "provider": provider, "input": input})
     }
 }
 

@@ -208,6 +208,32 @@ fn attach_image_becomes_image_content_and_meta() {
     );
 }
 
+/// Issue 9: `model.info` reports the provider's real input kinds, so on a text-only model
+/// `attach_image` fails and says the model cannot see images; no image reaches the client.
+#[test]
+fn attach_image_on_a_text_only_model_says_it_cannot_see_images() {
+    let dir = TempDir::new("kernel-img-text");
+    std::fs::write(dir.path().join("dot.png"), python_b64decode(DOT_PNG)).unwrap();
+    let mut a = kernel_agent(&dir, "attach_image_text_only.jsonl", &[]);
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let ends = tool_ends(&a);
+    assert_eq!(first_text(&ends[0]), "['text']\n");
+    let end = &ends[1];
+    assert_eq!(end["status"], "failed", "{end}");
+    assert!(
+        first_text(end).contains("cannot see images (it takes text input only)"),
+        "{end}"
+    );
+    assert!(
+        end["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["content"]["type"] != "image"),
+        "{end}"
+    );
+}
+
 /// Base64 decoding without a crate for it (test data only).
 fn python_b64decode(data: &str) -> Vec<u8> {
     let out = std::process::Command::new("python3")
