@@ -22,7 +22,7 @@ use crate::provider::ToolSpec;
 
 pub const NAME: &str = "ipython";
 
-const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls, and are revived on a best-effort basis when a session is resumed (objects that cannot be serialized are dropped and reported). Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
+const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls within this session; they are not saved, so a new session or a restarted kernel starts empty. Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
 
 const CODE_DESCRIPTION: &str = "Python scratchpad code or `%%bash` shell cells to execute in the agent kernel. Use the target project's own environment for project imports, tests, scripts, CLIs, and dependency checks instead of direct kernel imports.";
 
@@ -384,6 +384,8 @@ mod tests {
         assert!(spec
             .description
             .starts_with("Execute Python scratchpad code and `%%bash`"));
+        // Sessions are not resumed: the description must not promise revived state.
+        assert!(!spec.description.contains("resum"), "{}", spec.description);
         assert_eq!(spec.parameters["required"], json!(["code"]));
         assert_eq!(
             spec.parameters["properties"]["code"]["description"],
