@@ -70,6 +70,10 @@ const LIVENESS_TICK: Duration = Duration::from_millis(100);
 /// Per stream, at most this many bytes are kept (the tool shows 65,536 chars, ≤ 4 bytes each).
 pub const CAPTURE_LIMIT: usize = 4 * 65_536;
 
+/// Per cell, display bundles are kept up to this many payload bytes; later ones are dropped
+/// and counted (`CellRun::displays_dropped`), so a cell displaying in a loop stays bounded.
+pub const DISPLAY_LIMIT: usize = 64 * 1024 * 1024;
+
 /// `Kernel::wanted` when no cell runs: the output readers forward nothing.
 const NO_CELL: u64 = u64::MAX;
 /// `Kernel::wanted` while the driver starts (its stderr explains a failed start).
@@ -159,6 +163,8 @@ pub struct CellRun {
     pub error: Option<CellError>,
     /// Display bundles, in order.
     pub displays: Vec<Map<String, Value>>,
+    /// Display bundles dropped at `DISPLAY_LIMIT`.
+    pub displays_dropped: usize,
     pub end: CellEnd,
 }
 
@@ -384,6 +390,7 @@ impl Kernel {
             result: None,
             error: None,
             displays: Vec::new(),
+            displays_dropped: 0,
             end: CellEnd::Done { ok: false },
         };
         // Frames that arrived between cells belong to no cell (e.g. a background thread of the
@@ -410,6 +417,7 @@ impl Kernel {
         let mut done: Option<(bool, Instant)> = None;
         let mut markers = (false, false);
         let mut interrupted: Option<Instant> = None;
+        let mut display_bytes = 0;
         loop {
             if let Some((ok, at)) = done {
                 if markers == (true, true) || at.elapsed() >= MARKER_GRACE {
@@ -451,7 +459,12 @@ impl Kernel {
                         })
                     }
                     KernelFrame::Display { id: Some(i), data } if i == id => {
-                        run.displays.push(data)
+                        display_bytes += payload_bytes(&data);
+                        if display_bytes <= DISPLAY_LIMIT {
+                            run.displays.push(data)
+                        } else {
+                            run.displays_dropped += 1;
+                        }
                     }
                     KernelFrame::ChildGroup { pgid, .. } => {
                         if let Ok(pgid) = i32::try_from(pgid) {
@@ -577,6 +590,19 @@ impl Drop for Kernel {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Roughly how many bytes a display bundle holds (its strings, plus a little per value).
+fn payload_bytes(data: &Map<String, Value>) -> usize {
+    fn size(v: &Value) -> usize {
+        match v {
+            Value::String(s) => s.len() + 8,
+            Value::Array(a) => a.iter().map(size).sum::<usize>() + 8,
+            Value::Object(o) => o.iter().map(|(k, v)| k.len() + size(v)).sum::<usize>() + 8,
+            _ => 8,
+        }
+    }
+    data.iter().map(|(k, v)| k.len() + size(v)).sum()
 }
 
 fn describe_exit(status: ExitStatus) -> String {
@@ -868,6 +894,29 @@ mod tests {
         assert_eq!(forwarded(gate.admit(8, Stream::Stdout, out(5))), Some(5));
     }
 
+    fn python_kernel(handler: Arc<dyn HostHandler>) -> Kernel {
+        let cfg = KernelConfig {
+            python: find_python().expect("the kernel tests need python3"),
+            cwd: std::env::temp_dir(),
+            env: Vec::new(),
+        };
+        Kernel::start(&cfg, handler, &AbortFlag::new()).unwrap()
+    }
+
+    #[test]
+    fn a_cell_keeps_displays_up_to_the_limit_and_counts_the_rest() {
+        let mut kernel = python_kernel(Arc::new(DefaultHostHandler::default()));
+        let abort = AbortFlag::new();
+        let run = kernel.execute(
+            "for _ in range(70):\n    rlm.emit({'image/png': 'A' * (1024 * 1024)})",
+            &abort,
+            &mut |_, _| {},
+        );
+        assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
+        assert_eq!(run.displays.len(), 63);
+        assert_eq!(run.displays_dropped, 7);
+    }
+
     /// Panics on `test.panic`, echoes the type of anything else.
     struct Panicky;
 
@@ -882,13 +931,8 @@ mod tests {
 
     #[test]
     fn a_panicking_host_handler_is_an_error_in_python_and_the_kernel_goes_on() {
-        let cfg = KernelConfig {
-            python: find_python().expect("the kernel tests need python3"),
-            cwd: std::env::temp_dir(),
-            env: Vec::new(),
-        };
         let abort = AbortFlag::new();
-        let mut kernel = Kernel::start(&cfg, Arc::new(Panicky), &abort).unwrap();
+        let mut kernel = python_kernel(Arc::new(Panicky));
         // The timeout only bounds the wait if no reply ever comes (the bug).
         let run = kernel.execute(
             "try:\n    rlm.host_request_sync('test.panic', {}, timeout=30)\nexcept RuntimeError as e:\n    print('error:', e)",

@@ -301,6 +301,14 @@ fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
             false
         }
     };
+    let dropped = (run.displays_dropped > 0).then(|| {
+        format!(
+            "{} display(s) dropped: the cell's displays exceed {} MiB",
+            run.displays_dropped,
+            crate::kernel::DISPLAY_LIMIT / (1024 * 1024)
+        )
+    });
+    stderr_extra.extend(dropped.as_deref());
     let mut stderr = run.stderr.text();
     for line in stderr_extra {
         if !stderr.is_empty() && !stderr.ends_with('\n') {
@@ -372,6 +380,7 @@ mod tests {
             result: None,
             error: None,
             displays: Vec::new(),
+            displays_dropped: 0,
             end,
         }
     }
@@ -439,6 +448,19 @@ mod tests {
             false,
         );
         assert!(died.is_error && died.text.starts_with("The Python kernel died"));
+    }
+
+    #[test]
+    fn dropped_displays_are_reported_on_stderr() {
+        let mut r = run("", CellEnd::Done { ok: true });
+        r.displays_dropped = 3;
+        let out = cell_output(r, false);
+        assert!(
+            out.text
+                .ends_with("3 display(s) dropped: the cell's displays exceed 64 MiB"),
+            "{}",
+            out.text
+        );
     }
 
     #[test]
