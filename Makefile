@@ -87,6 +87,7 @@ RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
 	tools::read_of_a_fifo_is_a_prompt_error_and_the_next_prompt_works \
 	tools::read_of_dev_zero_is_an_error_and_memory_stays_small \
 	kernel::a_kernel_killed_mid_cell_is_an_error_and_the_next_cell_recovers \
+	kernel::output_printed_between_cells_keeps_the_idle_agent_small \
 	protocol::stdin_closed_mid_frame_gets_a_parse_error_and_a_clean_exit \
 	protocol::stdin_eof_mid_turn_exits_zero \
 	protocol::sigterm_mid_turn_answers_and_exits_zero \

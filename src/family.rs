@@ -2,7 +2,7 @@
 //!
 //! Names, statuses, turn attribution (behaviour spec §1.15), message formatting and limits
 //! (§4.4). The threads that run children and the channels that carry their news live in
-//! `subagents.rs`; everything here is testable without them.
+//! `subagents/`; everything here is testable without them.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

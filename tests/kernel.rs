@@ -208,6 +208,32 @@ fn attach_image_becomes_image_content_and_meta() {
     );
 }
 
+/// Issue 9: `model.info` reports the provider's real input kinds, so on a text-only model
+/// `attach_image` fails and says the model cannot see images; no image reaches the client.
+#[test]
+fn attach_image_on_a_text_only_model_says_it_cannot_see_images() {
+    let dir = TempDir::new("kernel-img-text");
+    std::fs::write(dir.path().join("dot.png"), python_b64decode(DOT_PNG)).unwrap();
+    let mut a = kernel_agent(&dir, "attach_image_text_only.jsonl", &[]);
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let ends = tool_ends(&a);
+    assert_eq!(first_text(&ends[0]), "['text']\n");
+    let end = &ends[1];
+    assert_eq!(end["status"], "failed", "{end}");
+    assert!(
+        first_text(end).contains("cannot see images (it takes text input only)"),
+        "{end}"
+    );
+    assert!(
+        end["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["content"]["type"] != "image"),
+        "{end}"
+    );
+}
+
 /// Base64 decoding without a crate for it (test data only).
 fn python_b64decode(data: &str) -> Vec<u8> {
     let out = std::process::Command::new("python3")
@@ -273,4 +299,37 @@ fn a_kernel_that_cannot_start_is_a_failed_call() {
         &[("PRIME_AGENT_KERNEL_PYTHON", "/bin/false")],
     );
     assert_eq!(a.prompt_stop("go"), "end_turn");
+}
+
+/// Issue 9: a daemon thread that prints in a tight loop after its cell ended must not grow the
+/// idle agent's memory (its output belongs to no cell and is dropped as it arrives), and the
+/// next cell still works. A reliability measurement: the 10 s idle is the exposure, not a
+/// timing assertion.
+#[test]
+fn output_printed_between_cells_keeps_the_idle_agent_small() {
+    use crate::support::procs::vm_kib;
+    let dir = TempDir::new("kernel-spam");
+    let mut a = kernel_agent(&dir, "background_output.jsonl", &[]);
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let idle = std::time::Instant::now();
+    let mut peak = 0;
+    while idle.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        peak = peak.max(vm_kib(a.pid(), "VmRSS:"));
+    }
+    assert!(
+        peak < 32 * 1024,
+        "idle agent RSS reached {peak} KiB while its kernel printed between cells"
+    );
+    assert_eq!(a.prompt_stop("again"), "end_turn");
+    let next = tool_ends(&a).pop().unwrap();
+    assert_eq!(next["status"], "completed", "{next}");
+    // The spammer still prints during this cell, so its streams are full; the result is last.
+    let text = first_text(&next);
+    assert!(
+        text.ends_with("'alive 42, spammer alive: True'"),
+        "…{}",
+        &text[text.len().saturating_sub(200)..]
+    );
+    a.report("kernel_output_between_cells", 1, 0);
 }

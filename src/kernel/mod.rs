@@ -28,7 +28,7 @@
 //! `KeyboardInterrupt` only while user code runs (never mid-frame, never when idle). The host
 //! kills the whole group (and any `%%bash` group) if the cell is not done 1 s after the
 //! interrupt. **Host requests** are answered on a thread per request by a `HostHandler`, at any
-//! time, even between cells. **Lifetime**: started lazily by the tool; killed (process group)
+//! time, even between cells; a handler that panics gets an error reply, never silence. **Lifetime**: started lazily by the tool; killed (process group)
 //! on drop; the driver kills its own group when fd 0 reaches EOF, so an agent that dies without
 //! cleaning up takes its kernel with it.
 
@@ -42,6 +42,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -68,6 +69,15 @@ const LIVENESS_TICK: Duration = Duration::from_millis(100);
 
 /// Per stream, at most this many bytes are kept (the tool shows 65,536 chars, ≤ 4 bytes each).
 pub const CAPTURE_LIMIT: usize = 4 * 65_536;
+
+/// Per cell, display bundles are kept up to this many payload bytes; later ones are dropped
+/// and counted (`CellRun::displays_dropped`), so a cell displaying in a loop stays bounded.
+pub const DISPLAY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// `Kernel::wanted` when no cell runs: the output readers forward nothing.
+const NO_CELL: u64 = u64::MAX;
+/// `Kernel::wanted` while the driver starts (its stderr explains a failed start).
+const START_UP: u64 = 0;
 
 /// Finds the Python to run: `PRIME_AGENT_KERNEL_PYTHON` (a path, or a name looked up in
 /// `PATH`), else `python3`, else `python` on `PATH`.
@@ -153,6 +163,8 @@ pub struct CellRun {
     pub error: Option<CellError>,
     /// Display bundles, in order.
     pub displays: Vec<Map<String, Value>>,
+    /// Display bundles dropped at `DISPLAY_LIMIT`.
+    pub displays_dropped: usize,
     pub end: CellEnd,
 }
 
@@ -165,6 +177,8 @@ enum Stream {
 enum Event {
     Frame(KernelFrame),
     Output(Stream, Vec<u8>),
+    /// The reader dropped this cell's bytes beyond `CAPTURE_LIMIT` on the stream.
+    Truncated(Stream),
     Marker(Stream, u64),
     OutputClosed(Stream),
     FramesClosed,
@@ -179,6 +193,8 @@ pub struct Kernel {
     events: Receiver<Event>,
     events_tx: Sender<Event>,
     cell_source: Arc<Mutex<String>>,
+    /// The cell whose output the reader threads forward (`NO_CELL` between cells).
+    wanted: Arc<AtomicU64>,
     next_cell: u64,
     /// `%%bash` process groups, killed with the kernel.
     child_groups: Vec<i32>,
@@ -249,6 +265,7 @@ impl Kernel {
         let stdin = Arc::new(Mutex::new(stdin));
         let cell_source = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = unbounded();
+        let wanted = Arc::new(AtomicU64::new(START_UP));
         let spawned = spawn_frame_reader(
             frames_rx,
             tx.clone(),
@@ -256,8 +273,12 @@ impl Kernel {
             stdin.clone(),
             cell_source.clone(),
         )
-        .and_then(|_| spawn_output_reader(stdout, Stream::Stdout, &token, tx.clone()))
-        .and_then(|_| spawn_output_reader(stderr, Stream::Stderr, &token, tx.clone()));
+        .and_then(|_| {
+            spawn_output_reader(stdout, Stream::Stdout, &token, tx.clone(), wanted.clone())
+        })
+        .and_then(|_| {
+            spawn_output_reader(stderr, Stream::Stderr, &token, tx.clone(), wanted.clone())
+        });
         let mut kernel = Kernel {
             child,
             pid,
@@ -265,6 +286,7 @@ impl Kernel {
             events: rx,
             events_tx: tx,
             cell_source,
+            wanted,
             next_cell: 0,
             child_groups: Vec::new(),
             dir: dir.to_path_buf(),
@@ -296,6 +318,7 @@ impl Kernel {
                 Ok(Event::Frame(KernelFrame::Ready { engine, python, .. })) => {
                     log::debug!("kernel {} ready: {engine} on Python {python}", self.pid);
                     self.engine = engine;
+                    self.wanted.store(NO_CELL, Ordering::SeqCst);
                     return Ok(());
                 }
                 Ok(Event::Abort) => {
@@ -303,6 +326,7 @@ impl Kernel {
                     return Err("cancelled while starting".to_owned());
                 }
                 Ok(Event::Output(Stream::Stderr, bytes)) => stderr.push(&bytes),
+                Ok(Event::Truncated(Stream::Stderr)) => stderr.truncated = true,
                 Ok(Event::FramesClosed) => return Err(self.start_failure(stderr)),
                 Ok(_) => {}
                 Err(RecvTimeoutError::Timeout) => {
@@ -348,22 +372,37 @@ impl Kernel {
         abort: &AbortFlag,
         on_output: &mut dyn FnMut(&Capture, &Capture),
     ) -> CellRun {
+        let run = self.execute_cell(code, abort, on_output);
+        // Whatever the kernel prints from now on belongs to no cell: the readers drop it.
+        self.wanted.store(NO_CELL, Ordering::SeqCst);
+        run
+    }
+
+    fn execute_cell(
+        &mut self,
+        code: &str,
+        abort: &AbortFlag,
+        on_output: &mut dyn FnMut(&Capture, &Capture),
+    ) -> CellRun {
         let mut run = CellRun {
             stdout: Capture::default(),
             stderr: Capture::default(),
             result: None,
             error: None,
             displays: Vec::new(),
+            displays_dropped: 0,
             end: CellEnd::Done { ok: false },
         };
-        // Output and frames that arrived between cells belong to no cell (e.g. a background
-        // thread of the previous one); only a closed frame stream still matters.
+        // Frames that arrived between cells belong to no cell (e.g. a background thread of the
+        // previous one); only a closed frame stream still matters. (The output readers already
+        // dropped the bytes printed between cells.)
         let mut closed = false;
         while let Ok(ev) = self.events.try_recv() {
             closed |= matches!(ev, Event::FramesClosed);
         }
         self.next_cell += 1;
         let id = self.next_cell;
+        self.wanted.store(id, Ordering::SeqCst);
         if let Ok(mut source) = self.cell_source.lock() {
             code.clone_into(&mut source);
         }
@@ -378,6 +417,7 @@ impl Kernel {
         let mut done: Option<(bool, Instant)> = None;
         let mut markers = (false, false);
         let mut interrupted: Option<Instant> = None;
+        let mut display_bytes = 0;
         loop {
             if let Some((ok, at)) = done {
                 if markers == (true, true) || at.elapsed() >= MARKER_GRACE {
@@ -419,7 +459,12 @@ impl Kernel {
                         })
                     }
                     KernelFrame::Display { id: Some(i), data } if i == id => {
-                        run.displays.push(data)
+                        display_bytes += payload_bytes(&data);
+                        if display_bytes <= DISPLAY_LIMIT {
+                            run.displays.push(data)
+                        } else {
+                            run.displays_dropped += 1;
+                        }
                     }
                     KernelFrame::ChildGroup { pgid, .. } => {
                         if let Ok(pgid) = i32::try_from(pgid) {
@@ -438,6 +483,10 @@ impl Kernel {
                     }
                     on_output(&run.stdout, &run.stderr);
                 }
+                Ok(Event::Truncated(stream)) => match stream {
+                    Stream::Stdout => run.stdout.truncated = true,
+                    Stream::Stderr => run.stderr.truncated = true,
+                },
                 Ok(Event::Marker(stream, i)) if i == id => match stream {
                     Stream::Stdout => markers.0 = true,
                     Stream::Stderr => markers.1 = true,
@@ -489,6 +538,8 @@ impl Kernel {
             {
                 Ok(Event::Output(Stream::Stdout, b)) => stdout.push(&b),
                 Ok(Event::Output(Stream::Stderr, b)) => stderr.push(&b),
+                Ok(Event::Truncated(Stream::Stdout)) => stdout.truncated = true,
+                Ok(Event::Truncated(Stream::Stderr)) => stderr.truncated = true,
                 Ok(Event::OutputClosed(Stream::Stdout)) => open.0 = false,
                 Ok(Event::OutputClosed(Stream::Stderr)) => open.1 = false,
                 Ok(_) => {}
@@ -539,6 +590,19 @@ impl Drop for Kernel {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Roughly how many bytes a display bundle holds (its strings, plus a little per value).
+fn payload_bytes(data: &Map<String, Value>) -> usize {
+    fn size(v: &Value) -> usize {
+        match v {
+            Value::String(s) => s.len() + 8,
+            Value::Array(a) => a.iter().map(size).sum::<usize>() + 8,
+            Value::Object(o) => o.iter().map(|(k, v)| k.len() + size(v)).sum::<usize>() + 8,
+            _ => 8,
+        }
+    }
+    data.iter().map(|(k, v)| k.len() + size(v)).sum()
 }
 
 fn describe_exit(status: ExitStatus) -> String {
@@ -614,7 +678,7 @@ fn spawn_frame_reader(
                         let spawned = thread::Builder::new()
                             .name("kernel-host-request".to_owned())
                             .spawn(move || {
-                                let reply = host::answer(&*handler, &kind, payload, &source);
+                                let reply = answer_guarded(&*handler, rid, &kind, payload, &source);
                                 // A dead kernel cannot take the reply; nothing else to do.
                                 send_line(&stdin, &wire::reply_frame(rid, &reply));
                             });
@@ -622,6 +686,9 @@ fn spawn_frame_reader(
                             log::warn!("cannot answer host request {rid}: {e}");
                         }
                     }
+                    // A display from outside any cell (a background thread between cells)
+                    // has no cell to go to; queueing it would only grow memory.
+                    Ok(KernelFrame::Display { id: None, .. }) => {}
                     Ok(frame) => {
                         if tx.send(Event::Frame(frame)).is_err() {
                             break;
@@ -638,12 +705,49 @@ fn spawn_frame_reader(
         .map(|_| ())
 }
 
-/// Reads the user code's stdout or stderr, splitting out end-of-cell markers.
+/// `host::answer`, with a panic in the handler turned into an error reply: Python waits for a
+/// reply to every request, so a request must never end without one.
+fn answer_guarded(
+    handler: &dyn HostHandler,
+    rid: u64,
+    kind: &Value,
+    payload: Value,
+    cell_source: &str,
+) -> Result<Value, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        host::answer(handler, kind, payload, cell_source)
+    }))
+    .unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        let kind = kind.as_str().unwrap_or("?");
+        log::error!("kernel host request {rid} ({kind}) panicked: {why}");
+        Err(format!(
+            "host request \"{kind}\" failed: the agent hit an internal error ({why})"
+        ))
+    })
+}
+
+/// Reads the user code's stdout or stderr, splitting out end-of-cell markers, and forwards
+/// only what a cell can use, so memory stays bounded whatever the kernel prints:
+///
+/// - bytes that arrive while no cell runs (`wanted` is `NO_CELL`), or after the running cell's
+///   marker on this stream, are dropped. They come from background threads of earlier cells;
+///   no tool call asked for them, and a capped tail shown at the next cell would be stale
+///   noise from code the model may have forgotten, attributed to a cell that did not print
+///   it. Dropping also matches what the host always did with them (they were discarded when
+///   the next cell started), only without queueing them first.
+/// - a running cell gets at most `CAPTURE_LIMIT` bytes per stream (what `Capture` keeps);
+///   beyond that a single `Truncated` event says bytes were dropped.
 fn spawn_output_reader(
     mut pipe: impl Read + Send + 'static,
     stream: Stream,
     token: &str,
     tx: Sender<Event>,
+    wanted: Arc<AtomicU64>,
 ) -> std::io::Result<()> {
     let mut scanner = MarkerScanner::new(token);
     let name = match stream {
@@ -654,15 +758,16 @@ fn spawn_output_reader(
         .name(name.to_owned())
         .spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
+            let mut gate = OutputGate::default();
             loop {
                 let n = match pipe.read(&mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
                 for chunk in scanner.push(&buf[..n]) {
-                    let ev = match chunk {
-                        Chunk::Output(bytes) => Event::Output(stream, bytes),
-                        Chunk::Marker(id) => Event::Marker(stream, id),
+                    let cell = wanted.load(Ordering::SeqCst);
+                    let Some(ev) = gate.admit(cell, stream, chunk) else {
+                        continue;
                     };
                     if tx.send(ev).is_err() {
                         return;
@@ -670,10 +775,181 @@ fn spawn_output_reader(
                 }
             }
             let rest = scanner.finish();
-            if !rest.is_empty() {
-                let _ = tx.send(Event::Output(stream, rest));
+            if let Some(ev) = gate.admit(wanted.load(Ordering::SeqCst), stream, Chunk::Output(rest))
+            {
+                let _ = tx.send(ev);
             }
             let _ = tx.send(Event::OutputClosed(stream));
         })
         .map(|_| ())
+}
+
+/// One output stream's forwarding decision (see `spawn_output_reader`).
+#[derive(Default)]
+struct OutputGate {
+    /// The cell the counts below are for.
+    cell: u64,
+    /// Bytes forwarded for `cell`.
+    sent: usize,
+    /// `cell`'s marker was seen: its output on this stream is complete.
+    ended: bool,
+    /// `Truncated` was sent for `cell`.
+    truncated: bool,
+    /// Bytes dropped since the last log line (between cells).
+    dropped: u64,
+}
+
+impl OutputGate {
+    fn admit(&mut self, wanted: u64, stream: Stream, chunk: Chunk) -> Option<Event> {
+        if wanted != self.cell {
+            if self.dropped > 0 {
+                log::debug!(
+                    "kernel {stream:?}: dropped {} bytes printed between cells",
+                    self.dropped
+                );
+            }
+            *self = OutputGate {
+                cell: wanted,
+                ..OutputGate::default()
+            };
+        }
+        match chunk {
+            Chunk::Marker(id) => {
+                self.ended |= id == self.cell;
+                Some(Event::Marker(stream, id))
+            }
+            Chunk::Output(bytes) if bytes.is_empty() => None,
+            Chunk::Output(bytes) if wanted == NO_CELL || self.ended => {
+                self.dropped += bytes.len() as u64;
+                None
+            }
+            // The chunk that crosses the limit goes whole (at most one read, 64 KiB, over it):
+            // `Capture::push` keeps what fits and marks the capture truncated.
+            Chunk::Output(bytes) if self.sent < CAPTURE_LIMIT => {
+                self.sent += bytes.len();
+                Some(Event::Output(stream, bytes))
+            }
+            Chunk::Output(_) if self.truncated => None,
+            Chunk::Output(_) => {
+                self.truncated = true;
+                Some(Event::Truncated(stream))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(n: usize) -> Chunk {
+        Chunk::Output(vec![b'x'; n])
+    }
+
+    fn forwarded(ev: Option<Event>) -> Option<usize> {
+        match ev {
+            Some(Event::Output(_, b)) => Some(b.len()),
+            Some(Event::Truncated(_)) => Some(0),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn output_between_cells_is_dropped() {
+        let mut gate = OutputGate::default();
+        assert_eq!(
+            forwarded(gate.admit(START_UP, Stream::Stderr, out(10))),
+            Some(10)
+        );
+        assert_eq!(
+            forwarded(gate.admit(NO_CELL, Stream::Stderr, out(10))),
+            None
+        );
+        assert_eq!(forwarded(gate.admit(1, Stream::Stderr, out(3))), Some(3));
+        assert!(matches!(
+            gate.admit(1, Stream::Stderr, Chunk::Marker(1)),
+            Some(Event::Marker(Stream::Stderr, 1))
+        ));
+        // After the cell's marker, its output on this stream is complete.
+        assert_eq!(forwarded(gate.admit(1, Stream::Stderr, out(3))), None);
+        assert_eq!(forwarded(gate.admit(2, Stream::Stderr, out(3))), Some(3));
+    }
+
+    #[test]
+    fn a_cell_gets_at_most_the_capture_limit_then_one_truncation_notice() {
+        let mut gate = OutputGate::default();
+        let chunk = 64 * 1024;
+        let mut bytes = 0;
+        let mut notices = 0;
+        for _ in 0..100 {
+            match gate.admit(7, Stream::Stdout, out(chunk)) {
+                Some(Event::Output(_, b)) => bytes += b.len(),
+                Some(Event::Truncated(_)) => notices += 1,
+                _ => {}
+            }
+        }
+        assert_eq!(bytes, CAPTURE_LIMIT);
+        assert_eq!(notices, 1);
+        // The next cell starts afresh.
+        assert_eq!(forwarded(gate.admit(8, Stream::Stdout, out(5))), Some(5));
+    }
+
+    fn python_kernel(handler: Arc<dyn HostHandler>) -> Kernel {
+        let cfg = KernelConfig {
+            python: find_python().expect("the kernel tests need python3"),
+            cwd: std::env::temp_dir(),
+            env: Vec::new(),
+        };
+        Kernel::start(&cfg, handler, &AbortFlag::new()).unwrap()
+    }
+
+    #[test]
+    fn a_cell_keeps_displays_up_to_the_limit_and_counts_the_rest() {
+        let mut kernel = python_kernel(Arc::new(DefaultHostHandler::default()));
+        let abort = AbortFlag::new();
+        let run = kernel.execute(
+            "for _ in range(70):\n    rlm.emit({'image/png': 'A' * (1024 * 1024)})",
+            &abort,
+            &mut |_, _| {},
+        );
+        assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
+        assert_eq!(run.displays.len(), 63);
+        assert_eq!(run.displays_dropped, 7);
+    }
+
+    /// Panics on `test.panic`, echoes the type of anything else.
+    struct Panicky;
+
+    impl HostHandler for Panicky {
+        fn handle(&self, kind: &str, _payload: Value) -> Result<Value, String> {
+            if kind == "test.panic" {
+                panic!("handler exploded");
+            }
+            Ok(serde_json::json!({ "kind": kind }))
+        }
+    }
+
+    #[test]
+    fn a_panicking_host_handler_is_an_error_in_python_and_the_kernel_goes_on() {
+        let abort = AbortFlag::new();
+        let mut kernel = python_kernel(Arc::new(Panicky));
+        // The timeout only bounds the wait if no reply ever comes (the bug).
+        let run = kernel.execute(
+            "try:\n    rlm.host_request_sync('test.panic', {}, timeout=30)\nexcept RuntimeError as e:\n    print('error:', e)",
+            &abort,
+            &mut |_, _| {},
+        );
+        assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
+        assert_eq!(
+            run.stdout.text(),
+            "error: host request \"test.panic\" failed: the agent hit an internal error (handler exploded)\n"
+        );
+        let run = kernel.execute(
+            "rlm.host_request_sync('test.echo', {}, timeout=30)['kind']",
+            &abort,
+            &mut |_, _| {},
+        );
+        assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
+        assert_eq!(run.result.as_deref(), Some("'test.echo'"));
+    }
 }

@@ -347,10 +347,10 @@ def _attach_image(*paths):
     info = host_request_sync("model.info")
     inputs = info.get("input") if isinstance(info, dict) else None
     if isinstance(inputs, list) and "image" not in inputs:
-        model_id = info.get("id") or "the current model"
+        model = "/".join(p for p in (info.get("provider"), info.get("id")) if p) or "the current model"
         raise RuntimeError(
-            "%s does not support vision. Tell the user to switch to a vision-capable model "
-            "to load images into context." % model_id
+            "No image was loaded: the model %s cannot see images (it takes text input only). "
+            "Tell the user to switch to a vision-capable model to load images into context." % model
         )
     for target, mime, data in loaded:
         emit({ATTACHMENT_MIME: {

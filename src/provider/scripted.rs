@@ -13,6 +13,9 @@
 //! A reply with `"agent": "NAME"` is served only to the subagent NAME; replies without it
 //! serve the session's main agent, in order.
 //!
+//! A line `{"config": {"input": ["text"]}}` is no reply: it makes the scripted model text-only
+//! (`accepts_images` false; the default takes text and images).
+//!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
 //! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
 //! `{"stuck_ms": n}` (blocks n ms ignoring cancel, like a call no abort hook can reach),
@@ -39,6 +42,8 @@ pub struct ScriptedProvider {
     replies: Vec<Value>,
     /// Replies already served. Each agent takes the next unserved reply addressed to it.
     served: Mutex<Vec<bool>>,
+    /// Whether the model takes image input (`config.input`).
+    images: bool,
 }
 
 impl ScriptedProvider {
@@ -47,6 +52,7 @@ impl ScriptedProvider {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("Cannot read script {}: {e}", path.display()))?;
         let mut replies = Vec::new();
+        let mut images = true;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with("//") {
@@ -61,6 +67,12 @@ impl ScriptedProvider {
                     i + 1
                 ));
             }
+            if let Some(config) = value.get("config") {
+                if let Some(input) = config.get("input").and_then(Value::as_array) {
+                    images = input.iter().any(|i| i == "image");
+                }
+                continue;
+            }
             replies.push(value);
         }
         let served = Mutex::new(vec![false; replies.len()]);
@@ -68,6 +80,7 @@ impl ScriptedProvider {
             path: path.to_path_buf(),
             replies,
             served,
+            images,
         })
     }
 
@@ -101,6 +114,10 @@ impl Provider for ScriptedProvider {
     /// A nominal window, so scripted sessions exercise `usage_update` like real ones.
     fn context_window(&self) -> Option<u64> {
         Some(128_000)
+    }
+
+    fn accepts_images(&self) -> bool {
+        self.images
     }
 
     fn label(&self) -> String {

@@ -22,7 +22,7 @@ use crate::provider::ToolSpec;
 
 pub const NAME: &str = "ipython";
 
-const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls, and are revived on a best-effort basis when a session is resumed (objects that cannot be serialized are dropped and reported). Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
+const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls within this session; they are not saved, so a new session or a restarted kernel starts empty. Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
 
 const CODE_DESCRIPTION: &str = "Python scratchpad code or `%%bash` shell cells to execute in the agent kernel. Use the target project's own environment for project imports, tests, scripts, CLIs, and dependency checks instead of direct kernel imports.";
 
@@ -301,6 +301,14 @@ fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
             false
         }
     };
+    let dropped = (run.displays_dropped > 0).then(|| {
+        format!(
+            "{} display(s) dropped: the cell's displays exceed {} MiB",
+            run.displays_dropped,
+            crate::kernel::DISPLAY_LIMIT / (1024 * 1024)
+        )
+    });
+    stderr_extra.extend(dropped.as_deref());
     let mut stderr = run.stderr.text();
     for line in stderr_extra {
         if !stderr.is_empty() && !stderr.ends_with('\n') {
@@ -372,6 +380,7 @@ mod tests {
             result: None,
             error: None,
             displays: Vec::new(),
+            displays_dropped: 0,
             end,
         }
     }
@@ -384,6 +393,8 @@ mod tests {
         assert!(spec
             .description
             .starts_with("Execute Python scratchpad code and `%%bash`"));
+        // Sessions are not resumed: the description must not promise revived state.
+        assert!(!spec.description.contains("resum"), "{}", spec.description);
         assert_eq!(spec.parameters["required"], json!(["code"]));
         assert_eq!(
             spec.parameters["properties"]["code"]["description"],
@@ -437,6 +448,19 @@ mod tests {
             false,
         );
         assert!(died.is_error && died.text.starts_with("The Python kernel died"));
+    }
+
+    #[test]
+    fn dropped_displays_are_reported_on_stderr() {
+        let mut r = run("", CellEnd::Done { ok: true });
+        r.displays_dropped = 3;
+        let out = cell_output(r, false);
+        assert!(
+            out.text
+                .ends_with("3 display(s) dropped: the cell's displays exceed 64 MiB"),
+            "{}",
+            out.text
+        );
     }
 
     #[test]

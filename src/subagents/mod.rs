@@ -1,0 +1,304 @@
+//! Subagents: the live agent family of one ACP session.
+//!
+//! The main agent's kernel (and each child's) asks for children with `rlm(...)` over the host
+//! bridge; `Family` admits them, runs each on its own named thread with its own conversation,
+//! tools and kernel (`RLM_DEPTH` + 1), routes agent-to-agent messages between inboxes, and
+//! reports every status change and every message for the main agent to the main loop as a
+//! `FamilyMsg`. The main loop alone talks to the client. Pure bookkeeping (names, attribution,
+//! limits, texts) lives in `family.rs`.
+//!
+//! - `mod.rs` (here): the `Family` state (nodes, inboxes, rate buckets), its API for the main
+//!   loop, news for it (`FamilyMsg`) and inbox delivery (`push_to`).
+//! - `runner.rs`: a child's life: admission (`rlm.run`), its `subagent-<id>` thread, its end.
+//! - `handlers.rs`: `NodeHandler`, which answers one agent's kernel host requests.
+
+mod handlers;
+mod runner;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::abort::AbortFlag;
+use crate::events::ChildSnapshot;
+use crate::family::{self, ChildStatus, TokenBucket};
+use crate::provider::Thinking;
+use crate::tools::KernelHost;
+use crate::turn::{Agent, AgentCtx, Conversation, Inbox, TurnInput};
+use handlers::NodeHandler;
+
+/// News for the main loop. `generation` names the session's family; stale news is dropped.
+#[derive(Debug)]
+pub enum FamilyMsg {
+    Child {
+        generation: u64,
+        snapshot: ChildSnapshot,
+        status: ChildStatus,
+    },
+    /// The main agent's inbox received a message.
+    MainInbox { generation: u64 },
+    /// The main agent's kernel sent an agent message (surfaced as `_meta…agentMessage`).
+    SentByMain {
+        generation: u64,
+        target: String,
+        delivery_status: String,
+    },
+}
+
+/// The name the main agent goes by in its family.
+pub const MAIN_NAME: &str = "main";
+
+pub struct Family {
+    generation: u64,
+    agent: Arc<Agent>,
+    main_id: String,
+    main_inbox: Arc<Inbox>,
+    main_busy: AtomicBool,
+    root_depth: u32,
+    max_depth: u32,
+    tx: Sender<FamilyMsg>,
+    closed: AtomicBool,
+    state: Mutex<State>,
+    me: Weak<Family>,
+}
+
+#[derive(Default)]
+struct State {
+    nodes: HashMap<String, Node>,
+    /// Admission order, for stable listings.
+    order: Vec<String>,
+    buckets: HashMap<String, TokenBucket>,
+}
+
+struct Node {
+    id: String,
+    name: String,
+    /// The parent's id: the main agent's id for top-level children.
+    parent: String,
+    depth: u32,
+    status: ChildStatus,
+    inbox: Arc<Inbox>,
+    abort: AbortFlag,
+    thread: Option<JoinHandle<()>>,
+    /// Sent something to its parent since its task arrived.
+    replied: bool,
+    error: Option<String>,
+    token_count: u64,
+    session_dir: PathBuf,
+    conversation: Arc<Mutex<Conversation>>,
+    /// Kept between runs so a revived child keeps its kernel.
+    ctx: Option<Arc<AgentCtx>>,
+    /// `rlm(..., thinking=)`, else the parent's.
+    thinking: Thinking,
+}
+
+impl Family {
+    pub fn new(
+        generation: u64,
+        agent: Arc<Agent>,
+        main_id: String,
+        tx: Sender<FamilyMsg>,
+    ) -> Arc<Family> {
+        Arc::new_cyclic(|me| Family {
+            generation,
+            agent,
+            main_id,
+            main_inbox: Arc::default(),
+            main_busy: AtomicBool::new(false),
+            root_depth: family::root_depth(),
+            max_depth: family::max_depth(),
+            tx,
+            closed: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            me: me.clone(),
+        })
+    }
+
+    /// The main agent's context: its tools answer host requests through this family.
+    pub fn main_ctx(&self) -> AgentCtx {
+        let tools = self
+            .agent
+            .tools
+            .build(Some(self.kernel_host(&self.main_id, self.root_depth)));
+        AgentCtx {
+            agent: self.agent.clone(),
+            tools,
+            system_prompt: self.agent.system_prompt.clone(),
+            name: MAIN_NAME.to_owned(),
+            inbox: self.main_inbox.clone(),
+            thinking: self.agent.thinking,
+        }
+    }
+
+    fn kernel_host(&self, node: &str, depth: u32) -> KernelHost {
+        KernelHost {
+            handler: Arc::new(NodeHandler {
+                family: self.me.clone(),
+                node: node.to_owned(),
+            }),
+            depth,
+        }
+    }
+
+    /// The main loop says whether the main agent is running a turn (for delivery statuses).
+    pub fn set_main_busy(&self, busy: bool) {
+        self.main_busy.store(busy, Ordering::SeqCst);
+    }
+
+    /// Children (at any depth) that are queued or running.
+    pub fn outstanding(&self) -> u64 {
+        self.lock()
+            .nodes
+            .values()
+            .filter(|n| !n.status.is_terminal())
+            .count() as u64
+    }
+
+    /// `session/cancel`: every running child stops, and messages waiting for the main agent
+    /// are dropped. Children that already finished are left idle (a later message may still
+    /// wake them). The inbox is emptied under the family lock, so a child finishing at this
+    /// moment cannot slip a notice past the cancel.
+    pub fn cancel_all(&self) {
+        let state = self.lock();
+        for node in state.nodes.values().filter(|n| !n.status.is_terminal()) {
+            node.abort.abort();
+        }
+        self.main_inbox.drain();
+    }
+
+    /// `session/close` or disconnect: cancel everything and join the child threads (bounded;
+    /// abort hooks make them quick). No news is sent afterwards.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.cancel_all();
+        let threads: Vec<JoinHandle<()>> = self
+            .lock()
+            .nodes
+            .values_mut()
+            .filter_map(|n| n.thread.take())
+            .collect();
+        let deadline = Instant::now() + Duration::from_millis(500);
+        for t in threads {
+            join_by(t, deadline);
+        }
+        // Dropping the nodes drops their tools and kills their kernels.
+        let nodes: Vec<Node> = {
+            let mut state = self.lock();
+            state.order.clear();
+            state.nodes.drain().map(|(_, n)| n).collect()
+        };
+        for node in nodes {
+            let _ = std::fs::remove_dir_all(&node.session_dir);
+        }
+        let _ = std::fs::remove_dir(subagent_root());
+    }
+
+    /// Whether `node` may still speak for the family (the main agent or a live child).
+    fn knows(&self, node: &str) -> bool {
+        node == self.main_id || self.lock().nodes.contains_key(node)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn notify(&self, msg: FamilyMsg) {
+        if !self.closed.load(Ordering::SeqCst) {
+            let _ = self.tx.send(msg);
+        }
+    }
+
+    fn notify_child(&self, node: &Node) {
+        let snapshot = ChildSnapshot {
+            id: node.id.clone(),
+            session_name: Some(node.name.clone()),
+            status: node.status.as_str().to_owned(),
+            model: self.model_label(),
+            token_count: (node.token_count > 0).then_some(node.token_count),
+            error: node.error.clone(),
+        };
+        self.notify(FamilyMsg::Child {
+            generation: self.generation,
+            snapshot,
+            status: node.status,
+        });
+    }
+
+    fn model_label(&self) -> Option<String> {
+        self.agent.provider.as_ref().ok().map(|p| p.label())
+    }
+
+    fn depth_of(&self, state: &State, id: &str) -> u32 {
+        state
+            .nodes
+            .get(id)
+            .map(|n| n.depth)
+            .unwrap_or(self.root_depth)
+    }
+
+    fn name_of(&self, state: &State, id: &str) -> String {
+        state
+            .nodes
+            .get(id)
+            .map(|n| n.name.clone())
+            .unwrap_or_else(|| MAIN_NAME.to_owned())
+    }
+
+    /// Puts `text` in `target`'s inbox and wakes it: the main loop for the main agent, a new
+    /// run for an idle child. Returns whether the target was busy (the message waits for its
+    /// next model call).
+    fn push_to(&self, state: &mut State, target: &str, text: String) -> bool {
+        if target == self.main_id {
+            self.main_inbox.push(text);
+            self.notify(FamilyMsg::MainInbox {
+                generation: self.generation,
+            });
+            return self.main_busy.load(Ordering::SeqCst);
+        }
+        let Some(node) = state.nodes.get(target) else {
+            return false;
+        };
+        node.inbox.push(text);
+        match node.status {
+            ChildStatus::Queued | ChildStatus::Running => true,
+            ChildStatus::Done | ChildStatus::Error if !node.abort.is_aborted() => {
+                if let Err(e) = self.start(state, target, TurnInput::Inbox) {
+                    log::warn!("cannot revive subagent {target}: {e}");
+                }
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Where subagents' session dirs live (removed when their family closes).
+fn subagent_root() -> PathBuf {
+    std::env::temp_dir().join(format!("prime-agent-{}", std::process::id()))
+}
+
+/// Joins `thread` if it finishes by `deadline`; otherwise leaves it to the process exit (it was
+/// aborted and holds nothing the caller needs).
+pub fn join_by(thread: JoinHandle<()>, deadline: Instant) {
+    while !thread.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if thread.is_finished() {
+        let _ = thread.join();
+    }
+}
+
+fn preview(text: &str) -> String {
+    const MAX: usize = 500;
+    let t = text.trim();
+    if t.chars().count() <= MAX {
+        t.to_owned()
+    } else {
+        format!("{}…", t.chars().take(MAX).collect::<String>())
+    }
+}

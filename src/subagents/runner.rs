@@ -1,0 +1,235 @@
+//! A child's life: admission (`rlm.run`), its run on a `subagent-<id>` thread (its task, then
+//! whatever its inbox collects), and its end (status, completion notice, revival).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::{preview, subagent_root, Family, Node, State};
+use crate::abort::AbortFlag;
+use crate::acp::UserPrompt;
+use crate::family::{self, ChildStatus};
+use crate::provider::{Message, Thinking};
+use crate::turn::{run_turn, AgentCtx, TurnInput, TurnOutcome};
+
+impl Family {
+    /// `rlm.run`: admits a child and returns its handle at once (never its answer).
+    pub(super) fn spawn_child(&self, parent: &str, payload: &Value) -> Result<Value, String> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err("the session is closing".to_owned());
+        }
+        let prompt = payload
+            .get("prompt")
+            .and_then(Value::as_str)
+            .ok_or("rlm.run prompt must be a string")?;
+        let label = self
+            .model_label()
+            .ok_or("no model is configured for subagents")?;
+        if let Some(model) = payload
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+        {
+            if model != label {
+                return Err(format!(
+                    "Model \"{model}\" is not available in this session; rlm.find_models() lists what is (\"{label}\")"
+                ));
+            }
+        }
+        let mut state = self.lock();
+        let depth = self.depth_of(&state, parent);
+        if let Some(refusal) = family::depth_refusal(depth, self.max_depth) {
+            return Err(refusal);
+        }
+        let id = format!("sub-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let siblings: Vec<&str> = state
+            .nodes
+            .values()
+            .filter(|n| n.parent == parent)
+            .map(|n| n.name.as_str())
+            .collect();
+        let name = match payload.get("name").and_then(Value::as_str) {
+            Some(name) => family::validate_child_name(name, &siblings)?,
+            None => family::default_child_name(prompt, &id),
+        };
+        let session_dir = subagent_root().join(&id);
+        if let Err(e) = std::fs::create_dir_all(&session_dir) {
+            log::warn!("cannot create subagent dir {}: {e}", session_dir.display());
+        }
+        let node = Node {
+            id: id.clone(),
+            name: name.clone(),
+            parent: parent.to_owned(),
+            depth: depth + 1,
+            status: ChildStatus::Queued,
+            inbox: Arc::default(),
+            abort: AbortFlag::new(),
+            thread: None,
+            replied: false,
+            error: None,
+            token_count: 0,
+            session_dir: session_dir.clone(),
+            conversation: Arc::default(),
+            ctx: None,
+            thinking: payload
+                .get("thinking")
+                .and_then(Value::as_str)
+                .and_then(Thinking::parse)
+                .unwrap_or(self.agent.thinking),
+        };
+        self.notify_child(&node);
+        state.order.push(id.clone());
+        state.nodes.insert(id.clone(), node);
+        let task = format!("[task from parent]\n\n{prompt}");
+        self.start(
+            &mut state,
+            &id,
+            TurnInput::Prompt(UserPrompt {
+                text: task,
+                images: Vec::new(),
+                // The task comes from the parent model, not a user: never a shell command.
+                typed: false,
+            }),
+        )?;
+        Ok(json!({
+            "rlm_child_id": id,
+            "name": name,
+            "session_dir": session_dir.display().to_string(),
+            "model": label,
+        }))
+    }
+
+    /// Runs a child's turn(s) on its thread: its task, then whatever its inbox collects while
+    /// it works. It reports `running` now and its terminal status at the end.
+    pub(super) fn start(
+        &self,
+        state: &mut State,
+        id: &str,
+        input: TurnInput,
+    ) -> Result<(), String> {
+        let parent_name = {
+            let parent = state
+                .nodes
+                .get(id)
+                .map(|n| n.parent.clone())
+                .unwrap_or_default();
+            self.name_of(state, &parent)
+        };
+        let node = state.nodes.get_mut(id).ok_or("unknown subagent")?;
+        if let Some(old) = node.thread.take() {
+            // A revived child: its previous run has ended (it reported a terminal status).
+            let _ = old.join();
+        }
+        let ctx = match &node.ctx {
+            Some(ctx) => ctx.clone(),
+            None => {
+                let tools = self
+                    .agent
+                    .tools
+                    .build(Some(self.kernel_host(id, node.depth)));
+                let system_prompt = format!(
+                    "{}\n\n# You are a subagent\nYou are a child agent named {} (depth {}), started by {parent_name} to do one task. \
+                     Your task arrives labeled `[task from parent]`. Do it, then send your result to your parent from the ipython tool with \
+                     `await agent_message.send(<result>, receiver_role=\"parent\")` and stop. Messages from your family arrive as user messages.",
+                    self.agent.system_prompt, node.name, node.depth
+                );
+                let ctx = Arc::new(AgentCtx {
+                    agent: self.agent.clone(),
+                    tools,
+                    system_prompt,
+                    name: node.name.clone(),
+                    inbox: node.inbox.clone(),
+                    thinking: node.thinking,
+                });
+                node.ctx = Some(ctx.clone());
+                ctx
+            }
+        };
+        node.status = ChildStatus::Running;
+        node.error = None;
+        self.notify_child(node);
+        let abort = node.abort.clone();
+        let conversation = node.conversation.clone();
+        let family = self.me.clone();
+        let child_id = id.to_owned();
+        let thread = std::thread::Builder::new()
+            .name(format!("subagent-{id}"))
+            .spawn(move || {
+                let mut input = input;
+                loop {
+                    let (outcome, last_text, tokens) = {
+                        let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
+                        let outcome = run_turn(&ctx, &mut conv, input, &abort, &|_| {});
+                        let last_text = conv
+                            .messages
+                            .iter()
+                            .rev()
+                            .find_map(|m| match m {
+                                Message::Assistant(a) if !a.text.is_empty() => Some(a.text.clone()),
+                                _ => None,
+                            })
+                            .unwrap_or_default();
+                        (outcome, last_text, conv.usage.input + conv.usage.output)
+                    };
+                    let Some(family) = family.upgrade() else {
+                        break;
+                    };
+                    // Messages that arrived during the last model call get a turn of their
+                    // own; the check happens under the family lock, so none is stranded.
+                    if !family.finish_child(&child_id, outcome, last_text, tokens) {
+                        break;
+                    }
+                    input = TurnInput::Inbox;
+                }
+            })
+            .map_err(|e| format!("cannot start the subagent thread: {e}"));
+        match thread {
+            Ok(thread) => {
+                node.thread = Some(thread);
+                Ok(())
+            }
+            Err(e) => {
+                node.status = ChildStatus::Error;
+                node.error = Some(e.clone());
+                self.notify_child(node);
+                Err(e)
+            }
+        }
+    }
+
+    /// A child's run ended: record its status, tell the main loop, and tell its parent when it
+    /// did not reply itself (§4.3 completion notices). Returns true when the child must run
+    /// again instead, because messages reached its inbox after its last model call.
+    fn finish_child(&self, id: &str, outcome: TurnOutcome, last_text: String, tokens: u64) -> bool {
+        let mut state = self.lock();
+        let Some(node) = state.nodes.get_mut(id) else {
+            return false;
+        };
+        let aborted = node.abort.is_aborted();
+        let (status, detail) = match outcome {
+            TurnOutcome::Cancelled => (ChildStatus::Cancelled, "cancelled".to_owned()),
+            _ if aborted => (ChildStatus::Cancelled, "cancelled".to_owned()),
+            TurnOutcome::Completed(_) if !node.inbox.is_empty() => return true,
+            TurnOutcome::Completed(_) => (ChildStatus::Done, preview(&last_text)),
+            TurnOutcome::Failed(e) | TurnOutcome::Panicked(e) => (ChildStatus::Error, e),
+        };
+        node.status = status;
+        node.token_count = tokens;
+        if status == ChildStatus::Error {
+            node.error = Some(detail.clone());
+        }
+        let notice = (!node.replied && status != ChildStatus::Cancelled).then(|| {
+            (
+                node.parent.clone(),
+                family::completion_notice(&node.name, id, status, &detail),
+            )
+        });
+        node.replied = false;
+        self.notify_child(node);
+        if let Some((parent, text)) = notice {
+            self.push_to(&mut state, &parent, text);
+        }
+        false
+    }
+}
