@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use prime_agent::abort::AbortFlag;
-use prime_agent::kernel::{find_python, CellEnd, DefaultHostHandler, Kernel, KernelConfig};
+use prime_agent::{find_python, AbortFlag, CellEnd, DefaultHostHandler, Kernel, KernelConfig};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();

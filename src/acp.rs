@@ -10,17 +10,17 @@ use serde_json::{Map, Value};
 use crate::events::Image;
 use crate::rpc::RpcError;
 
-pub const INITIALIZE: &str = "initialize";
-pub const SESSION_NEW: &str = "session/new";
-pub const SESSION_PROMPT: &str = "session/prompt";
-pub const SESSION_CANCEL: &str = "session/cancel";
-pub const SESSION_CLOSE: &str = "session/close";
-pub const SESSION_UPDATE: &str = "session/update";
-pub const CANCEL_REQUEST: &str = "$/cancel_request";
+pub(crate) const INITIALIZE: &str = "initialize";
+pub(crate) const SESSION_NEW: &str = "session/new";
+pub(crate) const SESSION_PROMPT: &str = "session/prompt";
+pub(crate) const SESSION_CANCEL: &str = "session/cancel";
+pub(crate) const SESSION_CLOSE: &str = "session/close";
+pub(crate) const SESSION_UPDATE: &str = "session/update";
+pub(crate) const CANCEL_REQUEST: &str = "$/cancel_request";
 
 /// The user's prompt after content conversion (§1.16).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct UserPrompt {
+pub(crate) struct UserPrompt {
     pub text: String,
     pub images: Vec<Image>,
     /// The prompt opens with a text block the user typed: only then may `!cmd` run a shell
@@ -29,14 +29,14 @@ pub struct UserPrompt {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct NewSessionParams {
+pub(crate) struct NewSessionParams {
     pub cwd: String,
     pub mcp_servers: Vec<McpServer>,
 }
 
 /// A validated MCP server entry, kept for the kernel's `mcp` object.
 #[derive(Debug, Clone, PartialEq)]
-pub enum McpServer {
+pub(crate) enum McpServer {
     Stdio {
         name: String,
         command: String,
@@ -66,7 +66,7 @@ fn required_str<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<&'a str,
     }
 }
 
-pub fn parse_initialize(params: &Value) -> Result<(), RpcError> {
+pub(crate) fn parse_initialize(params: &Value) -> Result<(), RpcError> {
     let obj = params_object(params, INITIALIZE)?;
     match obj.get("protocolVersion") {
         Some(Value::Number(_)) => Ok(()),
@@ -76,11 +76,11 @@ pub fn parse_initialize(params: &Value) -> Result<(), RpcError> {
 }
 
 /// `sessionId` of `session/prompt`, `session/cancel` and `session/close`.
-pub fn parse_session_id(params: &Value, method: &str) -> Result<String, RpcError> {
+pub(crate) fn parse_session_id(params: &Value, method: &str) -> Result<String, RpcError> {
     Ok(required_str(params_object(params, method)?, "sessionId")?.to_owned())
 }
 
-pub fn parse_new_session(params: &Value) -> Result<NewSessionParams, RpcError> {
+pub(crate) fn parse_new_session(params: &Value) -> Result<NewSessionParams, RpcError> {
     let obj = params_object(params, SESSION_NEW)?;
     let cwd = required_str(obj, "cwd")?.to_owned();
     let mcp_servers = match obj.get("mcpServers") {
@@ -92,7 +92,7 @@ pub fn parse_new_session(params: &Value) -> Result<NewSessionParams, RpcError> {
 }
 
 /// `session/prompt` params: the session id and the converted prompt.
-pub fn parse_prompt(params: &Value) -> Result<(String, UserPrompt), RpcError> {
+pub(crate) fn parse_prompt(params: &Value) -> Result<(String, UserPrompt), RpcError> {
     let obj = params_object(params, SESSION_PROMPT)?;
     let session_id = required_str(obj, "sessionId")?.to_owned();
     let blocks = match obj.get("prompt") {
@@ -109,7 +109,7 @@ pub fn parse_prompt(params: &Value) -> Result<(String, UserPrompt), RpcError> {
 
 /// Converts content blocks in order. Unlike the original, nothing is dropped silently: content
 /// the model cannot receive is refused with an error that says so.
-pub fn convert_prompt(blocks: &[Value]) -> Result<UserPrompt, RpcError> {
+pub(crate) fn convert_prompt(blocks: &[Value]) -> Result<UserPrompt, RpcError> {
     let mut parts: Vec<String> = Vec::new();
     let mut images = Vec::new();
     for (i, block) in blocks.iter().enumerate() {
@@ -188,7 +188,7 @@ fn valid_mcp_name(name: &str) -> bool {
 }
 
 /// Validates `mcpServers` with the exact reasons of §1.17.
-pub fn validate_mcp_servers(items: &[Value]) -> Result<Vec<McpServer>, RpcError> {
+pub(crate) fn validate_mcp_servers(items: &[Value]) -> Result<Vec<McpServer>, RpcError> {
     let mut out: Vec<McpServer> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     for (i, item) in items.iter().enumerate() {
@@ -351,7 +351,7 @@ fn check_http_url(url: &str) -> Result<String, UrlProblem> {
 }
 
 /// True when `requested` names the same directory as `actual` (realpath, then (dev, ino)).
-pub fn same_cwd(requested: &str, actual: &Path) -> bool {
+pub(crate) fn same_cwd(requested: &str, actual: &Path) -> bool {
     let requested_path = absolutize(Path::new(requested));
     let canon_req = std::fs::canonicalize(&requested_path).unwrap_or(requested_path.clone());
     let canon_act = std::fs::canonicalize(actual).unwrap_or_else(|_| actual.to_path_buf());

@@ -11,7 +11,7 @@ use crate::meta::{namespaced, Envelope, NAMESPACE};
 
 /// One thing that happened in a session, as produced by turns, tools and (later) subagents.
 #[derive(Debug, Clone, PartialEq)]
-pub enum AgentEvent {
+pub(crate) enum AgentEvent {
     /// A streamed message delta; only assistant deltas reach the client.
     MessageDelta {
         assistant: bool,
@@ -48,12 +48,14 @@ pub enum AgentEvent {
         cancelled: bool,
     },
     /// Not produced yet: compaction (issue 12) emits it.
+    #[allow(dead_code)] // Produced once issue 12 lands.
     CompactionEnd {
         tokens_before: Option<u64>,
         summary: Option<String>,
     },
     ChildUpdate(ChildSnapshot),
     /// Not produced yet: goals (issue 11) emit it.
+    #[allow(dead_code)] // Produced once issue 11 lands.
     GoalUpdate {
         status: String,
         objective: Option<String>,
@@ -61,10 +63,12 @@ pub enum AgentEvent {
         tokens_used: Option<u64>,
     },
     /// Not produced yet: refine (issue 12) emits it and `RefineFailed`.
+    #[allow(dead_code)] // Produced once issue 12 lands.
     RefineComplete {
         summary: Option<String>,
         edits: Vec<RefineEdit>,
     },
+    #[allow(dead_code)] // Produced once issue 12 lands.
     RefineFailed {
         error: String,
     },
@@ -75,6 +79,7 @@ pub enum AgentEvent {
     },
     /// Connection-level: the heartbeat/cron schedule changed. Not produced yet: schedules
     /// (issue 13) emit it.
+    #[allow(dead_code)] // Produced once issue 13 lands.
     HeartbeatsChanged,
     /// A model call starts a new assistant message (its chunks share one `messageId`).
     AssistantMessageStart,
@@ -96,7 +101,7 @@ pub enum AgentEvent {
 
 /// The phases of `_meta[ns].autoRetry`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RetryPhase {
+pub(crate) enum RetryPhase {
     Waiting {
         attempt: u32,
         max_attempts: u32,
@@ -114,7 +119,7 @@ pub enum RetryPhase {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeltaKind {
+pub(crate) enum DeltaKind {
     Text,
     Thinking,
     ToolCall,
@@ -122,7 +127,7 @@ pub enum DeltaKind {
 
 /// What the client may see of a tool result.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ToolResultView {
+pub(crate) struct ToolResultView {
     pub text: Option<String>,
     pub is_error: bool,
     pub ipython: Option<IpythonDetails>,
@@ -131,13 +136,13 @@ pub struct ToolResultView {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct IpythonDetails {
+pub(crate) struct IpythonDetails {
     pub attachments: Vec<Attachment>,
     pub diff_count: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Attachment {
+pub(crate) struct Attachment {
     pub mime_type: Option<String>,
     pub path: Option<String>,
     /// Base64 payload; only its decoded size is reported.
@@ -145,20 +150,20 @@ pub struct Attachment {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct FileDiff {
+pub(crate) struct FileDiff {
     pub path: String,
     pub old_text: Option<String>,
     pub new_text: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Image {
+pub(crate) struct Image {
     pub data: String,
     pub mime_type: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChildSnapshot {
+pub(crate) struct ChildSnapshot {
     pub id: String,
     pub session_name: Option<String>,
     pub status: String,
@@ -168,7 +173,7 @@ pub struct ChildSnapshot {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct RefineEdit {
+pub(crate) struct RefineEdit {
     pub action: String,
     pub kind: String,
     pub id: String,
@@ -178,7 +183,7 @@ pub struct RefineEdit {
 /// Per-session mapping state (§1.13): which user shell run `BashOutput` belongs to, and that
 /// run's output so far.
 #[derive(Debug, Default)]
-pub struct MappingState {
+pub(crate) struct MappingState {
     active_bash_run_id: Option<String>,
     /// ACP `tool_call_update.content` replaces the previous content, so each update carries the
     /// output so far (tail-capped), not just the newest chunk (acp-peers: "PA's bash stream").
@@ -189,13 +194,13 @@ pub struct MappingState {
 
 impl MappingState {
     /// The current assistant message number, once one has started (for `messageId`).
-    pub fn assistant_message(&self) -> Option<u64> {
+    pub(crate) fn assistant_message(&self) -> Option<u64> {
         (self.assistant_messages > 0).then_some(self.assistant_messages)
     }
 }
 
 /// How much of a user shell run's output each update repeats.
-pub const BASH_TAIL_BYTES: usize = 8 * 1024;
+pub(crate) const BASH_TAIL_BYTES: usize = 8 * 1024;
 
 /// Appends `chunk` to `buf`, keeping only the last `max` bytes (at a char boundary).
 fn push_tail(buf: &mut String, chunk: &str, max: usize) {
@@ -205,7 +210,7 @@ fn push_tail(buf: &mut String, chunk: &str, max: usize) {
 }
 
 /// ACP tool kind for a tool name.
-pub fn tool_kind(name: &str) -> &'static str {
+pub(crate) fn tool_kind(name: &str) -> &'static str {
     match name {
         "ipython" | "bash" => "execute",
         "read" => "read",
@@ -215,7 +220,7 @@ pub fn tool_kind(name: &str) -> &'static str {
 }
 
 /// The synthetic tool-call id of a user shell run.
-pub fn bash_tool_call_id(run_id: Option<&str>) -> String {
+pub(crate) fn bash_tool_call_id(run_id: Option<&str>) -> String {
     match run_id {
         Some(id) if !id.is_empty() => format!("prime-agent-bash-{id}"),
         _ => "prime-agent-bash".to_owned(),
@@ -224,7 +229,7 @@ pub fn bash_tool_call_id(run_id: Option<&str>) -> String {
 
 /// A title that says what the call does: the command, `Read src/main.rs`, the cell's first
 /// comment or line. Falls back to the tool name.
-pub fn tool_title(name: &str, args: &Value) -> String {
+pub(crate) fn tool_title(name: &str, args: &Value) -> String {
     let s = |key: &str| {
         args.get(key)
             .and_then(Value::as_str)
@@ -272,7 +277,7 @@ fn cell_title(code: &str) -> Option<String> {
 }
 
 /// Decoded size of a base64 payload without decoding it.
-pub fn base64_decoded_len(data: &str) -> u64 {
+pub(crate) fn base64_decoded_len(data: &str) -> u64 {
     let padding = if data.ends_with("==") {
         2
     } else if data.ends_with('=') {
@@ -304,7 +309,7 @@ fn put<T: Into<Value>>(obj: &mut Map<String, Value>, key: &str, value: Option<T>
 /// maps sort their keys), without building and dropping a `Value` tree per delta; a unit test
 /// holds the two equal. `None` where the general path writes nothing. `out` is a buffer to
 /// reuse (the writer hands spent frames back), so a delta usually allocates nothing here.
-pub fn message_chunk_frame(
+pub(crate) fn message_chunk_frame(
     mut out: Vec<u8>,
     session_id: &str,
     kind: DeltaKind,
@@ -350,7 +355,7 @@ pub fn message_chunk_frame(
 }
 
 /// The pure mapping: one event → zero or more `update` objects.
-pub fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<Value> {
+pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -> Vec<Value> {
     match event {
         AgentEvent::MessageDelta {
             assistant: true,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// Lifecycle of a child: `queued → running → done | error | cancelled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildStatus {
+pub(crate) enum ChildStatus {
     Queued,
     Running,
     Done,
@@ -18,7 +18,7 @@ pub enum ChildStatus {
 }
 
 impl ChildStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ChildStatus::Queued => "queued",
             ChildStatus::Running => "running",
@@ -28,7 +28,7 @@ impl ChildStatus {
         }
     }
 
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(
             self,
             ChildStatus::Done | ChildStatus::Error | ChildStatus::Cancelled
@@ -36,7 +36,7 @@ impl ChildStatus {
     }
 
     /// The coarser status `rlm.list_subagents()` reports.
-    pub fn list_status(self) -> &'static str {
+    pub(crate) fn list_status(self) -> &'static str {
         match self {
             ChildStatus::Queued | ChildStatus::Running => "running",
             ChildStatus::Done | ChildStatus::Cancelled => "completed",
@@ -49,7 +49,7 @@ impl ChildStatus {
 const RESERVED_NAMES: &[&str] = &["*", "all", "broadcast"];
 
 /// Validates an explicit `rlm.run(name=…)` against the texts of §4.3.
-pub fn validate_child_name(name: &str, siblings: &[&str]) -> Result<String, String> {
+pub(crate) fn validate_child_name(name: &str, siblings: &[&str]) -> Result<String, String> {
     let name = name.trim();
     if name.is_empty() {
         return Err("rlm.run name must not be empty".to_owned());
@@ -69,7 +69,7 @@ pub fn validate_child_name(name: &str, siblings: &[&str]) -> Result<String, Stri
 }
 
 /// `subagent-<prompt-slug>-<id suffix>`, at most 64 characters.
-pub fn default_child_name(prompt: &str, child_id: &str) -> String {
+pub(crate) fn default_child_name(prompt: &str, child_id: &str) -> String {
     let mut slug = String::new();
     for c in prompt.chars() {
         if c.is_ascii_alphanumeric() {
@@ -100,7 +100,7 @@ pub fn default_child_name(prompt: &str, child_id: &str) -> String {
 
 /// Which prompt turn a child's updates belong to (§1.15).
 #[derive(Debug, Default)]
-pub struct Attribution {
+pub(crate) struct Attribution {
     origins: HashMap<String, u64>,
     sealed: HashSet<u64>,
 }
@@ -110,7 +110,12 @@ impl Attribution {
     /// (0 when none). The origin is remembered at the first non-terminal update; once its
     /// turn has published terminal quiescence the child's updates move to turn 0; a terminal
     /// status forgets the child.
-    pub fn turn_for_child(&mut self, child: &str, status: ChildStatus, active_turn: u64) -> u64 {
+    pub(crate) fn turn_for_child(
+        &mut self,
+        child: &str,
+        status: ChildStatus,
+        active_turn: u64,
+    ) -> u64 {
         let origin = *self.origins.entry(child.to_owned()).or_insert(active_turn);
         if status.is_terminal() {
             self.origins.remove(child);
@@ -123,23 +128,28 @@ impl Attribution {
     }
 
     /// Turn `turn` published its terminal quiescence.
-    pub fn seal(&mut self, turn: u64) {
+    pub(crate) fn seal(&mut self, turn: u64) {
         if turn != 0 {
             self.sealed.insert(turn);
         }
     }
 
     /// Children whose updates are attributed to `turn` and not settled.
-    pub fn outstanding_for(&self, turn: u64) -> usize {
+    #[cfg(test)]
+    fn outstanding_for(&self, turn: u64) -> usize {
         self.origins.values().filter(|t| **t == turn).count()
     }
 }
 
 /// Limits on agent-to-agent messages (§4.4).
-pub const MAX_MESSAGE_CHARS: usize = 16_384;
-pub const MAX_PENDING_PER_TARGET: usize = 20;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 16_384;
+pub(crate) const MAX_PENDING_PER_TARGET: usize = 20;
 
-pub fn check_message(message: &str, pending_at_target: usize, target: &str) -> Result<(), String> {
+pub(crate) fn check_message(
+    message: &str,
+    pending_at_target: usize,
+    target: &str,
+) -> Result<(), String> {
     let n = message.chars().count();
     if n > MAX_MESSAGE_CHARS {
         return Err(format!(
@@ -156,7 +166,7 @@ pub fn check_message(message: &str, pending_at_target: usize, target: &str) -> R
 
 /// A token bucket: `capacity` messages, refilled one per `refill`.
 #[derive(Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     capacity: f64,
     tokens: f64,
     refill: Duration,
@@ -164,7 +174,7 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    pub fn new(capacity: u32, refill: Duration) -> TokenBucket {
+    pub(crate) fn new(capacity: u32, refill: Duration) -> TokenBucket {
         TokenBucket {
             capacity: capacity as f64,
             tokens: capacity as f64,
@@ -174,11 +184,11 @@ impl TokenBucket {
     }
 
     /// The messaging default: 3 messages, one more per second.
-    pub fn messaging() -> TokenBucket {
+    pub(crate) fn messaging() -> TokenBucket {
         TokenBucket::new(3, Duration::from_millis(1000))
     }
 
-    pub fn try_take(&mut self, now: Instant) -> bool {
+    pub(crate) fn try_take(&mut self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.tokens = (self.tokens + elapsed / self.refill.as_secs_f64()).min(self.capacity);
         self.last = now;
@@ -193,13 +203,13 @@ impl TokenBucket {
 
 /// Who is who in a message header.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Party {
+pub(crate) struct Party {
     pub name: String,
     pub id: String,
 }
 
 /// The LLM-visible text of a delivered agent message (§4.4).
-pub fn format_agent_message(
+pub(crate) fn format_agent_message(
     relationship: Option<&str>,
     from: &Party,
     to: &Party,
@@ -228,7 +238,7 @@ pub fn format_agent_message(
 }
 
 /// The notice a parent gets when a child ends without replying, fails, or is cancelled (§4.3).
-pub fn completion_notice(name: &str, id: &str, status: ChildStatus, detail: &str) -> String {
+pub(crate) fn completion_notice(name: &str, id: &str, status: ChildStatus, detail: &str) -> String {
     match status {
         ChildStatus::Error => format!("RLM child {name} ({id}) failed: {detail}"),
         ChildStatus::Cancelled => format!("RLM child {name} ({id}) was cancelled: {detail}"),
@@ -237,7 +247,7 @@ pub fn completion_notice(name: &str, id: &str, status: ChildStatus, detail: &str
 }
 
 /// `RLM_MAX_DEPTH` from the environment, else 1 (§4.3).
-pub fn max_depth() -> u32 {
+pub(crate) fn max_depth() -> u32 {
     std::env::var("RLM_MAX_DEPTH")
         .ok()
         .and_then(|v| v.trim().parse().ok())
@@ -245,7 +255,7 @@ pub fn max_depth() -> u32 {
 }
 
 /// `RLM_DEPTH` of the session's main agent: from the environment (a nested prime-agent), else 0.
-pub fn root_depth() -> u32 {
+pub(crate) fn root_depth() -> u32 {
     std::env::var("RLM_DEPTH")
         .ok()
         .and_then(|v| v.trim().parse().ok())
@@ -253,7 +263,7 @@ pub fn root_depth() -> u32 {
 }
 
 /// The depth refusal of §4.3, verbatim.
-pub fn depth_refusal(depth: u32, max_depth: u32) -> Option<String> {
+pub(crate) fn depth_refusal(depth: u32, max_depth: u32) -> Option<String> {
     (depth >= max_depth).then(|| {
         format!("RLM recursion depth limit reached (RLM_DEPTH={depth}, RLM_MAX_DEPTH={max_depth})")
     })

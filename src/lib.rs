@@ -4,32 +4,49 @@
 //! `stop_reason`), the loop (`main_loop`), the work (`turn`, `provider`, `tools`), and start-up
 //! (`cli`, `setup`, `prompt`). See ARCHITECTURE.md for the map and the invariants.
 
-pub mod abort;
-pub mod acp;
-pub mod cli;
-pub mod events;
-pub mod family;
+// Everything is `pub(crate)` unless it is part of the public surface below.
+#![warn(unreachable_pub)]
+
+mod abort;
+mod acp;
+mod cli;
+mod events;
+mod family;
 mod handlers;
-pub mod kernel;
-pub mod main_loop;
-pub mod meta;
-pub mod prompt;
-pub mod provider;
-pub mod rpc;
+mod kernel;
+mod main_loop;
+mod meta;
+mod prompt;
+mod provider;
+mod rpc;
 mod session;
-pub mod setup;
-pub mod stop_reason;
-pub mod subagents;
-pub mod tools;
-pub mod transport;
-pub mod turn;
+mod setup;
+mod stop_reason;
+mod subagents;
+mod tools;
+mod transport;
+mod turn;
+
+// The public surface, and all of it: what the binary, the in-process tests (fuzz), the
+// benchmarks and the kernel example use. Everything else is `pub(crate)` (the
+// `unreachable_pub` lint keeps it so).
+pub use abort::AbortFlag;
+pub use cli::{parse as parse_args, Command, Config, HELP};
+pub use kernel::{
+    find_python, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
+};
+pub use main_loop::{run, Exit};
+pub use provider::http::cap_wire_logging;
+pub use rpc::{classify_line, Incoming, RequestId};
+pub use transport::{spawn as spawn_transport, Connection, IoThreads, MAX_LINE_BYTES};
+pub use turn::Agent;
 
 use std::sync::Arc;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Runs ACP over the process's stdio until stdin closes or a signal arrives.
-pub fn run_stdio(cfg: &cli::Config) -> Result<main_loop::Exit, String> {
+pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
     for warning in &cfg.warnings {
         log::warn!("{warning}");
     }

@@ -3,16 +3,16 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use prime_agent::cli::{self, Command};
+use prime_agent::{parse_args, Command, HELP};
 
 fn main() -> ExitCode {
     let mut logger =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"));
-    prime_agent::provider::http::cap_wire_logging(&mut logger);
+    prime_agent::cap_wire_logging(&mut logger);
     logger.target(env_logger::Target::Stderr).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match cli::parse(&args) {
-        Ok(Command::Help) => write_stdout(cli::HELP),
+    let result = match parse_args(&args) {
+        Ok(Command::Help) => write_stdout(HELP),
         Ok(Command::Version) => write_stdout(&format!("prime-agent {}\n", prime_agent::VERSION)),
         Ok(Command::Run(cfg)) => prime_agent::run_stdio(&cfg).map(|_| ()),
         Err(e) => Err(e),

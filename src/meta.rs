@@ -4,10 +4,10 @@
 
 use serde_json::{json, Map, Value};
 
-pub const NAMESPACE: &str = "ai.primeintellect.prime-agent";
+pub(crate) const NAMESPACE: &str = "ai.primeintellect.prime-agent";
 
 /// `{ NAMESPACE: payload }`.
-pub fn namespaced(payload: Value) -> Value {
+pub(crate) fn namespaced(payload: Value) -> Value {
     let mut m = Map::new();
     m.insert(NAMESPACE.to_owned(), payload);
     Value::Object(m)
@@ -15,14 +15,14 @@ pub fn namespaced(payload: Value) -> Value {
 
 /// Where an update sits in a prompt turn's lifecycle (§1.14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Event,
     ResponseBoundary,
     TerminalQuiescence,
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Event => "event",
             Phase::ResponseBoundary => "responseBoundary",
@@ -33,7 +33,7 @@ impl Phase {
 
 /// The correlation envelope merged into every update's `_meta[NAMESPACE]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     pub prompt_turn_id: u64,
     pub event_sequence: u64,
     pub phase: Phase,
@@ -42,7 +42,7 @@ pub struct Envelope {
 }
 
 /// Merges the envelope over whatever the update already carries in `_meta[NAMESPACE]`.
-pub fn apply_envelope(update: &mut Value, env: Envelope) {
+pub(crate) fn apply_envelope(update: &mut Value, env: Envelope) {
     let Some(obj) = update.as_object_mut() else {
         return;
     };
@@ -69,7 +69,7 @@ pub fn apply_envelope(update: &mut Value, env: Envelope) {
 
 /// Quiescence counters reported on completion and terminal updates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Quiescence {
+pub(crate) struct Quiescence {
     pub outstanding_subagents: u64,
     pub remaining_autonomous_continuations: u64,
 }
@@ -82,7 +82,7 @@ fn quiescence_value(q: Quiescence) -> Value {
 }
 
 /// The `responseBoundary` update (before the envelope is applied).
-pub fn response_boundary(terminal_expected: bool) -> Value {
+pub(crate) fn response_boundary(terminal_expected: bool) -> Value {
     json!({
         "sessionUpdate": "session_info_update",
         "_meta": namespaced(json!({ "terminalQuiescenceExpected": terminal_expected })),
@@ -90,7 +90,7 @@ pub fn response_boundary(terminal_expected: bool) -> Value {
 }
 
 /// The completion (or terminal) update carrying quiescence counters.
-pub fn quiescence_update(q: Quiescence) -> Value {
+pub(crate) fn quiescence_update(q: Quiescence) -> Value {
     json!({
         "sessionUpdate": "session_info_update",
         "_meta": namespaced(json!({ "quiescence": quiescence_value(q) })),
@@ -98,7 +98,7 @@ pub fn quiescence_update(q: Quiescence) -> Value {
 }
 
 /// A session title from the first prompt: its first non-blank line, at most 80 characters.
-pub fn session_title(prompt: &str) -> Option<String> {
+pub(crate) fn session_title(prompt: &str) -> Option<String> {
     const MAX: usize = 80;
     let line = prompt.lines().map(str::trim).find(|l| !l.is_empty())?;
     let mut title: String = line.chars().take(MAX).collect();
@@ -110,7 +110,7 @@ pub fn session_title(prompt: &str) -> Option<String> {
 }
 
 /// The `initialize` result (§1.3); `version` is the crate version.
-pub fn initialize_result(version: &str) -> Value {
+pub(crate) fn initialize_result(version: &str) -> Value {
     json!({
         "protocolVersion": 1,
         "agentCapabilities": {

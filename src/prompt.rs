@@ -15,7 +15,7 @@ Do not start long-running servers or watchers in the foreground; they block the 
 When the task is done, stop calling tools and reply with a short summary of what you did and anything left open.";
 
 /// Inputs to the system prompt.
-pub struct PromptInputs<'a> {
+pub(crate) struct PromptInputs<'a> {
     pub cwd: &'a Path,
     pub tool_names: &'a [String],
     pub custom: Option<&'a str>,
@@ -25,7 +25,7 @@ pub struct PromptInputs<'a> {
     pub today: String,
 }
 
-pub fn build_system_prompt(inputs: &PromptInputs<'_>) -> String {
+pub(crate) fn build_system_prompt(inputs: &PromptInputs<'_>) -> String {
     let mut out = String::new();
     out.push_str(inputs.custom.unwrap_or(BASE));
     out.push_str("\n\n# Environment\n");
@@ -62,7 +62,7 @@ pub fn build_system_prompt(inputs: &PromptInputs<'_>) -> String {
 
 /// Context files: the global one in the agent dir, then one per directory from the root down
 /// to `cwd` (the first of `AGENTS.md`, `AGENTS.MD`, `CLAUDE.md`, `CLAUDE.MD`).
-pub fn context_files(agent_dir: &Path, cwd: &Path) -> Vec<(PathBuf, String)> {
+pub(crate) fn context_files(agent_dir: &Path, cwd: &Path) -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
     let mut seen = Vec::new();
     let mut dirs = vec![agent_dir.to_path_buf()];
@@ -86,7 +86,7 @@ pub fn context_files(agent_dir: &Path, cwd: &Path) -> Vec<(PathBuf, String)> {
 }
 
 /// Today's date (UTC) as `YYYY-MM-DD`, without a date crate.
-pub fn today_utc() -> String {
+pub(crate) fn today_utc() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -96,7 +96,7 @@ pub fn today_utc() -> String {
 }
 
 /// The current UTC time as ISO 8601 (`2026-11-29T16:55:05Z`), for receipts.
-pub fn now_iso_utc() -> String {
+pub(crate) fn now_iso_utc() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -5,11 +5,11 @@
 
 use serde_json::{json, Map, Value};
 
-pub const PARSE_ERROR: i64 = -32700;
-pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) const PARSE_ERROR: i64 = -32700;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
 
 /// A request id: a JSON number or string, echoed back exactly as received.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,7 +140,7 @@ pub fn classify_line(line: &[u8]) -> Option<Incoming> {
 }
 
 /// Classifies a parsed JSON value by key presence.
-pub fn classify(value: Value) -> Incoming {
+pub(crate) fn classify(value: Value) -> Incoming {
     let mut obj = match value {
         Value::Object(obj) => obj,
         Value::Array(_) => return invalid(RequestId::null(), "batch requests are not supported"),
@@ -198,15 +198,15 @@ fn invalid(id: RequestId, reason: &str) -> Incoming {
 }
 
 /// Serialises a success response as one line (no trailing newline).
-pub fn response_ok(id: &RequestId, result: Value) -> Value {
+pub(crate) fn response_ok(id: &RequestId, result: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id.0, "result": result })
 }
 
-pub fn response_err(id: &RequestId, error: &RpcError) -> Value {
+pub(crate) fn response_err(id: &RequestId, error: &RpcError) -> Value {
     json!({ "jsonrpc": "2.0", "id": id.0, "error": error.to_value() })
 }
 
-pub fn notification(method: &str, params: Value) -> Value {
+pub(crate) fn notification(method: &str, params: Value) -> Value {
     json!({ "jsonrpc": "2.0", "method": method, "params": params })
 }
 

@@ -16,7 +16,7 @@ use crate::tools::ToolChoice;
 use crate::turn::Agent;
 
 /// The agent directory: `PRIME_AGENT_CODING_AGENT_DIR`, else `~/.prime/agent`.
-pub fn agent_dir() -> PathBuf {
+pub(crate) fn agent_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PRIME_AGENT_CODING_AGENT_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
@@ -26,7 +26,7 @@ pub fn agent_dir() -> PathBuf {
     home.join(".prime").join("agent")
 }
 
-pub fn build_agent(cfg: &Config) -> Result<Agent, String> {
+pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     if let Some(dir) = &cfg.cwd {
         std::env::set_current_dir(dir)
             .map_err(|e| format!("Cannot use cwd {}: {e}", dir.display()))?;

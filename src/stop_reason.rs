@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Autonomous-mode counters and limits, as far as they decide a stop reason.
 #[derive(Debug, Clone, Default)]
-pub struct AutonomousStatus {
+pub(crate) struct AutonomousStatus {
     pub enabled: bool,
     pub continuations_used: u64,
     pub turns_used: u64,
@@ -21,21 +21,19 @@ pub struct AutonomousStatus {
 
 /// The ACP wire values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
+pub(crate) enum StopReason {
     EndTurn,
     MaxTokens,
     MaxTurnRequests,
-    Refusal,
     Cancelled,
 }
 
 impl StopReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StopReason::EndTurn => "end_turn",
             StopReason::MaxTokens => "max_tokens",
             StopReason::MaxTurnRequests => "max_turn_requests",
-            StopReason::Refusal => "refusal",
             StopReason::Cancelled => "cancelled",
         }
     }
@@ -43,7 +41,10 @@ impl StopReason {
 
 /// Cancellation wins over everything; an autonomous run that hit a limit never reports a clean
 /// `end_turn`.
-pub fn acp_stop_reason(cancelled: bool, autonomous: Option<&AutonomousStatus>) -> StopReason {
+pub(crate) fn acp_stop_reason(
+    cancelled: bool,
+    autonomous: Option<&AutonomousStatus>,
+) -> StopReason {
     if cancelled {
         return StopReason::Cancelled;
     }

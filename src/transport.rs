@@ -42,9 +42,9 @@ pub struct Connection {
 }
 
 /// Above this many queued bytes a producer that can wait (a turn worker) pauses.
-pub const BACKLOG_HIGH: usize = 4 * 1024 * 1024;
+pub(crate) const BACKLOG_HIGH: usize = 4 * 1024 * 1024;
 /// Paused producers resume once the writer has brought the backlog down to this.
-pub const BACKLOG_LOW: usize = 1024 * 1024;
+pub(crate) const BACKLOG_LOW: usize = 1024 * 1024;
 
 /// Back-pressure for the writer queue without blocking the main loop.
 ///
@@ -153,7 +153,7 @@ impl IoThreads {
 }
 
 /// Takes over the process's stdio and starts the reader and writer threads.
-pub fn stdio() -> io::Result<(Connection, IoThreads)> {
+pub(crate) fn stdio() -> io::Result<(Connection, IoThreads)> {
     let protocol_out = take_over_stdout()?;
     let stdin = io::stdin();
     Ok(spawn(stdin, protocol_out, MAX_LINE_BYTES))

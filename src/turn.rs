@@ -33,17 +33,33 @@ use crate::transport::Backlog;
 pub struct Agent {
     /// `Err` holds the message that explains why no model is usable (e.g. no API key); each
     /// prompt then fails with it, while `initialize` and `session/new` still work.
-    pub provider: Result<Arc<dyn Provider>, String>,
+    pub(crate) provider: Result<Arc<dyn Provider>, String>,
     /// Which built-in tools each agent of a session gets (each agent gets its own instances,
     /// e.g. its own Python kernel).
-    pub tools: ToolChoice,
-    pub system_prompt: String,
-    pub cwd: PathBuf,
-    pub thinking: Thinking,
+    pub(crate) tools: ToolChoice,
+    pub(crate) system_prompt: String,
+    pub(crate) cwd: PathBuf,
+    pub(crate) thinking: Thinking,
+}
+
+impl Agent {
+    /// An agent on the scripted provider with no tools and no system prompt, in `cwd`: the
+    /// front end alone, for driving the main loop in-process (the fuzz test).
+    pub fn scripted(script: &std::path::Path, cwd: PathBuf) -> Result<Agent, String> {
+        Ok(Agent {
+            provider: Ok(Arc::new(crate::provider::scripted::ScriptedProvider::load(
+                script,
+            )?)),
+            tools: ToolChoice::None,
+            system_prompt: String::new(),
+            cwd,
+            thinking: Thinking::Off,
+        })
+    }
 }
 
 /// One agent of a session (the main agent or a subagent): what its turns run with.
-pub struct AgentCtx {
+pub(crate) struct AgentCtx {
     pub agent: Arc<Agent>,
     pub tools: ToolSet,
     pub system_prompt: String,
@@ -58,7 +74,8 @@ pub struct AgentCtx {
 
 impl AgentCtx {
     /// A context with the process's tools (no subagents, default host bridge), for tests.
-    pub fn standalone(agent: Arc<Agent>) -> AgentCtx {
+    #[cfg(test)]
+    pub(crate) fn standalone(agent: Arc<Agent>) -> AgentCtx {
         let tools = agent.tools.build(None);
         AgentCtx {
             system_prompt: agent.system_prompt.clone(),
@@ -73,19 +90,19 @@ impl AgentCtx {
 
 /// Messages waiting for an agent's next model call.
 #[derive(Debug, Default)]
-pub struct Inbox {
+pub(crate) struct Inbox {
     queue: Mutex<VecDeque<String>>,
 }
 
 impl Inbox {
-    pub fn push(&self, message: String) {
+    pub(crate) fn push(&self, message: String) {
         self.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push_back(message);
     }
 
-    pub fn drain(&self) -> Vec<String> {
+    pub(crate) fn drain(&self) -> Vec<String> {
         self.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -93,11 +110,11 @@ impl Inbox {
             .collect()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -105,14 +122,14 @@ impl Inbox {
 /// What starts a turn: a user prompt, or the agent's own inbox (a turn nobody prompted,
 /// e.g. a subagent's reply arriving while the agent is idle).
 #[derive(Debug, Clone)]
-pub enum TurnInput {
+pub(crate) enum TurnInput {
     Prompt(UserPrompt),
     Inbox,
 }
 
 /// The conversation of one ACP session; it carries across that session's prompts.
 #[derive(Debug, Default)]
-pub struct Conversation {
+pub(crate) struct Conversation {
     pub messages: Vec<Message>,
     pub usage: Usage,
     /// Provider notices already shown in this session (each is shown once).
@@ -121,19 +138,19 @@ pub struct Conversation {
 
 /// A message from a turn worker to the main loop; `turn` routes it (stale turns are dropped).
 #[derive(Debug)]
-pub struct TurnMsg {
+pub(crate) struct TurnMsg {
     pub turn: u64,
     pub kind: TurnMsgKind,
 }
 
 #[derive(Debug)]
-pub enum TurnMsgKind {
+pub(crate) enum TurnMsgKind {
     Event(AgentEvent),
     Finished(TurnOutcome),
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum TurnOutcome {
+pub(crate) enum TurnOutcome {
     Completed(StopReason),
     /// The model or provider failed; the text follows `prime-agent turn failed: `.
     Failed(String),
@@ -148,7 +165,7 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What a session's main-agent turn starts with (the session decides it; the main loop
 /// spawns it).
-pub struct TurnStart {
+pub(crate) struct TurnStart {
     /// Routing key of the worker's messages.
     pub turn: u64,
     pub ctx: Arc<AgentCtx>,
@@ -160,7 +177,7 @@ pub struct TurnStart {
 
 /// Starts a turn worker for a session's main agent. It joins `previous` (the session's last
 /// worker, waiting a bounded time) before touching the conversation, and reports through `tx`.
-pub fn spawn_turn(
+pub(crate) fn spawn_turn(
     start: TurnStart,
     previous: Option<JoinHandle<()>>,
     tx: Sender<TurnMsg>,
@@ -208,15 +225,10 @@ pub fn spawn_turn(
 const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 
 /// The prompt's error when the previous turn never let go of the conversation.
-pub const PREDECESSOR_STUCK: &str = "the previous turn is stuck in a call that cannot be interrupted and still holds the conversation; this prompt was not run (try again later, or start a new session)";
+pub(crate) const PREDECESSOR_STUCK: &str = "the previous turn is stuck in a call that cannot be interrupted and still holds the conversation; this prompt was not run (try again later, or start a new session)";
 
 /// Turn workers given up on while stuck (they are left to finish or to die with the process).
 static ABANDONED_WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many turn workers were abandoned while stuck, for the log and the tests.
-pub fn abandoned_workers() -> u64 {
-    ABANDONED_WORKERS.load(std::sync::atomic::Ordering::Relaxed)
-}
 
 /// Joins `previous` and locks the conversation, waiting at most `PREDECESSOR_WAIT` (or until
 /// this turn is aborted). `None` means the predecessor is stuck: it is not joined but leaked,
@@ -259,7 +271,7 @@ fn take_over<'a>(
 
 /// Runs one turn to its end on the calling thread. Never panics: a panic inside becomes
 /// `TurnOutcome::Panicked`.
-pub fn run_turn(
+pub(crate) fn run_turn(
     ctx: &AgentCtx,
     conversation: &mut Conversation,
     input: TurnInput,

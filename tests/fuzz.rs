@@ -13,13 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use prime_agent::main_loop;
-use prime_agent::provider::scripted::ScriptedProvider;
-use prime_agent::provider::Thinking;
-use prime_agent::rpc::{classify_line, Incoming};
-use prime_agent::tools::ToolChoice;
-use prime_agent::transport;
-use prime_agent::turn::Agent;
+use prime_agent::{classify_line, Agent, Exit, Incoming, MAX_LINE_BYTES};
 
 use crate::support::TempDir;
 
@@ -186,18 +180,12 @@ fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) -> (u64, u64) {
     let mut rng = Rng(seed | 1);
     let cwd = dir.path().display().to_string();
     let case = gen_case(&mut rng, &cwd);
-    let agent = Agent {
-        provider: Ok(Arc::new(ScriptedProvider::load(script).unwrap())),
-        tools: ToolChoice::None,
-        system_prompt: String::new(),
-        cwd: dir.path().to_path_buf(),
-        thinking: Thinking::Off,
-    };
+    let agent = Agent::scripted(script, dir.path().to_path_buf()).unwrap();
     let (reader, mut writer) = std::io::pipe().unwrap();
     let sink = Sink::default();
-    let (conn, io) = transport::spawn(reader, sink.clone(), transport::MAX_LINE_BYTES);
+    let (conn, io) = prime_agent::spawn_transport(reader, sink.clone(), MAX_LINE_BYTES);
     let (_sig_tx, sig_rx) = crossbeam_channel::bounded::<()>(1);
-    let main = thread::spawn(move || main_loop::run(conn, Arc::new(agent), sig_rx, "0.0.0-fuzz"));
+    let main = thread::spawn(move || prime_agent::run(conn, Arc::new(agent), sig_rx, "0.0.0-fuzz"));
 
     // Open a session first so "$SID" frames can address it.
     writer.write_all(format!("{}\n", json!({"jsonrpc":"2.0","id":"open","method":"session/new","params":{"cwd":cwd,"mcpServers":[]}})).as_bytes()).unwrap();
@@ -243,7 +231,7 @@ fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) -> (u64, u64) {
         drop(writer);
         let exit = join_within(main, Duration::from_secs(10))
             .unwrap_or_else(|| panic!("seed {seed}: hang after EOF"));
-        assert_eq!(exit, main_loop::Exit::ClientClosed);
+        assert_eq!(exit, Exit::ClientClosed);
         let _ = io.join();
         check_output(seed, &sink, None);
         return (n as u64 + 1, 0);
@@ -263,7 +251,7 @@ fn run_case(seed: u64, dir: &TempDir, script: &std::path::Path) -> (u64, u64) {
     drop(writer);
     let exit = join_within(main, Duration::from_secs(10))
         .unwrap_or_else(|| panic!("seed {seed}: hang after EOF"));
-    assert_eq!(exit, main_loop::Exit::ClientClosed);
+    assert_eq!(exit, Exit::ClientClosed);
     let _ = io.join();
     check_output(seed, &sink, Some(&expected));
     (n as u64 + 1, expected.values().sum::<usize>() as u64)

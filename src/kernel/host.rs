@@ -25,7 +25,7 @@ pub trait HostHandler: Send + Sync {
 }
 
 /// The error for a request type this session does not serve.
-pub fn unavailable(kind: &str) -> String {
+pub(crate) fn unavailable(kind: &str) -> String {
     format!("host request type \"{kind}\" is not available in this session")
 }
 
@@ -60,7 +60,7 @@ impl HostHandler for DefaultHostHandler {
 }
 
 /// Validates a raw request from the wire, adds `cellSourceCode`, and asks `handler`.
-pub fn answer(
+pub(crate) fn answer(
     handler: &dyn HostHandler,
     kind: &Value,
     payload: Value,

@@ -32,9 +32,9 @@
 //! on drop; the driver kills its own group when fd 0 reaches EOF, so an agent that dies without
 //! cleaning up takes its kernel with it.
 
-pub mod host;
+pub(crate) mod host;
 mod sys;
-pub mod wire;
+pub(crate) mod wire;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
@@ -61,18 +61,18 @@ const HARNESS_PY: &str = include_str!("harness.py");
 /// How long the driver may take to start (IPython imports can be slow on a cold disk).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an interrupted cell may take to stop before the kernel is killed.
-pub const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 /// After `done`, how long to wait for the stdout/stderr markers before giving up on them.
 const MARKER_GRACE: Duration = Duration::from_secs(2);
 /// How often a waiting cell checks that the process is still alive.
 const LIVENESS_TICK: Duration = Duration::from_millis(100);
 
 /// Per stream, at most this many bytes are kept (the tool shows 65,536 chars, ≤ 4 bytes each).
-pub const CAPTURE_LIMIT: usize = 4 * 65_536;
+pub(crate) const CAPTURE_LIMIT: usize = 4 * 65_536;
 
 /// Per cell, display bundles are kept up to this many payload bytes; later ones are dropped
 /// and counted (`CellRun::displays_dropped`), so a cell displaying in a loop stays bounded.
-pub const DISPLAY_LIMIT: usize = 64 * 1024 * 1024;
+pub(crate) const DISPLAY_LIMIT: usize = 64 * 1024 * 1024;
 
 /// `Kernel::wanted` when no cell runs: the output readers forward nothing.
 const NO_CELL: u64 = u64::MAX;

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 /// A kernel → host frame (one JSON object per line on fd 3, tagged by `op`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum KernelFrame {
+pub(crate) enum KernelFrame {
     /// The driver is up; `engine` is `ipython` or `plain`.
     Ready {
         pid: i64,
@@ -44,18 +44,18 @@ pub enum KernelFrame {
 }
 
 impl KernelFrame {
-    pub fn parse(line: &[u8]) -> Result<KernelFrame, String> {
+    pub(crate) fn parse(line: &[u8]) -> Result<KernelFrame, String> {
         serde_json::from_slice(line).map_err(|e| e.to_string())
     }
 }
 
 /// `execute {id, code}`: runs one cell.
-pub fn execute_frame(id: u64, code: &str) -> String {
+pub(crate) fn execute_frame(id: u64, code: &str) -> String {
     json!({ "op": "execute", "id": id, "code": code }).to_string()
 }
 
 /// `host_reply {rid, status: "ok", result}` or `{rid, status: "error", error}`.
-pub fn reply_frame(rid: u64, reply: &Result<Value, String>) -> String {
+pub(crate) fn reply_frame(rid: u64, reply: &Result<Value, String>) -> String {
     match reply {
         Ok(result) => json!({ "op": "host_reply", "rid": rid, "status": "ok", "result": result }),
         Err(error) => json!({ "op": "host_reply", "rid": rid, "status": "error", "error": error }),
@@ -63,14 +63,9 @@ pub fn reply_frame(rid: u64, reply: &Result<Value, String>) -> String {
     .to_string()
 }
 
-/// The end-of-cell marker the driver writes to fd 1 and fd 2: `\0<token>:<cell id>\0`.
-pub fn marker(token: &str, id: u64) -> Vec<u8> {
-    format!("\0{token}:{id}\0").into_bytes()
-}
-
 /// What a stdout/stderr read turned into.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Chunk {
+pub(crate) enum Chunk {
     Output(Vec<u8>),
     Marker(u64),
 }
@@ -78,7 +73,7 @@ pub enum Chunk {
 /// Splits a byte stream into output and markers. A marker may arrive split across reads, so
 /// bytes that could start one are held back until the next read decides.
 #[derive(Debug)]
-pub struct MarkerScanner {
+pub(crate) struct MarkerScanner {
     needle: Vec<u8>,
     buf: Vec<u8>,
 }
@@ -87,14 +82,14 @@ pub struct MarkerScanner {
 const MAX_ID_DIGITS: usize = 20;
 
 impl MarkerScanner {
-    pub fn new(token: &str) -> MarkerScanner {
+    pub(crate) fn new(token: &str) -> MarkerScanner {
         MarkerScanner {
             needle: format!("\0{token}:").into_bytes(),
             buf: Vec::new(),
         }
     }
 
-    pub fn push(&mut self, data: &[u8]) -> Vec<Chunk> {
+    pub(crate) fn push(&mut self, data: &[u8]) -> Vec<Chunk> {
         self.buf.extend_from_slice(data);
         let mut out = Vec::new();
         let emit = |out: &mut Vec<Chunk>, bytes: Vec<u8>| {
@@ -141,7 +136,7 @@ impl MarkerScanner {
     }
 
     /// Whatever is held back, at end of stream.
-    pub fn finish(&mut self) -> Vec<u8> {
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.buf)
     }
 }

@@ -12,16 +12,16 @@ use super::{
 };
 use crate::events::Image;
 
-pub const VERSION: &str = "2023-06-01";
+pub(crate) const VERSION: &str = "2023-06-01";
 
 /// `max_tokens` for a model whose output limit nobody told us.
 const UNKNOWN_MODEL_MAX_TOKENS: u64 = 4096;
 
-pub fn url(base_url: &str) -> String {
+pub(crate) fn url(base_url: &str) -> String {
     format!("{}/v1/messages", base_url.trim_end_matches('/'))
 }
 
-pub fn headers(key: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     let mut h = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
         ("accept".to_owned(), "text/event-stream".to_owned()),
@@ -60,7 +60,7 @@ fn images(model: &ModelDef, imgs: &[Image]) -> Vec<Value> {
 }
 
 /// The Messages API request body for `req`.
-pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
+pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     // (role, blocks); consecutive same-role messages are merged because tool results are
     // user-role blocks and the API wants strict alternation.
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
@@ -186,7 +186,7 @@ enum Block {
 
 /// Assembles one streamed reply.
 #[derive(Debug, Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     message: AssistantMessage,
     /// Content blocks by stream index.
     blocks: Vec<(u64, Block)>,
@@ -196,7 +196,7 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn new() -> Decoder {
+    pub(crate) fn new() -> Decoder {
         Decoder::default()
     }
 

@@ -11,9 +11,9 @@ mod catalogue;
 mod models_json;
 mod select;
 
-pub use catalogue::{Api, Compat, ModelDef, ProviderDef};
-pub use models_json::Registry;
-pub use select::{select, Selection};
+pub(crate) use catalogue::{Api, Compat, ModelDef, ProviderDef};
+pub(crate) use models_json::Registry;
+pub(crate) use select::{select, Selection};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ use serde_json::Value;
 
 /// Where keys come from; built once at start-up and consulted on every request.
 #[derive(Debug)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub cli_key: Option<String>,
     pub agent_dir: PathBuf,
     /// `!cmd` results from auth.json, cached for the life of the process.
@@ -48,7 +48,7 @@ fn warn_if_shared(path: &Path) {
 }
 
 impl Credentials {
-    pub fn new(cli_key: Option<String>, agent_dir: PathBuf) -> Credentials {
+    pub(crate) fn new(cli_key: Option<String>, agent_dir: PathBuf) -> Credentials {
         Credentials {
             cli_key: cli_key.filter(|k| !k.is_empty()),
             agent_dir,
@@ -77,14 +77,14 @@ impl Credentials {
     /// Whether a key is configured for `p`, without running any `!command`. Used for
     /// auto-selection, so `--api-key` does not count: it applies to whichever provider is
     /// chosen, not to the first in the preference list.
-    pub fn has_key(&self, p: &ProviderDef) -> bool {
+    pub(crate) fn has_key(&self, p: &ProviderDef) -> bool {
         self.auth_json_entry(&p.name).is_some()
             || p.env_keys.iter().any(|k| env_nonempty(k).is_some())
             || p.api_key.is_some()
     }
 
     /// The key for `p`, by precedence. `Ok(None)`: no key is configured anywhere.
-    pub fn key_for(&self, p: &ProviderDef) -> Result<Option<String>, String> {
+    pub(crate) fn key_for(&self, p: &ProviderDef) -> Result<Option<String>, String> {
         if let Some(k) = &self.cli_key {
             return Ok(Some(k.clone()));
         }
@@ -110,7 +110,7 @@ impl Credentials {
     }
 
     /// The text of the per-prompt error when no key is found.
-    pub fn missing_key_message(&self, p: &ProviderDef) -> String {
+    pub(crate) fn missing_key_message(&self, p: &ProviderDef) -> String {
         let auth = self.agent_dir.join("auth.json");
         match p.env_keys.first() {
             Some(var) => format!(
@@ -133,7 +133,7 @@ fn env_nonempty(name: &str) -> Option<String> {
 
 /// A models.json config value: `!cmd` runs a shell command (stdout, trimmed); a name of a
 /// non-empty environment variable yields its value; anything else is the literal.
-pub fn resolve_value(raw: &str) -> Result<String, String> {
+pub(crate) fn resolve_value(raw: &str) -> Result<String, String> {
     if let Some(cmd) = raw.strip_prefix('!') {
         return run_command(cmd);
     }
@@ -171,14 +171,14 @@ fn run_command(cmd: &str) -> Result<String, String> {
 
 /// Everything a remote provider needs at request time.
 #[derive(Debug)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     pub selection: Selection,
     pub credentials: Arc<Credentials>,
 }
 
 /// What the command line says about the model beyond its name.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ModelOverrides {
+pub(crate) struct ModelOverrides {
     /// `--context-window N`: wins over the catalogue and over what a server reports.
     pub context_window: Option<u64>,
     /// `--thinking` other than `off` was given: an unknown model is then asked to reason.
@@ -186,7 +186,7 @@ pub struct ModelOverrides {
 }
 
 /// Resolves a run's provider from the CLI flags and the agent directory.
-pub fn resolve(
+pub(crate) fn resolve(
     provider: Option<&str>,
     model: Option<&str>,
     api_key: Option<&str>,

@@ -12,7 +12,7 @@
 mod failure;
 mod socket;
 
-pub use failure::{error_text, is_local_host, is_unsupported_input, one_line};
+pub(crate) use failure::{error_text, one_line};
 
 use failure::{classify_ureq_error, read_error, status_error, AttemptError};
 use socket::{AbortableResolver, AbortableTcpConnector, CallSlot, CurrentSlot};
@@ -43,7 +43,7 @@ pub fn cap_wire_logging(logger: &mut env_logger::Builder) {
 
 /// Timeouts and retry policy; the environment overrides exist so tests run in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HttpSettings {
+pub(crate) struct HttpSettings {
     pub connect_timeout: Duration,
     /// Longest silence between two reads before the call fails as stalled.
     pub idle_timeout: Duration,
@@ -52,7 +52,7 @@ pub struct HttpSettings {
 }
 
 impl HttpSettings {
-    pub fn from_env() -> HttpSettings {
+    pub(crate) fn from_env() -> HttpSettings {
         let ms = |name: &str, default: u64| {
             Duration::from_millis(
                 std::env::var(name)
@@ -71,7 +71,7 @@ impl HttpSettings {
 }
 
 /// What a wire API does with the events of one streamed reply.
-pub trait StreamDecoder {
+pub(crate) trait StreamDecoder {
     /// Handles one SSE event; `Ok(true)` means the reply is complete (no need to read on).
     fn on_event(
         &mut self,
@@ -110,7 +110,7 @@ pub(crate) fn replay_fixture<D: StreamDecoder>(
 }
 
 /// One POST of a model call.
-pub struct PostRequest<'a> {
+pub(crate) struct PostRequest<'a> {
     /// `provider/model`, for log lines.
     pub label: &'a str,
     pub url: &'a str,
@@ -121,7 +121,7 @@ pub struct PostRequest<'a> {
 
 /// A provider's HTTP client: the ureq agent is built on the first call, so start-up pays
 /// nothing for TLS roots or connection pools.
-pub struct HttpClient {
+pub(crate) struct HttpClient {
     settings: HttpSettings,
     agent: OnceLock<ureq::Agent>,
 }
@@ -130,7 +130,7 @@ pub struct HttpClient {
 const MAX_INFO_BODY: u64 = 4 * 1024 * 1024;
 
 impl HttpClient {
-    pub fn new(settings: HttpSettings) -> HttpClient {
+    pub(crate) fn new(settings: HttpSettings) -> HttpClient {
         HttpClient {
             settings,
             agent: OnceLock::new(),
@@ -157,7 +157,7 @@ impl HttpClient {
     /// Retries 429, 5xx and connection failures (never once a delta reached the client), and
     /// reports each wait and its end through `on_event` (`Retrying`, `Recovered`,
     /// `RetriesExhausted`).
-    pub fn stream<D: StreamDecoder>(
+    pub(crate) fn stream<D: StreamDecoder>(
         &self,
         request: &PostRequest<'_>,
         abort: &AbortFlag,
@@ -224,7 +224,7 @@ impl HttpClient {
     /// GETs `url` and parses a JSON body, for facts a server tells about itself (the model's
     /// context window). Best effort: `None` on any failure, never retried, bounded by
     /// `timeout` as a whole, and cut short by `abort`.
-    pub fn get_json(
+    pub(crate) fn get_json(
         &self,
         url: &str,
         headers: &[(String, String)],

@@ -4,13 +4,13 @@
 //! Providers know nothing about ACP or JSON-RPC. They stream deltas through a callback, check
 //! the `AbortFlag` at every read, and return the assembled assistant reply.
 
-pub mod anthropic;
-pub mod config;
-pub mod http;
-pub mod openai;
-pub mod remote;
-pub mod scripted;
-pub mod sse;
+pub(crate) mod anthropic;
+pub(crate) mod config;
+pub(crate) mod http;
+pub(crate) mod openai;
+pub(crate) mod remote;
+pub(crate) mod scripted;
+pub(crate) mod sse;
 
 use serde_json::Value;
 
@@ -19,7 +19,7 @@ use crate::events::Image;
 
 /// One message of the conversation, in the shape every wire API can be built from.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Message {
+pub(crate) enum Message {
     User {
         text: String,
         images: Vec<Image>,
@@ -35,7 +35,7 @@ pub enum Message {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct AssistantMessage {
+pub(crate) struct AssistantMessage {
     pub text: String,
     pub thinking: String,
     /// Reasoning the API wants back verbatim with the next request, in the order it came
@@ -46,7 +46,7 @@ pub struct AssistantMessage {
 
 /// One opaque reasoning block, replayed exactly as received.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ReasoningBlock {
+pub(crate) enum ReasoningBlock {
     /// Visible thinking with the signature that lets the API check it was not altered.
     Signed { thinking: String, signature: String },
     /// Thinking the API encrypted (`redacted_thinking`); `data` is opaque.
@@ -54,7 +54,7 @@ pub enum ReasoningBlock {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolCall {
+pub(crate) struct ToolCall {
     pub id: String,
     pub name: String,
     /// Parsed arguments; a model that sends malformed JSON gets `Value::String(raw)`.
@@ -63,14 +63,14 @@ pub struct ToolCall {
 
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
+pub(crate) struct ToolSpec {
     pub name: String,
     pub description: String,
     pub parameters: Value,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub input: u64,
     pub output: u64,
     pub cache_read: u64,
@@ -78,7 +78,7 @@ pub struct Usage {
 }
 
 impl Usage {
-    pub fn add(&mut self, other: Usage) {
+    pub(crate) fn add(&mut self, other: Usage) {
         self.input += other.input;
         self.output += other.output;
         self.cache_read += other.cache_read;
@@ -87,7 +87,7 @@ impl Usage {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
+pub(crate) enum FinishReason {
     Stop,
     /// Cut off by the output token limit.
     Length,
@@ -95,7 +95,7 @@ pub enum FinishReason {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub message: AssistantMessage,
     pub usage: Usage,
     pub finish: FinishReason,
@@ -104,7 +104,7 @@ pub struct Reply {
 /// What a provider reports while a call runs: streamed deltas, forwarded to the client as they
 /// arrive, and facts about the call itself (retries, advisories).
 #[derive(Debug, Clone, PartialEq)]
-pub enum StreamEvent {
+pub(crate) enum StreamEvent {
     Text(String),
     Thinking(String),
     /// An attempt failed before any delta and another one follows after `delay`.
@@ -125,7 +125,7 @@ pub enum StreamEvent {
 
 /// One wait before a retry. `attempt` counts retries from 1 up to `max_attempts`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RetryWait {
+pub(crate) struct RetryWait {
     pub attempt: u32,
     pub max_attempts: u32,
     pub delay: std::time::Duration,
@@ -137,7 +137,7 @@ pub struct RetryWait {
 
 /// An advisory in the shape of ACP's `notice` update (`severity`, `title`, `description`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Notice {
+pub(crate) struct Notice {
     /// `info`, `warning` or `error`.
     pub severity: &'static str,
     pub title: String,
@@ -188,7 +188,7 @@ impl Thinking {
 
 /// Everything one model call needs.
 #[derive(Debug, Clone, Copy)]
-pub struct ChatRequest<'a> {
+pub(crate) struct ChatRequest<'a> {
     pub system: &'a str,
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
@@ -201,7 +201,7 @@ pub struct ChatRequest<'a> {
 /// Why a model call failed. The `Display` text is what the client sees after
 /// `prime-agent turn failed: `, so it carries the HTTP status and the provider's own words.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ProviderError {
+pub(crate) enum ProviderError {
     /// The turn was cancelled while the call ran.
     Aborted,
     /// The server answered with a non-success status.
@@ -230,7 +230,7 @@ impl std::error::Error for ProviderError {}
 
 /// A model backend. `stream` blocks the calling (turn) thread until the reply is complete, the
 /// call fails, or `abort` is set, whichever comes first.
-pub trait Provider: Send + Sync {
+pub(crate) trait Provider: Send + Sync {
     /// `provider/model`, for logs and the system prompt.
     fn label(&self) -> String;
 

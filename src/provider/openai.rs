@@ -19,11 +19,11 @@ use super::{
 };
 use crate::events::Image;
 
-pub fn url(base_url: &str) -> String {
+pub(crate) fn url(base_url: &str) -> String {
     format!("{}/chat/completions", base_url.trim_end_matches('/'))
 }
 
-pub fn headers(key: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     let mut h = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
         ("accept".to_owned(), "text/event-stream".to_owned()),
@@ -62,7 +62,7 @@ fn image_parts(model: &ModelDef, images: &[Image]) -> Vec<Value> {
 }
 
 /// What a text-only model reads in place of `n` images.
-pub fn omitted_text(model: &ModelDef, n: usize) -> String {
+pub(crate) fn omitted_text(model: &ModelDef, n: usize) -> String {
     format!(
         "({n} image(s) omitted: the model {} does not accept images)",
         model.id
@@ -70,7 +70,7 @@ pub fn omitted_text(model: &ModelDef, n: usize) -> String {
 }
 
 /// The Chat Completions request body for `req`.
-pub fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
+pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     let mut messages = Vec::new();
     if !req.system.is_empty() {
         let role = if model.reasoning && model.compat.supports_developer_role {
@@ -192,7 +192,7 @@ struct PartialCall {
 
 /// Assembles one streamed reply.
 #[derive(Debug, Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     message: AssistantMessage,
     calls: Vec<PartialCall>,
     usage: Usage,
@@ -201,7 +201,7 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn new() -> Decoder {
+    pub(crate) fn new() -> Decoder {
         Decoder::default()
     }
 }

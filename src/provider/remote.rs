@@ -19,7 +19,7 @@ use crate::abort::AbortFlag;
 /// models, llama.cpp users who raise its 4,096 default), so usage reports stay in the right
 /// order of magnitude, while a larger guess would report a small server's window as mostly
 /// free. `--context-window` sets the real value.
-pub const DEFAULT_CONTEXT_WINDOW: u64 = 32_768;
+pub(crate) const DEFAULT_CONTEXT_WINDOW: u64 = 32_768;
 
 /// How long each self-description request may take. The server is about to serve the model
 /// call, so it is up and local more often than not; a slow one must not hold the first
@@ -28,7 +28,7 @@ const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where a model's context window came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowSource {
+pub(crate) enum WindowSource {
     /// The catalogue, models.json or `--context-window`.
     Configured,
     /// The server's `GET /v1/models` entry.
@@ -39,7 +39,7 @@ pub enum WindowSource {
     Default,
 }
 
-pub struct RemoteProvider {
+pub(crate) struct RemoteProvider {
     selection: Selection,
     credentials: Arc<Credentials>,
     /// A key is optional when the user pointed a built-in provider at their own server with
@@ -51,7 +51,11 @@ pub struct RemoteProvider {
 }
 
 impl RemoteProvider {
-    pub fn new(selection: Selection, credentials: Arc<Credentials>, key_optional: bool) -> Self {
+    pub(crate) fn new(
+        selection: Selection,
+        credentials: Arc<Credentials>,
+        key_optional: bool,
+    ) -> Self {
         RemoteProvider {
             selection,
             credentials,
@@ -153,7 +157,7 @@ fn window_field(entry: &Value) -> Option<u64> {
 
 /// The window of `model` in a `GET /v1/models` answer (`{"data": [...]}`): its own entry, or
 /// the only entry (llama.cpp serves one model under a file name the user may not repeat).
-pub fn window_from_models(v: &Value, model: &str) -> Option<u64> {
+pub(crate) fn window_from_models(v: &Value, model: &str) -> Option<u64> {
     let list = v
         .get("data")
         .or_else(|| v.get("models"))
@@ -167,7 +171,7 @@ pub fn window_from_models(v: &Value, model: &str) -> Option<u64> {
 }
 
 /// llama.cpp's `GET /props`: `default_generation_settings.n_ctx` (older builds: `n_ctx`).
-pub fn window_from_props(v: &Value) -> Option<u64> {
+pub(crate) fn window_from_props(v: &Value) -> Option<u64> {
     v.pointer("/default_generation_settings/n_ctx")
         .or_else(|| v.get("n_ctx"))
         .and_then(Value::as_u64)

@@ -37,7 +37,7 @@ use super::{
 };
 use crate::abort::AbortFlag;
 
-pub struct ScriptedProvider {
+pub(crate) struct ScriptedProvider {
     path: PathBuf,
     replies: Vec<Value>,
     /// Replies already served. Each agent takes the next unserved reply addressed to it.
@@ -48,7 +48,7 @@ pub struct ScriptedProvider {
 
 impl ScriptedProvider {
     /// Loads and checks the whole script up front, so a malformed fixture fails at start-up.
-    pub fn load(path: &Path) -> Result<ScriptedProvider, String> {
+    pub(crate) fn load(path: &Path) -> Result<ScriptedProvider, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("Cannot read script {}: {e}", path.display()))?;
         let mut replies = Vec::new();

@@ -9,17 +9,17 @@
 
 /// One dispatched event. `event` is empty when the stream did not name it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     pub event: String,
     pub data: String,
 }
 
 /// The most one event (its pending line plus its data) may hold. Model events are small; a
 /// server that streams without ever ending a line or an event must not grow memory forever.
-pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Debug, Default)]
-pub struct SseDecoder {
+pub(crate) struct SseDecoder {
     /// The current event outgrew `MAX_EVENT_BYTES`; the stream is unusable.
     overflow: bool,
     /// Bytes of the current, not yet terminated line.
@@ -32,17 +32,17 @@ pub struct SseDecoder {
 }
 
 impl SseDecoder {
-    pub fn new() -> SseDecoder {
+    pub(crate) fn new() -> SseDecoder {
         SseDecoder::default()
     }
 
     /// True once an event outgrew `MAX_EVENT_BYTES`; nothing more is decoded.
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.overflow
     }
 
     /// Feeds one read's worth of bytes; complete events are appended to `out`.
-    pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+    pub(crate) fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
         if self.overflow || self.line.len() + self.data.len() + bytes.len() > MAX_EVENT_BYTES {
             self.overflow = true;
             self.line = Vec::new();
@@ -78,7 +78,7 @@ impl SseDecoder {
 
     /// The stream ended: an unterminated last line and an event without its closing blank line
     /// are still delivered (servers that drop the final blank line exist).
-    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+    pub(crate) fn finish(&mut self, out: &mut Vec<SseEvent>) {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.process_line(&line, out);

@@ -34,7 +34,7 @@ use handlers::NodeHandler;
 
 /// News for the main loop. `generation` names the session's family; stale news is dropped.
 #[derive(Debug)]
-pub enum FamilyMsg {
+pub(crate) enum FamilyMsg {
     Child {
         generation: u64,
         snapshot: ChildSnapshot,
@@ -51,9 +51,9 @@ pub enum FamilyMsg {
 }
 
 /// The name the main agent goes by in its family.
-pub const MAIN_NAME: &str = "main";
+pub(crate) const MAIN_NAME: &str = "main";
 
-pub struct Family {
+pub(crate) struct Family {
     generation: u64,
     agent: Arc<Agent>,
     main_id: String,
@@ -98,7 +98,7 @@ struct Node {
 }
 
 impl Family {
-    pub fn new(
+    pub(crate) fn new(
         generation: u64,
         agent: Arc<Agent>,
         main_id: String,
@@ -120,7 +120,7 @@ impl Family {
     }
 
     /// The main agent's context: its tools answer host requests through this family.
-    pub fn main_ctx(&self) -> AgentCtx {
+    pub(crate) fn main_ctx(&self) -> AgentCtx {
         let tools = self
             .agent
             .tools
@@ -146,12 +146,12 @@ impl Family {
     }
 
     /// The main loop says whether the main agent is running a turn (for delivery statuses).
-    pub fn set_main_busy(&self, busy: bool) {
+    pub(crate) fn set_main_busy(&self, busy: bool) {
         self.main_busy.store(busy, Ordering::SeqCst);
     }
 
     /// Children (at any depth) that are queued or running.
-    pub fn outstanding(&self) -> u64 {
+    pub(crate) fn outstanding(&self) -> u64 {
         self.lock()
             .nodes
             .values()
@@ -163,7 +163,7 @@ impl Family {
     /// are dropped. Children that already finished are left idle (a later message may still
     /// wake them). The inbox is emptied under the family lock, so a child finishing at this
     /// moment cannot slip a notice past the cancel.
-    pub fn cancel_all(&self) {
+    pub(crate) fn cancel_all(&self) {
         let state = self.lock();
         for node in state.nodes.values().filter(|n| !n.status.is_terminal()) {
             node.abort.abort();
@@ -173,7 +173,7 @@ impl Family {
 
     /// `session/close` or disconnect: cancel everything and join the child threads (bounded;
     /// abort hooks make them quick). No news is sent afterwards.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.cancel_all();
         let threads: Vec<JoinHandle<()>> = self
@@ -284,7 +284,7 @@ fn subagent_root() -> PathBuf {
 
 /// Joins `thread` if it finishes by `deadline`; otherwise leaves it to the process exit (it was
 /// aborted and holds nothing the caller needs).
-pub fn join_by(thread: JoinHandle<()>, deadline: Instant) {
+pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) {
     while !thread.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }

@@ -9,7 +9,7 @@ use super::process::{self, Ending, RunResult, RunSpec};
 use super::{Tool, ToolContext, ToolOutput};
 use crate::provider::ToolSpec;
 
-pub struct Bash;
+pub(crate) struct Bash;
 
 const DESCRIPTION: &str = "Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to last 2000 lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds.";
 
@@ -69,7 +69,7 @@ impl Tool for Bash {
 }
 
 /// The tool result for a finished run (§3.3 texts).
-pub fn result_output(result: &RunResult, timeout_secs: f64) -> ToolOutput {
+pub(crate) fn result_output(result: &RunResult, timeout_secs: f64) -> ToolOutput {
     let body = result.output.render();
     let with_suffix = |suffix: &str| {
         if body.is_empty() {
@@ -101,7 +101,7 @@ pub fn result_output(result: &RunResult, timeout_secs: f64) -> ToolOutput {
 }
 
 /// A number as JavaScript prints it for the common cases: `2`, not `2.0`; `1.5` stays.
-pub fn js_number(n: f64) -> String {
+pub(crate) fn js_number(n: f64) -> String {
     if n.fract() == 0.0 && n.abs() < 1e15 {
         format!("{}", n as i64)
     } else {

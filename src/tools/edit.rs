@@ -19,16 +19,16 @@ use crate::provider::ToolSpec;
 /// its LF- and fuzzy-normalised copies for matching, the result with its line endings
 /// restored, the diff), so a cap keeps one call's memory near 100 MiB; files this large are
 /// data, not source, and `bash` (`sed`) edits them without loading them.
-pub const EDIT_MAX_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const EDIT_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
-pub struct Edit;
+pub(crate) struct Edit;
 
 const DESCRIPTION: &str = "Edit a single file using exact text replacement. Every edits[].oldText must match a unique, non-overlapping region of the original file. If two changes affect the same block or nearby lines, merge them into one edit instead of emitting overlapping edits. Do not include large unchanged regions just to connect distant changes.";
 
 const INVALID: &str = "Edit tool input is invalid. edits must contain at least one replacement.";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replacement {
+pub(crate) struct Replacement {
     pub old_text: String,
     pub new_text: String,
 }
@@ -154,7 +154,7 @@ impl Tool for Edit {
 
 /// `edits` from the arguments: a JSON string is parsed (some models send one), legacy
 /// top-level `oldText`/`newText` are appended, and at least one replacement must remain.
-pub fn parse_edits(args: &Value) -> Result<Vec<Replacement>, String> {
+pub(crate) fn parse_edits(args: &Value) -> Result<Vec<Replacement>, String> {
     let mut list: Vec<Value> = match args.get("edits") {
         Some(Value::Array(a)) => a.clone(),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
@@ -192,7 +192,7 @@ pub fn parse_edits(args: &Value) -> Result<Vec<Replacement>, String> {
 
 /// Applies `edits` to a whole file's text: strips and restores a BOM, matches on LF-normalised
 /// text and writes the original line ending (CRLF if the first line break is CRLF) back.
-pub fn edit_text(raw: &str, edits: &[Replacement], path: &str) -> Result<String, String> {
+pub(crate) fn edit_text(raw: &str, edits: &[Replacement], path: &str) -> Result<String, String> {
     let (bom, content) = match raw.strip_prefix('\u{FEFF}') {
         Some(rest) => ("\u{FEFF}", rest),
         None => ("", raw),
@@ -246,7 +246,7 @@ fn find(haystack: &str, needle: &str) -> Option<(usize, usize, bool)> {
 /// non-overlapping. Returns (the text the edits were matched against, the new text). When any
 /// edit only matches fuzzily, the whole base becomes the fuzzy-normalised text, as in the
 /// reference, so that all indices refer to one text.
-pub fn apply_edits(
+pub(crate) fn apply_edits(
     content: &str,
     edits: &[Replacement],
     path: &str,

@@ -20,17 +20,17 @@ use crate::kernel::{
 };
 use crate::provider::ToolSpec;
 
-pub const NAME: &str = "ipython";
+pub(crate) const NAME: &str = "ipython";
 
 const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls within this session; they are not saved, so a new session or a restarted kernel starts empty. Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
 
 const CODE_DESCRIPTION: &str = "Python scratchpad code or `%%bash` shell cells to execute in the agent kernel. Use the target project's own environment for project imports, tests, scripts, CLIs, and dependency checks instead of direct kernel imports.";
 
 /// Prefixed to the first result after the kernel was restarted (spec §3.2, verbatim).
-pub const KERNEL_RESET_NOTICE: &str = "<ipython_kernel_reset>\nThe IPython kernel was restarted after a previous interrupted cell kept running. Variables, imports, async tasks, and open resources from before the restart are no longer available; recreate them before using them.\n</ipython_kernel_reset>\n\n";
+pub(crate) const KERNEL_RESET_NOTICE: &str = "<ipython_kernel_reset>\nThe IPython kernel was restarted after a previous interrupted cell kept running. Variables, imports, async tasks, and open resources from before the restart are no longer available; recreate them before using them.\n</ipython_kernel_reset>\n\n";
 
 /// Each of stdout, stderr, result and traceback is capped at this many chars.
-pub const OUTPUT_CAP_CHARS: usize = 65_536;
+pub(crate) const OUTPUT_CAP_CHARS: usize = 65_536;
 const TRUNCATION_SUFFIX: &str = "\n[... output truncated at 65536 chars ...]";
 
 /// One attachment's base64 payload above this is dropped (spec §3.2).
@@ -51,7 +51,7 @@ struct Slot {
     lost: bool,
 }
 
-pub struct IpythonTool {
+pub(crate) struct IpythonTool {
     python: PathBuf,
     handler: Arc<dyn HostHandler>,
     /// `RLM_DEPTH` of this agent's kernel (0 for the session's main agent).
@@ -63,7 +63,7 @@ pub struct IpythonTool {
 
 impl IpythonTool {
     /// A tool running `python` that answers host requests with `handler`.
-    pub fn new(python: PathBuf, handler: Arc<dyn HostHandler>, depth: u32) -> IpythonTool {
+    pub(crate) fn new(python: PathBuf, handler: Arc<dyn HostHandler>, depth: u32) -> IpythonTool {
         let harness_dir = std::env::temp_dir().join(format!(
             "prime-agent-session-{}-{}",
             std::process::id(),
@@ -81,7 +81,7 @@ impl IpythonTool {
     /// The tool for an agent whose kernel talks to `host` (default: `model.info` only, depth
     /// from `RLM_DEPTH` or 0), or `None` (and a warning, once per process) when no Python is
     /// installed.
-    pub fn detect(host: Option<crate::tools::KernelHost>) -> Option<IpythonTool> {
+    pub(crate) fn detect(host: Option<crate::tools::KernelHost>) -> Option<IpythonTool> {
         static WARNED: AtomicBool = AtomicBool::new(false);
         let (handler, depth) = match host {
             Some(h) => (h.handler, h.depth),
@@ -210,7 +210,7 @@ fn progress_text(out: &Capture, err: &Capture) -> String {
 
 /// Caps `text` at `OUTPUT_CAP_CHARS` chars with the spec's suffix; `truncated` forces the
 /// suffix when bytes were already dropped while capturing.
-pub fn cap(text: &str, truncated: bool) -> String {
+pub(crate) fn cap(text: &str, truncated: bool) -> String {
     match text.char_indices().nth(OUTPUT_CAP_CHARS) {
         Some((at, _)) => format!("{}{TRUNCATION_SUFFIX}", &text[..at]),
         None if truncated => format!("{text}{TRUNCATION_SUFFIX}"),
@@ -221,7 +221,7 @@ pub fn cap(text: &str, truncated: bool) -> String {
 /// The result text (spec §3.2): stdout, then stderr, then the last expression's value, then
 /// the traceback, each on its own line. Empty parts are skipped, so a cell that only has a
 /// value does not start with a blank line.
-pub fn result_text(parts: &[&str]) -> String {
+pub(crate) fn result_text(parts: &[&str]) -> String {
     let mut text = String::new();
     for part in parts.iter().filter(|p| !p.is_empty()) {
         if !text.is_empty() {

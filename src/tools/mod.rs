@@ -7,14 +7,14 @@
 //! Built-ins, one file each: `read`, `bash` (over the `process` runner), `edit`, `write`;
 //! `truncate` holds the output limits they share.
 
-pub mod bash;
-pub mod edit;
-pub mod process;
-pub mod read;
-pub mod truncate;
-pub mod write;
+pub(crate) mod bash;
+pub(crate) mod edit;
+pub(crate) mod process;
+pub(crate) mod read;
+pub(crate) mod truncate;
+pub(crate) mod write;
 
-pub mod ipython;
+pub(crate) mod ipython;
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +25,7 @@ use crate::events::{FileDiff, Image, IpythonDetails};
 use crate::provider::ToolSpec;
 
 /// What a tool needs from its turn.
-pub struct ToolContext<'a> {
+pub(crate) struct ToolContext<'a> {
     pub cwd: &'a Path,
     pub abort: &'a AbortFlag,
     /// Output so far, for `in_progress` updates; the turn throttles and tail-caps it.
@@ -33,7 +33,7 @@ pub struct ToolContext<'a> {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ToolOutput {
+pub(crate) struct ToolOutput {
     pub text: String,
     pub is_error: bool,
     pub diff: Option<FileDiff>,
@@ -42,14 +42,14 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
-    pub fn ok(text: impl Into<String>) -> ToolOutput {
+    pub(crate) fn ok(text: impl Into<String>) -> ToolOutput {
         ToolOutput {
             text: text.into(),
             ..Default::default()
         }
     }
 
-    pub fn error(text: impl Into<String>) -> ToolOutput {
+    pub(crate) fn error(text: impl Into<String>) -> ToolOutput {
         ToolOutput {
             text: text.into(),
             is_error: true,
@@ -58,7 +58,7 @@ impl ToolOutput {
     }
 }
 
-pub trait Tool: Send + Sync {
+pub(crate) trait Tool: Send + Sync {
     fn spec(&self) -> ToolSpec;
 
     fn run(&self, args: &Value, ctx: &mut ToolContext<'_>) -> ToolOutput;
@@ -71,33 +71,33 @@ pub trait Tool: Send + Sync {
 
 /// The tools offered in this process.
 #[derive(Default)]
-pub struct ToolSet {
+pub(crate) struct ToolSet {
     tools: Vec<Box<dyn Tool>>,
 }
 
 impl ToolSet {
-    pub fn new(tools: Vec<Box<dyn Tool>>) -> ToolSet {
+    pub(crate) fn new(tools: Vec<Box<dyn Tool>>) -> ToolSet {
         ToolSet { tools }
     }
 
-    pub fn specs(&self) -> Vec<ToolSpec> {
+    pub(crate) fn specs(&self) -> Vec<ToolSpec> {
         self.tools.iter().map(|t| t.spec()).collect()
     }
 
-    pub fn get(&self, name: &str) -> Option<&dyn Tool> {
+    pub(crate) fn get(&self, name: &str) -> Option<&dyn Tool> {
         self.tools
             .iter()
             .find(|t| t.spec().name == name)
             .map(|t| t.as_ref())
     }
 
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.spec().name).collect()
     }
 }
 
 /// Resolves a model-supplied path against the session cwd (`~` means the home directory).
-pub fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
+pub(crate) fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
     if let Some(rest) = path.strip_prefix("~/") {
         if let Some(home) = std::env::var_os("HOME") {
             return PathBuf::from(home).join(rest);
@@ -112,7 +112,7 @@ pub fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
 }
 
 /// Node-style error code (`ENOENT`, `EACCES`, …) of an I/O error; result texts use these.
-pub fn io_error_code(e: &std::io::Error) -> String {
+pub(crate) fn io_error_code(e: &std::io::Error) -> String {
     let code = match e.raw_os_error() {
         Some(libc::ENOENT) => "ENOENT",
         Some(libc::EACCES) => "EACCES",
@@ -131,7 +131,7 @@ pub fn io_error_code(e: &std::io::Error) -> String {
 }
 
 /// The OS message of an I/O error in Node's style: lower-case, without `(os error N)`.
-pub fn io_error_text(e: &std::io::Error) -> String {
+pub(crate) fn io_error_text(e: &std::io::Error) -> String {
     let text = e.to_string();
     let text = match text.find(" (os error") {
         Some(i) => &text[..i],
@@ -146,7 +146,7 @@ pub fn io_error_text(e: &std::io::Error) -> String {
 
 /// Why a file tool cannot use a path.
 #[derive(Debug)]
-pub enum FileError {
+pub(crate) enum FileError {
     Io(std::io::Error),
     /// It exists but is not a regular file: the kind, for the message (`named pipe (FIFO)`…).
     NotRegular(&'static str),
@@ -157,7 +157,7 @@ pub enum FileError {
 /// the type is checked with `stat` before opening, the open is non-blocking (a path swapped
 /// for a FIFO in between cannot block it either), and the type is checked again on the open
 /// descriptor. A directory stays the plain `EISDIR` error the tools always gave.
-pub fn open_regular(
+pub(crate) fn open_regular(
     abs: &Path,
     options: &mut std::fs::OpenOptions,
 ) -> Result<(std::fs::File, std::fs::Metadata), FileError> {
@@ -195,10 +195,10 @@ pub fn open_regular(
 }
 
 /// Above this size a `diff` is left out: clients render it whole and the wire carries it twice.
-pub const DIFF_MAX_BYTES: usize = 2 * 1024 * 1024;
+pub(crate) const DIFF_MAX_BYTES: usize = 2 * 1024 * 1024;
 
 /// The ACP `diff` of a file change (`old` is `None` for a new file), unless a side is huge.
-pub fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<FileDiff> {
+pub(crate) fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<FileDiff> {
     if new.len() > DIFF_MAX_BYTES || old.as_ref().is_some_and(|o| o.len() > DIFF_MAX_BYTES) {
         return None;
     }
@@ -210,11 +210,11 @@ pub fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<FileDiff>
 }
 
 /// Names of the built-in tools, in the order they are offered.
-pub const BUILTIN: &[&str] = &[ipython::NAME, "read", "bash", "edit", "write"];
+pub(crate) const BUILTIN: &[&str] = &[ipython::NAME, "read", "bash", "edit", "write"];
 
 /// Which built-in tools an agent gets.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ToolChoice {
+pub(crate) enum ToolChoice {
     /// `--no-tools`.
     None,
     /// Every built-in tool (the default).
@@ -226,7 +226,7 @@ pub enum ToolChoice {
 /// How an agent's `ipython` kernel reaches its host: who answers its host requests, and at
 /// which recursion depth it runs.
 #[derive(Clone)]
-pub struct KernelHost {
+pub(crate) struct KernelHost {
     pub handler: std::sync::Arc<dyn crate::kernel::host::HostHandler>,
     pub depth: u32,
 }
@@ -234,7 +234,7 @@ pub struct KernelHost {
 impl ToolChoice {
     /// Fresh tool instances for one agent (each gets its own kernel). Without a `host` the
     /// kernel answers only `model.info` and runs at depth 0.
-    pub fn build(&self, host: Option<KernelHost>) -> ToolSet {
+    pub(crate) fn build(&self, host: Option<KernelHost>) -> ToolSet {
         let only = match self {
             ToolChoice::None => return ToolSet::default(),
             ToolChoice::All => None,

@@ -38,7 +38,7 @@ const CHANNEL_DEPTH: usize = 16;
 const POLL: Duration = Duration::from_millis(10);
 /// Just above the turn's 100 ms progress throttle, so every report we make gets through, and
 /// output that arrives before a quiet spell is still shown during the spell.
-pub const REPORT_INTERVAL: Duration = Duration::from_millis(110);
+pub(crate) const REPORT_INTERVAL: Duration = Duration::from_millis(110);
 /// After the shell exits, how long its leftovers may keep our pipes open before the group is
 /// killed; and after a kill, how long we wait for pipes that something outside the group holds.
 const PIPE_GRACE: Duration = Duration::from_millis(200);
@@ -48,7 +48,7 @@ const REPORT_NEW_MAX: usize = 8 * 1024;
 const REPORT_TAIL_MAX: usize = 16 * 1024;
 
 /// What to run.
-pub struct RunSpec<'a> {
+pub(crate) struct RunSpec<'a> {
     pub command: &'a str,
     pub cwd: &'a Path,
     pub timeout: Option<Duration>,
@@ -56,7 +56,7 @@ pub struct RunSpec<'a> {
 }
 
 /// A progress report, at most every `REPORT_INTERVAL` while output arrives.
-pub struct Report<'a> {
+pub(crate) struct Report<'a> {
     /// Output since the previous report (lossy UTF-8, never splitting a character).
     pub new_text: &'a str,
     /// Bytes of new output dropped before `new_text` because too much arrived at once.
@@ -66,7 +66,7 @@ pub struct Report<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Exit code; death by signal `n` is reported as `128 + n`, as shells do.
     Exited(i32),
     TimedOut,
@@ -74,14 +74,14 @@ pub enum Ending {
 }
 
 #[derive(Debug)]
-pub struct RunResult {
+pub(crate) struct RunResult {
     pub ending: Ending,
     pub output: Captured,
 }
 
 /// Bounded capture of a command's combined output.
 #[derive(Debug, Default)]
-pub struct Captured {
+pub(crate) struct Captured {
     /// Never write the output to a file (it may be a secret, e.g. a key command's stdout).
     no_spill: bool,
     tail: Vec<u8>,
@@ -169,12 +169,13 @@ impl Captured {
     }
 
     /// All of the output, unless the in-memory tail has lost its start.
-    pub fn whole(&self) -> Option<&[u8]> {
+    pub(crate) fn whole(&self) -> Option<&[u8]> {
         (self.tail.len() as u64 == self.total_bytes).then_some(self.tail.as_slice())
     }
 
     /// The path of the full-output file, once the output exceeded a limit.
-    pub fn full_output_path(&self) -> Option<&Path> {
+    #[cfg(test)]
+    fn full_output_path(&self) -> Option<&Path> {
         match &self.full {
             Some(FullOutput::File { path, .. }) => Some(path),
             _ => None,
@@ -198,7 +199,7 @@ impl Captured {
     }
 
     /// The tail-truncated output plus the spec's notice (§3.3); empty when there was no output.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let text = String::from_utf8_lossy(&self.tail);
         let t = truncate_tail(&text, MAX_LINES, MAX_BYTES);
         let mut out = t.content;
@@ -345,7 +346,7 @@ fn drain(
 }
 
 /// Runs `spec.command` to completion, timeout or abort. `Err` only when it could not start.
-pub fn run(
+pub(crate) fn run(
     spec: &RunSpec<'_>,
     on_report: &mut dyn FnMut(&Report<'_>),
 ) -> Result<RunResult, String> {
@@ -363,7 +364,7 @@ pub fn run(
 /// exited but a process it left behind still holds the pipe. The output stays in memory
 /// only (never spilled to a file, since it may be a secret); `Captured::whole` is `None`
 /// when it was too large to keep whole. For `!command` config values.
-pub fn run_stdout(
+pub(crate) fn run_stdout(
     command: &str,
     timeout: Duration,
     abort: &AbortFlag,

@@ -26,7 +26,7 @@ const READ_CHUNK: usize = 64 * 1024;
 /// `ipython` tool allows one attachment (§3.2).
 const IMAGE_MAX_BYTES: u64 = 7_500_000;
 
-pub struct Read;
+pub(crate) struct Read;
 
 const DESCRIPTION: &str = "Read the contents of a file. Supports text files and images (jpg, png, gif, webp). Images are sent as attachments. For text files, output is truncated to 2000 lines or 50KB (whichever is hit first). Use offset/limit for large files. When you need the full file, continue with offset until complete.";
 
@@ -129,7 +129,7 @@ impl Tool for Read {
 }
 
 /// The `path` argument as an absolute path, for ACP `locations`.
-pub fn path_location(args: &Value, cwd: &Path) -> Vec<String> {
+pub(crate) fn path_location(args: &Value, cwd: &Path) -> Vec<String> {
     args.get("path")
         .and_then(Value::as_str)
         .filter(|p| !p.is_empty())
@@ -148,8 +148,10 @@ fn image_mime(path: &Path) -> Option<&'static str> {
     })
 }
 
-/// The pure text part of `read` over a string (see `read_stream`).
-pub fn read_text(
+/// The pure text part of `read` over a string: the in-memory form `read_stream` is held
+/// equal to.
+#[cfg(test)]
+fn read_text(
     text: &str,
     path: &str,
     offset: Option<f64>,
@@ -163,7 +165,7 @@ pub fn read_text(
 /// whole (lossily decoded) file were split on `\n` (the reference's arithmetic), but streamed
 /// from `src`. `offset`/`limit` are the raw numbers the model sent (fractions are floored, as
 /// slicing does). The outer `Err` is a read error, the inner one the tool's error text.
-pub fn read_stream(
+pub(crate) fn read_stream(
     mut src: impl std::io::Read,
     path: &str,
     offset: Option<f64>,
@@ -436,7 +438,7 @@ impl LossyLen {
 }
 
 /// Standard base64 with padding (RFC 4648 §4).
-pub fn base64_encode(data: &[u8]) -> String {
+pub(crate) fn base64_encode(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {

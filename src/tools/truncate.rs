@@ -4,12 +4,12 @@
 //! implementation exactly: a "line" is a piece of `text.split('\n')`, sizes are UTF-8 bytes.
 
 /// Line limit of a tool result.
-pub const MAX_LINES: usize = 2000;
+pub(crate) const MAX_LINES: usize = 2000;
 /// Byte limit of a tool result (50 KB).
-pub const MAX_BYTES: usize = 50 * 1024;
+pub(crate) const MAX_BYTES: usize = 50 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Truncation {
+pub(crate) struct Truncation {
     pub content: String,
     pub truncated: bool,
     /// `true`: the line limit cut the output; `false`: the byte limit did (when `truncated`).
@@ -39,7 +39,7 @@ impl Truncation {
 }
 
 /// `1023B`, `50.0KB`, `1.5MB` (the reference `formatSize`).
-pub fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     if bytes < 1024 {
         format!("{bytes}B")
     } else if bytes < 1024 * 1024 {
@@ -49,8 +49,10 @@ pub fn format_size(bytes: u64) -> String {
     }
 }
 
-/// Keeps whole lines from the start until either limit is hit (for `read`).
-pub fn truncate_head(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
+/// Keeps whole lines from the start until either limit is hit (`read` streams its own; this
+/// in-memory form is its reference in the tests).
+#[cfg(test)]
+pub(crate) fn truncate_head(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
     let lines: Vec<&str> = content.split('\n').collect();
     let total_lines = lines.len();
     if total_lines <= max_lines && content.len() <= max_bytes {
@@ -96,7 +98,7 @@ pub fn truncate_head(content: &str, max_lines: usize, max_bytes: usize) -> Trunc
 /// non-empty line alone is too long, keeps the end of it (cut at a char boundary) so that the
 /// model always sees some output: empty pieces after it (a final newline) do not count as
 /// "something kept" and take their share of the byte budget.
-pub fn truncate_tail(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
+pub(crate) fn truncate_tail(content: &str, max_lines: usize, max_bytes: usize) -> Truncation {
     let lines: Vec<&str> = content.split('\n').collect();
     let total_lines = lines.len();
     if total_lines <= max_lines && content.len() <= max_bytes {
@@ -146,7 +148,7 @@ pub fn truncate_tail(content: &str, max_lines: usize, max_bytes: usize) -> Trunc
 }
 
 /// The last `max` bytes of `s`, moved forward to a char boundary.
-pub fn tail_bytes(s: &str, max: usize) -> &str {
+pub(crate) fn tail_bytes(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::provider::ToolSpec;
 
-pub struct Write;
+pub(crate) struct Write;
 
 const DESCRIPTION: &str = "Write content to a file. Creates the file if it doesn't exist, overwrites if it does. Automatically creates parent directories.";
 

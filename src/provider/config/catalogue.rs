@@ -7,13 +7,13 @@ use super::Registry;
 
 /// The wire APIs this build speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub(crate) enum Api {
     OpenAiCompletions,
     AnthropicMessages,
 }
 
 impl Api {
-    pub fn parse(name: &str) -> Option<Api> {
+    pub(crate) fn parse(name: &str) -> Option<Api> {
         match name {
             "openai-completions" => Some(Api::OpenAiCompletions),
             "anthropic-messages" => Some(Api::AnthropicMessages),
@@ -24,7 +24,7 @@ impl Api {
 
 /// Per-model quirks of OpenAI-compatible servers (`compat` in models.json).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Compat {
+pub(crate) struct Compat {
     /// Send `max_tokens` instead of `max_completion_tokens`.
     pub max_tokens_field: bool,
     pub supports_developer_role: bool,
@@ -65,7 +65,7 @@ impl Compat {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ModelDef {
+pub(crate) struct ModelDef {
     pub id: String,
     pub name: String,
     pub reasoning: bool,
@@ -76,13 +76,13 @@ pub struct ModelDef {
 }
 
 impl ModelDef {
-    pub fn supports_images(&self) -> bool {
+    pub(crate) fn supports_images(&self) -> bool {
         self.input.iter().any(|i| i == "image")
     }
 
     /// The output budget of one request: `min(maxTokens, 32000)` as upstream does; `None`
     /// when the model's limit is unknown (`max_tokens` 0) and the server should decide.
-    pub fn output_budget(&self) -> Option<u64> {
+    pub(crate) fn output_budget(&self) -> Option<u64> {
         (self.max_tokens > 0).then(|| self.max_tokens.min(32_000))
     }
 
@@ -92,7 +92,7 @@ impl ModelDef {
     /// limit (the server caps output at what its window leaves; a guess could exceed a small
     /// window and be refused), and `reasoning_effort` only when `reasoning` (the user asked
     /// for a thinking level). `context_window` 0: ask the server at the first call.
-    pub fn assumed(id: &str, reasoning: bool, compat: Compat) -> ModelDef {
+    pub(crate) fn assumed(id: &str, reasoning: bool, compat: Compat) -> ModelDef {
         ModelDef {
             id: id.to_owned(),
             name: id.to_owned(),
@@ -110,7 +110,7 @@ impl ModelDef {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProviderDef {
+pub(crate) struct ProviderDef {
     pub name: String,
     pub base_url: String,
     /// The configured API name (validated when the provider is chosen).
@@ -284,7 +284,7 @@ const BUILTINS: &[Builtin] = &[
 ];
 
 impl Registry {
-    pub fn builtin() -> Registry {
+    pub(crate) fn builtin() -> Registry {
         let providers = BUILTINS
             .iter()
             .map(|b| ProviderDef {

@@ -8,13 +8,13 @@ use super::{Compat, ModelDef, ProviderDef};
 
 /// All known providers: built-ins with models.json merged over them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Registry {
+pub(crate) struct Registry {
     pub providers: Vec<ProviderDef>,
 }
 
 impl Registry {
     /// Built-ins plus `<agent_dir>/models.json` when it exists.
-    pub fn load(agent_dir: &Path) -> Result<Registry, String> {
+    pub(crate) fn load(agent_dir: &Path) -> Result<Registry, String> {
         let mut registry = Registry::builtin();
         let path = agent_dir.join("models.json");
         match std::fs::read_to_string(&path) {
@@ -31,7 +31,7 @@ impl Registry {
         Ok(registry)
     }
 
-    pub fn find(&self, name: &str) -> Option<&ProviderDef> {
+    pub(crate) fn find(&self, name: &str) -> Option<&ProviderDef> {
         self.providers
             .iter()
             .find(|p| p.name.eq_ignore_ascii_case(name))
@@ -45,7 +45,7 @@ impl Registry {
 
     /// Merges a parsed models.json: an entry for a built-in overrides what it sets (only
     /// `baseUrl` reroutes it) and upserts its models by id; other entries add providers.
-    pub fn merge_models_json(&mut self, json: &Value) -> Result<(), String> {
+    pub(crate) fn merge_models_json(&mut self, json: &Value) -> Result<(), String> {
         let Some(providers) = json.get("providers") else {
             return Ok(());
         };

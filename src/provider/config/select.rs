@@ -4,7 +4,7 @@ use super::{Api, ModelDef, ProviderDef, Registry};
 
 /// The provider and model a run uses.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Selection {
+pub(crate) struct Selection {
     pub provider: ProviderDef,
     pub model: ModelDef,
     pub api: Api,
@@ -63,7 +63,7 @@ fn model_or_custom(p: &ProviderDef, id: &str) -> ModelDef {
 
 /// Resolves `--provider` / `--model` (§6.2). `has_key` tells auto-selection which providers
 /// are usable.
-pub fn select(
+pub(crate) fn select(
     registry: &Registry,
     provider: Option<&str>,
     model: Option<&str>,

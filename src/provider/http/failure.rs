@@ -82,7 +82,7 @@ pub(super) fn status_error(
 
 /// Whether an error text says the request's input type is unsupported ("image input is not
 /// supported", "this model does not support image input", "multimodal ... unsupported").
-pub fn is_unsupported_input(message: &str) -> bool {
+pub(crate) fn is_unsupported_input(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     let negative = [
         "not supported",
@@ -107,7 +107,7 @@ pub fn is_unsupported_input(message: &str) -> bool {
 
 /// The provider's own words from an error body (`{"error":{"message":…}}`, `{"message":…}`,
 /// `{"error":"…"}`, or plain text), on one line and bounded.
-pub fn error_text(body: &str, status: u16) -> String {
+pub(crate) fn error_text(body: &str, status: u16) -> String {
     let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
     let from_json = parsed.as_ref().and_then(|v| {
         let err = v.get("error").unwrap_or(v);
@@ -127,7 +127,7 @@ pub fn error_text(body: &str, status: u16) -> String {
 }
 
 /// Collapses whitespace runs (including newlines) and truncates at a char boundary.
-pub fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let mut out = String::new();
     for word in text.split_whitespace() {
         if !out.is_empty() {
@@ -245,7 +245,7 @@ fn host_of(url: &str) -> &str {
 
 /// Whether `host` (`name`, `name:port`, `[v6]:port`) is this machine or a private network:
 /// loopback, RFC 1918, link-local, IPv6 unique-local, `localhost`, `*.local`.
-pub fn is_local_host(host: &str) -> bool {
+pub(crate) fn is_local_host(host: &str) -> bool {
     let name = if let Some(rest) = host.strip_prefix('[') {
         rest.split(']').next().unwrap_or(rest)
     } else if host.matches(':').count() == 1 {
