@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::abort::AbortFlag;
+
 /// Where keys come from; built once at start-up and consulted on every request.
 #[derive(Debug)]
 pub(crate) struct Credentials {
@@ -83,8 +85,13 @@ impl Credentials {
             || p.api_key.is_some()
     }
 
-    /// The key for `p`, by precedence. `Ok(None)`: no key is configured anywhere.
-    pub(crate) fn key_for(&self, p: &ProviderDef) -> Result<Option<String>, String> {
+    /// The key for `p`, by precedence. `Ok(None)`: no key is configured anywhere. A key
+    /// command stops when `abort` is set (the turn was cancelled).
+    pub(crate) fn key_for(
+        &self,
+        p: &ProviderDef,
+        abort: &AbortFlag,
+    ) -> Result<Option<String>, String> {
         if let Some(k) = &self.cli_key {
             return Ok(Some(k.clone()));
         }
@@ -94,17 +101,17 @@ impl Credentials {
                 if let Some(hit) = cache.get(cmd) {
                     return Ok(Some(hit.clone()));
                 }
-                let value = run_command(cmd)?;
+                let value = run_command(cmd, abort)?;
                 cache.insert(cmd.to_owned(), value.clone());
                 return Ok(Some(value));
             }
-            return Ok(Some(resolve_value(&raw)?));
+            return Ok(Some(resolve_value(&raw, abort)?));
         }
         if let Some(v) = p.env_keys.iter().find_map(|k| env_nonempty(k)) {
             return Ok(Some(v));
         }
         match &p.api_key {
-            Some(raw) => resolve_value(raw).map(Some),
+            Some(raw) => resolve_value(raw, abort).map(Some),
             None => Ok(None),
         }
     }
@@ -133,9 +140,9 @@ fn env_nonempty(name: &str) -> Option<String> {
 
 /// A models.json config value: `!cmd` runs a shell command (stdout, trimmed); a name of a
 /// non-empty environment variable yields its value; anything else is the literal.
-pub(crate) fn resolve_value(raw: &str) -> Result<String, String> {
+pub(crate) fn resolve_value(raw: &str, abort: &AbortFlag) -> Result<String, String> {
     if let Some(cmd) = raw.strip_prefix('!') {
-        return run_command(cmd);
+        return run_command(cmd, abort);
     }
     Ok(env_nonempty(raw).unwrap_or_else(|| raw.to_owned()))
 }
@@ -144,15 +151,17 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `sh -c cmd` with a 10 s limit, through the tools' process runner: its own process
 /// group, killed whole on timeout, so a grandchild that holds the pipe cannot outlast the
-/// limit. The command text is not logged: it may embed a secret.
-fn run_command(cmd: &str) -> Result<String, String> {
+/// limit, and at once when `abort` is set. The command text is not logged: it may embed a
+/// secret.
+fn run_command(cmd: &str, abort: &AbortFlag) -> Result<String, String> {
     use crate::tools::process::{run_stdout, Ending};
-    let run = run_stdout(cmd, COMMAND_TIMEOUT, &crate::abort::AbortFlag::new())
+    let run = run_stdout(cmd, COMMAND_TIMEOUT, abort)
         .map_err(|e| format!("Cannot run a key command: {e}"))?;
     match run.ending {
         Ending::Exited(0) => {}
         Ending::Exited(code) => return Err(format!("A key command failed (exit status: {code})")),
-        Ending::TimedOut | Ending::Aborted => {
+        Ending::Aborted => return Err("A key command was cancelled".to_owned()),
+        Ending::TimedOut => {
             return Err(format!(
                 "A key command did not finish within {} s",
                 COMMAND_TIMEOUT.as_secs()
@@ -239,11 +248,32 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn resolve_value_now(raw: &str) -> Result<String, String> {
+        resolve_value(raw, &AbortFlag::new())
+    }
+
+    #[test]
+    fn a_cancelled_turn_stops_its_key_command() {
+        let abort = AbortFlag::new();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let flag = abort.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(resolve_value("!sleep 30; echo k", &flag));
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        abort.abort();
+        // Bounded below the command's own 10 s limit: only the abort can end it in time.
+        let got = rx
+            .recv_timeout(COMMAND_TIMEOUT / 2)
+            .expect("the key command ignored the abort");
+        assert_eq!(got, Err("A key command was cancelled".to_owned()));
+    }
+
     /// `resolve_value` on another thread, waited for at most `bound` (`None`: still running).
     fn resolve_within(raw: &'static str, bound: Duration) -> Option<Result<String, String>> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         std::thread::spawn(move || {
-            let _ = tx.send(resolve_value(raw));
+            let _ = tx.send(resolve_value_now(raw));
         });
         rx.recv_timeout(bound).ok()
     }
@@ -403,33 +433,45 @@ mod tests {
 
     #[test]
     fn config_values_and_precedence() {
-        assert_eq!(resolve_value("!printf ' k1 \\n'").expect("cmd"), "k1");
-        assert_eq!(resolve_value("literal-key").expect("lit"), "literal-key");
+        assert_eq!(resolve_value_now("!printf ' k1 \\n'").expect("cmd"), "k1");
         assert_eq!(
-            resolve_value("PATH").expect("env"),
+            resolve_value_now("literal-key").expect("lit"),
+            "literal-key"
+        );
+        assert_eq!(
+            resolve_value_now("PATH").expect("env"),
             std::env::var("PATH").unwrap_or_default()
         );
-        assert!(resolve_value("!exit 3").is_err());
+        assert!(resolve_value_now("!exit 3").is_err());
 
         let dir = std::env::temp_dir().join(format!("pa-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mkdir");
         let r = registry_with_intercept();
         let p = r.find("intercept").expect("p").clone();
         let c = Credentials::new(None, dir.clone());
-        assert_eq!(c.key_for(&p).expect("k").as_deref(), Some("test-key"));
+        assert_eq!(
+            c.key_for(&p, &AbortFlag::new()).expect("k").as_deref(),
+            Some("test-key")
+        );
         std::fs::write(
             dir.join("auth.json"),
             r#"{"intercept":{"type":"api_key","key":"from-auth"}}"#,
         )
         .expect("write");
-        assert_eq!(c.key_for(&p).expect("k").as_deref(), Some("from-auth"));
+        assert_eq!(
+            c.key_for(&p, &AbortFlag::new()).expect("k").as_deref(),
+            Some("from-auth")
+        );
         let c = Credentials::new(Some("cli".into()), dir.clone());
-        assert_eq!(c.key_for(&p).expect("k").as_deref(), Some("cli"));
+        assert_eq!(
+            c.key_for(&p, &AbortFlag::new()).expect("k").as_deref(),
+            Some("cli")
+        );
         let mut bare = p.clone();
         bare.name = "other".into();
         bare.api_key = None;
         let c = Credentials::new(None, dir.clone());
-        assert_eq!(c.key_for(&bare).expect("k"), None);
+        assert_eq!(c.key_for(&bare, &AbortFlag::new()).expect("k"), None);
         assert!(!c.has_key(&bare));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -204,7 +204,13 @@ impl Provider for RemoteProvider {
     ) -> Result<Reply, ProviderError> {
         let p = &self.selection.provider;
         let model = &self.selection.model;
-        let key = self.credentials.key_for(p).map_err(ProviderError::Config)?;
+        let key = self.credentials.key_for(p, abort).map_err(|e| {
+            if abort.is_aborted() {
+                ProviderError::Aborted
+            } else {
+                ProviderError::Config(e)
+            }
+        })?;
         if key.is_none() && !self.key_optional {
             return Err(ProviderError::Config(
                 self.credentials.missing_key_message(p),
@@ -224,7 +230,13 @@ impl Provider for RemoteProvider {
             ),
         };
         for (name, raw) in &p.headers {
-            let value = resolve_value(raw).map_err(ProviderError::Config)?;
+            let value = resolve_value(raw, abort).map_err(|e| {
+                if abort.is_aborted() {
+                    ProviderError::Aborted
+                } else {
+                    ProviderError::Config(e)
+                }
+            })?;
             headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
             headers.push((name.clone(), value));
         }
