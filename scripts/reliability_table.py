@@ -66,7 +66,7 @@ def main() -> int:
     print(fmt(body[-1]))
     for line in re.findall(r"^leaks.*$", text, re.M):
         print(line)
-    for line in re.findall(r"^gigabyte:.*$", text, re.M):
+    for line in re.findall(r"^(?:gigabyte|stall):.*$", text, re.M):
         print(line)
     ok = sum(1 for s in results.values() if s == "ok")
     print(f"tests: {ok} passed, {len(failed)} failed")
