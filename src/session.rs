@@ -674,9 +674,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Thinking;
     use crate::stop_reason::StopReason;
-    use crate::tools::ToolChoice;
     use crate::turn::Agent;
     use std::sync::atomic::AtomicBool;
 
@@ -727,14 +725,7 @@ mod tests {
 
     impl Harness {
         fn new() -> Harness {
-            let agent = Arc::new(Agent {
-                provider: Err("no model".to_owned()),
-                tools: ToolChoice::None,
-                system_prompt: String::new(),
-                cwd: std::env::temp_dir(),
-                thinking: Thinking::Off,
-            });
-            let ctx = Arc::new(AgentCtx::standalone(agent));
+            let ctx = Arc::new(AgentCtx::standalone(Arc::new(Agent::without_model())));
             let workers = Arc::new(FakeWorkers::default());
             let session = Session::new(
                 "sid".to_owned(),
@@ -799,6 +790,20 @@ mod tests {
                     Action::Closed => "closed".to_owned(),
                 })
                 .collect()
+        }
+
+        /// Prompt 1 ends while a child still runs; prompt 2 ("next") is queued behind turn 1's
+        /// terminal update.
+        fn queue_behind_a_running_child(&mut self) {
+            self.prompt(1, "spawn");
+            self.take();
+            let t = self.running();
+            self.workers.outstanding.store(1, Ordering::SeqCst);
+            self.turn(t, done());
+            let tail = self.take();
+            assert_eq!(tail.len(), 3, "boundary, completion, response: {tail:?}");
+            self.prompt(2, "next");
+            assert!(self.take().is_empty(), "prompt 2 waits");
         }
 
         /// The routing key of the running turn.
@@ -930,20 +935,7 @@ mod tests {
     #[test]
     fn the_next_prompt_waits_for_quiescence_then_gives_up_at_the_deadline() {
         let mut h = Harness::new();
-        h.prompt(1, "spawn a child");
-        h.take();
-        let t = h.running();
-        h.workers.outstanding.store(1, Ordering::SeqCst);
-        h.turn(t, done());
-        let actions = h.take();
-        assert_eq!(
-            actions.len(),
-            3,
-            "boundary, completion, response: {actions:?}"
-        );
-        // The child still runs: the next prompt is queued behind turn 1's terminal update.
-        h.prompt(2, "next");
-        assert!(h.take().is_empty());
+        h.queue_behind_a_running_child();
         h.advance_clock(Duration::from_millis(2999));
         h.fire_timers();
         assert!(h.take().is_empty());
@@ -961,13 +953,7 @@ mod tests {
     #[test]
     fn a_queued_prompt_starts_once_the_family_settles_and_goes_before_the_inbox() {
         let mut h = Harness::new();
-        h.prompt(1, "spawn");
-        h.take();
-        let t = h.running();
-        h.workers.outstanding.store(1, Ordering::SeqCst);
-        h.turn(t, done());
-        h.take();
-        h.prompt(2, "next");
+        h.queue_behind_a_running_child();
         // The child finishes and leaves a message for the main agent: the family is settled
         // only once the inbox is empty, so an unsolicited turn runs first...
         h.workers.outstanding.store(0, Ordering::SeqCst);
@@ -995,13 +981,7 @@ mod tests {
     #[test]
     fn cancel_answers_a_queued_prompt_and_suppresses_the_terminal() {
         let mut h = Harness::new();
-        h.prompt(1, "spawn");
-        h.take();
-        let t = h.running();
-        h.workers.outstanding.store(1, Ordering::SeqCst);
-        h.turn(t, done());
-        h.take();
-        h.prompt(2, "next");
+        h.queue_behind_a_running_child();
         h.session.cancel(h.now, &mut h.out);
         assert_eq!(h.take(), [r#"respond 2 {"stopReason":"cancelled"}"#]);
         h.workers.outstanding.store(0, Ordering::SeqCst);

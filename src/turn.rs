@@ -43,6 +43,18 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// An agent with no usable model and no tools, in the temp dir (unit tests).
+    #[cfg(test)]
+    pub(crate) fn without_model() -> Agent {
+        Agent {
+            provider: Err("no model".to_owned()),
+            tools: ToolChoice::None,
+            system_prompt: String::new(),
+            cwd: std::env::temp_dir(),
+            thinking: Thinking::Off,
+        }
+    }
+
     /// An agent on the scripted provider with no tools and no system prompt, in `cwd`: the
     /// front end alone, for driving the main loop in-process (the fuzz test).
     pub fn scripted(script: &std::path::Path, cwd: PathBuf) -> Result<Agent, String> {
@@ -611,18 +623,10 @@ fn close_calls(messages: &mut Vec<Message>, calls: &[ToolCall], why: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Thinking;
 
     /// Runs one prompt on an agent with no provider; returns the events and the outcome.
     fn run_prompt(conv: &Arc<Mutex<Conversation>>, text: &str) -> (Vec<AgentEvent>, TurnOutcome) {
-        let agent = Arc::new(Agent {
-            provider: Err("no model".to_owned()),
-            tools: ToolChoice::None,
-            system_prompt: String::new(),
-            cwd: std::env::temp_dir(),
-            thinking: Thinking::Off,
-        });
-        let ctx = Arc::new(AgentCtx::standalone(agent));
+        let ctx = Arc::new(AgentCtx::standalone(Arc::new(Agent::without_model())));
         let (tx, rx) = crossbeam_channel::unbounded();
         let prompt = UserPrompt {
             text: text.to_owned(),

@@ -303,19 +303,10 @@ fn a_corrupted_frame_fails_the_schema_check() {
             *stop = json!("hello");
         }
     }
+    let hello = fixture("scripts/hello.jsonl").display().to_string();
     let mut a = Agent::spawn(Spawn {
-        args: [
-            "--mode",
-            "acp",
-            "--provider",
-            "scripted",
-            "--script",
-            &fixture("scripts/hello.jsonl").display().to_string(),
-        ]
-        .map(String::from)
-        .to_vec(),
         corrupt: Some(corrupt),
-        ..Default::default()
+        ..Spawn::scripted(&hello, &[])
     });
     a.handshake();
     a.prompt_stop("hi");
@@ -331,19 +322,10 @@ fn a_corrupted_frame_nobody_awaited_still_fails() {
             frame["result"] = json!("hello");
         }
     }
+    let hello = fixture("scripts/hello.jsonl").display().to_string();
     let mut a = Agent::spawn(Spawn {
-        args: [
-            "--mode",
-            "acp",
-            "--provider",
-            "scripted",
-            "--script",
-            &fixture("scripts/hello.jsonl").display().to_string(),
-        ]
-        .map(String::from)
-        .to_vec(),
         corrupt: Some(corrupt),
-        ..Default::default()
+        ..Spawn::scripted(&hello, &[])
     });
     a.handshake();
     let sid = a.sid();

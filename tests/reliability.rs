@@ -246,21 +246,11 @@ fn a_client_that_stops_reading_holds_the_turn_not_the_memory() {
         &[json!({"steps":[{"repeat":{"text":"tok ","count":DELTAS}}]})],
     );
     let mut a = Agent::spawn(Spawn {
-        args: [
-            "--mode",
-            "acp",
-            "--provider",
-            "scripted",
-            "--script",
-            &script,
-        ]
-        .map(String::from)
-        .to_vec(),
         cwd: Some(dir.path().to_path_buf()),
         // 300,000 frames through the schema validator of a debug build take minutes; the
         // frames are the same two shapes every other test validates.
         skip_schema: true,
-        ..Default::default()
+        ..Spawn::scripted(&script, &[])
     });
     a.handshake();
     let pid = a.pid();

@@ -324,21 +324,8 @@ fn tools_flag_filters_the_builtins() {
         ],
     );
     let mut a = Agent::spawn(Spawn {
-        args: [
-            "--mode",
-            "acp",
-            "--provider",
-            "scripted",
-            "--script",
-            &script,
-            "--tools",
-            "bash,read",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
         cwd: Some(dir.path().to_path_buf()),
-        ..Default::default()
+        ..Spawn::scripted(&script, &["--tools", "bash,read"])
     });
     a.handshake();
     assert_eq!(a.prompt_stop("write"), "end_turn");

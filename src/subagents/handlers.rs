@@ -202,16 +202,7 @@ impl Family {
                     name.ok_or("receiver_name is required for sibling and child messages")?;
                 let owner = if role == "child" { Some(me) } else { parent };
                 state
-                    .order
-                    .iter()
-                    .find(|id| {
-                        state
-                            .nodes
-                            .get(*id)
-                            .is_some_and(|n| Some(n.parent.as_str()) == owner && n.name == name)
-                            && *id != me
-                    })
-                    .cloned()
+                    .find(|n| Some(n.parent.as_str()) == owner && n.name == name && n.id != me)
                     .ok_or_else(|| format!("No {role} agent named \"{name}\""))
             }
             _ => Err("receiver_role must be \"parent\", \"sibling\", or \"child\"".to_owned()),
@@ -258,15 +249,7 @@ impl Family {
         };
         let mut state = self.lock();
         let id = state
-            .order
-            .iter()
-            .find(|id| {
-                state
-                    .nodes
-                    .get(*id)
-                    .is_some_and(|n| n.parent == me && (n.id == target || n.name == target))
-            })
-            .cloned()
+            .find(|n| n.parent == me && (n.id == target || n.name == target))
             .ok_or_else(|| format!("No subagent matches \"{target}\""))?;
         // The child and everything it started go: abort the whole subtree.
         let mut doomed = vec![id.clone()];

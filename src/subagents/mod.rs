@@ -75,6 +75,16 @@ struct State {
     buckets: HashMap<String, TokenBucket>,
 }
 
+impl State {
+    /// The id of the first node, in admission order, that `pred` accepts.
+    fn find(&self, pred: impl Fn(&Node) -> bool) -> Option<String> {
+        self.order
+            .iter()
+            .find(|id| self.nodes.get(*id).is_some_and(&pred))
+            .cloned()
+    }
+}
+
 struct Node {
     id: String,
     name: String,

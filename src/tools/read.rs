@@ -148,6 +148,20 @@ fn image_mime(path: &Path) -> Option<&'static str> {
     })
 }
 
+/// The notice after a truncated `read`: which lines were shown and where to continue;
+/// `limit` names the byte limit when that, not the line limit, cut the output.
+fn showing_notice(first: usize, last: usize, total: usize, limit: Option<&str>) -> String {
+    let next = last + 1;
+    match limit {
+        Some(limit) => format!(
+            "\n\n[Showing lines {first}-{last} of {total} ({limit} limit). Use offset={next} to continue.]"
+        ),
+        None => format!(
+            "\n\n[Showing lines {first}-{last} of {total}. Use offset={next} to continue.]"
+        ),
+    }
+}
+
 /// The pure text part of `read` over a string: the in-memory form `read_stream` is held
 /// equal to.
 #[cfg(test)]
@@ -222,16 +236,8 @@ pub(crate) fn read_stream(
     let mut out = scan.kept;
     if truncated {
         let last = first + scan.kept_lines - 1;
-        let next = last + 1;
-        if scan.byte_limit_hit {
-            out.push_str(&format!(
-                "\n\n[Showing lines {first}-{last} of {total} ({limit_size} limit). Use offset={next} to continue.]"
-            ));
-        } else {
-            out.push_str(&format!(
-                "\n\n[Showing lines {first}-{last} of {total}. Use offset={next} to continue.]"
-            ));
-        }
+        let limit = scan.byte_limit_hit.then_some(limit_size.as_str());
+        out.push_str(&showing_notice(first, last, total, limit));
     } else if let Some(n) = user_limited.filter(|n| start + n < total) {
         let remaining = total - (start + n);
         let next = start + n + 1;
@@ -565,14 +571,8 @@ mod tests {
         let mut out = t.content;
         if t.truncated {
             let last = first + t.output_lines - 1;
-            let next = last + 1;
-            if t.by_lines {
-                out.push_str(&format!(
-                    "\n\n[Showing lines {first}-{last} of {total}. Use offset={next} to continue.]"
-                ));
-            } else {
-                out.push_str(&format!("\n\n[Showing lines {first}-{last} of {total} ({limit_size} limit). Use offset={next} to continue.]"));
-            }
+            let limit = (!t.by_lines).then_some(limit_size.as_str());
+            out.push_str(&showing_notice(first, last, total, limit));
         } else if let Some(n) = user_limited.filter(|n| start + n < total) {
             out.push_str(&format!(
                 "\n\n[{} more lines in file. Use offset={} to continue.]",

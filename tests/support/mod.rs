@@ -108,6 +108,27 @@ pub struct Spawn {
     pub corrupt: Option<fn(&mut Value)>,
 }
 
+impl Spawn {
+    /// `--mode acp --provider scripted --script SCRIPT` plus `extra` arguments.
+    pub fn scripted(script: &str, extra: &[&str]) -> Spawn {
+        let mut args: Vec<String> = [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            script,
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Spawn {
+            args,
+            ..Default::default()
+        }
+    }
+}
+
 /// Lets a test stop reading the agent's stdout, like a client that stalls.
 #[derive(Default)]
 struct ReadGate {
