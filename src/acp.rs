@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::events::Image;
+use crate::content::Image;
 use crate::rpc::RpcError;
 
 pub(crate) const INITIALIZE: &str = "initialize";

@@ -7,6 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::content::{base64_decoded_len, tail_bytes, FileDiff, Image, IpythonDetails};
 use crate::meta::{namespaced, Envelope, NAMESPACE};
 
 /// One thing that happened in a session, as produced by turns, tools and (later) subagents.
@@ -136,33 +137,6 @@ pub(crate) struct ToolResultView {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct IpythonDetails {
-    pub attachments: Vec<Attachment>,
-    pub diff_count: usize,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Attachment {
-    pub mime_type: Option<String>,
-    pub path: Option<String>,
-    /// Base64 payload; only its decoded size is reported.
-    pub data: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FileDiff {
-    pub path: String,
-    pub old_text: Option<String>,
-    pub new_text: String,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Image {
-    pub data: String,
-    pub mime_type: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ChildSnapshot {
     pub id: String,
     pub session_name: Option<String>,
@@ -205,7 +179,7 @@ pub(crate) const BASH_TAIL_BYTES: usize = 8 * 1024;
 /// Appends `chunk` to `buf`, keeping only the last `max` bytes (at a char boundary).
 fn push_tail(buf: &mut String, chunk: &str, max: usize) {
     buf.push_str(chunk);
-    let cut = buf.len() - crate::tools::truncate::tail_bytes(buf, max).len();
+    let cut = buf.len() - tail_bytes(buf, max).len();
     buf.drain(..cut);
 }
 
@@ -274,18 +248,6 @@ fn cell_title(code: &str) -> Option<String> {
         })
         .filter(|c| !c.is_empty());
     Some(one_line(comment.unwrap_or(first)))
-}
-
-/// Decoded size of a base64 payload without decoding it.
-pub(crate) fn base64_decoded_len(data: &str) -> u64 {
-    let padding = if data.ends_with("==") {
-        2
-    } else if data.ends_with('=') {
-        1
-    } else {
-        0
-    };
-    ((data.len() as u64) * 3 / 4).saturating_sub(padding)
 }
 
 fn text_content(text: &str) -> Value {
@@ -627,6 +589,7 @@ fn ipython_meta(details: &IpythonDetails) -> Option<Value> {
 mod tests {
     //! The 17 cases of the upstream `acp-events.test.ts` (behaviour spec §2.1), plus ours.
     use super::*;
+    use crate::content::Attachment;
     use crate::meta::NAMESPACE;
 
     /// The hot-path serialiser writes exactly what the general path writes.
@@ -1144,13 +1107,6 @@ mod tests {
             map(end)[0]["content"][1],
             json!({"type":"diff","path":"/p/a.txt","oldText":"a","newText":"b"})
         );
-    }
-
-    #[test]
-    fn base64_sizes() {
-        for (data, want) in [("aGVsbG8=", 5), ("aGk=", 2), ("YWJj", 3), ("", 0)] {
-            assert_eq!(base64_decoded_len(data), want, "{data}");
-        }
     }
 
     /// §7.3: `autoRetry` rides on `session_info_update` with exactly the upstream fields.

@@ -10,6 +10,7 @@
 mod abort;
 mod acp;
 mod cli;
+mod content;
 mod events;
 mod family;
 mod handlers;

@@ -18,6 +18,7 @@ use crossbeam_channel::Sender;
 
 use crate::abort::AbortFlag;
 use crate::acp::UserPrompt;
+use crate::content::tail_bytes;
 use crate::events::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
@@ -25,7 +26,7 @@ use crate::provider::{
 };
 use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
-use crate::tools::truncate::{format_size, tail_bytes};
+use crate::tools::truncate::format_size;
 use crate::tools::{bash, ToolChoice, ToolContext, ToolOutput, ToolSet};
 use crate::transport::Backlog;
 

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::{Tool, ToolContext, ToolOutput};
-use crate::events::{Attachment, FileDiff, Image, IpythonDetails};
+use crate::content::ToolSpec;
+use crate::content::{Attachment, FileDiff, Image, IpythonDetails};
 use crate::kernel::{
     find_python, Capture, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
 };
-use crate::provider::ToolSpec;
 
 pub(crate) const NAME: &str = "ipython";
 
@@ -486,7 +486,7 @@ mod tests {
         assert_eq!(details.diff_count, 2);
         assert_eq!(details.attachments.len(), 1);
         assert_eq!(
-            crate::events::base64_decoded_len(details.attachments[0].data.as_deref().unwrap()),
+            crate::content::base64_decoded_len(details.attachments[0].data.as_deref().unwrap()),
             5
         );
         assert_eq!(

@@ -21,8 +21,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::abort::AbortFlag;
-use crate::events::{FileDiff, Image, IpythonDetails};
-use crate::provider::ToolSpec;
+use crate::content::{FileDiff, Image, IpythonDetails, ToolSpec};
 
 /// What a tool needs from its turn.
 pub(crate) struct ToolContext<'a> {

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 use crate::abort::AbortFlag;
-use crate::tools::truncate::{format_size, tail_bytes, truncate_tail, MAX_BYTES, MAX_LINES};
+use crate::content::tail_bytes;
+use crate::tools::truncate::{format_size, truncate_tail, MAX_BYTES, MAX_LINES};
 
 /// In-memory tail: twice the byte limit is always kept, so the tail truncation never reaches
 /// the (possibly cut) first line of the buffer; trimming happens in batches up to 4x.
