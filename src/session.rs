@@ -730,6 +730,7 @@ mod tests {
             let agent = Arc::new(Agent {
                 provider: Err("no model".to_owned()),
                 tools: ToolChoice::None,
+                kernel_env: Default::default(),
                 system_prompt: String::new(),
                 cwd: std::env::temp_dir(),
                 thinking: Thinking::Off,

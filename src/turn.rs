@@ -27,7 +27,7 @@ use crate::provider::{
 use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
-use crate::tools::{bash, ToolChoice, ToolContext, ToolOutput, ToolSet};
+use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolOutput, ToolSet};
 use crate::transport::Backlog;
 
 /// Everything fixed for the life of the process: provider, tool choice, prompt, cwd.
@@ -38,6 +38,8 @@ pub struct Agent {
     /// Which built-in tools each agent of a session gets (each agent gets its own instances,
     /// e.g. its own Python kernel).
     pub(crate) tools: ToolChoice,
+    /// The agent dir and the recursion depths every kernel of the process runs with.
+    pub(crate) kernel_env: KernelEnv,
     pub(crate) system_prompt: String,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
@@ -52,6 +54,7 @@ impl Agent {
                 script,
             )?)),
             tools: ToolChoice::None,
+            kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             cwd,
             thinking: Thinking::Off,
@@ -77,7 +80,7 @@ impl AgentCtx {
     /// A context with the process's tools (no subagents, default host bridge), for tests.
     #[cfg(test)]
     pub(crate) fn standalone(agent: Arc<Agent>) -> AgentCtx {
-        let tools = agent.tools.build(None);
+        let tools = agent.tools.build(&agent.kernel_env, None);
         AgentCtx {
             system_prompt: agent.system_prompt.clone(),
             thinking: agent.thinking,
@@ -619,6 +622,7 @@ mod tests {
         let agent = Arc::new(Agent {
             provider: Err("no model".to_owned()),
             tools: ToolChoice::None,
+            kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,

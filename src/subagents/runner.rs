@@ -124,10 +124,10 @@ impl Family {
         let ctx = match &node.ctx {
             Some(ctx) => ctx.clone(),
             None => {
-                let tools = self
-                    .agent
-                    .tools
-                    .build(Some(self.kernel_host(id, node.depth)));
+                let tools = self.agent.tools.build(
+                    &self.agent.kernel_env,
+                    Some(self.kernel_host(id, node.depth)),
+                );
                 let system_prompt = format!(
                     "{}\n\n# You are a subagent\nYou are a child agent named {} (depth {}), started by {parent_name} to do one task. \
                      Your task arrives labeled `[task from parent]`. Do it, then send your result to your parent from the ipython tool with \
