@@ -22,6 +22,7 @@ mod provider;
 mod rpc;
 mod session;
 mod setup;
+mod spawn;
 mod stop_reason;
 mod subagents;
 mod tools;
