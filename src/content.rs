@@ -1,5 +1,5 @@
 //! Content types shared by the providers, the tools, the turn and the ACP mapping: images, file
-//! diffs, kernel attachments, tool specs, and two text helpers.
+//! diffs, kernel attachments, tool specs, the user's prompt, and two text helpers.
 //!
 //! A leaf: it uses no other module of the crate, so everything may depend on it.
 
@@ -38,6 +38,16 @@ pub(crate) struct FileDiff {
 pub(crate) struct Image {
     pub data: String,
     pub mime_type: String,
+}
+
+/// The user's prompt after content conversion (§1.16).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct UserPrompt {
+    pub text: String,
+    pub images: Vec<Image>,
+    /// The prompt opens with a text block the user typed: only then may `!cmd` run a shell
+    /// command (never from an embedded resource or a link a client attached).
+    pub typed: bool,
 }
 
 /// Decoded size of a base64 payload without decoding it.

@@ -1,5 +1,6 @@
-//! `AgentEvent`, the agent's internal event vocabulary, and the pure mapping from one event to
-//! zero or more ACP `session/update` payloads (`update` objects, before the `_meta` envelope).
+//! The pure mapping from one `AgentEvent` (the agent's internal event vocabulary, defined in
+//! `turn`) to zero or more ACP `session/update` payloads (`update` objects, before the `_meta`
+//! envelope).
 //!
 //! Every client-visible shape of an event is decided here and nowhere else. The mapping follows
 //! the Prime Agent table (behaviour spec §1.12/§1.13), with two deliberate additions asked for by
@@ -7,152 +8,9 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::content::{base64_decoded_len, tail_bytes, FileDiff, Image, IpythonDetails};
+use crate::content::{base64_decoded_len, tail_bytes, IpythonDetails};
 use crate::meta::{namespaced, Envelope, NAMESPACE};
-
-/// One thing that happened in a session, as produced by turns, tools and (later) subagents.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum AgentEvent {
-    /// A streamed message delta; only assistant deltas reach the client.
-    MessageDelta {
-        assistant: bool,
-        kind: DeltaKind,
-        delta: String,
-    },
-    ToolStart {
-        id: String,
-        name: String,
-        args: Value,
-        locations: Vec<String>,
-    },
-    /// Output so far of a running tool (already tail-capped and throttled by the producer).
-    ToolProgress {
-        id: String,
-        output: String,
-    },
-    ToolEnd {
-        id: String,
-        name: String,
-        result: ToolResultView,
-    },
-    /// A user shell command (`!cmd`) started; `run_id` names its synthetic tool call.
-    BashStart {
-        run_id: Option<String>,
-        command: String,
-    },
-    BashOutput {
-        chunk: String,
-    },
-    BashEnd {
-        run_id: Option<String>,
-        exit_code: Option<i32>,
-        cancelled: bool,
-    },
-    /// Not produced yet: compaction (issue 12) emits it.
-    #[allow(dead_code)] // Produced once issue 12 lands.
-    CompactionEnd {
-        tokens_before: Option<u64>,
-        summary: Option<String>,
-    },
-    ChildUpdate(ChildSnapshot),
-    /// Not produced yet: goals (issue 11) emit it.
-    #[allow(dead_code)] // Produced once issue 11 lands.
-    GoalUpdate {
-        status: String,
-        objective: Option<String>,
-        token_budget: Option<u64>,
-        tokens_used: Option<u64>,
-    },
-    /// Not produced yet: refine (issue 12) emits it and `RefineFailed`.
-    #[allow(dead_code)] // Produced once issue 12 lands.
-    RefineComplete {
-        summary: Option<String>,
-        edits: Vec<RefineEdit>,
-    },
-    #[allow(dead_code)] // Produced once issue 12 lands.
-    RefineFailed {
-        error: String,
-    },
-    AgentMessageSent {
-        tool_call_id: String,
-        target: Option<String>,
-        delivery_status: Option<String>,
-    },
-    /// Connection-level: the heartbeat/cron schedule changed. Not produced yet: schedules
-    /// (issue 13) emit it.
-    #[allow(dead_code)] // Produced once issue 13 lands.
-    HeartbeatsChanged,
-    /// A model call starts a new assistant message (its chunks share one `messageId`).
-    AssistantMessageStart,
-    /// A model call finished: tokens now in context (`used`) out of the window (`size`).
-    ContextUsage {
-        used: u64,
-        size: Option<u64>,
-    },
-    /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
-    AutoRetry(RetryPhase),
-    /// An advisory for the user (ACP `notice` fields), e.g. defaults assumed for an unknown
-    /// model. Producers decide how often; the mapping sends every one it gets.
-    Notice {
-        severity: String,
-        title: String,
-        description: Option<String>,
-    },
-}
-
-/// The phases of `_meta[ns].autoRetry`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum RetryPhase {
-    Waiting {
-        attempt: u32,
-        max_attempts: u32,
-        delay_ms: u64,
-        reason: String,
-        error_message: String,
-    },
-    Recovered {
-        attempt: u32,
-    },
-    Exhausted {
-        attempt: u32,
-        error_message: String,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DeltaKind {
-    Text,
-    Thinking,
-    ToolCall,
-}
-
-/// What the client may see of a tool result.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ToolResultView {
-    pub text: Option<String>,
-    pub is_error: bool,
-    pub ipython: Option<IpythonDetails>,
-    pub diff: Option<FileDiff>,
-    pub images: Vec<Image>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ChildSnapshot {
-    pub id: String,
-    pub session_name: Option<String>,
-    pub status: String,
-    pub model: Option<String>,
-    pub token_count: Option<u64>,
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RefineEdit {
-    pub action: String,
-    pub kind: String,
-    pub id: String,
-    pub applied: bool,
-}
+use crate::turn::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
 
 /// Per-session mapping state (§1.13): which user shell run `BashOutput` belongs to, and that
 /// run's output so far.
@@ -589,8 +447,9 @@ fn ipython_meta(details: &IpythonDetails) -> Option<Value> {
 mod tests {
     //! The 17 cases of the upstream `acp-events.test.ts` (behaviour spec §2.1), plus ours.
     use super::*;
-    use crate::content::Attachment;
+    use crate::content::{Attachment, FileDiff};
     use crate::meta::NAMESPACE;
+    use crate::turn::{ChildSnapshot, RefineEdit};
 
     /// The hot-path serialiser writes exactly what the general path writes.
     #[test]

@@ -25,11 +25,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::abort::AbortFlag;
-use crate::events::ChildSnapshot;
 use crate::family::{ChildStatus, TokenBucket};
 use crate::provider::Thinking;
 use crate::tools::KernelHost;
-use crate::turn::{Agent, AgentCtx, Conversation, Inbox, TurnInput};
+use crate::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
 use handlers::NodeHandler;
 
 /// News for the main loop. `generation` names the session's family; stale news is dropped.

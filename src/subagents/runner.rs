@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{preview, subagent_root, Family, Node, State};
 use crate::abort::AbortFlag;
-use crate::acp::UserPrompt;
+use crate::content::UserPrompt;
 use crate::family::{self, ChildStatus};
 use crate::provider::{Message, Thinking};
 use crate::turn::{run_turn, AgentCtx, TurnInput, TurnOutcome};
