@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::events::Image;
+use crate::content::{Image, UserPrompt};
 use crate::rpc::RpcError;
 
 pub(crate) const INITIALIZE: &str = "initialize";
@@ -17,16 +17,6 @@ pub(crate) const SESSION_CANCEL: &str = "session/cancel";
 pub(crate) const SESSION_CLOSE: &str = "session/close";
 pub(crate) const SESSION_UPDATE: &str = "session/update";
 pub(crate) const CANCEL_REQUEST: &str = "$/cancel_request";
-
-/// The user's prompt after content conversion (§1.16).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct UserPrompt {
-    pub text: String,
-    pub images: Vec<Image>,
-    /// The prompt opens with a text block the user typed: only then may `!cmd` run a shell
-    /// command (never from an embedded resource or a link a client attached).
-    pub typed: bool,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NewSessionParams {

@@ -1,5 +1,6 @@
-//! `AgentEvent`, the agent's internal event vocabulary, and the pure mapping from one event to
-//! zero or more ACP `session/update` payloads (`update` objects, before the `_meta` envelope).
+//! The pure mapping from one `AgentEvent` (the agent's internal event vocabulary, defined in
+//! `turn`) to zero or more ACP `session/update` payloads (`update` objects, before the `_meta`
+//! envelope).
 //!
 //! Every client-visible shape of an event is decided here and nowhere else. The mapping follows
 //! the Prime Agent table (behaviour spec §1.12/§1.13), with two deliberate additions asked for by
@@ -7,178 +8,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::content::{base64_decoded_len, tail_bytes, IpythonDetails};
 use crate::meta::{namespaced, Envelope, NAMESPACE};
-
-/// One thing that happened in a session, as produced by turns, tools and (later) subagents.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum AgentEvent {
-    /// A streamed message delta; only assistant deltas reach the client.
-    MessageDelta {
-        assistant: bool,
-        kind: DeltaKind,
-        delta: String,
-    },
-    ToolStart {
-        id: String,
-        name: String,
-        args: Value,
-        locations: Vec<String>,
-    },
-    /// Output so far of a running tool (already tail-capped and throttled by the producer).
-    ToolProgress {
-        id: String,
-        output: String,
-    },
-    ToolEnd {
-        id: String,
-        name: String,
-        result: ToolResultView,
-    },
-    /// A user shell command (`!cmd`) started; `run_id` names its synthetic tool call.
-    BashStart {
-        run_id: Option<String>,
-        command: String,
-    },
-    BashOutput {
-        chunk: String,
-    },
-    BashEnd {
-        run_id: Option<String>,
-        exit_code: Option<i32>,
-        cancelled: bool,
-    },
-    /// Not produced yet: compaction (issue 12) emits it.
-    #[allow(dead_code)] // Produced once issue 12 lands.
-    CompactionEnd {
-        tokens_before: Option<u64>,
-        summary: Option<String>,
-    },
-    ChildUpdate(ChildSnapshot),
-    /// Not produced yet: goals (issue 11) emit it.
-    #[allow(dead_code)] // Produced once issue 11 lands.
-    GoalUpdate {
-        status: String,
-        objective: Option<String>,
-        token_budget: Option<u64>,
-        tokens_used: Option<u64>,
-    },
-    /// Not produced yet: refine (issue 12) emits it and `RefineFailed`.
-    #[allow(dead_code)] // Produced once issue 12 lands.
-    RefineComplete {
-        summary: Option<String>,
-        edits: Vec<RefineEdit>,
-    },
-    #[allow(dead_code)] // Produced once issue 12 lands.
-    RefineFailed {
-        error: String,
-    },
-    AgentMessageSent {
-        tool_call_id: String,
-        target: Option<String>,
-        delivery_status: Option<String>,
-    },
-    /// Connection-level: the heartbeat/cron schedule changed. Not produced yet: schedules
-    /// (issue 13) emit it.
-    #[allow(dead_code)] // Produced once issue 13 lands.
-    HeartbeatsChanged,
-    /// A model call starts a new assistant message (its chunks share one `messageId`).
-    AssistantMessageStart,
-    /// A model call finished: tokens now in context (`used`) out of the window (`size`).
-    ContextUsage {
-        used: u64,
-        size: Option<u64>,
-    },
-    /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
-    AutoRetry(RetryPhase),
-    /// An advisory for the user (ACP `notice` fields), e.g. defaults assumed for an unknown
-    /// model. Producers decide how often; the mapping sends every one it gets.
-    Notice {
-        severity: String,
-        title: String,
-        description: Option<String>,
-    },
-}
-
-/// The phases of `_meta[ns].autoRetry`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum RetryPhase {
-    Waiting {
-        attempt: u32,
-        max_attempts: u32,
-        delay_ms: u64,
-        reason: String,
-        error_message: String,
-    },
-    Recovered {
-        attempt: u32,
-    },
-    Exhausted {
-        attempt: u32,
-        error_message: String,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DeltaKind {
-    Text,
-    Thinking,
-    ToolCall,
-}
-
-/// What the client may see of a tool result.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ToolResultView {
-    pub text: Option<String>,
-    pub is_error: bool,
-    pub ipython: Option<IpythonDetails>,
-    pub diff: Option<FileDiff>,
-    pub images: Vec<Image>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct IpythonDetails {
-    pub attachments: Vec<Attachment>,
-    pub diff_count: usize,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Attachment {
-    pub mime_type: Option<String>,
-    pub path: Option<String>,
-    /// Base64 payload; only its decoded size is reported.
-    pub data: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FileDiff {
-    pub path: String,
-    pub old_text: Option<String>,
-    pub new_text: String,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Image {
-    pub data: String,
-    pub mime_type: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ChildSnapshot {
-    pub id: String,
-    pub session_name: Option<String>,
-    pub status: String,
-    pub model: Option<String>,
-    pub token_count: Option<u64>,
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RefineEdit {
-    pub action: String,
-    pub kind: String,
-    pub id: String,
-    pub applied: bool,
-}
+use crate::turn::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
 
 /// Per-session mapping state (§1.13): which user shell run `BashOutput` belongs to, and that
 /// run's output so far.
@@ -205,7 +37,7 @@ pub(crate) const BASH_TAIL_BYTES: usize = 8 * 1024;
 /// Appends `chunk` to `buf`, keeping only the last `max` bytes (at a char boundary).
 fn push_tail(buf: &mut String, chunk: &str, max: usize) {
     buf.push_str(chunk);
-    let cut = buf.len() - crate::tools::truncate::tail_bytes(buf, max).len();
+    let cut = buf.len() - tail_bytes(buf, max).len();
     buf.drain(..cut);
 }
 
@@ -274,18 +106,6 @@ fn cell_title(code: &str) -> Option<String> {
         })
         .filter(|c| !c.is_empty());
     Some(one_line(comment.unwrap_or(first)))
-}
-
-/// Decoded size of a base64 payload without decoding it.
-pub(crate) fn base64_decoded_len(data: &str) -> u64 {
-    let padding = if data.ends_with("==") {
-        2
-    } else if data.ends_with('=') {
-        1
-    } else {
-        0
-    };
-    ((data.len() as u64) * 3 / 4).saturating_sub(padding)
 }
 
 fn text_content(text: &str) -> Value {
@@ -627,7 +447,9 @@ fn ipython_meta(details: &IpythonDetails) -> Option<Value> {
 mod tests {
     //! The 17 cases of the upstream `acp-events.test.ts` (behaviour spec §2.1), plus ours.
     use super::*;
+    use crate::content::{Attachment, FileDiff};
     use crate::meta::NAMESPACE;
+    use crate::turn::{ChildSnapshot, RefineEdit};
 
     /// The hot-path serialiser writes exactly what the general path writes.
     #[test]
@@ -1144,13 +966,6 @@ mod tests {
             map(end)[0]["content"][1],
             json!({"type":"diff","path":"/p/a.txt","oldText":"a","newText":"b"})
         );
-    }
-
-    #[test]
-    fn base64_sizes() {
-        for (data, want) in [("aGVsbG8=", 5), ("aGk=", 2), ("YWJj", 3), ("", 0)] {
-            assert_eq!(base64_decoded_len(data), want, "{data}");
-        }
     }
 
     /// §7.3: `autoRetry` rides on `session_info_update` with exactly the upstream fields.

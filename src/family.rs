@@ -246,22 +246,6 @@ pub(crate) fn completion_notice(name: &str, id: &str, status: ChildStatus, detai
     }
 }
 
-/// `RLM_MAX_DEPTH` from the environment, else 1 (§4.3).
-pub(crate) fn max_depth() -> u32 {
-    std::env::var("RLM_MAX_DEPTH")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1)
-}
-
-/// `RLM_DEPTH` of the session's main agent: from the environment (a nested prime-agent), else 0.
-pub(crate) fn root_depth() -> u32 {
-    std::env::var("RLM_DEPTH")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The depth refusal of §4.3, verbatim.
 pub(crate) fn depth_refusal(depth: u32, max_depth: u32) -> Option<String> {
     (depth >= max_depth).then(|| {

@@ -2,7 +2,9 @@
 //!
 //! Modules in reading order: the wire (`rpc`, `transport`, `acp`, `meta`, `events`,
 //! `stop_reason`), the loop (`main_loop`), the work (`turn`, `provider`, `tools`), and start-up
-//! (`cli`, `setup`, `prompt`). See ARCHITECTURE.md for the map and the invariants.
+//! (`cli`, `setup`, `prompt`). The leaves `content` (shared content types), `abort` and `spawn`
+//! (starting and signalling children) use no other module. See ARCHITECTURE.md for the map and
+//! the invariants.
 
 // Everything is `pub(crate)` unless it is part of the public surface below.
 #![warn(unreachable_pub)]
@@ -10,6 +12,7 @@
 mod abort;
 mod acp;
 mod cli;
+mod content;
 mod events;
 mod family;
 mod handlers;
@@ -21,6 +24,7 @@ mod provider;
 mod rpc;
 mod session;
 mod setup;
+mod spawn;
 mod stop_reason;
 mod subagents;
 mod tools;

@@ -13,12 +13,11 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use serde_json::Value;
 
 use crate::events::message_chunk_frame;
-use crate::events::AgentEvent;
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
 use crate::subagents::FamilyMsg;
 use crate::transport::{Backlog, Connection, Inbound};
-use crate::turn::{spawn_turn, Agent, TurnMsg, TurnMsgKind};
+use crate::turn::{spawn_turn, Agent, AgentEvent, TurnMsg, TurnMsgKind};
 
 /// Turn messages (mostly one streamed token each) queued for the loop at most.
 const TURN_QUEUE: usize = 1024;

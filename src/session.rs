@@ -16,15 +16,17 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
-use crate::acp::{self, McpServer, UserPrompt};
-use crate::events::{bash_tool_call_id, to_session_updates, AgentEvent, DeltaKind, MappingState};
+use crate::acp::{self, McpServer};
+use crate::content::UserPrompt;
+use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{
-    AgentCtx, Conversation, TurnInput, TurnMsg, TurnMsgKind, TurnOutcome, TurnStart,
+    AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnMsg, TurnMsgKind, TurnOutcome,
+    TurnStart,
 };
 
 pub(crate) const PROMPT_RUNNING: &str = "A prompt turn is already running for this ACP session";

@@ -3,7 +3,7 @@
 //! An explicit misconfiguration is an `Err` (printed, exit 1, before `initialize` is answered).
 //! A merely missing model or key is not: the agent starts and each prompt explains what to set.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cli::Config;
@@ -12,11 +12,11 @@ use crate::provider::config;
 use crate::provider::remote::RemoteProvider;
 use crate::provider::scripted::ScriptedProvider;
 use crate::provider::{Provider, Thinking};
-use crate::tools::ToolChoice;
+use crate::tools::{KernelEnv, ToolChoice};
 use crate::turn::Agent;
 
 /// The agent directory: `PRIME_AGENT_CODING_AGENT_DIR`, else `~/.prime/agent`.
-pub(crate) fn agent_dir() -> PathBuf {
+fn agent_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PRIME_AGENT_CODING_AGENT_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
@@ -26,6 +26,20 @@ pub(crate) fn agent_dir() -> PathBuf {
     home.join(".prime").join("agent")
 }
 
+/// What the kernels take from the environment, read here once: `RLM_DEPTH` (else 0) and
+/// `RLM_MAX_DEPTH` (else 1) as trimmed integers, the harness overrides when non-empty.
+fn kernel_env(agent_dir: PathBuf) -> KernelEnv {
+    let depth = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse().ok());
+    let dir = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    KernelEnv {
+        agent_dir,
+        root_depth: depth("RLM_DEPTH").unwrap_or(0),
+        max_depth: depth("RLM_MAX_DEPTH").unwrap_or(1),
+        global_harness_dir: dir("RLM_GLOBAL_HARNESS_STATE_DIR"),
+        harness_dir: dir("RLM_HARNESS_STATE_DIR"),
+    }
+}
+
 pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     if let Some(dir) = &cfg.cwd {
         std::env::set_current_dir(dir)
@@ -33,12 +47,13 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     }
     let cwd =
         std::env::current_dir().map_err(|e| format!("Cannot read the current directory: {e}"))?;
-    let provider = build_provider(cfg)?;
+    let dir = agent_dir();
+    let provider = build_provider(cfg, &dir)?;
     let tools = tool_choice(cfg)?;
+    let kernel_env = kernel_env(dir.clone());
     // The prompt names what an agent will get; building one set just for the names is cheap
     // (no kernel starts until the first cell).
-    let names = tools.build(None).names();
-    let dir = agent_dir();
+    let names = tools.build(&kernel_env, None).names();
     let system_prompt = build_system_prompt(&PromptInputs {
         cwd: &cwd,
         tool_names: &names,
@@ -50,6 +65,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     Ok(Agent {
         provider,
         tools,
+        kernel_env,
         system_prompt,
         cwd,
         thinking: cfg.thinking.unwrap_or(Thinking::Medium),
@@ -58,7 +74,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
 
 type ProviderChoice = Result<Arc<dyn Provider>, String>;
 
-fn build_provider(cfg: &Config) -> Result<ProviderChoice, String> {
+fn build_provider(cfg: &Config, agent_dir: &Path) -> Result<ProviderChoice, String> {
     let scripted = cfg.provider.as_deref() == Some("scripted")
         || (cfg.provider.is_none() && cfg.script.is_some());
     if scripted {
@@ -68,7 +84,6 @@ fn build_provider(cfg: &Config) -> Result<ProviderChoice, String> {
         let provider = ScriptedProvider::load(script)?;
         return Ok(Ok(Arc::new(provider)));
     }
-    let dir = agent_dir();
     let resolved = config::resolve(
         cfg.provider.as_deref(),
         cfg.model.as_deref(),
@@ -78,7 +93,7 @@ fn build_provider(cfg: &Config) -> Result<ProviderChoice, String> {
             context_window: cfg.context_window,
             thinking_requested: cfg.thinking.is_some_and(|t| t != Thinking::Off),
         },
-        &dir,
+        agent_dir,
     )?;
     let key_optional = cfg.base_url.is_some()
         || (resolved.selection.provider.custom && resolved.selection.provider.api_key.is_none());

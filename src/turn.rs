@@ -15,18 +15,18 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
+use serde_json::Value;
 
 use crate::abort::AbortFlag;
-use crate::acp::UserPrompt;
-use crate::events::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
+use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
     Usage,
 };
 use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
-use crate::tools::truncate::{format_size, tail_bytes};
-use crate::tools::{bash, ToolChoice, ToolContext, ToolOutput, ToolSet};
+use crate::tools::truncate::format_size;
+use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolOutput, ToolSet};
 use crate::transport::Backlog;
 
 /// Everything fixed for the life of the process: provider, tool choice, prompt, cwd.
@@ -37,6 +37,8 @@ pub struct Agent {
     /// Which built-in tools each agent of a session gets (each agent gets its own instances,
     /// e.g. its own Python kernel).
     pub(crate) tools: ToolChoice,
+    /// The agent dir and the recursion depths every kernel of the process runs with.
+    pub(crate) kernel_env: KernelEnv,
     pub(crate) system_prompt: String,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
@@ -49,6 +51,7 @@ impl Agent {
         Agent {
             provider: Err("no model".to_owned()),
             tools: ToolChoice::None,
+            kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
@@ -63,6 +66,7 @@ impl Agent {
                 script,
             )?)),
             tools: ToolChoice::None,
+            kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             cwd,
             thinking: Thinking::Off,
@@ -88,7 +92,7 @@ impl AgentCtx {
     /// A context with the process's tools (no subagents, default host bridge), for tests.
     #[cfg(test)]
     pub(crate) fn standalone(agent: Arc<Agent>) -> AgentCtx {
-        let tools = agent.tools.build(None);
+        let tools = agent.tools.build(&agent.kernel_env, None);
         AgentCtx {
             system_prompt: agent.system_prompt.clone(),
             thinking: agent.thinking,
@@ -618,6 +622,152 @@ fn close_calls(messages: &mut Vec<Message>, calls: &[ToolCall], why: &str) {
             images: Vec::new(),
         });
     }
+}
+
+// What a turn (and a subagent) reports: the vocabulary `events` maps to `session/update`s.
+
+/// One thing that happened in a session, as produced by turns, tools and (later) subagents.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum AgentEvent {
+    /// A streamed message delta; only assistant deltas reach the client.
+    MessageDelta {
+        assistant: bool,
+        kind: DeltaKind,
+        delta: String,
+    },
+    ToolStart {
+        id: String,
+        name: String,
+        args: Value,
+        locations: Vec<String>,
+    },
+    /// Output so far of a running tool (already tail-capped and throttled by the producer).
+    ToolProgress {
+        id: String,
+        output: String,
+    },
+    ToolEnd {
+        id: String,
+        name: String,
+        result: ToolResultView,
+    },
+    /// A user shell command (`!cmd`) started; `run_id` names its synthetic tool call.
+    BashStart {
+        run_id: Option<String>,
+        command: String,
+    },
+    BashOutput {
+        chunk: String,
+    },
+    BashEnd {
+        run_id: Option<String>,
+        exit_code: Option<i32>,
+        cancelled: bool,
+    },
+    /// Not produced yet: compaction (issue 12) emits it.
+    #[allow(dead_code)] // Produced once issue 12 lands.
+    CompactionEnd {
+        tokens_before: Option<u64>,
+        summary: Option<String>,
+    },
+    ChildUpdate(ChildSnapshot),
+    /// Not produced yet: goals (issue 11) emit it.
+    #[allow(dead_code)] // Produced once issue 11 lands.
+    GoalUpdate {
+        status: String,
+        objective: Option<String>,
+        token_budget: Option<u64>,
+        tokens_used: Option<u64>,
+    },
+    /// Not produced yet: refine (issue 12) emits it and `RefineFailed`.
+    #[allow(dead_code)] // Produced once issue 12 lands.
+    RefineComplete {
+        summary: Option<String>,
+        edits: Vec<RefineEdit>,
+    },
+    #[allow(dead_code)] // Produced once issue 12 lands.
+    RefineFailed {
+        error: String,
+    },
+    AgentMessageSent {
+        tool_call_id: String,
+        target: Option<String>,
+        delivery_status: Option<String>,
+    },
+    /// Connection-level: the heartbeat/cron schedule changed. Not produced yet: schedules
+    /// (issue 13) emit it.
+    #[allow(dead_code)] // Produced once issue 13 lands.
+    HeartbeatsChanged,
+    /// A model call starts a new assistant message (its chunks share one `messageId`).
+    AssistantMessageStart,
+    /// A model call finished: tokens now in context (`used`) out of the window (`size`).
+    ContextUsage {
+        used: u64,
+        size: Option<u64>,
+    },
+    /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
+    AutoRetry(RetryPhase),
+    /// An advisory for the user (ACP `notice` fields), e.g. defaults assumed for an unknown
+    /// model. Producers decide how often; the mapping sends every one it gets.
+    Notice {
+        severity: String,
+        title: String,
+        description: Option<String>,
+    },
+}
+
+/// The phases of `_meta[ns].autoRetry`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RetryPhase {
+    Waiting {
+        attempt: u32,
+        max_attempts: u32,
+        delay_ms: u64,
+        reason: String,
+        error_message: String,
+    },
+    Recovered {
+        attempt: u32,
+    },
+    Exhausted {
+        attempt: u32,
+        error_message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeltaKind {
+    Text,
+    Thinking,
+    ToolCall,
+}
+
+/// What the client may see of a tool result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ToolResultView {
+    pub text: Option<String>,
+    pub is_error: bool,
+    pub ipython: Option<IpythonDetails>,
+    pub diff: Option<FileDiff>,
+    pub images: Vec<Image>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ChildSnapshot {
+    pub id: String,
+    pub session_name: Option<String>,
+    pub status: String,
+    pub model: Option<String>,
+    pub token_count: Option<u64>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RefineEdit {
+    pub action: String,
+    pub kind: String,
+    pub id: String,
+    pub applied: bool,
 }
 
 #[cfg(test)]

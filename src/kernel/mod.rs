@@ -33,13 +33,12 @@
 //! cleaning up takes its kernel with it.
 
 pub(crate) mod host;
-mod sys;
 pub(crate) mod wire;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +50,7 @@ use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use serde_json::{Map, Value};
 
 use crate::abort::AbortFlag;
+use crate::spawn;
 pub use host::{DefaultHostHandler, HostHandler};
 use wire::{Chunk, KernelFrame, MarkerScanner};
 
@@ -245,16 +245,12 @@ impl Kernel {
             .env("PRIME_AGENT_KERNEL_TOKEN", &token)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group: terminal ctrl-c does not reach it, and one killpg ends it all.
-            .process_group(0);
-        sys::inherit_fd_as(&mut cmd, frames_tx.as_raw_fd(), 3);
-        let mut child = cmd
-            .spawn()
+            .stderr(Stdio::piped());
+        // Its own group: terminal ctrl-c does not reach it, and one killpg ends it all.
+        let (mut child, pid) = spawn::spawn_group(&mut cmd, Some((frames_tx.as_fd(), 3)))
             .map_err(|e| format!("cannot run {}: {e}", cfg.python.display()))?;
         // Only the child may hold the write end, so its death closes the frame stream.
         drop(frames_tx);
-        let pid = i32::try_from(child.id()).unwrap_or(0);
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -495,7 +491,7 @@ impl Kernel {
                 Ok(Event::Abort) => {
                     if interrupted.is_none() && done.is_none() {
                         interrupted = Some(Instant::now());
-                        if !sys::signal_process(self.pid, libc::SIGINT) {
+                        if !spawn::signal_process(self.pid, libc::SIGINT) {
                             log::warn!("kernel {}: cannot send SIGINT", self.pid);
                         }
                     }
@@ -575,9 +571,9 @@ impl Kernel {
     /// Kills the kernel's process group and its `%%bash` groups, and reaps it.
     pub fn kill(&mut self) {
         for pgid in self.child_groups.drain(..) {
-            sys::signal_group(pgid, libc::SIGKILL);
+            let _ = spawn::signal_group(pgid, libc::SIGKILL);
         }
-        sys::signal_group(self.pid, libc::SIGKILL);
+        let _ = spawn::signal_group(self.pid, libc::SIGKILL);
         if self.exited.is_none() {
             let _ = self.child.kill();
             self.exited = self.child.wait().ok();

@@ -10,7 +10,7 @@ use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
     StreamEvent, Thinking, ToolCall, Usage,
 };
-use crate::events::Image;
+use crate::content::Image;
 
 pub(crate) const VERSION: &str = "2023-06-01";
 
@@ -402,8 +402,8 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::content::ToolSpec;
     use crate::provider::config::Compat;
-    use crate::provider::ToolSpec;
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
         crate::provider::http::replay_fixture(fixture, Decoder::new())

@@ -15,7 +15,7 @@ pub(crate) mod sse;
 use serde_json::Value;
 
 use crate::abort::AbortFlag;
-use crate::events::Image;
+use crate::content::{Image, ToolSpec};
 
 /// One message of the conversation, in the shape every wire API can be built from.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,14 +59,6 @@ pub(crate) struct ToolCall {
     pub name: String,
     /// Parsed arguments; a model that sends malformed JSON gets `Value::String(raw)`.
     pub arguments: Value,
-}
-
-/// A tool as offered to the model.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    pub parameters: Value,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
     Thinking, ToolCall, Usage,
 };
-use crate::events::Image;
+use crate::content::Image;
 
 pub(crate) fn url(base_url: &str) -> String {
     format!("{}/chat/completions", base_url.trim_end_matches('/'))
@@ -463,8 +463,8 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::content::ToolSpec;
     use crate::provider::config::Compat;
-    use crate::provider::ToolSpec;
 
     fn model(reasoning: bool) -> ModelDef {
         ModelDef {

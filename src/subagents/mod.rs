@@ -25,11 +25,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::abort::AbortFlag;
-use crate::events::ChildSnapshot;
-use crate::family::{self, ChildStatus, TokenBucket};
+use crate::family::{ChildStatus, TokenBucket};
 use crate::provider::Thinking;
 use crate::tools::KernelHost;
-use crate::turn::{Agent, AgentCtx, Conversation, Inbox, TurnInput};
+use crate::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
 use handlers::NodeHandler;
 
 /// News for the main loop. `generation` names the session's family; stale news is dropped.
@@ -114,14 +113,15 @@ impl Family {
         main_id: String,
         tx: Sender<FamilyMsg>,
     ) -> Arc<Family> {
+        let (root_depth, max_depth) = (agent.kernel_env.root_depth, agent.kernel_env.max_depth);
         Arc::new_cyclic(|me| Family {
             generation,
             agent,
             main_id,
             main_inbox: Arc::default(),
             main_busy: AtomicBool::new(false),
-            root_depth: family::root_depth(),
-            max_depth: family::max_depth(),
+            root_depth,
+            max_depth,
             tx,
             closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
@@ -131,10 +131,10 @@ impl Family {
 
     /// The main agent's context: its tools answer host requests through this family.
     pub(crate) fn main_ctx(&self) -> AgentCtx {
-        let tools = self
-            .agent
-            .tools
-            .build(Some(self.kernel_host(&self.main_id, self.root_depth)));
+        let tools = self.agent.tools.build(
+            &self.agent.kernel_env,
+            Some(self.kernel_host(&self.main_id, self.root_depth)),
+        );
         AgentCtx {
             agent: self.agent.clone(),
             tools,

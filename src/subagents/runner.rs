@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{preview, subagent_root, Family, Node, State};
 use crate::abort::AbortFlag;
-use crate::acp::UserPrompt;
+use crate::content::UserPrompt;
 use crate::family::{self, ChildStatus};
 use crate::provider::{Message, Thinking};
 use crate::turn::{run_turn, AgentCtx, TurnInput, TurnOutcome};
@@ -124,10 +124,10 @@ impl Family {
         let ctx = match &node.ctx {
             Some(ctx) => ctx.clone(),
             None => {
-                let tools = self
-                    .agent
-                    .tools
-                    .build(Some(self.kernel_host(id, node.depth)));
+                let tools = self.agent.tools.build(
+                    &self.agent.kernel_env,
+                    Some(self.kernel_host(id, node.depth)),
+                );
                 let system_prompt = format!(
                     "{}\n\n# You are a subagent\nYou are a child agent named {} (depth {}), started by {parent_name} to do one task. \
                      Your task arrives labeled `[task from parent]`. Do it, then send your result to your parent from the ipython tool with \

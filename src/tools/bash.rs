@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::process::{self, Ending, RunResult, RunSpec};
 use super::{Tool, ToolContext, ToolOutput};
-use crate::provider::ToolSpec;
+use crate::content::ToolSpec;
 
 pub(crate) struct Bash;
 

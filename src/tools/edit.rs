@@ -13,7 +13,7 @@ use super::truncate::format_size;
 use super::{
     file_diff, io_error_code, open_regular, resolve_path, FileError, Tool, ToolContext, ToolOutput,
 };
-use crate::provider::ToolSpec;
+use crate::content::ToolSpec;
 
 /// The largest file `edit` loads. An edit holds the file several times over (the original,
 /// its LF- and fuzzy-normalised copies for matching, the result with its line endings

@@ -13,12 +13,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::{Tool, ToolContext, ToolOutput};
-use crate::events::{Attachment, FileDiff, Image, IpythonDetails};
+use super::{KernelEnv, KernelHost, Tool, ToolContext, ToolOutput};
+use crate::content::{Attachment, FileDiff, Image, IpythonDetails, ToolSpec};
 use crate::kernel::{
     find_python, Capture, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
 };
-use crate::provider::ToolSpec;
 
 pub(crate) const NAME: &str = "ipython";
 
@@ -59,11 +58,18 @@ pub(crate) struct IpythonTool {
     slot: Mutex<Slot>,
     /// This session's local harness dir (`RLM_HARNESS_STATE_DIR`), under the OS temp dir.
     harness_dir: PathBuf,
+    /// The agent dir, the depth limit and the harness overrides, as start-up resolved them.
+    env: KernelEnv,
 }
 
 impl IpythonTool {
     /// A tool running `python` that answers host requests with `handler`.
-    pub(crate) fn new(python: PathBuf, handler: Arc<dyn HostHandler>, depth: u32) -> IpythonTool {
+    pub(crate) fn new(
+        python: PathBuf,
+        handler: Arc<dyn HostHandler>,
+        depth: u32,
+        env: &KernelEnv,
+    ) -> IpythonTool {
         let harness_dir = std::env::temp_dir().join(format!(
             "prime-agent-session-{}-{}",
             std::process::id(),
@@ -75,26 +81,24 @@ impl IpythonTool {
             depth,
             slot: Mutex::new(Slot::default()),
             harness_dir: harness_dir.join("harness"),
+            env: env.clone(),
         }
     }
 
-    /// The tool for an agent whose kernel talks to `host` (default: `model.info` only, depth
-    /// from `RLM_DEPTH` or 0), or `None` (and a warning, once per process) when no Python is
+    /// The tool for an agent whose kernel talks to `host` (default: `model.info` only, at
+    /// `env.root_depth`), or `None` (and a warning, once per process) when no Python is
     /// installed.
-    pub(crate) fn detect(host: Option<crate::tools::KernelHost>) -> Option<IpythonTool> {
+    pub(crate) fn detect(env: &KernelEnv, host: Option<KernelHost>) -> Option<IpythonTool> {
         static WARNED: AtomicBool = AtomicBool::new(false);
         let (handler, depth) = match host {
             Some(h) => (h.handler, h.depth),
             None => (
                 Arc::new(DefaultHostHandler::default()) as Arc<dyn HostHandler>,
-                std::env::var("RLM_DEPTH")
-                    .ok()
-                    .and_then(|d| d.parse().ok())
-                    .unwrap_or(0),
+                env.root_depth,
             ),
         };
         match find_python() {
-            Some(python) => Some(IpythonTool::new(python, handler, depth)),
+            Some(python) => Some(IpythonTool::new(python, handler, depth, env)),
             None => {
                 if !WARNED.swap(true, Ordering::Relaxed) {
                     log::warn!("No python3 found (PRIME_AGENT_KERNEL_PYTHON, python3, python on PATH): the ipython tool is not offered.");
@@ -105,28 +109,27 @@ impl IpythonTool {
     }
 
     fn config(&self, cwd: &Path) -> KernelConfig {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let agent_dir = crate::setup::agent_dir();
-        let path = |p: PathBuf| p.display().to_string();
+        let env = &self.env;
+        let path = |p: &Path| p.display().to_string();
         KernelConfig {
             python: self.python.clone(),
             cwd: cwd.to_path_buf(),
             env: vec![
                 ("RLM_DEPTH".into(), self.depth.to_string()),
-                (
-                    "RLM_MAX_DEPTH".into(),
-                    crate::family::max_depth().to_string(),
-                ),
+                ("RLM_MAX_DEPTH".into(), env.max_depth.to_string()),
                 (
                     "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
-                    var("RLM_GLOBAL_HARNESS_STATE_DIR")
-                        .unwrap_or_else(|| path(agent_dir.join("harness"))),
+                    env.global_harness_dir
+                        .clone()
+                        .unwrap_or_else(|| path(&env.agent_dir.join("harness"))),
                 ),
                 (
                     "RLM_HARNESS_STATE_DIR".into(),
-                    var("RLM_HARNESS_STATE_DIR").unwrap_or_else(|| path(self.harness_dir.clone())),
+                    env.harness_dir
+                        .clone()
+                        .unwrap_or_else(|| path(&self.harness_dir)),
                 ),
-                ("PRIME_AGENT_CODING_AGENT_DIR".into(), path(agent_dir)),
+                ("PRIME_AGENT_CODING_AGENT_DIR".into(), path(&env.agent_dir)),
                 ("NO_COLOR".into(), "1".into()),
             ],
         }
@@ -387,7 +390,12 @@ mod tests {
 
     #[test]
     fn spec_is_exact() {
-        let tool = IpythonTool::new("python3".into(), Arc::new(DefaultHostHandler::default()), 0);
+        let tool = IpythonTool::new(
+            "python3".into(),
+            Arc::new(DefaultHostHandler::default()),
+            0,
+            &KernelEnv::default(),
+        );
         let spec = tool.spec();
         assert_eq!(spec.name, "ipython");
         assert!(spec
@@ -486,7 +494,7 @@ mod tests {
         assert_eq!(details.diff_count, 2);
         assert_eq!(details.attachments.len(), 1);
         assert_eq!(
-            crate::events::base64_decoded_len(details.attachments[0].data.as_deref().unwrap()),
+            crate::content::base64_decoded_len(details.attachments[0].data.as_deref().unwrap()),
             5
         );
         assert_eq!(

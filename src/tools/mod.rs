@@ -21,8 +21,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::abort::AbortFlag;
-use crate::events::{FileDiff, Image, IpythonDetails};
-use crate::provider::ToolSpec;
+use crate::content::{FileDiff, Image, IpythonDetails, ToolSpec};
 
 /// What a tool needs from its turn.
 pub(crate) struct ToolContext<'a> {
@@ -231,17 +230,46 @@ pub(crate) struct KernelHost {
     pub depth: u32,
 }
 
+/// What the agents' kernels take from the process environment, read once at start-up
+/// (`setup::kernel_env`) and passed down, so no tool reads it itself.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KernelEnv {
+    /// The agent directory (`PRIME_AGENT_CODING_AGENT_DIR`, else `~/.prime/agent`).
+    pub agent_dir: PathBuf,
+    /// `RLM_DEPTH` of the session's main agent (a nested prime-agent), else 0.
+    pub root_depth: u32,
+    /// `RLM_MAX_DEPTH`, else 1 (§4.3).
+    pub max_depth: u32,
+    /// `RLM_GLOBAL_HARNESS_STATE_DIR` when set (else `<agent_dir>/harness`).
+    pub global_harness_dir: Option<String>,
+    /// `RLM_HARNESS_STATE_DIR` when set (else a per-session dir under the OS temp dir).
+    pub harness_dir: Option<String>,
+}
+
+impl Default for KernelEnv {
+    /// The values of an empty environment, with no agent directory (for agents without tools).
+    fn default() -> KernelEnv {
+        KernelEnv {
+            agent_dir: PathBuf::new(),
+            root_depth: 0,
+            max_depth: 1,
+            global_harness_dir: None,
+            harness_dir: None,
+        }
+    }
+}
+
 impl ToolChoice {
     /// Fresh tool instances for one agent (each gets its own kernel). Without a `host` the
-    /// kernel answers only `model.info` and runs at depth 0.
-    pub(crate) fn build(&self, host: Option<KernelHost>) -> ToolSet {
+    /// kernel answers only `model.info` and runs at `env.root_depth`.
+    pub(crate) fn build(&self, env: &KernelEnv, host: Option<KernelHost>) -> ToolSet {
         let only = match self {
             ToolChoice::None => return ToolSet::default(),
             ToolChoice::All => None,
             ToolChoice::Only(names) => Some(names.as_slice()),
         };
         let mut all: Vec<Box<dyn Tool>> = Vec::new();
-        all.extend(ipython::IpythonTool::detect(host).map(|t| Box::new(t) as Box<dyn Tool>));
+        all.extend(ipython::IpythonTool::detect(env, host).map(|t| Box::new(t) as Box<dyn Tool>));
         all.push(Box::new(read::Read));
         all.push(Box::new(bash::Bash));
         all.push(Box::new(edit::Edit));

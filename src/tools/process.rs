@@ -15,7 +15,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 use crate::abort::AbortFlag;
-use crate::tools::truncate::{format_size, tail_bytes, truncate_tail, MAX_BYTES, MAX_LINES};
+use crate::content::tail_bytes;
+use crate::spawn;
+use crate::tools::truncate::{format_size, truncate_tail, MAX_BYTES, MAX_LINES};
 
 /// In-memory tail: twice the byte limit is always kept, so the tail truncation never reaches
 /// the (possibly cut) first line of the buffer; trimming happens in batches up to 4x.
@@ -290,17 +292,13 @@ fn shell() -> &'static str {
 }
 
 /// Sends SIGKILL to a whole process group.
-#[allow(unsafe_code)]
 fn kill_group(pgid: i32) {
-    // 0 and negative ids would address our own group or every process we may signal.
-    if pgid <= 1 {
-        return;
-    }
-    // SAFETY: killpg only sends a signal; it reads and writes no memory of ours.
-    let rc = unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    if rc != 0 {
+    match spawn::signal_group(pgid, libc::SIGKILL) {
+        // A refused id (0, 1, negative) is no group of ours.
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {}
         // ESRCH: the group is already gone, which is the goal.
-        log::debug!("killpg({pgid}) failed: {}", std::io::Error::last_os_error());
+        Err(e) => log::debug!("killpg({pgid}) failed: {e}"),
+        Ok(()) => {}
     }
 }
 
@@ -395,8 +393,8 @@ fn launch(
             output: captured,
         });
     }
-    let mut child = Command::new(program)
-        .arg("-c")
+    let mut cmd = Command::new(program);
+    cmd.arg("-c")
         .arg(spec.command)
         .current_dir(spec.cwd)
         .stdin(Stdio::null())
@@ -405,12 +403,10 @@ fn launch(
             Stdio::piped()
         } else {
             Stdio::null()
-        })
-        // Its own group: one signal reaches the shell and everything it started.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("Cannot run {program}: {e}"))?;
-    let pgid = i32::try_from(child.id()).unwrap_or(0);
+        });
+    // Its own group: one signal reaches the shell and everything it started.
+    let (mut child, pgid) =
+        spawn::spawn_group(&mut cmd, None).map_err(|e| format!("Cannot run {program}: {e}"))?;
     let group = GroupGuard(pgid);
     // Cancel kills at once, from the thread that sets the flag, instead of at our next poll.
     let hook = spec.abort.on_abort(move || kill_group(pgid));

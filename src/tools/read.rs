@@ -17,8 +17,8 @@ use super::{
     ToolOutput,
 };
 use crate::abort::AbortFlag;
-use crate::events::Image;
-use crate::provider::ToolSpec;
+use crate::content::Image;
+use crate::content::ToolSpec;
 
 /// Bytes read from the file at a time.
 const READ_CHUNK: usize = 64 * 1024;

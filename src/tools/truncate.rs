@@ -3,6 +3,8 @@
 //! protocol-visible (behaviour spec §3.3/§3.5), so the arithmetic mirrors the reference
 //! implementation exactly: a "line" is a piece of `text.split('\n')`, sizes are UTF-8 bytes.
 
+use crate::content::tail_bytes;
+
 /// Line limit of a tool result.
 pub(crate) const MAX_LINES: usize = 2000;
 /// Byte limit of a tool result (50 KB).
@@ -147,29 +149,9 @@ pub(crate) fn truncate_tail(content: &str, max_lines: usize, max_bytes: usize) -
     }
 }
 
-/// The last `max` bytes of `s`, moved forward to a char boundary.
-pub(crate) fn tail_bytes(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tail_bytes_respects_char_boundaries() {
-        assert_eq!(tail_bytes("hello", 10), "hello");
-        assert_eq!(tail_bytes("hello", 3), "llo");
-        assert_eq!(tail_bytes("aé", 1), "");
-        assert_eq!(tail_bytes("aéb", 2), "b");
-    }
 
     #[test]
     fn sizes_format_like_the_reference() {

@@ -11,7 +11,7 @@ use super::{
     file_diff, io_error_code, io_error_text, open_regular, resolve_path, FileError, Tool,
     ToolContext, ToolOutput, DIFF_MAX_BYTES,
 };
-use crate::provider::ToolSpec;
+use crate::content::ToolSpec;
 
 pub(crate) struct Write;
 

@@ -1,0 +1,95 @@
+//! Content types shared by the providers, the tools, the turn and the ACP mapping: images, file
+//! diffs, kernel attachments, tool specs, the user's prompt, and two text helpers.
+//!
+//! A leaf: it uses no other module of the crate, so everything may depend on it.
+
+use serde_json::Value;
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct IpythonDetails {
+    pub attachments: Vec<Attachment>,
+    pub diff_count: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Attachment {
+    pub mime_type: Option<String>,
+    pub path: Option<String>,
+    /// Base64 payload; only its decoded size is reported.
+    pub data: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FileDiff {
+    pub path: String,
+    pub old_text: Option<String>,
+    pub new_text: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Image {
+    pub data: String,
+    pub mime_type: String,
+}
+
+/// The user's prompt after content conversion (§1.16).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct UserPrompt {
+    pub text: String,
+    pub images: Vec<Image>,
+    /// The prompt opens with a text block the user typed: only then may `!cmd` run a shell
+    /// command (never from an embedded resource or a link a client attached).
+    pub typed: bool,
+}
+
+/// Decoded size of a base64 payload without decoding it.
+pub(crate) fn base64_decoded_len(data: &str) -> u64 {
+    let padding = if data.ends_with("==") {
+        2
+    } else if data.ends_with('=') {
+        1
+    } else {
+        0
+    };
+    ((data.len() as u64) * 3 / 4).saturating_sub(padding)
+}
+
+/// The last `max` bytes of `s`, moved forward to a char boundary.
+pub(crate) fn tail_bytes(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_sizes() {
+        for (data, want) in [("aGVsbG8=", 5), ("aGk=", 2), ("YWJj", 3), ("", 0)] {
+            assert_eq!(base64_decoded_len(data), want, "{data}");
+        }
+    }
+
+    #[test]
+    fn tail_bytes_respects_char_boundaries() {
+        assert_eq!(tail_bytes("hello", 10), "hello");
+        assert_eq!(tail_bytes("hello", 3), "llo");
+        assert_eq!(tail_bytes("aé", 1), "");
+        assert_eq!(tail_bytes("aéb", 2), "b");
+    }
+}
