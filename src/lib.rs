@@ -2,8 +2,8 @@
 //!
 //! Modules in reading order: the wire (`rpc`, `transport`, `acp`, `meta`, `events`,
 //! `stop_reason`), the loop (`main_loop`), the work (`turn`, `provider`, `tools`), and start-up
-//! (`cli`, `setup`, `prompt`). The leaves `content` (shared content types), `abort` and `spawn`
-//! (starting and signalling children) use no other module. See ARCHITECTURE.md for the map and
+//! (`cli`, `setup`, `prompt`). The leaves `content` (shared content types), `abort`, `lines` (bounded
+//! line framing) and `spawn` (starting and signalling children) use no other module. See ARCHITECTURE.md for the map and
 //! the invariants.
 
 // Everything is `pub(crate)` unless it is part of the public surface below.
@@ -17,6 +17,7 @@ mod events;
 mod family;
 mod handlers;
 mod kernel;
+mod lines;
 mod main_loop;
 mod meta;
 mod prompt;

@@ -6,7 +6,7 @@
 //! then lands on stderr and can never corrupt the protocol stream.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,6 +16,7 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::abort::AbortFlag;
+use crate::lines::{read_line_limited, LineRead};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 
 /// Lines up to this size are accepted (image prompts are large); longer ones are refused.
@@ -304,65 +305,6 @@ fn read_loop<R: Read>(input: R, max_line: usize, tx: &Sender<Inbound>) {
     let _ = tx.send(Inbound::Closed);
 }
 
-#[derive(Debug, PartialEq)]
-enum LineRead {
-    Line,
-    Eof,
-    /// The line was longer than the limit; it was consumed and discarded.
-    TooLong(usize),
-}
-
-/// Reads one `\n`-terminated line into `buf` (without the newline), never holding more than
-/// `max` bytes. A final line without a newline at EOF still counts as a line.
-fn read_line_limited<R: BufRead>(
-    reader: &mut R,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> io::Result<LineRead> {
-    buf.clear();
-    let mut seen = 0usize;
-    let mut discarding = false;
-    loop {
-        let chunk = match reader.fill_buf() {
-            Ok(chunk) => chunk,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if chunk.is_empty() {
-            return Ok(if discarding {
-                LineRead::TooLong(seen)
-            } else if seen == 0 {
-                LineRead::Eof
-            } else {
-                LineRead::Line
-            });
-        }
-        let (part, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (&chunk[..i], Some(i + 1)),
-            None => (chunk, None),
-        };
-        seen += part.len();
-        if !discarding {
-            if seen > max {
-                discarding = true;
-                buf.clear();
-                buf.shrink_to_fit();
-            } else {
-                buf.extend_from_slice(part);
-            }
-        }
-        let consumed = done.unwrap_or(chunk.len());
-        reader.consume(consumed);
-        if done.is_some() {
-            return Ok(if discarding {
-                LineRead::TooLong(seen)
-            } else {
-                LineRead::Line
-            });
-        }
-    }
-}
-
 fn write_loop<W: Write>(
     output: W,
     rx: &Receiver<Vec<u8>>,
@@ -443,33 +385,5 @@ mod tests {
         assert_eq!(redacted_for_log(plain), String::from_utf8_lossy(plain));
         let cut = br#"{"method":"session/new","params":{"mcpServers":[{"env":[{"value":"s"#;
         assert!(!redacted_for_log(cut).contains("\"s"));
-    }
-
-    fn lines(input: &[u8], max: usize) -> Vec<(LineRead, Vec<u8>)> {
-        let mut reader = BufReader::with_capacity(4, input);
-        let mut out = Vec::new();
-        let mut buf = Vec::new();
-        loop {
-            let r = read_line_limited(&mut reader, &mut buf, max).unwrap();
-            if r == LineRead::Eof {
-                return out;
-            }
-            out.push((r, buf.clone()));
-        }
-    }
-
-    #[test]
-    fn splits_lines_and_keeps_a_final_unterminated_line() {
-        let got = lines(b"ab\n\ncdef\ngh", 100);
-        let texts: Vec<&[u8]> = got.iter().map(|(_, b)| b.as_slice()).collect();
-        assert_eq!(texts, vec![&b"ab"[..], b"", b"cdef", b"gh"]);
-    }
-
-    #[test]
-    fn skips_an_overlong_line_and_recovers() {
-        let got = lines(b"0123456789\nok\n", 5);
-        assert_eq!(got[0].0, LineRead::TooLong(10));
-        assert!(got[0].1.is_empty());
-        assert_eq!(got[1], (LineRead::Line, b"ok".to_vec()));
     }
 }

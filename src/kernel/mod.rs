@@ -35,7 +35,7 @@
 pub(crate) mod host;
 pub(crate) mod wire;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
@@ -47,6 +47,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+
+use crate::lines::{read_line_limited, LineRead};
 use serde_json::{Map, Value};
 
 use crate::abort::AbortFlag;
@@ -73,6 +75,9 @@ pub(crate) const CAPTURE_LIMIT: usize = 4 * 65_536;
 /// Per cell, display bundles are kept up to this many payload bytes; later ones are dropped
 /// and counted (`CellRun::displays_dropped`), so a cell displaying in a loop stays bounded.
 pub(crate) const DISPLAY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The longest fd 3 frame read: one display can never exceed a cell's display budget.
+const MAX_FRAME_BYTES: usize = DISPLAY_LIMIT;
 
 /// `Kernel::wanted` when no cell runs: the output readers forward nothing.
 const NO_CELL: u64 = u64::MAX;
@@ -661,8 +666,21 @@ fn spawn_frame_reader(
     thread::Builder::new()
         .name("kernel-frames".to_owned())
         .spawn(move || {
-            for line in BufReader::new(frames).split(b'\n') {
-                let Ok(line) = line else { break };
+            let mut reader = BufReader::new(frames);
+            let mut line = Vec::new();
+            loop {
+                // Bounded like the client's stdin: a runaway frame (a display of a huge
+                // object) is skipped as it streams instead of growing memory.
+                match read_line_limited(&mut reader, &mut line, MAX_FRAME_BYTES) {
+                    Ok(LineRead::Line) => {}
+                    Ok(LineRead::TooLong(len)) => {
+                        log::warn!(
+                            "kernel sent a frame of at least {len} bytes (limit {MAX_FRAME_BYTES}); dropped"
+                        );
+                        continue;
+                    }
+                    Ok(LineRead::Eof) | Err(_) => break,
+                }
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
