@@ -26,6 +26,8 @@ Options:
   --system-prompt <text>             Replace the built-in system prompt
   --append-system-prompt <text>      Append text to the system prompt (repeatable)
   -nc, --no-context-files            Do not load AGENTS.md / CLAUDE.md files
+  --multi-session                    Host several sessions on one connection, each in the cwd
+                                     its session/new names (PRIME_AGENT_MULTI_SESSION=1)
   --no-session                       Keep the conversation in memory only (always true today)
   --offline                          Make no network request except model calls
   --daemon-socket <path>             Accepted for compatibility and ignored (no daemon)
@@ -35,6 +37,7 @@ Options:
 Environment:
   RUST_LOG                           Log filter for stderr (e.g. debug logs every frame)
   PRIME_AGENT_CODING_AGENT_DIR       Agent directory (default ~/.prime/agent)
+  PRIME_AGENT_MULTI_SESSION=1        Same as --multi-session
 ";
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -52,6 +55,8 @@ pub struct Config {
     pub system_prompt: Option<String>,
     pub append_system_prompt: Vec<String>,
     pub no_context_files: bool,
+    /// Several sessions per connection (`--multi-session`, `PRIME_AGENT_MULTI_SESSION=1`).
+    pub multi_session: bool,
     pub no_session: bool,
     pub offline: bool,
     pub daemon_socket: Option<PathBuf>,
@@ -128,6 +133,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
             }
             "--script" => cfg.script = Some(PathBuf::from(value("--script")?)),
+            "--multi-session" => cfg.multi_session = true,
             "--cwd" => cfg.cwd = Some(PathBuf::from(value("--cwd")?)),
             "-t" | "--tools" => {
                 let list = value("--tools")?;

@@ -1,6 +1,7 @@
 //! Client requests and notifications: parse, validate, and hand each to the session (or
 //! answer it here). Runs on the main loop's thread; answers go through `MainLoop::respond`.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -10,6 +11,7 @@ use crate::main_loop::MainLoop;
 use crate::meta;
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
+use crate::setup;
 use crate::subagents::Family;
 
 pub(crate) const ONE_SESSION: &str =
@@ -48,7 +50,8 @@ impl MainLoop {
             acp::SESSION_CANCEL => self.session_cancel(params),
             acp::CANCEL_REQUEST => {
                 let target = params.get("requestId").cloned().unwrap_or(Value::Null);
-                self.with_session(|s, now, out| s.cancel_request(&target, now, out));
+                // Request ids are the connection's: whichever session has it acts.
+                self.for_each_session(|s, now, out| s.cancel_request(&target, now, out));
             }
             other => log::debug!("ignoring notification {other}"),
         }
@@ -56,14 +59,22 @@ impl MainLoop {
 
     fn session_new(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p = acp::parse_new_session(params)?;
-        if self.session.is_some() {
+        let multi = self.agent.multi_session;
+        if !multi && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
+        // With several sessions each runs where its client says; alone, the process cwd is
+        // the session's and a different request is reported (as upstream).
+        let agent = if multi {
+            Arc::new(setup::agent_in_cwd(&self.agent, session_cwd(&p.cwd)?))
+        } else {
+            self.agent.clone()
+        };
         let id = uuid::Uuid::new_v4().to_string();
         self.next_generation += 1;
         let family = Family::new(
             self.next_generation,
-            self.agent.clone(),
+            agent,
             id.clone(),
             self.family_tx.clone(),
         );
@@ -72,7 +83,7 @@ impl MainLoop {
             family,
             ctx: ctx.clone(),
         });
-        self.session = Some(Session::new(
+        self.sessions.push(Session::new(
             id.clone(),
             self.next_generation,
             ctx,
@@ -81,7 +92,7 @@ impl MainLoop {
             self.timing,
         ));
         let mut result = json!({ "sessionId": id });
-        if !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
+        if !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =
                 meta::namespaced(json!({ "cwd": { "requested": p.cwd, "actual": actual } }));
@@ -92,9 +103,9 @@ impl MainLoop {
     /// The session answers the prompt; an error here is answered by the caller.
     fn session_prompt(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
         let (session_id, prompt) = acp::parse_prompt(params)?;
-        if self.session.as_ref().is_none_or(|s| s.id() != session_id) {
+        let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
-        }
+        };
         if let Ok(provider) = &self.agent.provider {
             if !prompt.images.is_empty() && !provider.accepts_images() {
                 return Err(RpcError::invalid_params(format!(
@@ -104,7 +115,7 @@ impl MainLoop {
                 )));
             }
         }
-        self.with_session(|s, now, out| s.prompt(id, prompt, now, out));
+        self.with_session_at(i, |s, now, out| s.prompt(id, prompt, now, out));
         Ok(())
     }
 
@@ -115,18 +126,35 @@ impl MainLoop {
         };
         // Never cancel another session's work; with nothing running it is a no-op, and
         // duplicates coalesce.
-        if self.session.as_ref().is_some_and(|s| s.id() == session_id) {
-            self.cancel_session_work();
-        }
+        self.with_session(&session_id, |s, now, out| s.cancel(now, out));
     }
 
     fn session_close(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
         let session_id = acp::parse_session_id(params, acp::SESSION_CLOSE)?;
-        if self.session.as_ref().is_none_or(|s| s.id() != session_id) {
+        let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
-        }
-        self.with_session(|s, now, out| s.close(id, now, out));
+        };
+        self.with_session_at(i, |s, now, out| s.close(id, now, out));
         Ok(())
+    }
+}
+
+/// A `--multi-session` session's cwd: an absolute path to an existing directory.
+fn session_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
+    let path = Path::new(cwd);
+    if !path.is_absolute() {
+        return Err(RpcError::invalid_params(format!(
+            "cwd must be an absolute path: {cwd:?}"
+        )));
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(path.to_path_buf()),
+        Ok(_) => Err(RpcError::invalid_params(format!(
+            "cwd is not a directory: {cwd}"
+        ))),
+        Err(e) => Err(RpcError::invalid_params(format!(
+            "cwd {cwd} cannot be used: {e}"
+        ))),
     }
 }
 

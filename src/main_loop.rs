@@ -53,7 +53,8 @@ pub(crate) struct MainLoop {
     /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
     backlog: Backlog,
     pub(crate) agent: Arc<Agent>,
-    pub(crate) session: Option<Session>,
+    /// The open sessions, oldest first (at most one without `--multi-session`).
+    pub(crate) sessions: Vec<Session>,
     pub(crate) timing: Timing,
     turn_tx: Sender<TurnMsg>,
     turn_rx: Receiver<TurnMsg>,
@@ -78,7 +79,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         recycled: conn.recycled,
         backlog: conn.backlog,
         agent,
-        session: None,
+        sessions: Vec::new(),
         timing: Timing::from_env(),
         turn_tx,
         turn_rx,
@@ -89,7 +90,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         actions: Vec::new(),
     };
     let exit = loop {
-        let timer = match ml.session.as_ref().and_then(Session::next_deadline) {
+        let timer = match ml.sessions.iter().filter_map(Session::next_deadline).min() {
             Some(deadline) => crossbeam_channel::at(deadline),
             None => crossbeam_channel::never(),
         };
@@ -113,17 +114,17 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
             Event::Client(msg) => ml.on_client(msg),
             Event::Turn(msg) => ml.on_turn(msg),
             Event::Family(msg) => ml.on_family(msg),
-            Event::Timer => ml.with_session(|s, now, out| s.on_timer(now, out)),
+            Event::Timer => ml.on_timers(Instant::now()),
             Event::ClientClosed => {
                 // Stdin is closed but stdout may still be read (a pipe-driven harness): answer
                 // what is in flight, as for a signal.
-                ml.cancel_session_work();
+                ml.cancel_all_sessions();
                 ml.settle_blocking();
                 break Exit::ClientClosed;
             }
             Event::Signal => {
                 // The client may still be reading: answer the running prompt first.
-                ml.cancel_session_work();
+                ml.cancel_all_sessions();
                 ml.settle_blocking();
                 break Exit::Signal;
             }
@@ -154,21 +155,60 @@ impl MainLoop {
         }
     }
 
-    /// Runs `f` on the session (if any) with the time and the action buffer, then carries out
-    /// what it asked for.
-    pub(crate) fn with_session(&mut self, f: impl FnOnce(&mut Session, Instant, &mut Vec<Action>)) {
-        let Some(session) = self.session.as_mut() else {
-            return;
-        };
+    /// The index of the session with this id.
+    pub(crate) fn session_index(&self, id: &str) -> Option<usize> {
+        self.sessions.iter().position(|s| s.id() == id)
+    }
+
+    /// Runs `f` on the session with this id (if any); see `with_session_at`.
+    pub(crate) fn with_session(
+        &mut self,
+        id: &str,
+        f: impl FnOnce(&mut Session, Instant, &mut Vec<Action>),
+    ) {
+        if let Some(i) = self.session_index(id) {
+            self.with_session_at(i, f);
+        }
+    }
+
+    /// Runs `f` on session `i` with the time and the action buffer, then carries out what it
+    /// asked for.
+    pub(crate) fn with_session_at(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(&mut Session, Instant, &mut Vec<Action>),
+    ) {
         let mut actions = std::mem::take(&mut self.actions);
-        f(session, Instant::now(), &mut actions);
-        self.apply(&mut actions);
+        f(&mut self.sessions[i], Instant::now(), &mut actions);
+        self.apply(i, &mut actions);
         self.actions = actions;
     }
 
-    /// Carries out a session's actions, in order (a failed spawn adds the session's answer to
-    /// the end of the same buffer).
-    fn apply(&mut self, actions: &mut Vec<Action>) {
+    /// Runs `f` on every session, oldest first (a session may close on the way).
+    pub(crate) fn for_each_session(&mut self, f: impl Fn(&mut Session, Instant, &mut Vec<Action>)) {
+        let ids: Vec<String> = self.sessions.iter().map(|s| s.id().to_owned()).collect();
+        for id in ids {
+            self.with_session(&id, &f);
+        }
+    }
+
+    /// Fires the deadlines that have passed, session by session.
+    fn on_timers(&mut self, now: Instant) {
+        let due: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|s| s.next_deadline().is_some_and(|d| d <= now))
+            .map(|s| s.id().to_owned())
+            .collect();
+        for id in due {
+            self.with_session(&id, |s, _, out| s.on_timer(now, out));
+        }
+    }
+
+    /// Carries out session `idx`'s actions, in order (a failed spawn adds the session's answer
+    /// to the end of the same buffer); a closed session is dropped at the end.
+    fn apply(&mut self, idx: usize, actions: &mut Vec<Action>) {
+        let mut closed = false;
         let mut i = 0;
         while i < actions.len() {
             let action = std::mem::replace(&mut actions[i], Action::Closed);
@@ -182,21 +222,15 @@ impl MainLoop {
                     message,
                     env,
                 } => {
-                    let Some(session) = self.session.as_ref() else {
-                        continue;
-                    };
                     let buf = self.recycled.try_recv().unwrap_or_default();
+                    let id = self.sessions[idx].id();
                     // Never `None` here: the session drops the deltas the hot path skips.
-                    if let Some(frame) =
-                        message_chunk_frame(buf, session.id(), kind, &delta, message, env)
-                    {
+                    if let Some(frame) = message_chunk_frame(buf, id, kind, &delta, message, env) {
                         self.send_bytes(frame);
                     }
                 }
                 Action::StartTurn(start) => {
-                    let Some(session) = self.session.as_mut() else {
-                        continue;
-                    };
+                    let session = &mut self.sessions[idx];
                     let turn = start.turn;
                     let previous = session.last_worker.take();
                     match spawn_turn(start, previous, self.turn_tx.clone(), self.backlog.clone()) {
@@ -204,13 +238,14 @@ impl MainLoop {
                         Err(e) => session.spawn_failed(turn, &e.to_string(), actions),
                     }
                 }
-                Action::Closed => {
-                    // Closed sessions keep no worker to join: an aborted one ends on its own.
-                    self.session = None;
-                }
+                Action::Closed => closed = true,
             }
         }
         actions.clear();
+        if closed {
+            // Closed sessions keep no worker to join: an aborted one ends on its own.
+            self.sessions.remove(idx);
+        }
     }
 
     fn on_client(&mut self, msg: Incoming) {
@@ -222,22 +257,36 @@ impl MainLoop {
         }
     }
 
-    pub(crate) fn cancel_session_work(&mut self) {
-        self.with_session(|s, now, out| s.cancel(now, out));
+    /// Cancels the work of every session (stdin closed, a signal).
+    fn cancel_all_sessions(&mut self) {
+        self.for_each_session(|s, now, out| s.cancel(now, out));
     }
 
-    /// On the way out: wait (bounded) for a cancelled turn to report, then answer it.
+    /// On the way out: wait (bounded) for cancelled turns to report, then answer them.
     fn settle_blocking(&mut self) {
-        while let Some(deadline) = self.session.as_ref().and_then(Session::cancel_deadline) {
+        while let Some(deadline) = self
+            .sessions
+            .iter()
+            .filter_map(Session::cancel_deadline)
+            .min()
+        {
             match self.turn_rx.recv_deadline(deadline) {
                 Ok(msg) => self.on_turn(msg),
-                Err(_) => self.with_session(|s, _, out| s.on_timer(deadline, out)),
+                Err(_) => self.on_timers(deadline),
             }
         }
     }
 
     fn on_family(&mut self, msg: FamilyMsg) {
-        self.with_session(|s, _, out| s.on_family(msg, out));
+        let generation = msg.generation();
+        // News from a closed session's family finds no session and is dropped.
+        if let Some(i) = self
+            .sessions
+            .iter()
+            .position(|s| s.generation() == generation)
+        {
+            self.with_session_at(i, |s, _, out| s.on_family(msg, out));
+        }
     }
 
     fn on_turn(&mut self, msg: TurnMsg) {
@@ -252,17 +301,23 @@ impl MainLoop {
                 self.on_family(news);
             }
         }
-        self.with_session(|s, _, out| s.on_turn(msg, out));
+        // A turn of a closed session, or one already answered, finds no session: dropped.
+        if let Some(i) = self.sessions.iter().position(|s| s.runs_turn(msg.turn)) {
+            self.with_session_at(i, |s, _, out| s.on_turn(msg, out));
+        }
     }
 
     /// Aborts any running turn and gives its worker a short grace period to stop (its children
     /// are killed by abort hooks at once). A worker stuck past that is left to the process exit.
     fn shutdown(&mut self) {
-        if let Some(mut session) = self.session.take() {
+        let deadline = Instant::now() + EXIT_JOIN;
+        let mut workers = Vec::new();
+        for mut session in self.sessions.drain(..) {
             session.shut_down();
-            if let Some(worker) = session.last_worker.take() {
-                crate::subagents::join_by(worker, Instant::now() + EXIT_JOIN);
-            }
+            workers.extend(session.last_worker.take());
+        }
+        for worker in workers {
+            crate::subagents::join_by(worker, deadline);
         }
     }
 }

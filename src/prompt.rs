@@ -15,6 +15,15 @@ Do not start long-running servers or watchers in the foreground; they block the 
 When the task is done, stop calling tools and reply with a short summary of what you did and anything left open.";
 
 /// Inputs to the system prompt.
+/// The user's part of the system prompt, kept to build it again for another cwd.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct PromptSpec {
+    pub custom: Option<String>,
+    pub append: Vec<String>,
+    /// `None` disables context files (`--no-context-files`).
+    pub agent_dir: Option<std::path::PathBuf>,
+}
+
 pub(crate) struct PromptInputs<'a> {
     pub cwd: &'a Path,
     pub tool_names: &'a [String],

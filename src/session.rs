@@ -230,6 +230,16 @@ impl Session {
         &self.id
     }
 
+    /// Routes family news: each session's family has its own generation.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether this session is running the worker with routing key `turn`.
+    pub(crate) fn runs_turn(&self, turn: u64) -> bool {
+        self.active.as_ref().is_some_and(|a| a.turn == turn)
+    }
+
     /// Wraps `update` in the envelope and queues it as `session/update`.
     fn publish(
         &mut self,

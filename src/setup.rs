@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cli::Config;
-use crate::prompt::{build_system_prompt, today_utc, PromptInputs};
+use crate::prompt::{build_system_prompt, today_utc, PromptInputs, PromptSpec};
 use crate::provider::config;
 use crate::provider::remote::RemoteProvider;
 use crate::provider::scripted::ScriptedProvider;
@@ -51,25 +51,49 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     let provider = build_provider(cfg, &dir)?;
     let tools = tool_choice(cfg)?;
     let kernel_env = kernel_env(dir.clone());
-    // The prompt names what an agent will get; building one set just for the names is cheap
-    // (no kernel starts until the first cell).
-    let names = tools.build(&kernel_env, None).names();
-    let system_prompt = build_system_prompt(&PromptInputs {
-        cwd: &cwd,
-        tool_names: &names,
-        custom: cfg.system_prompt.as_deref(),
-        append: &cfg.append_system_prompt,
-        agent_dir: (!cfg.no_context_files).then_some(dir.as_path()),
-        today: today_utc(),
-    });
+    let spec = PromptSpec {
+        custom: cfg.system_prompt.clone(),
+        append: cfg.append_system_prompt.clone(),
+        agent_dir: (!cfg.no_context_files).then(|| dir.clone()),
+    };
+    let system_prompt = system_prompt(&tools, &kernel_env, &spec, &cwd);
+    let multi_session = cfg.multi_session
+        || std::env::var("PRIME_AGENT_MULTI_SESSION").is_ok_and(|v| v.trim() == "1");
     Ok(Agent {
         provider,
         tools,
         kernel_env,
         system_prompt,
+        prompt_spec: Some(spec),
         cwd,
         thinking: cfg.thinking.unwrap_or(Thinking::Medium),
+        multi_session,
     })
+}
+
+fn system_prompt(tools: &ToolChoice, env: &KernelEnv, spec: &PromptSpec, cwd: &Path) -> String {
+    // The prompt names what an agent will get; building one set just for the names is cheap
+    // (no kernel starts until the first cell).
+    let names = tools.build(env, None).names();
+    build_system_prompt(&PromptInputs {
+        cwd,
+        tool_names: &names,
+        custom: spec.custom.as_deref(),
+        append: &spec.append,
+        agent_dir: spec.agent_dir.as_deref(),
+        today: today_utc(),
+    })
+}
+
+/// The process's agent moved to another cwd (a `--multi-session` session's own): the same
+/// provider and tools, the system prompt built again for that cwd and its context files.
+pub(crate) fn agent_in_cwd(base: &Agent, cwd: PathBuf) -> Agent {
+    let mut agent = base.clone();
+    if let Some(spec) = &base.prompt_spec {
+        agent.system_prompt = system_prompt(&base.tools, &base.kernel_env, spec, &cwd);
+    }
+    agent.cwd = cwd;
+    agent
 }
 
 type ProviderChoice = Result<Arc<dyn Provider>, String>;

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::abort::AbortFlag;
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
+use crate::prompt::PromptSpec;
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
     Usage,
@@ -29,7 +30,9 @@ use crate::tools::truncate::format_size;
 use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolOutput, ToolSet};
 use crate::transport::Backlog;
 
-/// Everything fixed for the life of the process: provider, tool choice, prompt, cwd.
+/// Everything fixed for the life of a session: provider, tool choice, prompt, cwd (one per
+/// process, or one per session with `--multi-session`).
+#[derive(Clone)]
 pub struct Agent {
     /// `Err` holds the message that explains why no model is usable (e.g. no API key); each
     /// prompt then fails with it, while `initialize` and `session/new` still work.
@@ -40,8 +43,13 @@ pub struct Agent {
     /// The agent dir and the recursion depths every kernel of the process runs with.
     pub(crate) kernel_env: KernelEnv,
     pub(crate) system_prompt: String,
+    /// What `system_prompt` was built from, to build it again for another cwd (`None`: keep
+    /// it as it is).
+    pub(crate) prompt_spec: Option<PromptSpec>,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
+    /// Several sessions per connection, each in its own cwd (`--multi-session`).
+    pub(crate) multi_session: bool,
 }
 
 impl Agent {
@@ -53,8 +61,10 @@ impl Agent {
             tools: ToolChoice::None,
             kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
+            prompt_spec: None,
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
+            multi_session: false,
         }
     }
 
@@ -68,8 +78,10 @@ impl Agent {
             tools: ToolChoice::None,
             kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
+            prompt_spec: None,
             cwd,
             thinking: Thinking::Off,
+            multi_session: false,
         })
     }
 }

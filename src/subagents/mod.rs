@@ -49,6 +49,17 @@ pub(crate) enum FamilyMsg {
     },
 }
 
+impl FamilyMsg {
+    /// The generation of the family that sent it (one per session).
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            FamilyMsg::Child { generation, .. }
+            | FamilyMsg::MainInbox { generation }
+            | FamilyMsg::SentByMain { generation, .. } => *generation,
+        }
+    }
+}
+
 /// The name the main agent goes by in its family.
 pub(crate) const MAIN_NAME: &str = "main";
 
