@@ -10,6 +10,7 @@ mod protocol;
 mod provider;
 mod reliability;
 mod secrets;
+mod sessions;
 mod subagents;
 mod tools;
 mod transcripts;
