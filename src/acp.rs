@@ -16,6 +16,9 @@ pub(crate) const SESSION_PROMPT: &str = "session/prompt";
 pub(crate) const SESSION_CANCEL: &str = "session/cancel";
 pub(crate) const SESSION_CLOSE: &str = "session/close";
 pub(crate) const SESSION_UPDATE: &str = "session/update";
+pub(crate) const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
+/// Legacy (never stabilised) model switch, still sent by older clients.
+pub(crate) const SESSION_SET_MODEL: &str = "session/set_model";
 pub(crate) const CANCEL_REQUEST: &str = "$/cancel_request";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +71,31 @@ pub(crate) fn parse_initialize(params: &Value) -> Result<(), RpcError> {
 /// `sessionId` of `session/prompt`, `session/cancel` and `session/close`.
 pub(crate) fn parse_session_id(params: &Value, method: &str) -> Result<String, RpcError> {
     Ok(required_str(params_object(params, method)?, "sessionId")?.to_owned())
+}
+
+/// `session/set_config_option {sessionId, configId, value}` (a select's value id) and legacy
+/// `session/set_model {sessionId, modelId}` (= `configId: "model"`): session id, config id,
+/// value. A value that is not a string is reported by the caller against the option.
+pub(crate) fn parse_set_config_option(
+    params: &Value,
+    method: &str,
+) -> Result<(String, String, Value), RpcError> {
+    let obj = params_object(params, method)?;
+    let session_id = required_str(obj, "sessionId")?.to_owned();
+    if method == SESSION_SET_MODEL {
+        let model = required_str(obj, "modelId")?;
+        return Ok((
+            session_id,
+            "model".to_owned(),
+            Value::String(model.to_owned()),
+        ));
+    }
+    let config_id = required_str(obj, "configId")?.to_owned();
+    let value = obj
+        .get("value")
+        .cloned()
+        .ok_or_else(|| RpcError::invalid_params("value is required"))?;
+    Ok((session_id, config_id, value))
 }
 
 pub(crate) fn parse_new_session(params: &Value) -> Result<NewSessionParams, RpcError> {

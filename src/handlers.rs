@@ -7,12 +7,14 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::acp;
+use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
 use crate::meta;
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
 use crate::subagents::Family;
+use crate::turn::{Agent, TurnModel};
 
 pub(crate) const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
@@ -33,6 +35,9 @@ impl MainLoop {
                 Ok(()) => return,
                 Err(e) => Err(e),
             },
+            acp::SESSION_SET_CONFIG_OPTION => self.set_config_option(&params, method),
+            // Legacy: the same switch, answered `{}` (its unstable response had no fields).
+            acp::SESSION_SET_MODEL => self.set_config_option(&params, method).map(|_| json!({})),
             acp::SESSION_CANCEL => {
                 // A notification sent as a request: honour it and answer, so nothing hangs.
                 self.session_cancel(&params);
@@ -70,6 +75,7 @@ impl MainLoop {
         } else {
             self.agent.clone()
         };
+        let options = config_options_of(&agent, &agent.turn_model());
         let id = uuid::Uuid::new_v4().to_string();
         self.next_generation += 1;
         let family = Family::new(
@@ -92,6 +98,9 @@ impl MainLoop {
             self.timing,
         ));
         let mut result = json!({ "sessionId": id });
+        if let Some(options) = options {
+            result["configOptions"] = options;
+        }
         if !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =
@@ -106,7 +115,7 @@ impl MainLoop {
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };
-        if let Ok(provider) = &self.agent.provider {
+        if let Ok(provider) = &self.sessions[i].model().provider {
             if !prompt.images.is_empty() && !provider.accepts_images() {
                 return Err(RpcError::invalid_params(format!(
                     "the prompt has {} image(s), but the model {} does not accept images; send text only or choose a model with image input",
@@ -117,6 +126,48 @@ impl MainLoop {
         }
         self.with_session_at(i, |s, now, out| s.prompt(id, prompt, now, out));
         Ok(())
+    }
+
+    /// `session/set_config_option` (and legacy `session/set_model`): validates the choice,
+    /// switches the session's model or reasoning level from its next turn on, and answers
+    /// with the complete option list.
+    fn set_config_option(&mut self, params: &Value, method: &str) -> Result<Value, RpcError> {
+        let (session_id, config_id, value) = acp::parse_set_config_option(params, method)?;
+        let Some(i) = self.session_index(&session_id) else {
+            return Err(unknown_session(&session_id));
+        };
+        let mut model = self.sessions[i].model().clone();
+        let Ok(provider) = &model.provider else {
+            return Err(RpcError::invalid_params(config_options::unknown_option(
+                &config_id,
+            )));
+        };
+        let menu = self.agent.models.as_ref().map(|m| m.models());
+        let menu = menu.as_deref().unwrap_or_default();
+        let current = config_options::current_model(&provider.label(), provider.reasoning(), menu);
+        let Value::String(value) = value else {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid value for ACP config option {config_id}: {value}"
+            )));
+        };
+        match config_options::choose(menu, &current, &config_id, &value)
+            .map_err(RpcError::invalid_params)?
+        {
+            Choice::Model(m) if m.value() == current.value() => {}
+            Choice::Model(m) => {
+                let built = self.agent.models.as_ref().and_then(|menu| menu.build(&m));
+                let Some(provider) = built else {
+                    return Err(RpcError::invalid_params(format!(
+                        "Model is not available: {value}"
+                    )));
+                };
+                model.provider = Ok(provider);
+            }
+            Choice::Thinking(t) => model.thinking = t,
+        }
+        let options = config_options_of(&self.agent, &model).unwrap_or_else(|| json!([]));
+        self.sessions[i].set_model(model);
+        Ok(json!({ "configOptions": options }))
     }
 
     fn session_cancel(&mut self, params: &Value) {
@@ -137,6 +188,18 @@ impl MainLoop {
         self.with_session_at(i, |s, now, out| s.close(id, now, out));
         Ok(())
     }
+}
+
+/// The `configOptions` of a session on `model` (`None` without a model).
+fn config_options_of(agent: &Agent, model: &TurnModel) -> Option<Value> {
+    let provider = model.provider.as_ref().ok()?;
+    let menu = agent
+        .models
+        .as_ref()
+        .map(|m| m.models())
+        .unwrap_or_default();
+    let current = config_options::current_model(&provider.label(), provider.reasoning(), &menu);
+    Some(config_options::options(&menu, &current, model.thinking))
 }
 
 /// A `--multi-session` session's cwd: an absolute path to an existing directory.

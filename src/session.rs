@@ -21,12 +21,13 @@ use crate::content::UserPrompt;
 use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
+use crate::provider::ProviderChoice;
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{
-    AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnMsg, TurnMsgKind, TurnOutcome,
-    TurnStart,
+    AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnModel, TurnMsg, TurnMsgKind,
+    TurnOutcome, TurnStart,
 };
 
 pub(crate) const PROMPT_RUNNING: &str = "A prompt turn is already running for this ACP session";
@@ -101,6 +102,8 @@ pub(crate) trait Workers: Send {
     fn cancel_all(&self);
     /// Ends every child.
     fn close(&self);
+    /// The session switched models: children take it from their next run on.
+    fn set_provider(&self, provider: ProviderChoice);
 }
 
 /// The real family of a session and its main agent's inbox.
@@ -124,6 +127,9 @@ impl Workers for FamilyWorkers {
     }
     fn close(&self) {
         self.family.close();
+    }
+    fn set_provider(&self, provider: ProviderChoice) {
+        self.family.set_provider(provider);
     }
 }
 
@@ -177,6 +183,9 @@ pub(crate) struct Session {
     conversation: Arc<Mutex<Conversation>>,
     /// The main agent: its tools (and kernel) answer host requests through the family.
     ctx: Arc<AgentCtx>,
+    /// The model the next turn calls (`session/set_config_option` changes it; a running
+    /// turn keeps the one it started with).
+    model: TurnModel,
     workers: Box<dyn Workers>,
     attribution: Attribution,
     active: Option<ActiveTurn>,
@@ -213,6 +222,7 @@ impl Session {
             sequence: 0,
             prompt_counter: 0,
             conversation: Arc::default(),
+            model: ctx.agent.turn_model(),
             ctx,
             workers,
             attribution: Attribution::default(),
@@ -228,6 +238,18 @@ impl Session {
 
     pub(crate) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The model the next turn calls.
+    pub(crate) fn model(&self) -> &TurnModel {
+        &self.model
+    }
+
+    /// Switches the model from the next model turn on (main agent and children); the running
+    /// turn keeps its own.
+    pub(crate) fn set_model(&mut self, model: TurnModel) {
+        self.workers.set_provider(model.provider.clone());
+        self.model = model;
     }
 
     /// Routes family news: each session's family has its own generation.
@@ -488,6 +510,7 @@ impl Session {
             abort: abort.clone(),
             input,
             ctx: self.ctx.clone(),
+            model: self.model.clone(),
             conversation: self.conversation.clone(),
         }));
         if let Some(title) = title {
@@ -686,6 +709,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::Thinking;
     use crate::stop_reason::StopReason;
     use crate::turn::Agent;
     use std::sync::atomic::AtomicBool;
@@ -697,6 +721,7 @@ mod tests {
         inbox: AtomicBool,
         cancelled: AtomicU64,
         closed: AtomicBool,
+        provider_switches: AtomicU64,
     }
 
     impl Workers for Arc<FakeWorkers> {
@@ -712,6 +737,9 @@ mod tests {
         }
         fn close(&self) {
             self.closed.store(true, Ordering::SeqCst);
+        }
+        fn set_provider(&self, _: ProviderChoice) {
+            self.provider_switches.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -880,6 +908,35 @@ mod tests {
         // A stale message of the finished turn is dropped.
         h.turn(t, done());
         assert!(h.take().is_empty());
+    }
+
+    /// The reasoning level of each turn started so far.
+    fn started_levels(out: &[Action]) -> Vec<Thinking> {
+        out.iter()
+            .filter_map(|a| match a {
+                Action::StartTurn(start) => Some(start.model.thinking),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_model_switch_applies_from_the_next_turn_and_reaches_the_family() {
+        let mut h = Harness::new();
+        h.prompt(1, "one");
+        assert_eq!(started_levels(&h.out), [Thinking::Off]);
+        h.take();
+        // Mid-turn: the running turn keeps what it started with.
+        let mut model = h.session.model().clone();
+        model.thinking = Thinking::High;
+        h.session.set_model(model);
+        assert_eq!(h.workers.provider_switches.load(Ordering::SeqCst), 1);
+        assert_eq!(h.session.model().thinking, Thinking::High);
+        let t = h.running();
+        h.turn(t, done());
+        h.take();
+        h.prompt(2, "two");
+        assert_eq!(started_levels(&h.out), [Thinking::High]);
     }
 
     #[test]

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use crate::cli::Config;
 use crate::prompt::{build_system_prompt, today_utc, PromptInputs, PromptSpec};
 use crate::provider::config;
+use crate::provider::menu::ModelMenu;
 use crate::provider::remote::RemoteProvider;
 use crate::provider::scripted::ScriptedProvider;
-use crate::provider::{Provider, Thinking};
+use crate::provider::{Provider, ProviderChoice, Thinking};
 use crate::tools::{KernelEnv, ToolChoice};
 use crate::turn::Agent;
 
@@ -48,7 +49,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     let cwd =
         std::env::current_dir().map_err(|e| format!("Cannot read the current directory: {e}"))?;
     let dir = agent_dir();
-    let provider = build_provider(cfg, &dir)?;
+    let (provider, models) = build_provider(cfg, &dir)?;
     let tools = tool_choice(cfg)?;
     let kernel_env = kernel_env(dir.clone());
     let spec = PromptSpec {
@@ -67,6 +68,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         prompt_spec: Some(spec),
         cwd,
         thinking: cfg.thinking.unwrap_or(Thinking::Medium),
+        models,
         multi_session,
     })
 }
@@ -96,9 +98,11 @@ pub(crate) fn agent_in_cwd(base: &Agent, cwd: PathBuf) -> Agent {
     agent
 }
 
-type ProviderChoice = Result<Arc<dyn Provider>, String>;
-
-fn build_provider(cfg: &Config, agent_dir: &Path) -> Result<ProviderChoice, String> {
+/// The start-up provider and, for a real one, the menu of models a session may switch to.
+fn build_provider(
+    cfg: &Config,
+    agent_dir: &Path,
+) -> Result<(ProviderChoice, Option<Arc<ModelMenu>>), String> {
     let scripted = cfg.provider.as_deref() == Some("scripted")
         || (cfg.provider.is_none() && cfg.script.is_some());
     if scripted {
@@ -106,7 +110,7 @@ fn build_provider(cfg: &Config, agent_dir: &Path) -> Result<ProviderChoice, Stri
             return Err("--provider scripted requires --script FILE".to_owned());
         };
         let provider = ScriptedProvider::load(script)?;
-        return Ok(Ok(Arc::new(provider)));
+        return Ok((Ok(Arc::new(provider)), None));
     }
     let resolved = config::resolve(
         cfg.provider.as_deref(),
@@ -121,11 +125,13 @@ fn build_provider(cfg: &Config, agent_dir: &Path) -> Result<ProviderChoice, Stri
     )?;
     let key_optional = cfg.base_url.is_some()
         || (resolved.selection.provider.custom && resolved.selection.provider.api_key.is_none());
-    Ok(Ok(Arc::new(RemoteProvider::new(
+    let menu = ModelMenu::new(resolved.registry, resolved.credentials.clone());
+    let provider: Arc<dyn Provider> = Arc::new(RemoteProvider::new(
         resolved.selection,
         resolved.credentials,
         key_optional,
-    ))))
+    ));
+    Ok((Ok(provider), Some(Arc::new(menu))))
 }
 
 fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {

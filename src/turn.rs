@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::abort::AbortFlag;
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
 use crate::prompt::PromptSpec;
+use crate::provider::menu::ModelMenu;
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
     Usage,
@@ -48,11 +49,21 @@ pub struct Agent {
     pub(crate) prompt_spec: Option<PromptSpec>,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
+    /// The models a session may switch to (`None`: only its own, e.g. the scripted provider).
+    pub(crate) models: Option<Arc<ModelMenu>>,
     /// Several sessions per connection, each in its own cwd (`--multi-session`).
     pub(crate) multi_session: bool,
 }
 
 impl Agent {
+    /// The start-up model and reasoning level, what a new session begins with.
+    pub(crate) fn turn_model(&self) -> TurnModel {
+        TurnModel {
+            provider: self.provider.clone(),
+            thinking: self.thinking,
+        }
+    }
+
     /// An agent with no usable model and no tools, in the temp dir (unit tests).
     #[cfg(test)]
     pub(crate) fn without_model() -> Agent {
@@ -64,6 +75,7 @@ impl Agent {
             prompt_spec: None,
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
+            models: None,
             multi_session: false,
         }
     }
@@ -81,6 +93,7 @@ impl Agent {
             prompt_spec: None,
             cwd,
             thinking: Thinking::Off,
+            models: None,
             multi_session: false,
         })
     }
@@ -96,8 +109,6 @@ pub(crate) struct AgentCtx {
     pub name: String,
     /// Agent-to-agent messages, delivered before the next model call of a running turn.
     pub inbox: Arc<Inbox>,
-    /// Reasoning effort (a subagent may ask for its own with `rlm(..., thinking=)`).
-    pub thinking: Thinking,
 }
 
 impl AgentCtx {
@@ -107,7 +118,6 @@ impl AgentCtx {
         let tools = agent.tools.build(&agent.kernel_env, None);
         AgentCtx {
             system_prompt: agent.system_prompt.clone(),
-            thinking: agent.thinking,
             agent,
             tools,
             name: "main".to_owned(),
@@ -191,12 +201,22 @@ pub(crate) enum TurnOutcome {
 const PROGRESS_TAIL_BYTES: usize = 8 * 1024;
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The model a turn calls and how hard it reasons: taken when the turn starts, so a model
+/// switch (`session/set_config_option`) applies from the next turn on and the running one keeps
+/// its provider.
+#[derive(Clone)]
+pub(crate) struct TurnModel {
+    pub provider: Result<Arc<dyn Provider>, String>,
+    pub thinking: Thinking,
+}
+
 /// What a session's main-agent turn starts with (the session decides it; the main loop
 /// spawns it).
 pub(crate) struct TurnStart {
     /// Routing key of the worker's messages.
     pub turn: u64,
     pub ctx: Arc<AgentCtx>,
+    pub model: TurnModel,
     pub conversation: Arc<Mutex<Conversation>>,
     pub input: TurnInput,
     /// The worker stops at its checkpoints (and abort hooks fire) once this is set.
@@ -214,6 +234,7 @@ pub(crate) fn spawn_turn(
     let TurnStart {
         turn,
         ctx,
+        model,
         conversation,
         input,
         abort: flag,
@@ -243,7 +264,7 @@ pub(crate) fn spawn_turn(
                     kind: TurnMsgKind::Event(event),
                 });
             };
-            let outcome = run_turn(&ctx, &mut conv, input, &flag, &emit);
+            let outcome = run_turn(&ctx, &model, &mut conv, input, &flag, &emit);
             drop(conv);
             finished(outcome);
         })
@@ -301,6 +322,7 @@ fn take_over<'a>(
 /// `TurnOutcome::Panicked`.
 pub(crate) fn run_turn(
     ctx: &AgentCtx,
+    model: &TurnModel,
     conversation: &mut Conversation,
     input: TurnInput,
     abort: &AbortFlag,
@@ -309,6 +331,7 @@ pub(crate) fn run_turn(
     let mut worker = Worker {
         ctx,
         agent: &ctx.agent,
+        model,
         abort,
         emit,
     };
@@ -327,6 +350,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 struct Worker<'a> {
     ctx: &'a AgentCtx,
     agent: &'a Agent,
+    model: &'a TurnModel,
     abort: &'a AbortFlag,
     emit: &'a dyn Fn(AgentEvent),
 }
@@ -352,7 +376,7 @@ impl Worker<'_> {
                         return outcome;
                     }
                 }
-                if self.agent.provider.is_ok() {
+                if self.model.provider.is_ok() {
                     prompt_at = Some(conv.messages.len());
                     conv.messages.push(Message::User {
                         text: prompt.text,
@@ -366,7 +390,7 @@ impl Worker<'_> {
                 }
             }
         }
-        let provider = match &self.agent.provider {
+        let provider = match &self.model.provider {
             Ok(p) => p.clone(),
             Err(why) => return TurnOutcome::Failed(why.clone()),
         };
@@ -388,7 +412,7 @@ impl Worker<'_> {
                 system: &self.ctx.system_prompt,
                 messages: &conv.messages,
                 tools: &specs,
-                thinking: self.ctx.thinking,
+                thinking: self.model.thinking,
                 agent: &self.ctx.name,
             };
             let emit = self.emit;
@@ -797,6 +821,7 @@ mod tests {
         };
         let start = TurnStart {
             turn: 1,
+            model: ctx.agent.turn_model(),
             ctx,
             conversation: conv.clone(),
             input: TurnInput::Prompt(prompt),

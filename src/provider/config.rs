@@ -183,6 +183,8 @@ fn run_command(cmd: &str, abort: &AbortFlag) -> Result<String, String> {
 pub(crate) struct Resolved {
     pub selection: Selection,
     pub credentials: Arc<Credentials>,
+    /// Every provider the run knows (for the session's model menu).
+    pub registry: Registry,
 }
 
 /// What the command line says about the model beyond its name.
@@ -240,6 +242,7 @@ pub(crate) fn resolve(
     Ok(Resolved {
         selection,
         credentials,
+        registry,
     })
 }
 

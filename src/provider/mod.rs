@@ -7,6 +7,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod config;
 pub(crate) mod http;
+pub(crate) mod menu;
 pub(crate) mod openai;
 pub(crate) mod remote;
 pub(crate) mod scripted;
@@ -220,6 +221,9 @@ impl std::fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
+/// A session's model, or why it has none (each prompt then fails with the text).
+pub(crate) type ProviderChoice = Result<std::sync::Arc<dyn Provider>, String>;
+
 /// A model backend. `stream` blocks the calling (turn) thread until the reply is complete, the
 /// call fails, or `abort` is set, whichever comes first.
 pub(crate) trait Provider: Send + Sync {
@@ -235,6 +239,11 @@ pub(crate) trait Provider: Send + Sync {
     /// refused up front, so the user learns the image did not reach it.
     fn accepts_images(&self) -> bool {
         true
+    }
+
+    /// Whether the model reasons, so a reasoning level is worth offering (ACP `thought_level`).
+    fn reasoning(&self) -> bool {
+        false
     }
 
     fn stream(

@@ -186,6 +186,10 @@ impl Provider for RemoteProvider {
         )
     }
 
+    fn reasoning(&self) -> bool {
+        self.selection.model.reasoning
+    }
+
     fn context_window(&self) -> Option<u64> {
         Some(self.selection.model.context_window)
             .filter(|w| *w > 0)

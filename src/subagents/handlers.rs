@@ -316,11 +316,7 @@ impl Family {
     fn model_info(&self) -> Value {
         let label = self.model_label().unwrap_or_else(|| "none/none".to_owned());
         let (provider, id) = label.split_once('/').unwrap_or(("", label.as_str()));
-        let images = self
-            .agent
-            .provider
-            .as_ref()
-            .is_ok_and(|p| p.accepts_images());
+        let images = self.provider().is_ok_and(|p| p.accepts_images());
         let input = if images {
             json!(["text", "image"])
         } else {

@@ -26,7 +26,7 @@ use crossbeam_channel::Sender;
 
 use crate::abort::AbortFlag;
 use crate::family::{ChildStatus, TokenBucket};
-use crate::provider::Thinking;
+use crate::provider::{ProviderChoice, Thinking};
 use crate::tools::KernelHost;
 use crate::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
 use handlers::NodeHandler;
@@ -66,6 +66,8 @@ pub(crate) const MAIN_NAME: &str = "main";
 pub(crate) struct Family {
     generation: u64,
     agent: Arc<Agent>,
+    /// The session's current model (`session/set_config_option` replaces it).
+    provider: Mutex<ProviderChoice>,
     main_id: String,
     main_inbox: Arc<Inbox>,
     main_busy: AtomicBool,
@@ -127,6 +129,7 @@ impl Family {
         let (root_depth, max_depth) = (agent.kernel_env.root_depth, agent.kernel_env.max_depth);
         Arc::new_cyclic(|me| Family {
             generation,
+            provider: Mutex::new(agent.provider.clone()),
             agent,
             main_id,
             main_inbox: Arc::default(),
@@ -152,7 +155,6 @@ impl Family {
             system_prompt: self.agent.system_prompt.clone(),
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
-            thinking: self.agent.thinking,
         }
     }
 
@@ -251,7 +253,20 @@ impl Family {
     }
 
     fn model_label(&self) -> Option<String> {
-        self.agent.provider.as_ref().ok().map(|p| p.label())
+        self.provider().ok().map(|p| p.label())
+    }
+
+    /// The session's current model.
+    pub(crate) fn provider(&self) -> ProviderChoice {
+        self.provider
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The session switched models: children take the new one from their next run on.
+    pub(crate) fn set_provider(&self, provider: ProviderChoice) {
+        *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = provider;
     }
 
     fn depth_of(&self, state: &State, id: &str) -> u32 {

@@ -11,7 +11,7 @@ use crate::abort::AbortFlag;
 use crate::content::UserPrompt;
 use crate::family::{self, ChildStatus};
 use crate::provider::{Message, Thinking};
-use crate::turn::{run_turn, AgentCtx, TurnInput, TurnOutcome};
+use crate::turn::{run_turn, AgentCtx, TurnInput, TurnModel, TurnOutcome};
 
 impl Family {
     /// `rlm.run`: admits a child and returns its handle at once (never its answer).
@@ -140,7 +140,6 @@ impl Family {
                     system_prompt,
                     name: node.name.clone(),
                     inbox: node.inbox.clone(),
-                    thinking: node.thinking,
                 });
                 node.ctx = Some(ctx.clone());
                 ctx
@@ -151,6 +150,11 @@ impl Family {
         self.notify_child(node);
         let abort = node.abort.clone();
         let conversation = node.conversation.clone();
+        // The session's model now (a switch reaches a child from its next run on).
+        let model = TurnModel {
+            provider: self.provider(),
+            thinking: node.thinking,
+        };
         let family = self.me.clone();
         let child_id = id.to_owned();
         let thread = std::thread::Builder::new()
@@ -160,7 +164,7 @@ impl Family {
                 loop {
                     let (outcome, last_text, tokens) = {
                         let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
-                        let outcome = run_turn(&ctx, &mut conv, input, &abort, &|_| {});
+                        let outcome = run_turn(&ctx, &model, &mut conv, input, &abort, &|_| {});
                         let last_text = conv
                             .messages
                             .iter()

@@ -1,0 +1,83 @@
+//! The models a session may switch to (ACP `configOptions` `model`): every model of every
+//! provider that has credentials, and how to build a provider for one of them.
+
+use std::sync::Arc;
+
+use super::config::{Api, Credentials, Registry, Selection};
+use super::remote::RemoteProvider;
+use super::Provider;
+
+/// One model on the menu.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MenuModel {
+    pub provider: String,
+    pub id: String,
+    pub name: String,
+    pub reasoning: bool,
+}
+
+impl MenuModel {
+    /// `provider/id`, the option's value (and the provider's label).
+    pub(crate) fn value(&self) -> String {
+        format!("{}/{}", self.provider, self.id)
+    }
+}
+
+/// The registry and credentials of the run, kept to build providers for other models.
+#[derive(Debug)]
+pub(crate) struct ModelMenu {
+    registry: Registry,
+    credentials: Arc<Credentials>,
+}
+
+impl ModelMenu {
+    pub(crate) fn new(registry: Registry, credentials: Arc<Credentials>) -> ModelMenu {
+        ModelMenu {
+            registry,
+            credentials,
+        }
+    }
+
+    /// A provider needs no key when it is the user's own (models.json) and names none.
+    fn usable(&self, p: &super::config::ProviderDef) -> bool {
+        Api::parse(&p.api).is_some()
+            && (self.credentials.has_key(p) || (p.custom && p.api_key.is_none()))
+    }
+
+    /// Every model of every provider with credentials, in registry order.
+    pub(crate) fn models(&self) -> Vec<MenuModel> {
+        self.registry
+            .providers
+            .iter()
+            .filter(|p| self.usable(p))
+            .flat_map(|p| {
+                p.models.iter().map(|m| MenuModel {
+                    provider: p.name.clone(),
+                    id: m.id.clone(),
+                    name: m.name.clone(),
+                    reasoning: m.reasoning,
+                })
+            })
+            .collect()
+    }
+
+    /// A provider for `model` (one of `models()`).
+    pub(crate) fn build(&self, model: &MenuModel) -> Option<Arc<dyn Provider>> {
+        let p = self.registry.find(&model.provider)?;
+        let m = p.models.iter().find(|m| m.id == model.id)?;
+        let api = Api::parse(&p.api)?;
+        let key_optional = p.custom && p.api_key.is_none();
+        let selection = Selection {
+            provider: p.clone(),
+            model: m.clone(),
+            api,
+            assumed_defaults: false,
+        };
+        log::info!("Model switched to {}", model.value());
+        Some(Arc::new(RemoteProvider::new(
+            selection,
+            self.credentials.clone(),
+            key_optional,
+        )))
+    }
+}
