@@ -2,6 +2,7 @@
 
 mod support;
 
+mod config_options;
 mod demo;
 mod faults;
 mod fuzz;
