@@ -2,7 +2,8 @@
 //! `target/bench.json`. No assertions: figures are for people, budgets are in the README.
 //!
 //! Every figure reports median, p99, min/max and the run count. `BENCH_QUICK=1` runs fewer
-//! and smaller samples (a smoke run, not figures to quote).
+//! and smaller samples (a smoke run, not figures to quote). `BENCH_MULTI=1` adds
+//! `--multi-session` to every agent the benchmark spawns (the `sessions` section always has it).
 
 // This program exists to print a report on stdout.
 #![allow(clippy::print_stdout)]
@@ -39,7 +40,8 @@ impl Proc {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .env_remove("RUST_LOG");
+            .env_remove("RUST_LOG")
+            .env_remove("PRIME_AGENT_MULTI_SESSION");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -87,11 +89,21 @@ impl Proc {
     }
 
     fn prompt(&mut self, id: u64, sid: &str) {
+        self.prompt_text(id, sid, "go");
+    }
+
+    fn prompt_text(&mut self, id: u64, sid: &str, text: &str) {
         self.request(
             id,
             "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type":"text","text":"go"}]}),
+            json!({"sessionId": sid, "prompt": [{"type":"text","text":text}]}),
         );
+    }
+
+    /// Reads and parses the next frame.
+    fn frame(&mut self, waiting_for: &str) -> Value {
+        self.next_line(waiting_for);
+        serde_json::from_str(&self.line).unwrap_or_else(|e| panic!("{e}: {}", self.line))
     }
 
     fn cancel(&mut self, sid: &str) {
@@ -251,6 +263,8 @@ struct Bench {
     bin: PathBuf,
     work: PathBuf,
     quick: bool,
+    /// `BENCH_MULTI=1`: every agent runs with `--multi-session`.
+    multi: bool,
     report: Report,
 }
 
@@ -272,8 +286,13 @@ fn main() {
         bin,
         work,
         quick: std::env::var_os("BENCH_QUICK").is_some(),
+        multi: std::env::var("BENCH_MULTI").is_ok_and(|v| v.trim() == "1"),
         report: Report::default(),
     };
+    if b.multi {
+        b.report
+            .note("BENCH_MULTI=1: every agent spawned with --multi-session".into());
+    }
 
     // `BENCH_ONLY=stream,cancel` runs only the named sections.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
@@ -297,6 +316,9 @@ fn main() {
     }
     if on("cancel") {
         b.cancels();
+    }
+    if on("sessions") {
+        b.sessions();
     }
 
     for (name, path) in [
@@ -325,6 +347,16 @@ fn main() {
 }
 
 impl Bench {
+    /// Spawns an agent binary, with `--multi-session` first when `BENCH_MULTI=1`.
+    fn agent(&self, bin: &Path, args: &[&str], env: &[(&str, String)]) -> Proc {
+        let mut all: Vec<&str> = Vec::with_capacity(args.len() + 1);
+        if self.multi {
+            all.push("--multi-session");
+        }
+        all.extend_from_slice(args);
+        Proc::spawn_env(bin, &all, &self.work, env)
+    }
+
     fn runs(&self, full: usize, quick: usize) -> usize {
         if self.quick {
             quick
@@ -350,7 +382,7 @@ impl Bench {
         let (mut init, mut new, mut exit, mut hwm) = (vec![], vec![], vec![], vec![]);
         for _ in 0..runs {
             let t0 = Instant::now();
-            let mut p = Proc::spawn(bin, &args, &self.work);
+            let mut p = self.agent(bin, &args, &[]);
             p.request(1, "initialize", json!({"protocolVersion":1}));
             p.response(1);
             init.push(ms(t0.elapsed()));
@@ -400,10 +432,10 @@ impl Bench {
         let lines: Vec<Value> = replies.iter().map(|t| json!({ "text": t })).collect();
         let script = write_script(&self.work, "turns.jsonl", &lines);
         let script_s = script.display().to_string();
-        let mut p = Proc::spawn(
+        let mut p = self.agent(
             &self.bin,
             &["--provider", "scripted", "--script", &script_s],
-            &self.work,
+            &[],
         );
         let sid = p.handshake(&self.work);
         let before = p.hwm_mib();
@@ -464,10 +496,10 @@ impl Bench {
             ],
         );
         let script_s = script.display().to_string();
-        let mut p = Proc::spawn(
+        let mut p = self.agent(
             &self.bin,
             &["--provider", "scripted", "--script", &script_s],
-            &self.work,
+            &[],
         );
         let sid = p.handshake(&self.work);
         let t = Instant::now();
@@ -496,10 +528,10 @@ impl Bench {
         let script_s = script.display().to_string();
         let mut rates = vec![];
         for _ in 0..self.runs(5, 1) {
-            let mut p = Proc::spawn(
+            let mut p = self.agent(
                 &self.bin,
                 &["--provider", "scripted", "--script", &script_s],
-                &self.work,
+                &[],
             );
             let sid = p.handshake(&self.work);
             let t = Instant::now();
@@ -522,7 +554,7 @@ impl Bench {
             "baseUrl": server.url(), "api": "openai-completions", "apiKey": "bench-key",
             "models": [{"id": "bench-model", "reasoning": false, "input": ["text"]}]}}});
         std::fs::write(dir.join("models.json"), models.to_string()).unwrap();
-        let mut p = Proc::spawn_env(
+        let mut p = self.agent(
             &self.bin,
             &[
                 "--provider",
@@ -531,7 +563,6 @@ impl Bench {
                 "bench-model",
                 "--no-context-files",
             ],
-            &self.work,
             &[
                 ("PRIME_AGENT_CODING_AGENT_DIR", dir.display().to_string()),
                 ("HOME", dir.display().to_string()),
@@ -695,10 +726,10 @@ impl Bench {
     ) -> Vec<f64> {
         let script = write_script(&self.work, name, lines);
         let script_s = script.display().to_string();
-        let mut p = Proc::spawn(
+        let mut p = self.agent(
             &self.bin,
             &["--provider", "scripted", "--script", &script_s],
-            &self.work,
+            &[],
         );
         let sid = p.handshake(&self.work);
         let mut lat = vec![];
@@ -718,4 +749,203 @@ impl Bench {
         p.finish();
         lat
     }
+
+    /// `--multi-session`: 10 sessions in 10 directories on one connection. Peak RSS after the
+    /// 10 `session/new`s and with 10 turns running at once, then each turn cancelled in turn,
+    /// checking that the other sessions' turns are still running. Two kinds of turn: a user
+    /// shell command (`!!sleep 30`, no model) and a scripted model call waiting for its cancel.
+    fn sessions(&mut self) {
+        let n = 10;
+        let rounds = self.runs(10, 1);
+        let dirs: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                let d = self.work.join(format!("session-{i}"));
+                std::fs::create_dir_all(&d).unwrap();
+                d.canonicalize().unwrap()
+            })
+            .collect();
+        let lines: Vec<Value> = (0..n)
+            .map(|_| json!({"steps":[{"text":"go"},{"wait_for_cancel":true}]}))
+            .collect();
+        let script = write_script(&self.work, "sessions.jsonl", &lines);
+        let script_s = script.display().to_string();
+        let args = [
+            "--multi-session",
+            "--provider",
+            "scripted",
+            "--script",
+            &script_s,
+        ];
+        let (mut idle, mut running, mut bash_lat, mut model_lat) = (vec![], vec![], vec![], vec![]);
+        for round in 0..rounds {
+            // The cancel order rotates, so every session is cancelled first, last and between.
+            let order: Vec<usize> = (0..n).map(|k| (k + round) % n).collect();
+            let mut p = Proc::spawn_env(&self.bin, &args, &self.work, &[]);
+            let sids = open_sessions(&mut p, &dirs);
+            idle.push(p.hwm_mib());
+            start_turns(&mut p, &sids, "!!sleep 30", "tool_call");
+            // Let every `sleep` start (the update is sent before the process is spawned).
+            std::thread::sleep(Duration::from_millis(50));
+            running.push(p.hwm_mib());
+            let pid = p.child.id();
+            bash_lat.extend(cancel_each(&mut p, &sids, &order, &mut |left, gone| {
+                check_sleeps(pid, &dirs, left, gone)
+            }));
+            p.finish();
+
+            let mut p = Proc::spawn_env(&self.bin, &args, &self.work, &[]);
+            let sids = open_sessions(&mut p, &dirs);
+            start_turns(&mut p, &sids, "go", "agent_message_chunk");
+            model_lat.extend(cancel_each(&mut p, &sids, &order, &mut |_, _| {}));
+            p.finish();
+        }
+        let r = &mut self.report;
+        r.add(
+            "10 sessions: peak RSS (VmHWM) after 10 × session/new",
+            "MiB",
+            idle,
+        );
+        r.add(
+            "10 sessions: peak RSS with 10 turns running",
+            "MiB",
+            running,
+        );
+        r.add(
+            "10 sessions: cancel latency (one of 10 running `sleep 30`)",
+            "ms",
+            bash_lat,
+        );
+        r.add(
+            "10 sessions: cancel latency (one of 10 waiting on the model)",
+            "ms",
+            model_lat,
+        );
+    }
+}
+
+/// `initialize`, then one `session/new` per directory; returns the session ids.
+fn open_sessions(p: &mut Proc, dirs: &[PathBuf]) -> Vec<String> {
+    p.request(1, "initialize", json!({"protocolVersion":1}));
+    p.response(1);
+    let mut sids = vec![];
+    for (i, d) in dirs.iter().enumerate() {
+        let id = 2 + i as u64;
+        p.request(
+            id,
+            "session/new",
+            json!({"cwd": d.display().to_string(), "mcpServers": []}),
+        );
+        p.response(id);
+        let v: Value = serde_json::from_str(&p.line).unwrap();
+        let sid = v["result"]["sessionId"].as_str();
+        sids.push(sid.unwrap_or_else(|| panic!("{}", p.line)).to_owned());
+    }
+    sids
+}
+
+/// Sends one prompt per session (ids 100 + i) back to back, then reads until every session
+/// has sent a `ready` update. No prompt may end meanwhile.
+fn start_turns(p: &mut Proc, sids: &[String], text: &str, ready: &str) {
+    for (i, sid) in sids.iter().enumerate() {
+        p.prompt_text(100 + i as u64, sid, text);
+    }
+    let mut seen = vec![false; sids.len()];
+    while seen.iter().any(|s| !s) {
+        let v = p.frame(ready);
+        if v.get("method").is_none() {
+            panic!("a response while starting the turns: {}", p.line);
+        }
+        if v["params"]["update"]["sessionUpdate"] == ready {
+            let sid = v["params"]["sessionId"].as_str().unwrap_or_default();
+            if let Some(i) = sids.iter().position(|s| s == sid) {
+                seen[i] = true;
+            }
+        }
+    }
+}
+
+/// Cancels each session's turn in `order`, timing `session/cancel` written → its `cancelled`
+/// response read. Another prompt's response meanwhile fails the benchmark; `check(left, gone)`
+/// runs after each (untimed) with the sessions still running and the one just cancelled.
+fn cancel_each(
+    p: &mut Proc,
+    sids: &[String],
+    order: &[usize],
+    check: &mut dyn FnMut(&[usize], usize),
+) -> Vec<f64> {
+    let mut lat = vec![];
+    for (k, &i) in order.iter().enumerate() {
+        let id = 100 + i as u64;
+        let t = Instant::now();
+        p.cancel(&sids[i]);
+        loop {
+            let v = p.frame("a cancelled response");
+            if v.get("method").is_some() {
+                continue;
+            }
+            assert_eq!(v["id"], id, "another session's turn ended: {}", p.line);
+            break;
+        }
+        lat.push(ms(t.elapsed()));
+        assert!(p.line.contains("cancelled"), "{}", p.line);
+        check(&order[k + 1..], i);
+    }
+    lat
+}
+
+/// The sessions in `left` each still have their `sleep` running in their own directory, and
+/// `gone`'s is gone (within a second: the kill is asynchronous).
+fn check_sleeps(agent: u32, dirs: &[PathBuf], left: &[usize], gone: usize) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let cwds = sleep_cwds(agent);
+        for &i in left {
+            assert!(
+                cwds.contains(&dirs[i]),
+                "session {i}'s `sleep` is not running after cancelling session {gone}: {cwds:?}"
+            );
+        }
+        if !cwds.contains(&dirs[gone]) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "session {gone}'s `sleep` outlived its cancel"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The working directories of the live `sleep` processes descended from `root`.
+fn sleep_cwds(root: u32) -> Vec<PathBuf> {
+    // (pid, ppid, comm, state) of every process.
+    let mut procs = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = stat[open + 1..close].to_owned();
+        let mut rest = stat[close + 1..].split_whitespace();
+        let state = rest.next().unwrap_or_default().to_owned();
+        let ppid: u32 = rest.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        procs.push((pid, ppid, comm, state));
+    }
+    let mut family = vec![root];
+    let mut k = 0;
+    while k < family.len() {
+        let parent = family[k];
+        family.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+        k += 1;
+    }
+    procs
+        .iter()
+        .filter(|p| p.2 == "sleep" && p.3 != "Z" && family.contains(&p.0))
+        .filter_map(|p| std::fs::read_link(format!("/proc/{}/cwd", p.0)).ok())
+        .collect()
 }
