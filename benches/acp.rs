@@ -1,5 +1,7 @@
 //! `make bench`: drives the release binary over stdio and prints a table plus
-//! `target/bench.json`. No assertions: figures are for people, budgets are in the README.
+//! `target/bench.json`. No budget is asserted (figures are for people, budgets are in the README);
+//! the asserts there are correctness checks that keep a figure honest (one update per delta,
+//! the other sessions still running while one is cancelled).
 //!
 //! Every figure reports median, p99, min/max and the run count. `BENCH_QUICK=1` runs fewer
 //! and smaller samples (a smoke run, not figures to quote). `BENCH_MULTI=1` adds
