@@ -5,7 +5,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 BIN := target/release/prime-agent
 STATIC_BIN := target/$(MUSL_TARGET)/release/prime-agent
 
-.PHONY: build release test static-smoke static-setup image demo static lint fmt fixtures bench fuzz reliability ci clean
+.PHONY: build release test test-deps static-smoke static-setup image demo static lint fmt fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -13,10 +13,12 @@ build:
 release:
 	$(CARGO) build --release
 
-## Unit tests (pure mappings) and integration tests (the real binary over stdio), then a smoke
+## Installs the pinned test components (scripts/test-deps.sh; a no-op once present), runs unit
+## tests (pure mappings) and integration tests (the real binary over stdio), then a smoke
 ## test of the static binary when the musl toolchain is installed (.ci/run installs it).
 test:
 	@mkdir -p target; rm -f target/static-smoke.log
+	@bash scripts/test-deps.sh || echo "test-deps: incomplete; the tests that need the missing parts print 'skipped:'"
 	set -o pipefail; $(CARGO) test 2>&1 | tee target/test.log
 	@if command -v musl-gcc >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -q $(MUSL_TARGET); then \
 		$(MAKE) --no-print-directory static-smoke; \
@@ -44,6 +46,11 @@ static:
 	CC_x86_64_unknown_linux_musl=musl-gcc $(CARGO) build --release --target $(MUSL_TARGET)
 	@file $(STATIC_BIN) 2>/dev/null || true
 	@ls -l $(STATIC_BIN) | awk '{printf "static binary: %s bytes (%.2f MiB)\n", $$5, $$5/1048576}'
+
+## Installs the real MCP servers and ACP clients the integration tests drive (pinned, into
+## the ignored `.deps/`; see scripts/test-deps.sh). Tests needing one skip, saying so, without it.
+test-deps:
+	bash scripts/test-deps.sh
 
 ## Installs what `make static` needs (the musl target and musl-gcc; apt-get needs root).
 static-setup:

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // Each test module uses a different subset of the helpers.
 
+pub mod deps;
 pub mod llm_server;
 pub mod model;
 pub mod procs;
