@@ -19,6 +19,7 @@ pub(crate) const SESSION_UPDATE: &str = "session/update";
 pub(crate) const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
 /// Legacy (never stabilised) model switch, still sent by older clients.
 pub(crate) const SESSION_SET_MODEL: &str = "session/set_model";
+pub(crate) const SESSION_SET_MODE: &str = "session/set_mode";
 pub(crate) const CANCEL_REQUEST: &str = "$/cancel_request";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +72,13 @@ pub(crate) fn parse_initialize(params: &Value) -> Result<(), RpcError> {
 /// `sessionId` of `session/prompt`, `session/cancel` and `session/close`.
 pub(crate) fn parse_session_id(params: &Value, method: &str) -> Result<String, RpcError> {
     Ok(required_str(params_object(params, method)?, "sessionId")?.to_owned())
+}
+
+/// `session/set_mode {sessionId, modeId}`: session id, mode id.
+pub(crate) fn parse_set_mode(params: &Value) -> Result<(String, String), RpcError> {
+    let obj = params_object(params, SESSION_SET_MODE)?;
+    let session_id = required_str(obj, "sessionId")?.to_owned();
+    Ok((session_id, required_str(obj, "modeId")?.to_owned()))
 }
 
 /// `session/set_config_option {sessionId, configId, value}` (a select's value id) and legacy

@@ -26,6 +26,8 @@ Options:
   --system-prompt <text>             Replace the built-in system prompt
   --append-system-prompt <text>      Append text to the system prompt (repeatable)
   -nc, --no-context-files            Do not load AGENTS.md / CLAUDE.md files
+  --permission-mode <mode>           full-access (default), ask (approve writes, edits,
+                                     commands and MCP calls in the client), read-only
   --multi-session                    Host several sessions on one connection, each in the cwd
                                      its session/new names (PRIME_AGENT_MULTI_SESSION=1)
   --no-session                       Keep the conversation in memory only (always true today)
@@ -57,6 +59,8 @@ pub struct Config {
     pub no_context_files: bool,
     /// Several sessions per connection (`--multi-session`, `PRIME_AGENT_MULTI_SESSION=1`).
     pub multi_session: bool,
+    /// `--permission-mode`: the id of a valid mode (`full-access`, `ask`, `read-only`).
+    pub permission_mode: Option<String>,
     pub no_session: bool,
     pub offline: bool,
     pub daemon_socket: Option<PathBuf>,
@@ -134,6 +138,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "--script" => cfg.script = Some(PathBuf::from(value("--script")?)),
             "--multi-session" => cfg.multi_session = true,
+            "--permission-mode" => {
+                let mode = value("--permission-mode")?;
+                if crate::permissions::Mode::parse(&mode).is_none() {
+                    return Err(crate::permissions::unknown_mode(&mode));
+                }
+                cfg.permission_mode = Some(mode);
+            }
             "--cwd" => cfg.cwd = Some(PathBuf::from(value("--cwd")?)),
             "-t" | "--tools" => {
                 let list = value("--tools")?;

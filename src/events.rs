@@ -214,24 +214,18 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             name,
             args,
             locations,
-        } => {
-            let raw_input = match (name.as_str(), args.get("code")) {
-                ("ipython", Some(Value::String(code))) => json!({ "code": code }),
-                _ => args.clone(),
-            };
-            let mut update = json!({
-                "sessionUpdate": "tool_call",
-                "toolCallId": id,
-                "title": tool_title(name, args),
-                "kind": tool_kind(name),
-                "status": "in_progress",
-                "rawInput": raw_input,
-            });
-            if !locations.is_empty() {
-                update["locations"] = locations.iter().map(|p| json!({ "path": p })).collect();
-            }
-            vec![update]
-        }
+        } => vec![tool_call(id, name, args, locations, "in_progress")],
+        AgentEvent::ToolAwaitingApproval {
+            id,
+            name,
+            args,
+            locations,
+        } => vec![tool_call(id, name, args, locations, "pending")],
+        AgentEvent::ToolApproved { id } => vec![json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": id,
+            "status": "in_progress",
+        })],
         AgentEvent::ToolProgress { id, output } => vec![json!({
             "sessionUpdate": "tool_call_update",
             "toolCallId": id,
@@ -384,6 +378,25 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             vec![info_update(json!({ "notice": n }))]
         }
     }
+}
+
+fn tool_call(id: &str, name: &str, args: &Value, locations: &[String], status: &str) -> Value {
+    let raw_input = match (name, args.get("code")) {
+        ("ipython", Some(Value::String(code))) => json!({ "code": code }),
+        _ => args.clone(),
+    };
+    let mut update = json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": id,
+        "title": tool_title(name, args),
+        "kind": tool_kind(name),
+        "status": status,
+        "rawInput": raw_input,
+    });
+    if !locations.is_empty() {
+        update["locations"] = locations.iter().map(|p| json!({ "path": p })).collect();
+    }
+    update
 }
 
 fn tool_end(id: &str, name: &str, result: &ToolResultView) -> Value {

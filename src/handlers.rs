@@ -7,14 +7,15 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::acp;
+use crate::client_host::{ClientCaps, ClientHost};
 use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
 use crate::meta;
+use crate::permissions::{self, Mode};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
 use crate::subagents::Family;
-use crate::turn::{Agent, TurnModel};
 
 pub(crate) const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
@@ -22,9 +23,11 @@ pub(crate) const ONE_SESSION: &str =
 impl MainLoop {
     pub(crate) fn on_request(&mut self, id: RequestId, method: &str, params: Value) {
         let result = match method {
-            acp::INITIALIZE => {
-                acp::parse_initialize(&params).map(|()| meta::initialize_result(&self.version))
-            }
+            acp::INITIALIZE => acp::parse_initialize(&params).map(|()| {
+                // What the client serves decides whether tools use its files (`client_host`).
+                self.client_caps = ClientCaps::from_initialize(&params);
+                meta::initialize_result(&self.version)
+            }),
             acp::SESSION_NEW => self.session_new(&params),
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
@@ -35,9 +38,22 @@ impl MainLoop {
                 Ok(()) => return,
                 Err(e) => Err(e),
             },
-            acp::SESSION_SET_CONFIG_OPTION => self.set_config_option(&params, method),
+            acp::SESSION_SET_CONFIG_OPTION => {
+                match self.set_config_option(id.clone(), &params, method) {
+                    // The session answered (a mode switch, with its update after the answer).
+                    Ok(None) => return,
+                    Ok(Some(v)) => Ok(v),
+                    Err(e) => Err(e),
+                }
+            }
+            acp::SESSION_SET_MODE => match self.set_mode(id.clone(), &params) {
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
             // Legacy: the same switch, answered `{}` (its unstable response had no fields).
-            acp::SESSION_SET_MODEL => self.set_config_option(&params, method).map(|_| json!({})),
+            acp::SESSION_SET_MODEL => self
+                .set_config_option(id.clone(), &params, method)
+                .map(|_| json!({})),
             acp::SESSION_CANCEL => {
                 // A notification sent as a request: honour it and answer, so nothing hangs.
                 self.session_cancel(&params);
@@ -70,13 +86,21 @@ impl MainLoop {
         }
         // With several sessions each runs where its client says; alone, the process cwd is
         // the session's and a different request is reported (as upstream).
-        let agent = if multi {
-            Arc::new(setup::agent_in_cwd(&self.agent, session_cwd(&p.cwd)?))
+        let mut agent = if multi {
+            setup::agent_in_cwd(&self.agent, session_cwd(&p.cwd)?)
         } else {
-            self.agent.clone()
+            (*self.agent).clone()
         };
-        let options = config_options_of(&agent, &agent.turn_model());
         let id = uuid::Uuid::new_v4().to_string();
+        // The session's tools reach its client (approvals, files) through this.
+        let client = Arc::new(ClientHost::new(
+            id.clone(),
+            Some(self.client_link()),
+            self.client_caps,
+            agent.permission_mode,
+        ));
+        agent.host = client.clone();
+        let agent = Arc::new(agent);
         self.next_generation += 1;
         let family = Family::new(
             self.next_generation,
@@ -94,13 +118,16 @@ impl MainLoop {
             self.next_generation,
             ctx,
             workers,
+            client,
             p.mcp_servers,
             self.timing,
         ));
-        let mut result = json!({ "sessionId": id });
-        if let Some(options) = options {
-            result["configOptions"] = options;
-        }
+        let session = self.sessions.last().expect("just pushed");
+        let mut result = json!({
+            "sessionId": id,
+            "modes": session.modes(),
+            "configOptions": session.config_options(),
+        });
         if !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =
@@ -131,11 +158,22 @@ impl MainLoop {
     /// `session/set_config_option` (and legacy `session/set_model`): validates the choice,
     /// switches the session's model or reasoning level from its next turn on, and answers
     /// with the complete option list.
-    fn set_config_option(&mut self, params: &Value, method: &str) -> Result<Value, RpcError> {
+    /// `Ok(None)`: the session answered itself.
+    fn set_config_option(
+        &mut self,
+        request: RequestId,
+        params: &Value,
+        method: &str,
+    ) -> Result<Option<Value>, RpcError> {
         let (session_id, config_id, value) = acp::parse_set_config_option(params, method)?;
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };
+        if config_id == permissions::MODE && method != acp::SESSION_SET_MODEL {
+            let mode = value_mode(&config_id, &value)?;
+            self.with_session_at(i, |s, _, out| s.set_mode(request, mode, true, out));
+            return Ok(None);
+        }
         let mut model = self.sessions[i].model().clone();
         let Ok(provider) = &model.provider else {
             return Err(RpcError::invalid_params(config_options::unknown_option(
@@ -165,9 +203,21 @@ impl MainLoop {
             }
             Choice::Thinking(t) => model.thinking = t,
         }
-        let options = config_options_of(&self.agent, &model).unwrap_or_else(|| json!([]));
         self.sessions[i].set_model(model);
-        Ok(json!({ "configOptions": options }))
+        Ok(Some(
+            json!({ "configOptions": self.sessions[i].config_options() }),
+        ))
+    }
+
+    /// `session/set_mode {sessionId, modeId}`: answered `{}` by the session.
+    fn set_mode(&mut self, request: RequestId, params: &Value) -> Result<(), RpcError> {
+        let (session_id, mode_id) = acp::parse_set_mode(params)?;
+        let Some(i) = self.session_index(&session_id) else {
+            return Err(unknown_session(&session_id));
+        };
+        let mode = value_mode("modeId", &Value::String(mode_id))?;
+        self.with_session_at(i, |s, _, out| s.set_mode(request, mode, false, out));
+        Ok(())
     }
 
     fn session_cancel(&mut self, params: &Value) {
@@ -190,16 +240,15 @@ impl MainLoop {
     }
 }
 
-/// The `configOptions` of a session on `model` (`None` without a model).
-fn config_options_of(agent: &Agent, model: &TurnModel) -> Option<Value> {
-    let provider = model.provider.as_ref().ok()?;
-    let menu = agent
-        .models
-        .as_ref()
-        .map(|m| m.models())
-        .unwrap_or_default();
-    let current = config_options::current_model(&provider.label(), provider.reasoning(), &menu);
-    Some(config_options::options(&menu, &current, model.thinking))
+/// The permission mode a `set_mode` / `set_config_option` value names (`-32602` otherwise).
+fn value_mode(config_id: &str, value: &Value) -> Result<Mode, RpcError> {
+    match value {
+        Value::String(id) => Mode::parse(id)
+            .ok_or_else(|| RpcError::invalid_params(permissions::mode_not_available(id))),
+        other => Err(RpcError::invalid_params(format!(
+            "Invalid value for ACP config option {config_id}: {other}"
+        ))),
+    }
 }
 
 /// A `--multi-session` session's cwd: an absolute path to an existing directory.

@@ -12,6 +12,8 @@
 mod abort;
 mod acp;
 mod cli;
+mod client_host;
+mod client_requests;
 mod config_options;
 mod content;
 mod events;
@@ -21,6 +23,7 @@ mod kernel;
 mod lines;
 mod main_loop;
 mod meta;
+mod permissions;
 mod prompt;
 mod provider;
 mod rpc;

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use serde_json::Value;
 
+use crate::client_host::ClientCaps;
+use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
@@ -40,6 +42,8 @@ enum Event {
     Turn(TurnMsg),
     Family(FamilyMsg),
     Signal,
+    /// A worker asks the client something (or gives up asking), see `client_requests`.
+    ClientCall(ClientMsg),
     /// A deadline passed: a cancelled turn's grace, or a queued prompt's quiescence wait.
     Timer,
 }
@@ -61,6 +65,12 @@ pub(crate) struct MainLoop {
     pub(crate) family_tx: Sender<FamilyMsg>,
     family_rx: Receiver<FamilyMsg>,
     pub(crate) next_generation: u64,
+    /// Workers' requests to the client come in here; `pending` holds those in flight.
+    client_tx: Sender<ClientMsg>,
+    client_rx: Receiver<ClientMsg>,
+    pending: Pending,
+    /// What the client said it serves in `initialize`.
+    pub(crate) client_caps: ClientCaps,
     pub(crate) version: String,
     /// The action buffer, reused for every event (no allocation on the streaming path).
     actions: Vec<Action>,
@@ -74,6 +84,8 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     // so a worker never waits long, and never on the client.
     let (turn_tx, turn_rx) = bounded(TURN_QUEUE);
     let (family_tx, family_rx) = unbounded();
+    // Unbounded: a worker sends at most one request at a time and waits for it.
+    let (client_tx, client_rx) = unbounded();
     let mut ml = MainLoop {
         out: conn.sender,
         recycled: conn.recycled,
@@ -86,6 +98,10 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         family_tx,
         family_rx,
         next_generation: 0,
+        client_tx,
+        client_rx,
+        pending: Pending::default(),
+        client_caps: ClientCaps::default(),
         version: version.to_owned(),
         actions: Vec::new(),
     };
@@ -107,6 +123,10 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
                 Ok(m) => Event::Family(m),
                 Err(_) => continue, // Unreachable: the loop holds a sender.
             },
+            recv(ml.client_rx) -> msg => match msg {
+                Ok(m) => Event::ClientCall(m),
+                Err(_) => continue, // Unreachable: the loop holds a sender.
+            },
             recv(signals) -> _ => Event::Signal,
             recv(timer) -> _ => Event::Timer,
         };
@@ -115,7 +135,10 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
             Event::Turn(msg) => ml.on_turn(msg),
             Event::Family(msg) => ml.on_family(msg),
             Event::Timer => ml.on_timers(Instant::now()),
+            Event::ClientCall(msg) => ml.on_client_call(msg),
             Event::ClientClosed => {
+                // Nobody will answer: every waiting worker gets `Gone` at once.
+                ml.pending.fail_all();
                 // Stdin is closed but stdout may still be read (a pipe-driven harness): answer
                 // what is in flight, as for a signal.
                 ml.cancel_all_sessions();
@@ -252,7 +275,11 @@ impl MainLoop {
         match msg {
             Incoming::Request { id, method, params } => self.on_request(id, &method, params),
             Incoming::Notification { method, params } => self.on_notification(&method, &params),
-            Incoming::Response { id } => log::debug!("ignoring a response to unknown request {id}"),
+            Incoming::Response { id, result } => {
+                if !self.pending.resolve(&id, result) {
+                    log::debug!("ignoring a response to unknown request {id}");
+                }
+            }
             Incoming::Invalid { id, error } => self.respond(&id, Err(error)),
         }
     }
@@ -273,6 +300,38 @@ impl MainLoop {
             match self.turn_rx.recv_deadline(deadline) {
                 Ok(msg) => self.on_turn(msg),
                 Err(_) => self.on_timers(deadline),
+            }
+        }
+    }
+
+    /// A link for this connection's workers to reach the client through the loop.
+    pub(crate) fn client_link(&self) -> ClientLink {
+        ClientLink::new(self.client_tx.clone())
+    }
+
+    fn on_client_call(&mut self, msg: ClientMsg) {
+        match msg {
+            ClientMsg::Request {
+                id,
+                method,
+                params,
+                reply,
+            } => {
+                // The worker reported the tool call before asking about it: write what the
+                // turns have queued so far first, so the client knows the call it is asked about.
+                for _ in 0..self.turn_rx.len() {
+                    match self.turn_rx.try_recv() {
+                        Ok(m) => self.on_turn(m),
+                        Err(_) => break,
+                    }
+                }
+                let frame = self.pending.register(id, method, params, reply);
+                self.send(&frame);
+            }
+            ClientMsg::Cancel { id } => {
+                if let Some(frame) = self.pending.cancel(id) {
+                    self.send(&frame);
+                }
             }
         }
     }
@@ -299,6 +358,10 @@ impl MainLoop {
         ) {
             while let Ok(news) = self.family_rx.try_recv() {
                 self.on_family(news);
+            }
+            // An aborted wait's `$/cancel_request` goes out before the turn's answer.
+            while let Ok(call) = self.client_rx.try_recv() {
+                self.on_client_call(call);
             }
         }
         // A turn of a closed session, or one already answered, finds no session: dropped.

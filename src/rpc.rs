@@ -39,9 +39,10 @@ pub enum Incoming {
         method: String,
         params: Value,
     },
-    /// A response to a request of ours; we send none today, so these are logged and dropped.
+    /// A response to a request of ours (`client_requests`): its result, or the client's error.
     Response {
         id: RequestId,
+        result: Result<Value, RpcError>,
     },
     /// A frame that must be answered with an error (`id` is null when unknown).
     Invalid {
@@ -184,9 +185,29 @@ pub(crate) fn classify(value: Value) -> Incoming {
             "method must be a string",
         ),
         (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
-            Incoming::Response { id }
+            let result = match obj.remove("error") {
+                Some(error) => Err(response_error(&error)),
+                None => Ok(obj.remove("result").unwrap_or(Value::Null)),
+            };
+            Incoming::Response { id, result }
         }
         (None, id) => invalid(id.unwrap_or_else(RequestId::null), "message has no method"),
+    }
+}
+
+/// The error object of a response from the client, read leniently (a malformed one is still
+/// an error).
+fn response_error(error: &Value) -> RpcError {
+    RpcError {
+        code: error
+            .get("code")
+            .and_then(Value::as_i64)
+            .unwrap_or(INTERNAL_ERROR),
+        message: match error.get("message").and_then(Value::as_str) {
+            Some(m) => m.to_owned(),
+            None => error.to_string(),
+        },
+        data: error.get("data").cloned(),
     }
 }
 
@@ -274,6 +295,30 @@ mod tests {
             Some(Incoming::Invalid { error, .. }) => Some(error.code),
             _ => None,
         }
+    }
+
+    #[test]
+    fn responses_carry_their_result_or_error() {
+        let r = classify_line(br#"{"jsonrpc":"2.0","id":3,"result":{"content":"x"}}"#);
+        assert_eq!(
+            r,
+            Some(Incoming::Response {
+                id: RequestId(json!(3)),
+                result: Ok(json!({"content":"x"}))
+            })
+        );
+        let r = classify_line(
+            br#"{"jsonrpc":"2.0","id":4,"error":{"code":-32800,"message":"cancelled"}}"#,
+        );
+        let Some(Incoming::Response { result: Err(e), .. }) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!((e.code, e.message.as_str()), (-32800, "cancelled"));
+        let r = classify_line(br#"{"jsonrpc":"2.0","id":5,"error":"nope"}"#);
+        let Some(Incoming::Response { result: Err(e), .. }) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!((e.code, e.message.as_str()), (INTERNAL_ERROR, "\"nope\""));
     }
 
     #[test]

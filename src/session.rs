@@ -17,10 +17,13 @@ use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
 use crate::acp::{self, McpServer};
+use crate::client_host::ClientHost;
+use crate::config_options;
 use crate::content::UserPrompt;
 use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
+use crate::permissions::{self, Mode};
 use crate::provider::ProviderChoice;
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
@@ -187,6 +190,9 @@ pub(crate) struct Session {
     /// turn keeps the one it started with).
     model: TurnModel,
     workers: Box<dyn Workers>,
+    /// The session's way to its client: permission mode, remembered answers, client files
+    /// (shared with its agents' tools through their `Agent`).
+    client: Arc<ClientHost>,
     attribution: Attribution,
     active: Option<ActiveTurn>,
     /// A prompt that arrived while unsolicited work ran or the previous turn was settling.
@@ -211,6 +217,7 @@ impl Session {
         generation: u64,
         ctx: Arc<AgentCtx>,
         workers: Box<dyn Workers>,
+        client: Arc<ClientHost>,
         mcp_servers: Vec<McpServer>,
         timing: Timing,
     ) -> Session {
@@ -225,6 +232,7 @@ impl Session {
             model: ctx.agent.turn_model(),
             ctx,
             workers,
+            client,
             attribution: Attribution::default(),
             active: None,
             queued: None,
@@ -250,6 +258,71 @@ impl Session {
     pub(crate) fn set_model(&mut self, model: TurnModel) {
         self.workers.set_provider(model.provider.clone());
         self.model = model;
+    }
+
+    /// The complete `configOptions`: the permission mode, then the model and its reasoning
+    /// level (when the session has a model).
+    pub(crate) fn config_options(&self) -> Value {
+        let mut list = vec![permissions::mode_option(self.client.mode())];
+        if let Ok(provider) = &self.model.provider {
+            let agent = &self.ctx.agent;
+            let menu = agent
+                .models
+                .as_ref()
+                .map(|m| m.models())
+                .unwrap_or_default();
+            let current =
+                config_options::current_model(&provider.label(), provider.reasoning(), &menu);
+            if let Value::Array(more) =
+                config_options::options(&menu, &current, self.model.thinking)
+            {
+                list.extend(more);
+            }
+        }
+        Value::Array(list)
+    }
+
+    /// `modes` of the session responses (legacy modes, kept in step with the `mode` option).
+    pub(crate) fn modes(&self) -> Value {
+        permissions::modes_state(self.client.mode())
+    }
+
+    /// The client switched the permission mode: with `session/set_mode` (answered `{}`; the
+    /// `mode` option changed, so `config_option_update` follows) or with
+    /// `session/set_config_option` (answered with the options; `current_mode_update` follows).
+    /// Either way, clients that track only one of the two stay in step.
+    pub(crate) fn set_mode(
+        &mut self,
+        request: RequestId,
+        mode: Mode,
+        via_config_option: bool,
+        out: &mut Vec<Action>,
+    ) {
+        self.client.set_mode(mode);
+        let update = if via_config_option {
+            let options = self.config_options();
+            out.push(Action::Respond(
+                request,
+                Ok(json!({ "configOptions": options })),
+            ));
+            json!({ "sessionUpdate": "current_mode_update", "currentModeId": mode.id() })
+        } else {
+            out.push(Action::Respond(request, Ok(json!({}))));
+            json!({ "sessionUpdate": "config_option_update", "configOptions": self.config_options() })
+        };
+        let turn = self.active.as_ref().map_or(0, |a| a.prompt_turn_id);
+        self.publish(update, turn, Phase::Event, None, out);
+    }
+
+    /// Switches the model other than through `session/set_config_option` (e.g. a `/model`
+    /// command): as `set_model`, and the client hears of it with `config_option_update`. Every
+    /// such switch goes through here.
+    #[allow(dead_code)] // The `/model` command (issue 11) calls it; its unit test drives it.
+    pub(crate) fn switch_model(&mut self, model: TurnModel, out: &mut Vec<Action>) {
+        self.set_model(model);
+        let update = json!({ "sessionUpdate": "config_option_update", "configOptions": self.config_options() });
+        let turn = self.active.as_ref().map_or(0, |a| a.prompt_turn_id);
+        self.publish(update, turn, Phase::Event, None, out);
     }
 
     /// Routes family news: each session's family has its own generation.
@@ -626,7 +699,8 @@ impl Session {
             TurnMsgKind::Event(event) => {
                 let open = &mut active.open_tool_calls;
                 match &event {
-                    AgentEvent::ToolStart { id, .. } => open.push(id.clone()),
+                    AgentEvent::ToolStart { id, .. }
+                    | AgentEvent::ToolAwaitingApproval { id, .. } => open.push(id.clone()),
                     AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
                     AgentEvent::BashStart { run_id, .. } => {
                         open.push(bash_tool_call_id(run_id.as_deref()))
@@ -772,6 +846,12 @@ mod tests {
                 1,
                 ctx,
                 Box::new(workers.clone()),
+                Arc::new(ClientHost::new(
+                    "sid".to_owned(),
+                    None,
+                    Default::default(),
+                    Mode::FullAccess,
+                )),
                 Vec::new(),
                 Timing::default(),
             );
@@ -937,6 +1017,29 @@ mod tests {
         h.take();
         h.prompt(2, "two");
         assert_eq!(started_levels(&h.out), [Thinking::High]);
+    }
+
+    #[test]
+    fn a_switch_by_other_means_tells_the_client_with_config_option_update() {
+        let mut h = Harness::new();
+        h.prompt(1, "one");
+        h.take();
+        let mut model = h.session.model().clone();
+        model.thinking = Thinking::High;
+        h.session.switch_model(model, &mut h.out);
+        assert_eq!(h.workers.provider_switches.load(Ordering::SeqCst), 1);
+        let Some(Action::Notify(frame)) = h.out.first() else {
+            panic!("no update")
+        };
+        let update = &frame["params"]["update"];
+        assert_eq!(update["configOptions"], h.session.config_options());
+        assert_eq!(update["configOptions"][0]["id"], "mode");
+        // Attributed to the running turn, in its sequence.
+        assert_eq!(h.take(), ["update config_option_update event turn=1 seq=2"]);
+        // set_model (the path of session/set_config_option, whose answer carries the list)
+        // sends nothing.
+        h.session.set_model(h.session.model().clone());
+        assert!(h.take().is_empty());
     }
 
     #[test]

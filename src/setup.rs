@@ -70,6 +70,12 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         thinking: cfg.thinking.unwrap_or(Thinking::Medium),
         models,
         multi_session,
+        permission_mode: cfg
+            .permission_mode
+            .as_deref()
+            .and_then(crate::permissions::Mode::parse)
+            .unwrap_or_default(),
+        host: Arc::new(crate::tools::host::LocalHost),
     })
 }
 

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::abort::AbortFlag;
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
+use crate::permissions::Mode;
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
 use crate::provider::{
@@ -26,6 +27,7 @@ use crate::provider::{
     Usage,
 };
 use crate::stop_reason::StopReason;
+use crate::tools::host::{Approval, CallInfo, LocalHost, ToolHost};
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
 use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolOutput, ToolSet};
@@ -53,6 +55,11 @@ pub struct Agent {
     pub(crate) models: Option<Arc<ModelMenu>>,
     /// Several sessions per connection, each in its own cwd (`--multi-session`).
     pub(crate) multi_session: bool,
+    /// The permission mode a new session starts in (`--permission-mode`).
+    pub(crate) permission_mode: Mode,
+    /// Approvals and client files for this session's tools (`LocalHost` until a session
+    /// gives the agent its `ClientHost`).
+    pub(crate) host: Arc<dyn ToolHost>,
 }
 
 impl Agent {
@@ -77,6 +84,8 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            permission_mode: Mode::FullAccess,
+            host: Arc::new(LocalHost),
         }
     }
 
@@ -95,6 +104,8 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            permission_mode: Mode::FullAccess,
+            host: Arc::new(LocalHost),
         })
     }
 }
@@ -598,19 +609,50 @@ impl Worker<'_> {
         let locations = tool
             .map(|t| t.locations(&call.arguments, &self.agent.cwd))
             .unwrap_or_default();
-        self.emit(AgentEvent::ToolStart {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            args: call.arguments.clone(),
-            locations,
-        });
-        let output = match tool {
-            None => ToolOutput::error(format!(
+        // The session's permission mode decides first; in `ask` the call is shown awaiting
+        // approval while the client is asked.
+        let mut asked = false;
+        let approval = match tool {
+            None => Approval::Allowed,
+            Some(_) => {
+                let info = CallInfo {
+                    id: &call.id,
+                    name: &call.name,
+                    args: &call.arguments,
+                    cwd: &self.agent.cwd,
+                    locations: &locations,
+                };
+                self.agent.host.authorize(&info, self.abort, &mut || {
+                    asked = true;
+                    self.emit(AgentEvent::ToolAwaitingApproval {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        args: call.arguments.clone(),
+                        locations: locations.clone(),
+                    });
+                })
+            }
+        };
+        if !asked {
+            self.emit(AgentEvent::ToolStart {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                args: call.arguments.clone(),
+                locations,
+            });
+        } else if approval == Approval::Allowed {
+            self.emit(AgentEvent::ToolApproved {
+                id: call.id.clone(),
+            });
+        }
+        let output = match (tool, approval) {
+            (_, Approval::Refused(text)) => ToolOutput::error(text),
+            (None, _) => ToolOutput::error(format!(
                 "Tool {} not found. Available tools: {}",
                 call.name,
                 self.ctx.tools.names().join(", ")
             )),
-            Some(tool) => {
+            (Some(tool), Approval::Allowed) => {
                 let mut last_emit: Option<Instant> = None;
                 let id = call.id.clone();
                 let mut progress = |so_far: &str| {
@@ -627,6 +669,7 @@ impl Worker<'_> {
                     cwd: &self.agent.cwd,
                     abort: self.abort,
                     progress: &mut progress,
+                    files: self.agent.host.files(),
                 };
                 tool.run(&call.arguments, &mut ctx)
             }
@@ -676,6 +719,18 @@ pub(crate) enum AgentEvent {
         name: String,
         args: Value,
         locations: Vec<String>,
+    },
+    /// A tool call waiting for the user's approval (`ask` mode): shown `pending`. Either
+    /// `ToolApproved` or a failed `ToolEnd` follows.
+    ToolAwaitingApproval {
+        id: String,
+        name: String,
+        args: Value,
+        locations: Vec<String>,
+    },
+    /// The user approved the call: it runs now.
+    ToolApproved {
+        id: String,
     },
     /// Output so far of a running tool (already tail-capped and throttled by the producer).
     ToolProgress {

@@ -152,7 +152,12 @@ fn bad_config_ids_values_and_sessions_are_refused_with_the_spec_texts() {
     let mut s = spawn_with(&server, "anthropic-messages", "claude-test", &[]);
     new_session(&mut s.agent);
     let cases = [
-        ("mode", json!("x"), "Unknown ACP config option: mode"),
+        (
+            "fast_mode",
+            json!("x"),
+            "Unknown ACP config option: fast_mode",
+        ),
+        ("mode", json!("x"), "Permission mode is not available: x"),
         (
             "model",
             json!("intercept/nope"),
@@ -218,7 +223,9 @@ fn a_scripted_session_offers_its_script_as_the_one_model() {
     let options = new_session(&mut a);
     let model = option(&options, "model").expect("model");
     assert_eq!(model["currentValue"], "scripted/hello.jsonl");
-    assert_eq!(options.as_array().unwrap().len(), 1);
+    // The permission mode, then the model.
+    assert_eq!(options.as_array().unwrap().len(), 2);
+    assert_eq!(options[0]["id"], "mode");
     let r = set(&mut a, "model", json!("scripted/hello.jsonl"));
     assert_eq!(r["result"]["configOptions"], options, "{r}");
     assert!(a.finish().success());

@@ -9,6 +9,7 @@
 
 pub(crate) mod bash;
 pub(crate) mod edit;
+pub(crate) mod host;
 pub(crate) mod process;
 pub(crate) mod read;
 pub(crate) mod truncate;
@@ -29,6 +30,9 @@ pub(crate) struct ToolContext<'a> {
     pub abort: &'a AbortFlag,
     /// Output so far, for `in_progress` updates; the turn throttles and tail-caps it.
     pub progress: &'a mut dyn FnMut(&str),
+    /// The client's files, when it offers them (`read`, `edit`, `write` go through them).
+    #[allow(dead_code)] // The file tools use it from the next commit on.
+    pub files: Option<&'a dyn host::RemoteFiles>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -317,6 +321,7 @@ mod tests {
                 cwd: &cwd,
                 abort: &abort,
                 progress: &mut progress,
+                files: None,
             };
             let _ = tx.send(tool.run(&args, &mut ctx));
         });

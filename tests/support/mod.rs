@@ -383,6 +383,43 @@ impl Agent {
         }
     }
 
+    /// Reads frames until the agent sends a request (agent → client) for `method`; returns it.
+    pub fn client_request(&mut self, method: &str) -> Value {
+        self.wait_for(&format!("a {method} request"), |f| {
+            f["method"] == method && f.get("id").is_some()
+        })
+    }
+
+    /// Answers the agent's request `id` with `result`.
+    pub fn answer(&mut self, id: &Value, result: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+
+    /// Answers the agent's request `id` with a JSON-RPC error.
+    pub fn answer_error(&mut self, id: &Value, code: i64, message: &str) {
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
+        );
+    }
+
+    /// Answers a `session/request_permission` request with `option_id` selected.
+    pub fn select_option(&mut self, request: &Value, option_id: &str) {
+        let id = request["id"].clone();
+        self.answer(
+            &id,
+            json!({"outcome": {"outcome": "selected", "optionId": option_id}}),
+        );
+    }
+
+    /// The agent → client requests seen so far (frames with both `id` and `method`).
+    pub fn client_requests(&self, method: &str) -> Vec<Value> {
+        self.seen
+            .iter()
+            .filter(|f| f["method"] == method && f.get("id").is_some())
+            .cloned()
+            .collect()
+    }
+
     /// Frames arriving within `window` (for "nothing more comes" checks).
     pub fn drain_for(&mut self, window: Duration) -> Vec<Value> {
         let deadline = Instant::now() + window;

@@ -35,6 +35,22 @@ fn response_def(method: &str) -> Option<&'static str> {
 fn notification_def(method: &str) -> Option<&'static str> {
     Some(match method {
         "session/update" => "SessionNotification",
+        "$/cancel_request" => "CancelRequestNotification",
+        _ => return None,
+    })
+}
+
+/// The definition the params of an agent → client request must satisfy.
+fn request_def(method: &str) -> Option<&'static str> {
+    Some(match method {
+        "session/request_permission" => "RequestPermissionRequest",
+        "fs/read_text_file" => "ReadTextFileRequest",
+        "fs/write_text_file" => "WriteTextFileRequest",
+        "terminal/create" => "CreateTerminalRequest",
+        "terminal/output" => "TerminalOutputRequest",
+        "terminal/wait_for_exit" => "WaitForTerminalExitRequest",
+        "terminal/kill" => "KillTerminalRequest",
+        "terminal/release" => "ReleaseTerminalRequest",
         _ => return None,
     })
 }
@@ -104,10 +120,15 @@ pub fn check_frame(frame: &Value, methods: &HashMap<String, String>) -> Result<(
     }
     if let Some(method) = frame.get("method") {
         let method = method.as_str().ok_or("\"method\" must be a string")?;
-        if frame.get("id").is_some() {
-            return Err(format!(
-                "the agent sent a request ({method}) no test expects"
-            ));
+        if let Some(id) = frame.get("id") {
+            // The agent's own requests to the client: ids of its own, params by method.
+            if !(id.is_string() || id.is_i64() || id.is_u64()) {
+                return Err(format!("invalid request id {id}"));
+            }
+            only_keys(frame, &["jsonrpc", "id", "method", "params"])?;
+            let def = request_def(method)
+                .ok_or_else(|| format!("the agent sent a request ({method}) no test expects"))?;
+            return check_def(def, &frame["params"], "the params");
         }
         only_keys(frame, &["jsonrpc", "method", "params"])?;
         let def = notification_def(method)

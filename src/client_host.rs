@@ -1,0 +1,240 @@
+//! A session's tools' way to its client: the permission mode and the answers remembered for
+//! the session (`session/request_permission`), and the client's files (`fs/read_text_file`,
+//! `fs/write_text_file`) when it advertised them.
+//!
+//! `ClientHost` implements the tools' `ToolHost` and `RemoteFiles` traits over a
+//! `ClientLink`, so tools and turns stay free of ACP. Every agent of the session (the main
+//! one and its subagents) shares one, through its `Agent`. The policy itself is pure
+//! (`permissions.rs`); this module asks and remembers.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+
+use crate::abort::AbortFlag;
+use crate::client_requests::{ClientError, ClientLink};
+use crate::events::{tool_kind, tool_title};
+use crate::permissions::{self, Answer, Decision, Mode, Rules};
+use crate::tools::host::{Approval, CallInfo, RemoteFiles, ToolHost};
+
+pub(crate) const REQUEST_PERMISSION: &str = "session/request_permission";
+#[allow(dead_code)] // The file tools use it from the next commit on.
+pub(crate) const FS_READ: &str = "fs/read_text_file";
+#[allow(dead_code)] // The file tools use it from the next commit on.
+pub(crate) const FS_WRITE: &str = "fs/write_text_file";
+
+/// What the client said it serves, in `initialize`'s `clientCapabilities`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ClientCaps {
+    pub read_text_file: bool,
+    pub write_text_file: bool,
+    pub terminal: bool,
+}
+
+impl ClientCaps {
+    /// Read from `initialize` params; anything missing or not `true` is unsupported.
+    pub(crate) fn from_initialize(params: &Value) -> ClientCaps {
+        let caps = &params["clientCapabilities"];
+        ClientCaps {
+            read_text_file: caps["fs"]["readTextFile"] == true,
+            write_text_file: caps["fs"]["writeTextFile"] == true,
+            terminal: caps["terminal"] == true,
+        }
+    }
+}
+
+struct Policy {
+    mode: Mode,
+    rules: Rules,
+}
+
+pub(crate) struct ClientHost {
+    session_id: String,
+    /// `None`: no client to ask (unit tests); `ask` then refuses.
+    link: Option<ClientLink>,
+    caps: ClientCaps,
+    policy: Mutex<Policy>,
+}
+
+impl ClientHost {
+    pub(crate) fn new(
+        session_id: String,
+        link: Option<ClientLink>,
+        caps: ClientCaps,
+        mode: Mode,
+    ) -> ClientHost {
+        ClientHost {
+            session_id,
+            link,
+            caps,
+            policy: Mutex::new(Policy {
+                mode,
+                rules: Rules::default(),
+            }),
+        }
+    }
+
+    fn policy(&self) -> std::sync::MutexGuard<'_, Policy> {
+        // The policy is two small values, consistent after any panic.
+        self.policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn mode(&self) -> Mode {
+        self.policy().mode
+    }
+
+    /// Switches the mode from the next call on (remembered answers stay).
+    pub(crate) fn set_mode(&self, mode: Mode) {
+        self.policy().mode = mode;
+    }
+
+    fn request(
+        &self,
+        method: &'static str,
+        params: Value,
+        abort: &AbortFlag,
+    ) -> Result<Value, ClientError> {
+        match &self.link {
+            Some(link) => link.request(method, params, abort),
+            None => Err(ClientError::Gone),
+        }
+    }
+}
+
+impl ToolHost for ClientHost {
+    fn authorize(
+        &self,
+        call: &CallInfo<'_>,
+        abort: &AbortFlag,
+        asking: &mut dyn FnMut(),
+    ) -> Approval {
+        let guarded = permissions::guard(call.name, call.args, call.cwd);
+        let decision = {
+            let policy = self.policy();
+            permissions::decide(policy.mode, &policy.rules, call.name, guarded.as_ref())
+        };
+        let scope = match decision {
+            Decision::Run => return Approval::Allowed,
+            Decision::Refuse(text) => return Approval::Refused(text),
+            Decision::Ask(scope) => scope,
+        };
+        asking();
+        let mut tool_call = json!({
+            "toolCallId": call.id,
+            "title": tool_title(call.name, call.args),
+            "kind": tool_kind(call.name),
+            "status": "pending",
+            "rawInput": call.args,
+        });
+        if !call.locations.is_empty() {
+            tool_call["locations"] = call
+                .locations
+                .iter()
+                .map(|p| json!({ "path": p }))
+                .collect();
+        }
+        let params = json!({
+            "sessionId": self.session_id,
+            "toolCall": tool_call,
+            "options": permissions::options(&scope),
+        });
+        let answer = match self.request(REQUEST_PERMISSION, params, abort) {
+            Ok(result) => permissions::answer(&result),
+            Err(ClientError::Cancelled) => Answer::Cancelled,
+            Err(e) => {
+                return Approval::Refused(format!(
+                    "{} did not run: the permission request failed ({e}).",
+                    call.name
+                ))
+            }
+        };
+        match permissions::apply(&mut self.policy().rules, call.name, &scope, &answer) {
+            Ok(()) => Approval::Allowed,
+            Err(text) => Approval::Refused(text),
+        }
+    }
+
+    fn files(&self) -> Option<&dyn RemoteFiles> {
+        (self.caps.read_text_file || self.caps.write_text_file).then_some(self as &dyn RemoteFiles)
+    }
+}
+
+impl RemoteFiles for ClientHost {
+    fn can(&self) -> (bool, bool) {
+        (self.caps.read_text_file, self.caps.write_text_file)
+    }
+
+    fn read_text(&self, path: &Path, abort: &AbortFlag) -> Result<String, String> {
+        let params = json!({ "sessionId": self.session_id, "path": path.display().to_string() });
+        let result = self
+            .request(FS_READ, params, abort)
+            .map_err(|e| format!("The client could not read {}: {e}", path.display()))?;
+        match result["content"].as_str() {
+            Some(text) => Ok(text.to_owned()),
+            None => Err(format!(
+                "The client's answer to reading {} has no content",
+                path.display()
+            )),
+        }
+    }
+
+    fn write_text(&self, path: &Path, content: &str, abort: &AbortFlag) -> Result<(), String> {
+        let params = json!({
+            "sessionId": self.session_id,
+            "path": path.display().to_string(),
+            "content": content,
+        });
+        self.request(FS_WRITE, params, abort)
+            .map(|_| ())
+            .map_err(|e| format!("The client could not write {}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_are_read_strictly() {
+        let caps = |v: Value| ClientCaps::from_initialize(&json!({ "clientCapabilities": v }));
+        assert_eq!(caps(json!({})), ClientCaps::default());
+        assert_eq!(
+            caps(json!({"fs": {"readTextFile": true, "writeTextFile": "yes"}, "terminal": true})),
+            ClientCaps {
+                read_text_file: true,
+                write_text_file: false,
+                terminal: true
+            }
+        );
+    }
+
+    #[test]
+    fn without_a_client_ask_mode_refuses_and_read_only_never_asks() {
+        let host = ClientHost::new("s".into(), None, ClientCaps::default(), Mode::Ask);
+        let args = json!({"command": "ls"});
+        let call = CallInfo {
+            id: "c",
+            name: "bash",
+            args: &args,
+            cwd: Path::new("/"),
+            locations: &[],
+        };
+        let mut asked = 0;
+        let approval = host.authorize(&call, &AbortFlag::new(), &mut || asked += 1);
+        assert_eq!(asked, 1);
+        assert!(
+            matches!(approval, Approval::Refused(t) if t.contains("the permission request failed"))
+        );
+        host.set_mode(Mode::ReadOnly);
+        let approval = host.authorize(&call, &AbortFlag::new(), &mut || asked += 1);
+        assert_eq!(asked, 1);
+        assert!(matches!(approval, Approval::Refused(t) if t.contains("read-only")));
+        host.set_mode(Mode::FullAccess);
+        assert_eq!(
+            host.authorize(&call, &AbortFlag::new(), &mut || asked += 1),
+            Approval::Allowed
+        );
+        assert!(host.files().is_none());
+    }
+}

@@ -1,0 +1,66 @@
+//! What tools reach outside the process through, as small traits: the approval of a call
+//! before it runs (`ToolHost::authorize`), and the client's view of files (`RemoteFiles`).
+//!
+//! Tools and turns know nothing of ACP: the session side implements these (`client_host.rs`,
+//! over `session/request_permission` and `fs/*`); `LocalHost` is the default, which lets every
+//! call run and keeps files local, as without a client.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::abort::AbortFlag;
+
+/// A tool call about to run, as the approval sees it.
+pub(crate) struct CallInfo<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub args: &'a Value,
+    pub cwd: &'a Path,
+    /// Absolute paths it touches (ACP `locations`).
+    pub locations: &'a [String],
+}
+
+/// Whether a call may run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Approval {
+    Allowed,
+    /// It must not run; the text is the failed call's result for the model.
+    Refused(String),
+}
+
+pub(crate) trait ToolHost: Send + Sync {
+    /// Decides whether `call` may run, asking the user when the session's mode says so (then
+    /// `asking` is called first, so the turn can show the call as awaiting approval). Blocks
+    /// while asking; `abort` ends the wait at once with a refusal.
+    fn authorize(
+        &self,
+        call: &CallInfo<'_>,
+        abort: &AbortFlag,
+        asking: &mut dyn FnMut(),
+    ) -> Approval;
+
+    /// The client's files, when it offers them (`read`, `edit` and `write` then use them).
+    fn files(&self) -> Option<&dyn RemoteFiles> {
+        None
+    }
+}
+
+/// Files as the client sees them (an editor's unsaved buffers included). Errors are texts for
+/// the failed tool call.
+#[allow(dead_code)] // The file tools use it from the next commit on.
+pub(crate) trait RemoteFiles: Send + Sync {
+    /// Which of reading and writing go through the client: `(read, write)`.
+    fn can(&self) -> (bool, bool);
+    fn read_text(&self, path: &Path, abort: &AbortFlag) -> Result<String, String>;
+    fn write_text(&self, path: &Path, content: &str, abort: &AbortFlag) -> Result<(), String>;
+}
+
+/// No client behind the tools: everything runs, files are local.
+pub(crate) struct LocalHost;
+
+impl ToolHost for LocalHost {
+    fn authorize(&self, _: &CallInfo<'_>, _: &AbortFlag, _: &mut dyn FnMut()) -> Approval {
+        Approval::Allowed
+    }
+}

@@ -1,0 +1,292 @@
+//! Permission modes end to end: `ask` sends `session/request_permission` before writes, edits
+//! and commands and honours each answer (remembered `allow_always`, `reject_once` fed back to
+//! the model, cancel while a request is pending); `read-only` refuses without asking; the
+//! modes and the `mode` config option stay in step. The test plays the client and answers the
+//! agent's requests itself. See: issue 14 item 3, ACP `session/request_permission`.
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn bash(id: &str, command: &str) -> Value {
+    json!({"tool_call": {"id": id, "name": "bash", "arguments": {"command": command}}})
+}
+
+/// An agent on `lines` in `dir` with `--permission-mode mode`, after the handshake.
+fn agent(dir: &TempDir, lines: &[Value], mode: &str) -> Agent {
+    let script = script_file(dir, lines);
+    agent_in(dir, &script, &["--permission-mode", mode])
+}
+
+#[test]
+fn allow_always_covers_the_next_command_with_the_same_first_word() {
+    let dir = TempDir::new("perm-always");
+    let mut a = agent(
+        &dir,
+        &[
+            json!({"steps": [bash("c1", "echo one > one.txt")]}),
+            // A simple command with the same first word: the remembered answer covers it.
+            json!({"steps": [{"expect": ["tool_result bash error=false"]}, bash("c2", "echo two")]}),
+            json!({"steps": [{"expect": ["tool_result bash error=false: two"]}, {"text": "done"}]}),
+        ],
+        "ask",
+    );
+    let sid = a.sid();
+    let prompt = a.prompt("go");
+    let request = a.client_request("session/request_permission");
+    let params = &request["params"];
+    assert_eq!(params["sessionId"], sid.as_str());
+    assert_eq!(params["toolCall"]["toolCallId"], "c1");
+    assert_eq!(params["toolCall"]["kind"], "execute");
+    assert_eq!(params["toolCall"]["title"], "echo one > one.txt");
+    assert_eq!(
+        params["toolCall"]["rawInput"]["command"],
+        "echo one > one.txt"
+    );
+    let kinds: Vec<&str> = params["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["allow_once", "allow_always", "reject_once", "reject_always"]
+    );
+    assert_eq!(params["options"][1]["name"], "Always allow `echo` commands");
+    // The call was shown awaiting approval before the request.
+    let pending = a
+        .updates_of("tool_call")
+        .into_iter()
+        .find(|u| u["toolCallId"] == "c1")
+        .expect("tool_call c1 before its permission request");
+    assert_eq!(pending["status"], "pending");
+    a.select_option(&request, "allow_always");
+    let r = a.response(&prompt);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(a.text(), "done");
+    // Ran, and the second `echo` ran without a request.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("one.txt")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(a.client_requests("session/request_permission").len(), 1);
+    let c1: Vec<Value> = a
+        .updates()
+        .into_iter()
+        .filter(|u| u["toolCallId"] == "c1")
+        .collect();
+    assert_eq!(c1[1]["status"], "in_progress", "{c1:?}");
+    assert_eq!(c1.last().unwrap()["status"], "completed", "{c1:?}");
+    let c2 = a
+        .updates_of("tool_call")
+        .into_iter()
+        .find(|u| u["toolCallId"] == "c2")
+        .unwrap();
+    assert_eq!(c2["status"], "in_progress");
+}
+
+#[test]
+fn a_remembered_allow_does_not_cover_a_compound_command() {
+    let dir = TempDir::new("perm-compound");
+    let mut a = agent(
+        &dir,
+        &[
+            json!({"steps": [bash("c1", "echo a")]}),
+            json!({"steps": [bash("c2", "echo b; touch evil")]}),
+            json!({"steps": [{"expect": ["tool_result bash error=true: bash did not run: the user rejected this call."]}, {"text": "ok"}]}),
+        ],
+        "ask",
+    );
+    let prompt = a.prompt("go");
+    let first = a.client_request("session/request_permission");
+    a.select_option(&first, "allow_always");
+    let second = a.client_request("session/request_permission");
+    assert_eq!(second["params"]["toolCall"]["toolCallId"], "c2");
+    a.select_option(&second, "reject_once");
+    assert_eq!(a.response(&prompt)["result"]["stopReason"], "end_turn");
+    assert!(!dir.path().join("evil").exists());
+}
+
+#[test]
+fn reject_once_reaches_the_model_as_a_failed_tool_call() {
+    let dir = TempDir::new("perm-reject");
+    let mut a = agent(
+        &dir,
+        &[
+            json!({"steps": [{"tool_call": {"id": "w1", "name": "write", "arguments": {"path": "x.txt", "content": "x"}}}]}),
+            json!({"steps": [{"expect": ["tool_result write error=true: write did not run: the user rejected this call. Do not retry it unchanged"]}, {"text": "understood"}]}),
+        ],
+        "ask",
+    );
+    let prompt = a.prompt("write it");
+    let request = a.client_request("session/request_permission");
+    assert_eq!(request["params"]["toolCall"]["kind"], "edit");
+    let path = dir.path().join("x.txt").display().to_string();
+    assert_eq!(
+        request["params"]["toolCall"]["locations"][0]["path"],
+        path.as_str()
+    );
+    assert_eq!(
+        request["params"]["options"][3]["name"],
+        format!("Always reject changes to {path}")
+    );
+    a.select_option(&request, "reject_once");
+    assert_eq!(a.response(&prompt)["result"]["stopReason"], "end_turn");
+    assert!(!dir.path().join("x.txt").exists());
+    let end = a
+        .updates_of("tool_call_update")
+        .into_iter()
+        .rfind(|u| u["toolCallId"] == "w1")
+        .unwrap();
+    assert_eq!(end["status"], "failed");
+    assert_eq!(a.text(), "understood");
+}
+
+#[test]
+fn cancel_during_a_pending_request_sends_cancel_request_and_answers_cancelled() {
+    let dir = TempDir::new("perm-cancel");
+    let mut a = agent(
+        &dir,
+        &[
+            json!({"steps": [bash("c1", "touch never")]}),
+            json!({"text": "next prompt"}),
+        ],
+        "ask",
+    );
+    let prompt = a.prompt("go");
+    let request = a.client_request("session/request_permission");
+    a.cancel();
+    let cancel = a.wait_for("$/cancel_request", |f| f["method"] == "$/cancel_request");
+    assert_eq!(cancel["params"]["requestId"], request["id"]);
+    let r = a.response(&prompt);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    // The $/cancel_request came before the prompt's answer.
+    let at = |pred: &dyn Fn(&Value) -> bool| a.seen.iter().position(pred).unwrap();
+    assert!(at(&|f| f["method"] == "$/cancel_request") < at(&|f| f.get("id") == Some(&prompt)));
+    // The client answers the cancelled request late, as the spec says it must: dropped.
+    let id = request["id"].clone();
+    a.answer_error(&id, -32800, "Request cancelled");
+    assert!(!dir.path().join("never").exists());
+    // The session goes on.
+    assert_eq!(a.prompt_stop("again"), "end_turn");
+    assert_eq!(a.text(), "next prompt");
+}
+
+#[test]
+fn read_only_refuses_writes_and_commands_without_asking() {
+    let dir = TempDir::new("perm-ro");
+    dir.write("notes.txt", "hello\n");
+    let mut a = agent(
+        &dir,
+        &[
+            json!({"steps": [{"tool_call": {"id": "r1", "name": "read", "arguments": {"path": "notes.txt"}}}]}),
+            json!({"steps": [{"expect": ["tool_result read error=false: hello"]}, bash("b1", "touch nope")]}),
+            json!({"steps": [{"expect": ["tool_result bash error=true: bash did not run: the session is in read-only mode"]}, {"text": "read only"}]}),
+        ],
+        "read-only",
+    );
+    assert_eq!(a.prompt_stop("look"), "end_turn");
+    assert!(a.client_requests("session/request_permission").is_empty());
+    assert!(!dir.path().join("nope").exists());
+}
+
+#[test]
+fn modes_and_the_mode_option_stay_in_step() {
+    let dir = TempDir::new("perm-modes");
+    let script = script_file(&dir, &[json!({"text": "hi"})]);
+    let mut a = Agent::spawn(Spawn {
+        cwd: Some(dir.path().to_path_buf()),
+        ..Spawn::scripted(&script, &[])
+    });
+    a.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let cwd = dir.path().display().to_string();
+    let r = a.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let result = &r["result"];
+    let sid = result["sessionId"].as_str().unwrap().to_owned();
+    a.session_id = Some(sid.clone());
+    assert_eq!(result["modes"]["currentModeId"], "full-access");
+    let ids: Vec<&str> = result["modes"]["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["full-access", "ask", "read-only"]);
+    let mode = &result["configOptions"][0];
+    assert_eq!(
+        (&mode["id"], &mode["category"]),
+        (&json!("mode"), &json!("mode"))
+    );
+    assert_eq!(mode["currentValue"], "full-access");
+
+    // session/set_mode: {} and then a config_option_update with the new value.
+    let r = a.call(
+        "session/set_mode",
+        json!({"sessionId": sid, "modeId": "ask"}),
+    );
+    assert_eq!(r["result"], json!({}), "{r}");
+    let u = a.wait_for("config_option_update", |f| {
+        f["params"]["update"]["sessionUpdate"] == "config_option_update"
+    });
+    assert_eq!(
+        u["params"]["update"]["configOptions"][0]["currentValue"],
+        "ask"
+    );
+
+    // The config option: the options, then a current_mode_update.
+    let r = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "mode", "value": "read-only"}),
+    );
+    assert_eq!(
+        r["result"]["configOptions"][0]["currentValue"], "read-only",
+        "{r}"
+    );
+    let u = a.wait_for("current_mode_update", |f| {
+        f["params"]["update"]["sessionUpdate"] == "current_mode_update"
+    });
+    assert_eq!(u["params"]["update"]["currentModeId"], "read-only");
+
+    // Errors.
+    let r = a.call(
+        "session/set_mode",
+        json!({"sessionId": sid, "modeId": "yolo"}),
+    );
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "Permission mode is not available: yolo"
+    );
+    let r = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "mode", "value": 3}),
+    );
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "Invalid value for ACP config option mode: 3"
+    );
+    let r = a.call(
+        "session/set_mode",
+        json!({"sessionId": "nope", "modeId": "ask"}),
+    );
+    assert_eq!(r["error"]["message"], "Unknown ACP session: nope");
+}
+
+#[test]
+fn an_unknown_permission_mode_fails_start_up() {
+    let out = std::process::Command::new(bin())
+        .args(["--permission-mode", "yolo"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("Unknown permission mode \"yolo\". Valid modes: full-access, ask, read-only"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
