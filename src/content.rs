@@ -27,6 +27,15 @@ pub(crate) struct Attachment {
     pub data: Option<String>,
 }
 
+/// One item of the model's todo list (ACP `PlanEntry`: status `pending`, `in_progress` or
+/// `completed`; priority `high`, `medium` or `low`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PlanEntry {
+    pub content: String,
+    pub status: String,
+    pub priority: String,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FileDiff {
     pub path: String,

@@ -47,6 +47,7 @@ pub(crate) fn tool_kind(name: &str) -> &'static str {
         "ipython" | "bash" => "execute",
         "read" => "read",
         "edit" | "write" => "edit",
+        "todo" => "think",
         _ => "other",
     }
 }
@@ -74,6 +75,7 @@ pub(crate) fn tool_title(name: &str, args: &Value) -> String {
         "write" => s("path").map(|p| format!("Write {p}")),
         "edit" => s("path").map(|p| format!("Edit {p}")),
         "ipython" => s("code").and_then(cell_title),
+        "todo" => Some("Update the plan".to_owned()),
         _ => None,
     };
     title.unwrap_or_else(|| name.to_owned())
@@ -221,6 +223,15 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             args,
             locations,
         } => vec![tool_call(id, name, args, locations, "pending")],
+        AgentEvent::Plan(entries) => {
+            let entries: Vec<Value> = entries
+                .iter()
+                .map(
+                    |e| json!({ "content": e.content, "status": e.status, "priority": e.priority }),
+                )
+                .collect();
+            vec![json!({ "sessionUpdate": "plan", "entries": entries })]
+        }
         AgentEvent::ToolApproved { id } => vec![json!({
             "sessionUpdate": "tool_call_update",
             "toolCallId": id,
@@ -920,6 +931,29 @@ mod tests {
             &mut st
         )
         .is_empty());
+    }
+
+    #[test]
+    fn a_todo_list_is_the_whole_plan() {
+        let entry = |content: &str, status: &str| crate::content::PlanEntry {
+            content: content.into(),
+            status: status.into(),
+            priority: "high".into(),
+        };
+        let ev = AgentEvent::Plan(vec![entry("a", "completed"), entry("b", "pending")]);
+        assert_eq!(
+            map(ev),
+            vec![json!({"sessionUpdate": "plan", "entries": [
+                {"content": "a", "status": "completed", "priority": "high"},
+                {"content": "b", "status": "pending", "priority": "high"},
+            ]})]
+        );
+        assert_eq!(
+            map(AgentEvent::Plan(Vec::new())),
+            vec![json!({"sessionUpdate": "plan", "entries": []})]
+        );
+        assert_eq!(tool_kind("todo"), "think");
+        assert_eq!(tool_title("todo", &json!({})), "Update the plan");
     }
 
     #[test]

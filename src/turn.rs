@@ -18,7 +18,7 @@ use crossbeam_channel::Sender;
 use serde_json::Value;
 
 use crate::abort::AbortFlag;
-use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
+use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, PlanEntry, UserPrompt};
 use crate::permissions::Mode;
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
@@ -674,6 +674,10 @@ impl Worker<'_> {
                 tool.run(&call.arguments, &mut ctx)
             }
         };
+        if let Some(entries) = &output.plan {
+            // The whole list every time: the client replaces its plan (ACP `plan`).
+            self.emit(AgentEvent::Plan(entries.clone()));
+        }
         self.emit(AgentEvent::ToolEnd {
             id: call.id.clone(),
             name: call.name.clone(),
@@ -732,6 +736,8 @@ pub(crate) enum AgentEvent {
     ToolApproved {
         id: String,
     },
+    /// The model's todo list changed: the whole list (ACP `plan`).
+    Plan(Vec<PlanEntry>),
     /// Output so far of a running tool (already tail-capped and throttled by the producer).
     ToolProgress {
         id: String,

@@ -290,3 +290,49 @@ fn an_unknown_permission_mode_fails_start_up() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_todo_list_reaches_the_client_as_plan_updates() {
+    // See: issue 14 item 4. Plans need no permission in any mode.
+    let dir = TempDir::new("plan");
+    let todo = |id: &str, items: Value| json!({"tool_call": {"id": id, "name": "todo", "arguments": {"todos": items}}});
+    let mut a = agent(
+        &dir,
+        &[
+            json!({"steps": [todo("p1", json!([
+                {"content": "Read the code", "status": "in_progress", "priority": "high"},
+                {"content": "Fix the bug", "status": "pending"},
+            ]))]}),
+            json!({"steps": [
+                {"expect": ["tool_result todo error=false: Todo list updated: 2 item(s), 0 completed, 1 in progress, 1 pending."]},
+                todo("p2", json!([
+                    {"content": "Read the code", "status": "completed", "priority": "high"},
+                    {"content": "Fix the bug", "status": "in_progress"},
+                ])),
+            ]}),
+            json!({"steps": [{"expect": ["[x] Read the code (high)"]}, {"text": "planned"}]}),
+        ],
+        "read-only",
+    );
+    assert_eq!(a.prompt_stop("plan it"), "end_turn");
+    let plans = a.updates_of("plan");
+    assert_eq!(plans.len(), 2, "{plans:?}");
+    assert_eq!(
+        plans[1]["entries"],
+        json!([
+            {"content": "Read the code", "status": "completed", "priority": "high"},
+            {"content": "Fix the bug", "status": "in_progress", "priority": "medium"},
+        ])
+    );
+    assert_eq!(plans[0]["entries"][0]["status"], "in_progress");
+    let call = a
+        .updates_of("tool_call")
+        .into_iter()
+        .find(|u| u["toolCallId"] == "p1")
+        .unwrap();
+    assert_eq!(
+        (&call["kind"], &call["title"]),
+        (&json!("think"), &json!("Update the plan"))
+    );
+    assert!(a.client_requests("session/request_permission").is_empty());
+}

@@ -346,6 +346,7 @@ fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
             diff_count: diffs.len(),
             attachments,
         }),
+        plan: None,
     }
 }
 

@@ -12,6 +12,7 @@ pub(crate) mod edit;
 pub(crate) mod host;
 pub(crate) mod process;
 pub(crate) mod read;
+pub(crate) mod todo;
 pub(crate) mod truncate;
 pub(crate) mod write;
 
@@ -22,7 +23,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::abort::AbortFlag;
-use crate::content::{FileDiff, Image, IpythonDetails, ToolSpec};
+use crate::content::{FileDiff, Image, IpythonDetails, PlanEntry, ToolSpec};
 
 /// What a tool needs from its turn.
 pub(crate) struct ToolContext<'a> {
@@ -42,6 +43,8 @@ pub(crate) struct ToolOutput {
     pub diff: Option<FileDiff>,
     pub images: Vec<Image>,
     pub ipython: Option<IpythonDetails>,
+    /// The whole todo list after a `todo` call, for the client's plan.
+    pub plan: Option<Vec<PlanEntry>>,
 }
 
 impl ToolOutput {
@@ -213,7 +216,7 @@ pub(crate) fn file_diff(abs: &Path, old: Option<String>, new: &str) -> Option<Fi
 }
 
 /// Names of the built-in tools, in the order they are offered.
-pub(crate) const BUILTIN: &[&str] = &[ipython::NAME, "read", "bash", "edit", "write"];
+pub(crate) const BUILTIN: &[&str] = &[ipython::NAME, "read", "bash", "edit", "write", todo::NAME];
 
 /// Which built-in tools an agent gets.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,6 +281,7 @@ impl ToolChoice {
         all.push(Box::new(bash::Bash));
         all.push(Box::new(edit::Edit));
         all.push(Box::new(write::Write));
+        all.push(Box::new(todo::Todo));
         ToolSet::new(
             all.into_iter()
                 .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
