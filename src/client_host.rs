@@ -19,9 +19,7 @@ use crate::permissions::{self, Answer, Decision, Mode, Rules};
 use crate::tools::host::{Approval, CallInfo, RemoteFiles, ToolHost};
 
 pub(crate) const REQUEST_PERMISSION: &str = "session/request_permission";
-#[allow(dead_code)] // The file tools use it from the next commit on.
 pub(crate) const FS_READ: &str = "fs/read_text_file";
-#[allow(dead_code)] // The file tools use it from the next commit on.
 pub(crate) const FS_WRITE: &str = "fs/write_text_file";
 
 /// What the client said it serves, in `initialize`'s `clientCapabilities`.

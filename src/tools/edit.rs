@@ -85,6 +85,26 @@ impl Tool for Edit {
             Err(e) => return ToolOutput::error(e),
         };
         let abs = resolve_path(ctx.cwd, path);
+        // A client that reads and writes files: the edit applies to what its editor holds and
+        // lands there (so it can show and track it).
+        if let Some(files) = ctx.files.filter(|f| f.can() == (true, true)) {
+            let original = match files.read_text(&abs, ctx.abort) {
+                Ok(text) => text,
+                Err(e) => return ToolOutput::error(format!("Could not edit file: {path}. {e}.")),
+            };
+            let updated = match edit_text(&original, &edits, path) {
+                Ok(t) => t,
+                Err(e) => return ToolOutput::error(e),
+            };
+            if let Err(e) = files.write_text(&abs, &updated, ctx.abort) {
+                return ToolOutput::error(format!("Could not edit file: {path}. {e}."));
+            }
+            return ToolOutput {
+                text: format!("Successfully replaced {} block(s) in {path}.", edits.len()),
+                diff: file_diff(&abs, Some(original), &updated),
+                ..Default::default()
+            };
+        }
         let could_not = |e: &std::io::Error| {
             ToolOutput::error(format!(
                 "Could not edit file: {path}. Error code: {}.",

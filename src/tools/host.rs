@@ -48,7 +48,6 @@ pub(crate) trait ToolHost: Send + Sync {
 
 /// Files as the client sees them (an editor's unsaved buffers included). Errors are texts for
 /// the failed tool call.
-#[allow(dead_code)] // The file tools use it from the next commit on.
 pub(crate) trait RemoteFiles: Send + Sync {
     /// Which of reading and writing go through the client: `(read, write)`.
     fn can(&self) -> (bool, bool);

@@ -32,7 +32,6 @@ pub(crate) struct ToolContext<'a> {
     /// Output so far, for `in_progress` updates; the turn throttles and tail-caps it.
     pub progress: &'a mut dyn FnMut(&str),
     /// The client's files, when it offers them (`read`, `edit`, `write` go through them).
-    #[allow(dead_code)] // The file tools use it from the next commit on.
     pub files: Option<&'a dyn host::RemoteFiles>,
 }
 

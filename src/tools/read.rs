@@ -75,6 +75,22 @@ impl Tool for Read {
             (Err(e), _) | (_, Err(e)) => return ToolOutput::error(e),
         };
         let abs = resolve_path(ctx.cwd, path);
+        // A client that serves files sees unsaved buffers: text comes from it (images, which
+        // `fs/read_text_file` cannot carry, stay local). Its errors are the tool's errors.
+        if let Some(files) = ctx.files.filter(|f| f.can().0) {
+            if image_mime(&abs).is_none() {
+                return match files.read_text(&abs, ctx.abort) {
+                    Ok(text) => {
+                        match read_stream(text.as_bytes(), path, offset, limit, ctx.abort) {
+                            Ok(Ok(out)) => ToolOutput::ok(out),
+                            Ok(Err(e)) => ToolOutput::error(e),
+                            Err(e) => ToolOutput::error(e.to_string()),
+                        }
+                    }
+                    Err(e) => ToolOutput::error(e),
+                };
+            }
+        }
         let io_error = |e: &std::io::Error, op: &str| {
             ToolOutput::error(format!(
                 "{}: {}, {op} '{}'",

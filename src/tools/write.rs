@@ -63,6 +63,24 @@ impl Tool for Write {
                 abs.display()
             ))
         };
+        // A client that writes files: the file lands in its editor (which creates it and its
+        // directories); the old text for the diff comes from it too when it reads.
+        if let Some(files) = ctx.files.filter(|f| f.can().1) {
+            let old = match files.can().0 {
+                // A file the client cannot read is taken as new.
+                true => Some(files.read_text(&abs, ctx.abort).ok()),
+                false => previous_text(&abs).ok().flatten(),
+            };
+            if let Err(e) = files.write_text(&abs, content, ctx.abort) {
+                return ToolOutput::error(e);
+            }
+            let units = content.encode_utf16().count();
+            return ToolOutput {
+                text: format!("Successfully wrote {units} bytes to {path}"),
+                diff: old.and_then(|old| file_diff(&abs, old, content)),
+                ..Default::default()
+            };
+        }
         let old = match previous_text(&abs) {
             Ok(old) => old,
             Err(kind) => return refuse(kind),
