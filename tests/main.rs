@@ -2,6 +2,7 @@
 
 mod support;
 
+mod acpx;
 mod client_fs;
 mod config_options;
 mod demo;
