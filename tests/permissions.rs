@@ -336,3 +336,54 @@ fn a_todo_list_reaches_the_client_as_plan_updates() {
     );
     assert!(a.client_requests("session/request_permission").is_empty());
 }
+
+#[test]
+fn stray_responses_and_eof_during_a_pending_request_are_survived() {
+    // See: issue 14 item 1. A response to a request the agent never sent is logged and
+    // dropped; closing stdin while a permission request waits answers the prompt and exits.
+    let dir = TempDir::new("perm-eof");
+    let mut a = agent(
+        &dir,
+        &[json!({"steps": [bash("c1", "touch never")]})],
+        "ask",
+    );
+    a.send(&json!({"jsonrpc": "2.0", "id": 9999, "result": {"outcome": {"outcome": "cancelled"}}}));
+    a.send(&json!({"jsonrpc": "2.0", "id": "x", "error": {"code": -32800, "message": "no"}}));
+    let prompt = a.prompt("go");
+    let request = a.client_request("session/request_permission");
+    // A malformed answer to the real request is a refusal, not a crash.
+    a.answer(&request["id"].clone(), json!({"outcome": "yes"}));
+    let end = a.wait_for("the refused call", |f| {
+        f["params"]["update"]["toolCallId"] == "c1" && f["params"]["update"]["status"] == "failed"
+    });
+    let text = end["params"]["update"]["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains("the client's answer to the permission request was not understood"),
+        "{text}"
+    );
+    // The script has no reply left: the prompt fails cleanly.
+    let r = a.response(&prompt);
+    assert!(r.get("error").is_some(), "{r}");
+    assert!(!dir.path().join("never").exists());
+    assert!(a.finish().success());
+}
+
+#[test]
+fn stdin_closing_while_a_request_waits_answers_the_prompt_cancelled() {
+    let dir = TempDir::new("perm-eof");
+    let mut a = agent(
+        &dir,
+        &[json!({"steps": [bash("c1", "touch never")]})],
+        "ask",
+    );
+    let prompt = a.prompt("go");
+    a.client_request("session/request_permission");
+    a.close_stdin();
+    let r = a.response(&prompt);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    assert!(a.finish().success());
+    assert!(!dir.path().join("never").exists());
+}
