@@ -28,6 +28,7 @@ Options:
   -nc, --no-context-files            Do not load AGENTS.md / CLAUDE.md files
   --permission-mode <mode>           full-access (default), ask (approve writes, edits,
                                      commands and MCP calls in the client), read-only
+  --client-terminal                  Run bash in the client's terminal when it offers one
   --multi-session                    Host several sessions on one connection, each in the cwd
                                      its session/new names (PRIME_AGENT_MULTI_SESSION=1)
   --no-session                       Keep the conversation in memory only (always true today)
@@ -59,6 +60,8 @@ pub struct Config {
     pub no_context_files: bool,
     /// Several sessions per connection (`--multi-session`, `PRIME_AGENT_MULTI_SESSION=1`).
     pub multi_session: bool,
+    /// `--client-terminal`: `bash` runs in the client's terminal when it offers `terminal`.
+    pub client_terminal: bool,
     /// `--permission-mode`: the id of a valid mode (`full-access`, `ask`, `read-only`).
     pub permission_mode: Option<String>,
     pub no_session: bool,
@@ -138,6 +141,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "--script" => cfg.script = Some(PathBuf::from(value("--script")?)),
             "--multi-session" => cfg.multi_session = true,
+            "--client-terminal" => cfg.client_terminal = true,
             "--permission-mode" => {
                 let mode = value("--permission-mode")?;
                 if crate::permissions::Mode::parse(&mode).is_none() {

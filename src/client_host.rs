@@ -9,6 +9,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -16,11 +17,23 @@ use crate::abort::AbortFlag;
 use crate::client_requests::{ClientError, ClientLink};
 use crate::events::{tool_kind, tool_title};
 use crate::permissions::{self, Answer, Decision, Mode, Rules};
-use crate::tools::host::{Approval, CallInfo, RemoteFiles, ToolHost};
+use crate::tools::host::{Approval, CallInfo, RemoteFiles, RemoteTerminal, ToolHost};
+use crate::tools::process::Ending;
 
 pub(crate) const REQUEST_PERMISSION: &str = "session/request_permission";
 pub(crate) const FS_READ: &str = "fs/read_text_file";
 pub(crate) const FS_WRITE: &str = "fs/write_text_file";
+const TERMINAL_CREATE: &str = "terminal/create";
+const TERMINAL_WAIT: &str = "terminal/wait_for_exit";
+const TERMINAL_KILL: &str = "terminal/kill";
+const TERMINAL_OUTPUT: &str = "terminal/output";
+const TERMINAL_RELEASE: &str = "terminal/release";
+
+/// What a client terminal keeps of a command's output at most (it drops the start beyond).
+const TERMINAL_OUTPUT_LIMIT: u64 = 1 << 20;
+
+/// How long the agent waits for each of the client's answers after the command ended.
+const TERMINAL_ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// What the client said it serves, in `initialize`'s `clientCapabilities`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -156,6 +169,98 @@ impl ToolHost for ClientHost {
     fn files(&self) -> Option<&dyn RemoteFiles> {
         (self.caps.read_text_file || self.caps.write_text_file).then_some(self as &dyn RemoteFiles)
     }
+
+    fn terminal(&self) -> Option<&dyn RemoteTerminal> {
+        self.caps.terminal.then_some(self as &dyn RemoteTerminal)
+    }
+}
+
+impl RemoteTerminal for ClientHost {
+    fn run(
+        &self,
+        command: &str,
+        cwd: &Path,
+        timeout: Option<Duration>,
+        abort: &AbortFlag,
+        shown: &mut dyn FnMut(&str),
+    ) -> Result<(String, Ending), String> {
+        let Some(link) = &self.link else {
+            return Err("No client terminal is available".to_owned());
+        };
+        let sid = &self.session_id;
+        let create = json!({
+            "sessionId": sid,
+            "command": "bash",
+            "args": ["-c", command],
+            "cwd": cwd.display().to_string(),
+            "outputByteLimit": TERMINAL_OUTPUT_LIMIT,
+        });
+        let created = link
+            .request(TERMINAL_CREATE, create, abort)
+            .map_err(|e| match e {
+                ClientError::Cancelled => "Command aborted".to_owned(),
+                e => format!("The client could not start a terminal: {e}"),
+            })?;
+        let Some(id) = created["terminalId"].as_str().map(str::to_owned) else {
+            return Err(format!(
+                "The client's terminal/create answer has no terminalId: {created}"
+            ));
+        };
+        shown(&id);
+        let terminal = json!({ "sessionId": sid, "terminalId": id });
+        // After a cancel the terminal is released without waiting (release kills the command),
+        // so the cancel is never held up by the client; each answer is waited for a bounded time.
+        let release_now = || link.send_detached(TERMINAL_RELEASE, terminal.clone());
+        let soon = || Some(Instant::now() + TERMINAL_ANSWER_WAIT);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let ending = match link.request_until(TERMINAL_WAIT, terminal.clone(), abort, deadline) {
+            Ok(exit) => Ending::Exited(exit_code(&exit)),
+            Err(ClientError::TimedOut) => {
+                let _ = link.request_until(TERMINAL_KILL, terminal.clone(), abort, soon());
+                Ending::TimedOut
+            }
+            Err(ClientError::Cancelled) => {
+                release_now();
+                return Ok((String::new(), Ending::Aborted));
+            }
+            Err(e) => {
+                release_now();
+                return Err(format!("The client's terminal failed: {e}"));
+            }
+        };
+        let output = link.request_until(TERMINAL_OUTPUT, terminal.clone(), abort, soon());
+        if abort.is_aborted() {
+            release_now();
+            return Ok((String::new(), Ending::Aborted));
+        }
+        // The agent must always release its terminals.
+        let _ = link.request_until(TERMINAL_RELEASE, terminal.clone(), abort, soon());
+        let output =
+            output.map_err(|e| format!("The client could not show the terminal's output: {e}"))?;
+        Ok((
+            output["output"].as_str().unwrap_or_default().to_owned(),
+            ending,
+        ))
+    }
+}
+
+/// A terminal's exit status as a shell reports it: the code, or `128 + n` for signal `n`.
+fn exit_code(status: &Value) -> i32 {
+    if let Some(code) = status["exitCode"].as_i64() {
+        return i32::try_from(code).unwrap_or(1);
+    }
+    let signal = match status["signal"].as_str().unwrap_or("") {
+        "SIGHUP" => 1,
+        "SIGINT" => 2,
+        "SIGQUIT" => 3,
+        "SIGABRT" => 6,
+        "SIGKILL" => 9,
+        "SIGSEGV" => 11,
+        "SIGPIPE" => 13,
+        "SIGTERM" => 15,
+        _ => 0,
+    };
+    128 + signal
 }
 
 impl RemoteFiles for ClientHost {

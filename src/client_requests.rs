@@ -50,6 +50,8 @@ pub(crate) enum ClientError {
     Cancelled,
     /// No answer will come: the main loop or the connection is gone.
     Gone,
+    /// The caller's deadline passed first (the loop sends `$/cancel_request`).
+    TimedOut,
 }
 
 impl std::fmt::Display for ClientError {
@@ -60,6 +62,7 @@ impl std::fmt::Display for ClientError {
             }
             ClientError::Cancelled => write!(f, "the request was cancelled"),
             ClientError::Gone => write!(f, "the client connection is gone"),
+            ClientError::TimedOut => write!(f, "the client did not answer in time"),
         }
     }
 }
@@ -81,6 +84,30 @@ impl ClientLink {
     /// Sends `method` with `params` to the client and waits for its answer, or until `abort`
     /// is set (then `Cancelled` at once, and the loop sends `$/cancel_request`).
     pub(crate) fn request(&self, method: &'static str, params: Value, abort: &AbortFlag) -> Reply {
+        self.request_until(method, params, abort, None)
+    }
+
+    /// Sends a request whose answer nobody waits for (releasing a client terminal after a
+    /// cancel must still happen, and must not hold the cancel up).
+    pub(crate) fn send_detached(&self, method: &'static str, params: Value) {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let (reply, _) = bounded(1);
+        let _ = self.tx.send(ClientMsg::Request {
+            id,
+            method,
+            params,
+            reply,
+        });
+    }
+
+    /// `request`, giving up at `deadline` too (then `TimedOut`, and `$/cancel_request`).
+    pub(crate) fn request_until(
+        &self,
+        method: &'static str,
+        params: Value,
+        abort: &AbortFlag,
+        deadline: Option<std::time::Instant>,
+    ) -> Reply {
         // Checkpoint: a cancelled turn asks nothing more.
         if abort.is_aborted() {
             return Err(ClientError::Cancelled);
@@ -105,9 +132,17 @@ impl ClientLink {
             let _ = loop_tx.send(ClientMsg::Cancel { id });
             let _ = wake_tx.try_send(());
         });
+        let timer = match deadline {
+            Some(at) => crossbeam_channel::at(at),
+            None => crossbeam_channel::never(),
+        };
         select! {
             recv(reply_rx) -> reply => reply.unwrap_or(Err(ClientError::Gone)),
             recv(wake_rx) -> _ => Err(ClientError::Cancelled),
+            recv(timer) -> _ => {
+                let _ = self.tx.send(ClientMsg::Cancel { id });
+                Err(ClientError::TimedOut)
+            }
         }
     }
 }

@@ -232,6 +232,12 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
                 .collect();
             vec![json!({ "sessionUpdate": "plan", "entries": entries })]
         }
+        AgentEvent::ToolTerminal { id, terminal_id } => vec![json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": id,
+            "status": "in_progress",
+            "content": [{ "type": "terminal", "terminalId": terminal_id }],
+        })],
         AgentEvent::ToolApproved { id } => vec![json!({
             "sessionUpdate": "tool_call_update",
             "toolCallId": id,
@@ -417,6 +423,10 @@ fn tool_end(id: &str, name: &str, result: &ToolResultView) -> Value {
         "status": if result.is_error { "failed" } else { "completed" },
     });
     let mut content = Vec::new();
+    // `content` replaces the call's content: the terminal stays in it, first.
+    if let Some(terminal_id) = &result.terminal {
+        content.push(json!({ "type": "terminal", "terminalId": terminal_id }));
+    }
     if let Some(text) = result.text.as_deref().filter(|t| !t.is_empty()) {
         content.push(text_content(text));
     }

@@ -93,10 +93,13 @@ impl MainLoop {
         };
         let id = uuid::Uuid::new_v4().to_string();
         // The session's tools reach its client (approvals, files) through this.
+        let mut caps = self.client_caps;
+        // Client terminals only when asked for: they change where commands run.
+        caps.terminal &= agent.client_terminal;
         let client = Arc::new(ClientHost::new(
             id.clone(),
             Some(self.client_link()),
-            self.client_caps,
+            caps,
             agent.permission_mode,
         ));
         agent.host = client.clone();

@@ -317,16 +317,22 @@ impl MainLoop {
                 params,
                 reply,
             } => {
-                // The worker reported the tool call before asking about it: write what the
-                // turns have queued so far first, so the client knows the call it is asked about.
+                // The worker reported the tool call before asking about it: write the events
+                // the turns have queued so far first, so the client knows the call it is asked
+                // about. A turn's end waits until after the request (it came later).
+                let mut finished = Vec::new();
                 for _ in 0..self.turn_rx.len() {
                     match self.turn_rx.try_recv() {
+                        Ok(m) if matches!(m.kind, TurnMsgKind::Finished(_)) => finished.push(m),
                         Ok(m) => self.on_turn(m),
                         Err(_) => break,
                     }
                 }
                 let frame = self.pending.register(id, method, params, reply);
                 self.send(&frame);
+                for m in finished {
+                    self.on_turn(m);
+                }
             }
             ClientMsg::Cancel { id } => {
                 if let Some(frame) = self.pending.cancel(id) {
@@ -359,7 +365,10 @@ impl MainLoop {
             while let Ok(news) = self.family_rx.try_recv() {
                 self.on_family(news);
             }
-            // An aborted wait's `$/cancel_request` goes out before the turn's answer.
+        }
+        // An aborted wait's `$/cancel_request` (and a terminal released on the way out) go out
+        // before the turn's answer.
+        if matches!(msg.kind, TurnMsgKind::Finished(_)) {
             while let Ok(call) = self.client_rx.try_recv() {
                 self.on_client_call(call);
             }

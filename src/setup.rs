@@ -70,6 +70,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         thinking: cfg.thinking.unwrap_or(Thinking::Medium),
         models,
         multi_session,
+        client_terminal: cfg.client_terminal,
         permission_mode: cfg
             .permission_mode
             .as_deref()

@@ -55,6 +55,8 @@ pub struct Agent {
     pub(crate) models: Option<Arc<ModelMenu>>,
     /// Several sessions per connection, each in its own cwd (`--multi-session`).
     pub(crate) multi_session: bool,
+    /// `bash` runs in the client's terminal when the client offers one (`--client-terminal`).
+    pub(crate) client_terminal: bool,
     /// The permission mode a new session starts in (`--permission-mode`).
     pub(crate) permission_mode: Mode,
     /// Approvals and client files for this session's tools (`LocalHost` until a session
@@ -84,6 +86,7 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            client_terminal: false,
             permission_mode: Mode::FullAccess,
             host: Arc::new(LocalHost),
         }
@@ -104,6 +107,7 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            client_terminal: false,
             permission_mode: Mode::FullAccess,
             host: Arc::new(LocalHost),
         })
@@ -665,11 +669,19 @@ impl Worker<'_> {
                         output: tail_bytes(so_far, PROGRESS_TAIL_BYTES).to_owned(),
                     });
                 };
+                let mut on_terminal = |terminal_id: &str| {
+                    self.emit(AgentEvent::ToolTerminal {
+                        id: call.id.clone(),
+                        terminal_id: terminal_id.to_owned(),
+                    });
+                };
                 let mut ctx = ToolContext {
                     cwd: &self.agent.cwd,
                     abort: self.abort,
                     progress: &mut progress,
                     files: self.agent.host.files(),
+                    terminal: self.agent.host.terminal(),
+                    on_terminal: &mut on_terminal,
                 };
                 tool.run(&call.arguments, &mut ctx)
             }
@@ -687,6 +699,7 @@ impl Worker<'_> {
                 ipython: output.ipython.clone(),
                 diff: output.diff.clone(),
                 images: output.images.clone(),
+                terminal: output.terminal.clone(),
             },
         });
         output
@@ -731,6 +744,11 @@ pub(crate) enum AgentEvent {
         name: String,
         args: Value,
         locations: Vec<String>,
+    },
+    /// The call runs in the client's terminal `terminal_id` (embedded in the tool call).
+    ToolTerminal {
+        id: String,
+        terminal_id: String,
     },
     /// The user approved the call: it runs now.
     ToolApproved {
@@ -847,6 +865,8 @@ pub(crate) struct ToolResultView {
     pub ipython: Option<IpythonDetails>,
     pub diff: Option<FileDiff>,
     pub images: Vec<Image>,
+    /// The client terminal the call ran in.
+    pub terminal: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -134,3 +134,126 @@ fn without_the_capability_files_stay_local() {
     assert_eq!(a.prompt_stop("read"), "end_turn");
     assert!(a.client_requests("fs/read_text_file").is_empty());
 }
+
+#[test]
+fn bash_runs_in_the_client_terminal_with_client_terminal() {
+    // See: issue 14 item 5 (client terminals).
+    let dir = TempDir::new("client-term");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps": [call("b1", "bash", json!({"command": "echo hi"}))]}),
+            json!({"steps": [
+                {"expect": ["tool_result bash error=false: hi\n"]},
+                call("b2", "bash", json!({"command": "false"})),
+            ]}),
+            json!({"steps": [{"expect": ["tool_result bash error=true: (no output)\n\nCommand exited with code 1"]}, {"text": "ran"}]}),
+            json!({"steps": [call("b3", "bash", json!({"command": "sleep 100"}))]}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn {
+        cwd: Some(dir.path().to_path_buf()),
+        ..Spawn::scripted(&script, &["--client-terminal"])
+    });
+    a.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"terminal": true}}),
+    );
+    let cwd = dir.path().display().to_string();
+    let r = a.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_owned();
+    a.session_id = Some(sid.clone());
+    let prompt = a.prompt("run");
+    let terminal = json!({"sessionId": sid, "terminalId": "t1"});
+    let create = a.client_request("terminal/create");
+    assert_eq!(
+        create["params"],
+        json!({"sessionId": sid, "command": "bash", "args": ["-c", "echo hi"], "cwd": cwd, "outputByteLimit": 1048576})
+    );
+    a.answer(&create["id"].clone(), json!({"terminalId": "t1"}));
+    let wait = a.client_request("terminal/wait_for_exit");
+    assert_eq!(wait["params"], terminal);
+    // The tool call shows the terminal while it runs.
+    let embedded = a
+        .updates_of("tool_call_update")
+        .into_iter()
+        .find(|u| u["toolCallId"] == "b1")
+        .expect("the terminal embedded in the call");
+    assert_eq!(
+        embedded["content"],
+        json!([{"type": "terminal", "terminalId": "t1"}])
+    );
+    a.answer(&wait["id"].clone(), json!({"exitCode": 0}));
+    let output = a.client_request("terminal/output");
+    a.answer(
+        &output["id"].clone(),
+        json!({"output": "hi\n", "truncated": false, "exitStatus": {"exitCode": 0}}),
+    );
+    let release = a.client_request("terminal/release");
+    assert_eq!(release["params"], terminal);
+    a.answer(&release["id"].clone(), json!({}));
+    // Second command: exit code 1.
+    let create = a.client_request("terminal/create");
+    a.answer(&create["id"].clone(), json!({"terminalId": "t2"}));
+    let wait = a.client_request("terminal/wait_for_exit");
+    a.answer(&wait["id"].clone(), json!({"exitCode": 1}));
+    let output = a.client_request("terminal/output");
+    a.answer(
+        &output["id"].clone(),
+        json!({"output": "", "truncated": false}),
+    );
+    let release = a.client_request("terminal/release");
+    a.answer(&release["id"].clone(), json!(null));
+    assert_eq!(a.response(&prompt)["result"]["stopReason"], "end_turn");
+    assert_eq!(a.text(), "ran");
+    let end = a
+        .updates_of("tool_call_update")
+        .into_iter()
+        .rfind(|u| u["toolCallId"] == "b1")
+        .unwrap();
+    assert_eq!(end["status"], "completed");
+    assert_eq!(
+        end["content"][0],
+        json!({"type": "terminal", "terminalId": "t1"})
+    );
+
+    // Cancel while the command runs: $/cancel_request for the wait, the terminal released.
+    let prompt = a.prompt("again");
+    let create = a.client_request("terminal/create");
+    a.answer(&create["id"].clone(), json!({"terminalId": "t3"}));
+    let wait = a.client_request("terminal/wait_for_exit");
+    a.cancel();
+    let cancel = a.wait_for("$/cancel_request", |f| f["method"] == "$/cancel_request");
+    assert_eq!(cancel["params"]["requestId"], wait["id"]);
+    let release = a.client_request("terminal/release");
+    assert_eq!(release["params"]["terminalId"], "t3");
+    assert_eq!(a.response(&prompt)["result"]["stopReason"], "cancelled");
+    a.answer(&release["id"].clone(), json!({}));
+    a.answer_error(&wait["id"].clone(), -32800, "Request cancelled");
+    assert!(a.finish().success());
+}
+
+#[test]
+fn without_client_terminal_bash_stays_local() {
+    let dir = TempDir::new("client-term-local");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps": [call("b1", "bash", json!({"command": "echo local"}))]}),
+            json!({"steps": [{"expect": ["tool_result bash error=false: local"]}, {"text": "ok"}]}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn {
+        cwd: Some(dir.path().to_path_buf()),
+        ..Spawn::scripted(&script, &[])
+    });
+    a.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"terminal": true}}),
+    );
+    let cwd = dir.path().display().to_string();
+    let r = a.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    a.session_id = Some(r["result"]["sessionId"].as_str().unwrap().to_owned());
+    assert_eq!(a.prompt_stop("run"), "end_turn");
+    assert!(a.client_requests("terminal/create").is_empty());
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::process::{self, Ending, RunResult, RunSpec};
+use super::truncate::{truncate_tail, MAX_BYTES, MAX_LINES};
 use super::{Tool, ToolContext, ToolOutput};
 use crate::content::ToolSpec;
 
@@ -54,6 +55,22 @@ impl Tool for Bash {
         let timeout = timeout_secs
             .filter(|s| *s > 0.0)
             .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        if let Some(terminal) = ctx.terminal {
+            let mut shown = None;
+            let on_terminal = &mut *ctx.on_terminal;
+            let ran = terminal.run(command, ctx.cwd, timeout, ctx.abort, &mut |id| {
+                shown = Some(id.to_owned());
+                on_terminal(id);
+            });
+            let mut output = match ran {
+                Ok((text, ending)) => {
+                    ending_output(tail(&text), ending, timeout_secs.unwrap_or(0.0))
+                }
+                Err(e) => ToolOutput::error(e),
+            };
+            output.terminal = shown;
+            return output;
+        }
         let spec = RunSpec {
             command,
             cwd: ctx.cwd,
@@ -70,7 +87,24 @@ impl Tool for Bash {
 
 /// The tool result for a finished run (§3.3 texts).
 pub(crate) fn result_output(result: &RunResult, timeout_secs: f64) -> ToolOutput {
-    let body = result.output.render();
+    ending_output(result.output.render(), result.ending, timeout_secs)
+}
+
+/// The output a client terminal kept, cut as a local run's is (no spill file: the full output
+/// stays in the client's terminal).
+fn tail(text: &str) -> String {
+    let cut = truncate_tail(text, MAX_LINES, MAX_BYTES);
+    if !cut.truncated {
+        return cut.content;
+    }
+    format!(
+        "[Showing the last {} of {} lines; the client's terminal holds the rest]\n{}",
+        cut.output_lines, cut.total_lines, cut.content
+    )
+}
+
+/// The result texts (§3.3) for `body` and how the command ended.
+fn ending_output(body: String, ending: Ending, timeout_secs: f64) -> ToolOutput {
     let with_suffix = |suffix: &str| {
         if body.is_empty() {
             suffix.to_owned()
@@ -78,7 +112,7 @@ pub(crate) fn result_output(result: &RunResult, timeout_secs: f64) -> ToolOutput
             format!("{body}\n\n{suffix}")
         }
     };
-    match result.ending {
+    match ending {
         Ending::Exited(0) => ToolOutput::ok(if body.is_empty() {
             "(no output)".to_owned()
         } else {

@@ -6,9 +6,11 @@
 //! call run and keeps files local, as without a client.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
+use super::process::Ending;
 use crate::abort::AbortFlag;
 
 /// A tool call about to run, as the approval sees it.
@@ -44,6 +46,27 @@ pub(crate) trait ToolHost: Send + Sync {
     fn files(&self) -> Option<&dyn RemoteFiles> {
         None
     }
+
+    /// A terminal of the client's for `bash`, when it offers one and `--client-terminal` asks
+    /// for it.
+    fn terminal(&self) -> Option<&dyn RemoteTerminal> {
+        None
+    }
+}
+
+/// Commands run in a terminal the client owns (and shows).
+pub(crate) trait RemoteTerminal: Send + Sync {
+    /// Runs `command` under `bash -c` in `cwd`; `shown` gets the terminal's id as soon as it
+    /// exists (the tool call embeds it). Returns the output the client kept and how the
+    /// command ended; `Err` is the tool's error text.
+    fn run(
+        &self,
+        command: &str,
+        cwd: &Path,
+        timeout: Option<Duration>,
+        abort: &AbortFlag,
+        shown: &mut dyn FnMut(&str),
+    ) -> Result<(String, Ending), String>;
 }
 
 /// Files as the client sees them (an editor's unsaved buffers included). Errors are texts for

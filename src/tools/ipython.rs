@@ -347,6 +347,7 @@ fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
             attachments,
         }),
         plan: None,
+        terminal: None,
     }
 }
 

@@ -33,6 +33,10 @@ pub(crate) struct ToolContext<'a> {
     pub progress: &'a mut dyn FnMut(&str),
     /// The client's files, when it offers them (`read`, `edit`, `write` go through them).
     pub files: Option<&'a dyn host::RemoteFiles>,
+    /// The client's terminal for `bash` (`--client-terminal`), and where to say which one a
+    /// call runs in.
+    pub terminal: Option<&'a dyn host::RemoteTerminal>,
+    pub on_terminal: &'a mut dyn FnMut(&str),
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,6 +48,8 @@ pub(crate) struct ToolOutput {
     pub ipython: Option<IpythonDetails>,
     /// The whole todo list after a `todo` call, for the client's plan.
     pub plan: Option<Vec<PlanEntry>>,
+    /// The client terminal the command ran in (its tool call keeps showing it).
+    pub terminal: Option<String>,
 }
 
 impl ToolOutput {
@@ -325,6 +331,8 @@ mod tests {
                 abort: &abort,
                 progress: &mut progress,
                 files: None,
+                terminal: None,
+                on_terminal: &mut |_| {},
             };
             let _ = tx.send(tool.run(&args, &mut ctx));
         });

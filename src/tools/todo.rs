@@ -124,6 +124,8 @@ mod tests {
             abort: &abort,
             progress: &mut progress,
             files: None,
+            terminal: None,
+            on_terminal: &mut |_| {},
         };
         Todo.run(&args, &mut ctx)
     }
