@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::http::{HttpClient, HttpSettings, PostRequest};
 use super::{
-    anthropic, openai, ChatRequest, Message, Notice, Provider, ProviderError, Reply, StreamEvent,
+    anthropic, openai, responses, ChatRequest, Message, Notice, Provider, ProviderError, Reply, StreamEvent,
 };
 use crate::abort::AbortFlag;
 
@@ -92,7 +92,7 @@ impl RemoteProvider {
     ) -> Option<(u64, WindowSource)> {
         let base = self.selection.provider.base_url.trim_end_matches('/');
         let models_url = match self.selection.api {
-            Api::OpenAiCompletions => format!("{base}/models"),
+            Api::OpenAiCompletions | Api::OpenAiResponses => format!("{base}/models"),
             Api::AnthropicMessages => format!("{base}/v1/models"),
         };
         let get = |url: &str| self.http.get_json(url, headers, DISCOVERY_TIMEOUT, abort);
@@ -227,6 +227,11 @@ impl Provider for RemoteProvider {
                 openai::headers(key.as_deref()),
                 openai::body(model, request),
             ),
+            Api::OpenAiResponses => (
+                responses::url(&p.base_url),
+                responses::headers(key.as_deref()),
+                responses::body(model, request),
+            ),
             Api::AnthropicMessages => (
                 anthropic::url(&p.base_url),
                 anthropic::headers(key.as_deref()),
@@ -277,6 +282,12 @@ impl Provider for RemoteProvider {
                 self.http
                     .stream(&post, abort, anthropic::Decoder::new, on_event)
             }
+            Api::OpenAiResponses => self.http.stream(
+                &post,
+                abort,
+                || responses::Decoder::new(&model.id),
+                on_event,
+            ),
         }
     }
 }
