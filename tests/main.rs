@@ -10,6 +10,7 @@ mod kernel;
 mod protocol;
 mod provider;
 mod reliability;
+mod responses;
 mod secrets;
 mod sessions;
 mod subagents;

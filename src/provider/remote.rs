@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::http::{HttpClient, HttpSettings, PostRequest};
 use super::{
-    anthropic, openai, responses, ChatRequest, Message, Notice, Provider, ProviderError, Reply, StreamEvent,
+    anthropic, openai, responses, ChatRequest, Message, Notice, Provider, ProviderError, Reply,
+    StreamEvent,
 };
 use crate::abort::AbortFlag;
 

@@ -16,7 +16,8 @@ pub(crate) enum Api {
 
 impl Api {
     /// The names `models.json` accepts, for the error that lists them.
-    pub(crate) const NAMES: &'static str = "openai-completions, openai-responses, anthropic-messages";
+    pub(crate) const NAMES: &'static str =
+        "openai-completions, openai-responses, anthropic-messages";
 
     pub(crate) fn parse(name: &str) -> Option<Api> {
         match name {
