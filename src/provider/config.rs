@@ -214,6 +214,14 @@ pub(crate) fn resolve(
     let base_url = base_url.filter(|u| !u.is_empty());
     if let Some(url) = base_url {
         selection.provider.base_url = url.to_owned();
+        if !selection.provider.custom && selection.model.api.is_some() {
+            // Another server behind a built-in provider is spoken to in the provider's API
+            // (Chat Completions for openai, which every compatible server has), not in the
+            // one the catalogue picked for the provider's own server. A models.json `api`
+            // on the provider says otherwise.
+            selection.model.api = None;
+            selection.api = select::api_of(&selection.provider, &selection.model)?;
+        }
     }
     let p = &selection.provider;
     let known = p.models.iter().any(|m| m.id == selection.model.id);
@@ -400,6 +408,33 @@ mod tests {
         )
         .expect("resolves");
         assert_eq!(own.selection.api, Api::OpenAiCompletions);
+        // `--base-url` behind a built-in provider: the provider's API for known models too.
+        let rerouted = resolve(
+            Some("openai"),
+            Some("gpt-5.4"),
+            None,
+            Some("http://127.0.0.1:8080/v1"),
+            ModelOverrides::default(),
+            &dir,
+        )
+        .expect("resolves");
+        assert_eq!(rerouted.selection.api, Api::OpenAiCompletions);
+        assert!(!rerouted.selection.assumed_defaults);
+        std::fs::write(
+            dir.join("models.json"),
+            r#"{"providers": {"openai": {"api": "openai-responses"}}}"#,
+        )
+        .expect("write");
+        let named = resolve(
+            Some("openai"),
+            Some("gpt-4.1"),
+            None,
+            Some("http://127.0.0.1:8080/v1"),
+            ModelOverrides::default(),
+            &dir,
+        )
+        .expect("resolves");
+        assert_eq!(named.selection.api, Api::OpenAiResponses);
         let _ = std::fs::remove_dir_all(&dir);
 
         let mut r = Registry::builtin();
