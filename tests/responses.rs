@@ -188,3 +188,46 @@ fn a_dropped_responses_stream_fails_the_prompt_without_a_retry() {
         "no retry once deltas were streamed"
     );
 }
+
+/// Throughput of a 20,000-delta Responses stream to the client's stdout (compare
+/// `provider::bench_stream_throughput` for Chat Completions): run with
+/// `cargo test --release --test integration responses::bench_responses_stream_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_responses_stream_throughput() {
+    const N: usize = 20_000;
+    let mut body = String::new();
+    for i in 0..N {
+        let delta = json!({"type": "response.output_text.delta", "sequence_number": i,
+            "item_id": "msg_1", "output_index": 0, "content_index": 0,
+            "delta": format!("t{i} "), "logprobs": []});
+        body.push_str(&format!(
+            "event: response.output_text.delta\ndata: {delta}\n\n"
+        ));
+    }
+    body.push_str(
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n",
+    );
+    let server = LlmServer::start(vec![Canned::sse_bytes(body.into_bytes())]);
+    let dir = TempDir::new("responses-bench");
+    let models = json!({"providers": {"intercept": {
+        "baseUrl": format!("{}/v1", server.url()), "api": "openai-responses", "apiKey": "k",
+        "models": [{"id": "m"}]}}});
+    dir.write("models.json", &models.to_string());
+    // Schema validation of 20,000 frames would measure the test harness, not the agent.
+    let mut s = spawn_in(dir, "m", &[], true);
+    s.agent.handshake();
+    let t = std::time::Instant::now();
+    let id = s.agent.prompt("go");
+    let r = s.agent.response(&id);
+    let elapsed = t.elapsed();
+    assert_eq!(stop_reason(&r), "end_turn");
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!(
+            "{N} Responses deltas in {elapsed:?}: {:.0} deltas/s\n",
+            N as f64 / elapsed.as_secs_f64()
+        )
+        .as_bytes(),
+    );
+}

@@ -120,6 +120,11 @@ impl RemoteProvider {
         } else {
             "no reasoning_effort"
         };
+        // The Responses API has no roles for the system prompt and keeps nothing either way.
+        let (system, store) = match self.selection.api {
+            Api::OpenAiResponses => ("as instructions", "store: false"),
+            Api::OpenAiCompletions | Api::AnthropicMessages => ("with role \"system\"", "no store"),
+        };
         let window_text = match source {
             WindowSource::Configured => format!("a context window of {window} tokens (configured)"),
             WindowSource::Models => {
@@ -136,7 +141,7 @@ impl RemoteProvider {
             severity: "warning",
             title: format!("Unknown model \"{}\": conservative defaults assumed", model.id),
             description: Some(format!(
-                "prime-agent does not know the model \"{}\" at {}, so it sends the system prompt with role \"system\", {effort}, no store, text-only input, and assumes {window_text}. Describe the model in models.json to change this.",
+                "prime-agent does not know the model \"{}\" at {}, so it sends the system prompt {system}, {effort}, {store}, text-only input, and assumes {window_text}. Describe the model in models.json to change this.",
                 model.id, self.selection.provider.base_url
             )),
         }
