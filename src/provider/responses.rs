@@ -45,10 +45,9 @@ fn user_parts(model: &ModelDef, text: &str, images: &[Image]) -> Vec<Value> {
     if !text.is_empty() || images.is_empty() {
         parts.push(json!({"type": "input_text", "text": text}));
     }
-    if images.is_empty() {
-    } else if model.supports_images() {
+    if model.supports_images() {
         parts.extend(images.iter().map(image_part));
-    } else {
+    } else if !images.is_empty() {
         parts.push(json!({"type": "input_text", "text": omitted_text(model, images.len())}));
     }
     parts
