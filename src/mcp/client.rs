@@ -93,13 +93,6 @@ impl Router {
         }
     }
 
-    pub(crate) fn closed_reason(&self) -> Option<String> {
-        self.closed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
     /// One message from the server. Returns the answer to send back for a server request
     /// (`ping` is answered, anything else refused).
     pub(crate) fn deliver(&self, msg: Value) -> Option<Value> {

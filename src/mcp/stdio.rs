@@ -130,11 +130,6 @@ impl StdioTransport {
         let fd = guard.as_ref()?.as_fd().try_clone_to_owned().ok()?;
         Some(std::fs::File::from(fd))
     }
-
-    /// The server's process group id (its pid), for tests and logs.
-    pub(crate) fn pgid(&self) -> i32 {
-        self.pgid
-    }
 }
 
 fn write_line(w: &mut impl Write, msg: &Value) -> std::io::Result<()> {
