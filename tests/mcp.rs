@@ -417,3 +417,47 @@ fn stdio_servers_get_a_scrubbed_env_and_die_with_their_session() {
     assert!(a.finish().success());
     assert_dies(&pid2);
 }
+
+/// The kernel's pre-imported `mcp` object lists and calls tools through the host bridge
+/// (the kernel never holds the server's command or env), and reports a missing server.
+#[test]
+fn the_kernel_mcp_object_reaches_the_servers_through_the_host() {
+    let test = "the_kernel_mcp_object_reaches_the_servers_through_the_host";
+    let Some(python) = deps::python(test) else {
+        return;
+    };
+    let dir = TempDir::new("mcp-kernel");
+    let (prog, args) = fixture_server(&python, &["stdio"]);
+    let code = r#"tools = await mcp.list_tools("py")
+print(sorted(t["name"] for t in tools))
+r = await mcp.call_tool("py", "noop", {})
+print(r["content"][0]["text"], r.get("isError", False))
+print([(s["name"], s["type"], s["status"]) for s in await mcp.config()])
+try:
+    await mcp.call_tool("nope", "noop")
+except RuntimeError as e:
+    print("error:", e)"#;
+    let script = [
+        call("k1", "ipython", json!({"code": code})),
+        json!({"text":"done"}),
+    ];
+    let servers = json!([stdio_entry("py", &prog, &args, json!([]))]);
+    let mut a = agent_with(&dir, &script, servers, &[]);
+    assert_eq!(
+        status_of(&settled(&mut a), "py")["status"],
+        "ready",
+        "{}",
+        a.stderr_text()
+    );
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let out = result_text(&tool_end(&a, "k1"));
+    assert_eq!(
+        out.trim_end(),
+        "['environment', 'fail', 'headers', 'noop', 'pid', 'slow']\n\
+         ok False\n\
+         [('py', 'stdio', 'ready')]\n\
+         error: MCP server nope is not available: no such server in this session",
+        "{out}\n{}",
+        a.stderr_text()
+    );
+}

@@ -357,6 +357,68 @@ impl Drop for McpHub {
     }
 }
 
+/// The kernel's `mcp.*` host requests (§4.2), answered here so the kernel never holds a
+/// server's URL, headers or env. `hub` is `None` when the client gave no servers.
+pub(crate) fn host_request(
+    hub: Option<&McpHub>,
+    kind: &str,
+    payload: &Value,
+) -> Result<Value, String> {
+    let server = || {
+        payload
+            .get("server")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{kind} needs a server name"))
+    };
+    let Some(hub) = hub else {
+        return match kind {
+            "mcp.config" | "mcp.refresh" => Ok(json!({ "servers": [] })),
+            _ => Err(wire::not_available(
+                server()?,
+                "no such server in this session",
+            )),
+        };
+    };
+    // Cut short when the session closes (a kernel call has no turn abort of its own).
+    let abort = &hub.closing;
+    match kind {
+        "mcp.config" => Ok(hub.config()),
+        "mcp.refresh" => {
+            hub.wait_ready(abort);
+            hub.refresh(abort);
+            Ok(hub.config())
+        }
+        "mcp.list_tools" => {
+            let name = server()?;
+            hub.wait_ready(abort);
+            match hub.usable(name, abort) {
+                Usable::Ready(_) => {}
+                Usable::No(why) => return Err(wire::not_available(name, &why)),
+            }
+            let tools: Vec<Value> = hub
+                .tools_of(name)
+                .into_iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "inputSchema": t.input_schema }))
+                .collect();
+            Ok(json!({ "tools": tools }))
+        }
+        "mcp.call_tool" => {
+            let name = server()?;
+            let tool = payload
+                .get("tool")
+                .and_then(Value::as_str)
+                .ok_or("mcp.call_tool needs a tool name")?;
+            let arguments = payload
+                .get("arguments")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            hub.wait_ready(abort);
+            hub.call(name, tool, arguments, abort)
+        }
+        other => Err(crate::kernel::host::unavailable(other)),
+    }
+}
+
 fn server_name(s: &McpServer) -> &str {
     match s {
         McpServer::Stdio { name, .. } | McpServer::Http { name, .. } => name,
