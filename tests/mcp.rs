@@ -80,8 +80,8 @@ fn status_of<'a>(list: &'a [Value], name: &str) -> &'a Value {
 fn tool_end(a: &Agent, id: &str) -> Value {
     a.updates_of("tool_call_update")
         .into_iter()
-        .filter(|u| u["toolCallId"] == id && u["status"] != "in_progress")
-        .last()
+        .rev()
+        .find(|u| u["toolCallId"] == id && u["status"] != "in_progress")
         .unwrap_or_else(|| panic!("no end for {id}: {:?}", a.updates()))
 }
 
