@@ -461,3 +461,60 @@ except RuntimeError as e:
         a.stderr_text()
     );
 }
+
+/// With `--multi-session` each session connects its own servers: both report `ready` on
+/// their own session, and closing one kills only its server.
+#[test]
+fn each_multi_session_session_has_its_own_servers() {
+    let test = "each_multi_session_session_has_its_own_servers";
+    let Some(python) = deps::python(test) else {
+        return;
+    };
+    let dir = TempDir::new("mcp-multi");
+    let (prog, args) = fixture_server(&python, &["stdio"]);
+    let script = script_file(
+        &dir,
+        &[
+            call("pa", "mcp__py__pid", json!({})),
+            json!({"text":"a"}),
+            call("pb", "mcp__py__pid", json!({})),
+            json!({"text":"b"}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn {
+        cwd: Some(dir.path().to_path_buf()),
+        ..Spawn::scripted(&script, &["--multi-session"])
+    });
+    let r = a.call(
+        "initialize",
+        json!({"protocolVersion":1,"clientCapabilities":{}}),
+    );
+    assert!(r.get("result").is_some());
+    let servers = json!([stdio_entry("py", &prog, &args, json!([]))]);
+    let sid_a = new_session(&mut a, dir.path(), servers.clone());
+    let sid_b = new_session(&mut a, dir.path(), servers);
+    let mut ready = Vec::new();
+    while ready.len() < 2 {
+        let f = a.wait_for("a session's server ready", |f| {
+            ns(&f["params"]["update"])["mcp"][0]["status"] == "ready"
+        });
+        ready.push(f["params"]["sessionId"].as_str().unwrap().to_owned());
+    }
+    ready.sort();
+    let mut want = vec![sid_a.clone(), sid_b.clone()];
+    want.sort();
+    assert_eq!(ready, want, "one ready server per session");
+    let mut pids = Vec::new();
+    for (sid, call_id) in [(&sid_a, "pa"), (&sid_b, "pb")] {
+        a.session_id = Some(sid.clone());
+        assert_eq!(a.prompt_stop("go"), "end_turn", "{}", a.stderr_text());
+        pids.push(result_text(&tool_end(&a, call_id)));
+    }
+    assert_ne!(pids[0], pids[1]);
+    let r = a.call("session/close", json!({"sessionId": sid_a}));
+    assert_eq!(r["result"], json!({}));
+    assert_dies(&pids[0]);
+    assert!(alive(&pids[1]), "the other session's server must live on");
+    assert!(a.finish().success());
+    assert_dies(&pids[1]);
+}
