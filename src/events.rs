@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::content::{base64_decoded_len, tail_bytes, IpythonDetails};
 use crate::meta::{namespaced, Envelope, NAMESPACE};
+use crate::tools::ToolDisplay;
 use crate::turn::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
 
 /// Per-session mapping state (§1.13): which user shell run `BashOutput` belongs to, and that
@@ -216,13 +217,29 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             name,
             args,
             locations,
-        } => vec![tool_call(id, name, args, locations, "in_progress")],
+            display,
+        } => vec![tool_call(
+            id,
+            name,
+            args,
+            locations,
+            display.as_ref(),
+            "in_progress",
+        )],
         AgentEvent::ToolAwaitingApproval {
             id,
             name,
             args,
             locations,
-        } => vec![tool_call(id, name, args, locations, "pending")],
+            display,
+        } => vec![tool_call(
+            id,
+            name,
+            args,
+            locations,
+            display.as_ref(),
+            "pending",
+        )],
         AgentEvent::Plan(entries) => {
             let entries: Vec<Value> = entries
                 .iter()
@@ -394,10 +411,18 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             put(&mut n, "description", description.clone());
             vec![info_update(json!({ "notice": n }))]
         }
+        AgentEvent::McpStatus(servers) => vec![info_update(json!({ "mcp": servers }))],
     }
 }
 
-fn tool_call(id: &str, name: &str, args: &Value, locations: &[String], status: &str) -> Value {
+fn tool_call(
+    id: &str,
+    name: &str,
+    args: &Value,
+    locations: &[String],
+    display: Option<&ToolDisplay>,
+    status: &str,
+) -> Value {
     let raw_input = match (name, args.get("code")) {
         ("ipython", Some(Value::String(code))) => json!({ "code": code }),
         _ => args.clone(),
@@ -405,8 +430,8 @@ fn tool_call(id: &str, name: &str, args: &Value, locations: &[String], status: &
     let mut update = json!({
         "sessionUpdate": "tool_call",
         "toolCallId": id,
-        "title": tool_title(name, args),
-        "kind": tool_kind(name),
+        "title": display.map_or_else(|| tool_title(name, args), |d| d.title.clone()),
+        "kind": display.map_or_else(|| tool_kind(name), |d| d.kind),
         "status": status,
         "rawInput": raw_input,
     });
@@ -602,6 +627,7 @@ mod tests {
             name: "ipython".into(),
             args: json!({"code":"print(1)"}),
             locations: vec![],
+            display: None,
         };
         // Title: the cell's first line, not the constant "IPython cell" (upstream issue #1307).
         assert_eq!(
@@ -1004,6 +1030,7 @@ mod tests {
             name: "edit".into(),
             args: json!({"path":"a.txt"}),
             locations: vec!["/p/a.txt".into()],
+            display: None,
         };
         assert_eq!(map(start)[0]["locations"], json!([{"path":"/p/a.txt"}]));
         let end = AgentEvent::ToolEnd {
@@ -1055,6 +1082,30 @@ mod tests {
         assert_eq!(
             meta(&exhausted[0]),
             &json!({"autoRetry":{"phase":"exhausted","attempt":3,"errorMessage":"429 slow down"}})
+        );
+    }
+
+    /// MCP server states go out whole under `_meta[ns].mcp`; an MCP tool's own title and
+    /// kind replace the name-based ones.
+    #[test]
+    fn mcp_status_and_tool_display() {
+        let servers = json!([{"name":"a","status":"ready","tools":2}]);
+        let updates = map(AgentEvent::McpStatus(servers.clone()));
+        assert_eq!(updates[0]["sessionUpdate"], "session_info_update");
+        assert_eq!(meta(&updates[0]), &json!({ "mcp": servers }));
+        let start = map(AgentEvent::ToolStart {
+            id: "m".into(),
+            name: "mcp__a__get".into(),
+            args: json!({"q": 1}),
+            locations: vec![],
+            display: Some(crate::tools::ToolDisplay {
+                title: "a: get".into(),
+                kind: "fetch",
+            }),
+        });
+        assert_eq!(
+            (&start[0]["title"], &start[0]["kind"], &start[0]["rawInput"]),
+            (&json!("a: get"), &json!("fetch"), &json!({"q": 1}))
         );
     }
 

@@ -22,6 +22,7 @@ mod handlers;
 mod kernel;
 mod lines;
 mod main_loop;
+mod mcp;
 mod meta;
 mod permissions;
 mod prompt;

@@ -30,7 +30,7 @@ use crate::stop_reason::StopReason;
 use crate::tools::host::{Approval, CallInfo, LocalHost, ToolHost};
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
-use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolOutput, ToolSet};
+use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolDisplay, ToolOutput, ToolSet};
 use crate::transport::Backlog;
 
 /// Everything fixed for the life of a session: provider, tool choice, prompt, cwd (one per
@@ -124,6 +124,8 @@ pub(crate) struct AgentCtx {
     pub name: String,
     /// Agent-to-agent messages, delivered before the next model call of a running turn.
     pub inbox: Arc<Inbox>,
+    /// The session's MCP servers, offered as native tools (`None`: the client gave none).
+    pub mcp: Option<Arc<crate::mcp::McpHub>>,
 }
 
 impl AgentCtx {
@@ -137,6 +139,7 @@ impl AgentCtx {
             tools,
             name: "main".to_owned(),
             inbox: Arc::default(),
+            mcp: None,
         }
     }
 }
@@ -409,7 +412,20 @@ impl Worker<'_> {
             Ok(p) => p.clone(),
             Err(why) => return TurnOutcome::Failed(why.clone()),
         };
-        let specs = self.ctx.tools.specs();
+        let mut specs = self.ctx.tools.specs();
+        let mut system = std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str());
+        if let Some(hub) = &self.ctx.mcp {
+            // The model should see the servers' tools: wait (bounded by the start timeout,
+            // cut short by cancel) for the ones still connecting.
+            hub.wait_ready(self.abort);
+            hub.refresh_changed(self.abort);
+            specs.extend(crate::mcp::tools::specs(hub, &self.ctx.tools.names()));
+            system = std::borrow::Cow::Owned(format!(
+                "{}\n\n{}",
+                self.ctx.system_prompt,
+                crate::mcp::wire::prompt_section(&hub.statuses())
+            ));
+        }
         let mut calls_ok = 0usize;
         loop {
             // Checkpoint: before each model call.
@@ -424,7 +440,7 @@ impl Worker<'_> {
                 });
             }
             let request = ChatRequest {
-                system: &self.ctx.system_prompt,
+                system: &system,
                 messages: &conv.messages,
                 tools: &specs,
                 thinking: self.model.thinking,
@@ -609,7 +625,15 @@ impl Worker<'_> {
     }
 
     fn run_tool(&self, call: &ToolCall) -> ToolOutput {
-        let tool = self.ctx.tools.get(&call.name);
+        let mut tool = self.ctx.tools.get(&call.name);
+        // The session's MCP servers' tools, when no built-in has the name.
+        let mcp_tool = match (&self.ctx.mcp, tool) {
+            (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
+            _ => None,
+        };
+        if tool.is_none() {
+            tool = mcp_tool.as_deref();
+        }
         let locations = tool
             .map(|t| t.locations(&call.arguments, &self.agent.cwd))
             .unwrap_or_default();
@@ -633,6 +657,7 @@ impl Worker<'_> {
                         name: call.name.clone(),
                         args: call.arguments.clone(),
                         locations: locations.clone(),
+                        display: tool.and_then(|t| t.display(&call.arguments)),
                     });
                 })
             }
@@ -643,6 +668,7 @@ impl Worker<'_> {
                 name: call.name.clone(),
                 args: call.arguments.clone(),
                 locations,
+                display: tool.and_then(|t| t.display(&call.arguments)),
             });
         } else if approval == Approval::Allowed {
             self.emit(AgentEvent::ToolApproved {
@@ -736,6 +762,8 @@ pub(crate) enum AgentEvent {
         name: String,
         args: Value,
         locations: Vec<String>,
+        /// Title and kind the tool decided (MCP tools); else the name decides.
+        display: Option<ToolDisplay>,
     },
     /// A tool call waiting for the user's approval (`ask` mode): shown `pending`. Either
     /// `ToolApproved` or a failed `ToolEnd` follows.
@@ -744,6 +772,7 @@ pub(crate) enum AgentEvent {
         name: String,
         args: Value,
         locations: Vec<String>,
+        display: Option<ToolDisplay>,
     },
     /// The call runs in the client's terminal `terminal_id` (embedded in the tool call).
     ToolTerminal {
@@ -756,6 +785,8 @@ pub(crate) enum AgentEvent {
     },
     /// The model's todo list changed: the whole list (ACP `plan`).
     Plan(Vec<PlanEntry>),
+    /// The session's MCP servers changed state: the whole list, for `_meta[ns].mcp`.
+    McpStatus(Value),
     /// Output so far of a running tool (already tail-capped and throttled by the producer).
     ToolProgress {
         id: String,

@@ -24,7 +24,6 @@ fn found(path: PathBuf, test: &str, kind: &str, what: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    // Through `writeln!`, as `reliability_line` does: the crate denies `eprintln!`.
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
