@@ -133,8 +133,8 @@ impl ToolHost for ClientHost {
         asking();
         let mut tool_call = json!({
             "toolCallId": call.id,
-            "title": tool_title(call.name, call.args),
-            "kind": tool_kind(call.name),
+            "title": call.display.map_or_else(|| tool_title(call.name, call.args), |d| d.title.clone()),
+            "kind": call.display.map_or_else(|| tool_kind(call.name), |d| d.kind),
             "status": "pending",
             "rawInput": call.args,
         });
@@ -322,6 +322,7 @@ mod tests {
             args: &args,
             cwd: Path::new("/"),
             locations: &[],
+            display: None,
         };
         let mut asked = 0;
         let approval = host.authorize(&call, &AbortFlag::new(), &mut || asked += 1);

@@ -140,6 +140,10 @@ pub(crate) fn guard(name: &str, args: &Value, cwd: &Path) -> Option<Guarded> {
             });
         }
         "edit" | "write" => Scope::Path(resolve_path(cwd, text("path")).display().to_string()),
+        // Listing a server's tools only reads.
+        n if n.starts_with("mcp_list_tools_") => return None,
+        // The generic MCP proxy: the server's tool it calls is the scope.
+        n if n.starts_with("mcp_call_") => Scope::Tool(format!("{n} {}", text("tool"))),
         // Python cells, MCP tools and any other tool: the tool is the scope.
         other => Scope::Tool(other.to_owned()),
     };
@@ -327,6 +331,15 @@ mod tests {
                 json!({"code": "1"}),
                 Some(Guarded {
                     scope: Scope::Tool("ipython".into()),
+                    compound: false,
+                }),
+            ),
+            ("mcp_list_tools_web", json!({}), None),
+            (
+                "mcp_call_web",
+                json!({"tool": "echo", "arguments": {}}),
+                Some(Guarded {
+                    scope: Scope::Tool("mcp_call_web echo".into()),
                     compound: false,
                 }),
             ),

@@ -640,6 +640,7 @@ impl Worker<'_> {
         // The session's permission mode decides first; in `ask` the call is shown awaiting
         // approval while the client is asked.
         let mut asked = false;
+        let display = tool.and_then(|t| t.display(&call.arguments));
         let approval = match tool {
             None => Approval::Allowed,
             Some(_) => {
@@ -649,6 +650,7 @@ impl Worker<'_> {
                     args: &call.arguments,
                     cwd: &self.agent.cwd,
                     locations: &locations,
+                    display: display.as_ref(),
                 };
                 self.agent.host.authorize(&info, self.abort, &mut || {
                     asked = true;
@@ -657,7 +659,7 @@ impl Worker<'_> {
                         name: call.name.clone(),
                         args: call.arguments.clone(),
                         locations: locations.clone(),
-                        display: tool.and_then(|t| t.display(&call.arguments)),
+                        display: display.clone(),
                     });
                 })
             }
@@ -668,7 +670,7 @@ impl Worker<'_> {
                 name: call.name.clone(),
                 args: call.arguments.clone(),
                 locations,
-                display: tool.and_then(|t| t.display(&call.arguments)),
+                display,
             });
         } else if approval == Approval::Allowed {
             self.emit(AgentEvent::ToolApproved {

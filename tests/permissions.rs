@@ -387,3 +387,54 @@ fn stdin_closing_while_a_request_waits_answers_the_prompt_cancelled() {
     assert!(a.finish().success());
     assert!(!dir.path().join("never").exists());
 }
+
+#[test]
+fn ask_mode_asks_before_an_mcp_call_and_remembers_the_tool() {
+    // See: issue 14 item 3 ("and MCP calls"): scoped to the tool.
+    let test = "ask_mode_asks_before_an_mcp_call_and_remembers_the_tool";
+    let Some(server) = deps::npm_bin("mcp-server-everything", test) else {
+        return;
+    };
+    let dir = TempDir::new("perm-mcp");
+    let echo = |id: &str, message: &str| json!({"tool_call": {"id": id, "name": "mcp__ev__echo", "arguments": {"message": message}}});
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps": [echo("m1", "one")]}),
+            json!({"steps": [{"expect": ["tool_result mcp__ev__echo error=false: Echo: one"]}, echo("m2", "two")]}),
+            json!({"steps": [{"expect": ["tool_result mcp__ev__echo error=false: Echo: two"]}, {"text": "done"}]}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn {
+        cwd: Some(dir.path().to_path_buf()),
+        ..Spawn::scripted(&script, &["--permission-mode", "ask"])
+    });
+    a.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let servers = json!([{"name": "ev", "command": server.display().to_string(), "args": ["stdio"], "env": []}]);
+    let cwd = dir.path().display().to_string();
+    let r = a.call("session/new", json!({"cwd": cwd, "mcpServers": servers}));
+    a.session_id = Some(r["result"]["sessionId"].as_str().unwrap().to_owned());
+    a.wait_for("the MCP server ready", |f| {
+        ns(&f["params"]["update"])["mcp"]
+            .as_array()
+            .is_some_and(|l| l.iter().all(|s| s["status"] != "connecting"))
+    });
+    let prompt = a.prompt("echo twice");
+    let request = a.client_request("session/request_permission");
+    assert_eq!(request["params"]["toolCall"]["title"], "ev: echo");
+    assert_eq!(
+        request["params"]["options"][1]["name"],
+        "Always allow mcp__ev__echo calls"
+    );
+    a.select_option(&request, "allow_always");
+    assert_eq!(
+        a.response(&prompt)["result"]["stopReason"],
+        "end_turn",
+        "{}",
+        a.stderr_text()
+    );
+    assert_eq!(a.client_requests("session/request_permission").len(), 1);
+}

@@ -21,6 +21,8 @@ pub(crate) struct CallInfo<'a> {
     pub cwd: &'a Path,
     /// Absolute paths it touches (ACP `locations`).
     pub locations: &'a [String],
+    /// The title and kind the tool chose (MCP tools), else the name decides.
+    pub display: Option<&'a super::ToolDisplay>,
 }
 
 /// Whether a call may run.
