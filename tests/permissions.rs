@@ -438,3 +438,52 @@ fn ask_mode_asks_before_an_mcp_call_and_remembers_the_tool() {
     );
     assert_eq!(a.client_requests("session/request_permission").len(), 1);
 }
+
+#[test]
+fn remembered_answers_belong_to_their_session() {
+    let dir = TempDir::new("perm-multi");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps": [bash("a1", "echo a")]}),
+            json!({"text": "one"}),
+            json!({"steps": [bash("b1", "echo a")]}),
+            json!({"text": "two"}),
+            json!({"steps": [bash("a2", "echo a")]}),
+            json!({"text": "three"}),
+        ],
+    );
+    let mut a = Agent::spawn(Spawn::scripted(
+        &script,
+        &["--multi-session", "--permission-mode", "ask"],
+    ));
+    a.call("initialize", json!({"protocolVersion": 1}));
+    let cwd = dir.path().display().to_string();
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let r = a.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+        assert_eq!(r["result"]["modes"]["currentModeId"], "ask", "{r}");
+        sessions.push(r["result"]["sessionId"].as_str().unwrap().to_owned());
+    }
+    let run = |a: &mut Agent, sid: &str| {
+        a.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
+        )
+    };
+    let p = run(&mut a, &sessions[0]);
+    let request = a.client_request("session/request_permission");
+    assert_eq!(request["params"]["sessionId"], sessions[0].as_str());
+    a.select_option(&request, "allow_always");
+    assert_eq!(a.response(&p)["result"]["stopReason"], "end_turn");
+    // The other session has not allowed anything.
+    let p = run(&mut a, &sessions[1]);
+    let request = a.client_request("session/request_permission");
+    assert_eq!(request["params"]["sessionId"], sessions[1].as_str());
+    a.select_option(&request, "allow_once");
+    assert_eq!(a.response(&p)["result"]["stopReason"], "end_turn");
+    // The first still remembers.
+    let p = run(&mut a, &sessions[0]);
+    assert_eq!(a.response(&p)["result"]["stopReason"], "end_turn");
+    assert_eq!(a.client_requests("session/request_permission").len(), 2);
+}
