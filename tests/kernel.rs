@@ -285,7 +285,7 @@ fn without_python_the_tool_is_not_offered() {
     let end = &tool_ends(&a)[0];
     assert_eq!(
         first_text(end),
-        "Tool ipython not found. Available tools: read, bash, edit, write"
+        "Tool ipython not found. Available tools: read, bash, edit, write, todo"
     );
     assert!(a.stderr_text().contains("the ipython tool is not offered"));
 }
