@@ -12,6 +12,7 @@
 mod abort;
 mod acp;
 mod cli;
+mod compaction;
 mod config_options;
 mod content;
 mod events;

@@ -2,8 +2,8 @@
 
 Module `rlm` (itself callable: `await rlm(prompt)` == `await rlm.run(prompt)`): the host bridge
 (`host_request`), subagent calls (`run`, `find_models`, `list_subagents`, `delete_subagent`)
-and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, and stubs for `goal`,
-`compact` and `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
+and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `compact`, `refine`, and
+stubs for `goal` and `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
 so the model gets Python errors with exact texts. Standard library only.
 """
 
@@ -26,6 +26,9 @@ THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 
 _send_display = None
 _new_request = None
+# Names the namespace starts with, and the ones IPython adds: not the model's own definitions.
+_BASELINE = frozenset()
+_IPYTHON_NAMES = frozenset(("In", "Out", "exit", "quit", "get_ipython", "open", "display"))
 
 
 def _install(send_display, new_request, namespace):
@@ -46,6 +49,17 @@ def _install(send_display, new_request, namespace):
         goal=_Unavailable("goal"),
         compact=_Unavailable("compact"),
         rlm_heartbeat=_Unavailable("rlm_heartbeat"),
+    )
+    namespace.update(compact=compact, refine=refine)
+    global _BASELINE
+    _BASELINE = frozenset(namespace)
+
+
+def _defined_names():
+    """The names the model's cells defined (the host lists them after a compaction)."""
+    ns = sys.modules["__main__"].__dict__
+    return sorted(
+        n for n in ns if not n.startswith("_") and n not in _BASELINE and n not in _IPYTHON_NAMES
     )
 
 
@@ -425,3 +439,45 @@ class _Unavailable:
 
     def __repr__(self):
         return "<%s: not available yet in prime-agent>" % self._name
+
+
+# --- compact / refine (host-side; behaviour spec §5.2, §5.4) ---------------------------------
+
+class _Compact:
+    """`await compact.run(instructions=None)` asks for a compaction at the end of the running
+    turn; `await compact.status()` reports the context in use."""
+
+    async def run(self, instructions=None):
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError("compact.run instructions must be a string")
+        payload = {} if instructions is None else {"instructions": instructions}
+        return await host_request("compact.run", payload)
+
+    async def status(self):
+        return await host_request("compact.status", {})
+
+    def __repr__(self):
+        return "<compact: await compact.run(instructions=None), await compact.status()>"
+
+
+class _Refine:
+    """`await refine.run(instructions=None, global_=False)` asks for a harness refinement at
+    the end of the running turn; `await refine.status()` reports the last one."""
+
+    async def run(self, instructions=None, global_=False):
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError("refine.run instructions must be a string")
+        payload = {"global": bool(global_)}
+        if instructions is not None:
+            payload["instructions"] = instructions
+        return await host_request("refine.run", payload)
+
+    async def status(self):
+        return await host_request("refine.status", {})
+
+    def __repr__(self):
+        return "<refine: await refine.run(instructions=None, global_=False), await refine.status()>"
+
+
+compact = _Compact()
+refine = _Refine()

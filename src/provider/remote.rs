@@ -196,6 +196,10 @@ impl Provider for RemoteProvider {
             .or_else(|| self.discovered.get().map(|(w, _)| *w))
     }
 
+    fn prices(&self) -> Option<crate::provider::Prices> {
+        self.selection.model.cost
+    }
+
     fn accepts_images(&self) -> bool {
         self.selection.model.input.iter().any(|i| i == "image")
     }

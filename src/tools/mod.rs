@@ -66,6 +66,13 @@ pub(crate) trait Tool: Send + Sync {
     fn locations(&self, _args: &Value, _cwd: &Path) -> Vec<String> {
         Vec::new()
     }
+
+    /// The names a running kernel holds that the model defined (the ipython tool; others
+    /// have none). Asked after a compaction, so the model knows what is still there; never
+    /// starts a kernel.
+    fn kernel_names(&self, _abort: &AbortFlag) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The tools offered in this process.
@@ -88,6 +95,14 @@ impl ToolSet {
             .iter()
             .find(|t| t.spec().name == name)
             .map(|t| t.as_ref())
+    }
+
+    /// Every tool's `kernel_names`, in tool order.
+    pub(crate) fn kernel_names(&self, abort: &AbortFlag) -> Vec<String> {
+        self.tools
+            .iter()
+            .flat_map(|t| t.kernel_names(abort))
+            .collect()
     }
 
     pub(crate) fn names(&self) -> Vec<String> {

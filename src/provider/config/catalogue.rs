@@ -73,6 +73,8 @@ pub(crate) struct ModelDef {
     pub context_window: u64,
     pub max_tokens: u64,
     pub compat: Compat,
+    /// Prices per million tokens, when known (models.json `cost`).
+    pub cost: Option<crate::provider::Prices>,
 }
 
 impl ModelDef {
@@ -105,6 +107,7 @@ impl ModelDef {
                 supports_store: false,
                 ..compat
             },
+            cost: None,
         }
     }
 }
@@ -312,6 +315,7 @@ impl Registry {
                             context_window,
                             max_tokens,
                             compat: b.compat,
+                            cost: None,
                         },
                     )
                     .collect(),
