@@ -253,3 +253,153 @@ fn usage_update_reports_reported_usage_plus_estimates_and_the_cost() {
     assert!((cost(&usage[1]) - second).abs() < 1e-12, "{}", usage[1]);
     assert_eq!(usage[1]["cost"]["currency"], "USD");
 }
+
+// --- the real providers against the loopback model server --------------------------------
+
+mod loopback {
+    use serde_json::{json, Value};
+
+    use super::{compactions, long, RECOVERY_FAILED};
+    use crate::support::llm_server::{Canned, End, LlmServer};
+    use crate::support::model::{ask, ask_again, failure, spawn_with, stop_reason, Setup};
+
+    /// A JSON error answer with `status`.
+    fn refusal(status: u16, body: Value) -> Canned {
+        Canned {
+            status,
+            headers: Vec::new(),
+            body: body.to_string().into_bytes(),
+            sse: false,
+            end: End::Complete,
+            pace: None,
+        }
+    }
+
+    /// An agent on `api` at the server, keeping 30 recent tokens when it compacts.
+    fn agent(server: &LlmServer, api: &str, model: &str) -> Setup {
+        let s = spawn_with(server, api, model, &[]);
+        // Read at the first turn's end, so writing it now is in time.
+        s._dir.write(
+            "settings.json",
+            &json!({"compaction": {"keepRecentTokens": 30}}).to_string(),
+        );
+        s
+    }
+
+    /// The text of a request message, whether a string or content blocks.
+    fn content_text(message: &Value) -> String {
+        match &message["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    }
+
+    #[test]
+    fn openai_context_length_exceeded_compacts_and_retries_once() {
+        let server = LlmServer::start(vec![
+            Canned::sse("openai-text.sse"),
+            refusal(
+                400,
+                json!({"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.", "type": "invalid_request_error", "code": "context_length_exceeded"}}),
+            ),
+            Canned::sse("openai-text.sse"),
+            Canned::sse("openai-text.sse"),
+        ]);
+        let mut s = agent(&server, "openai-completions", "cold/test-model");
+        assert_eq!(stop_reason(&ask(&mut s.agent, &long("FIRST"))), "end_turn");
+        let r = ask_again(&mut s.agent, &long("SECOND"));
+        assert_eq!(stop_reason(&r), "end_turn", "{r}");
+        let posts = server.posts();
+        assert_eq!(posts.len(), 4, "turn, refused call, summary, retry");
+        // The summary request: the session's model, our prompt, no tools, the output budget.
+        let summary = &posts[2].body;
+        assert_eq!(summary["model"], "cold/test-model");
+        assert!(summary.get("tools").is_none());
+        assert_eq!(summary["max_completion_tokens"], 13_107);
+        let messages = summary["messages"].as_array().unwrap();
+        assert!(content_text(&messages[0]).contains("hand-over notes"));
+        assert!(content_text(&messages[1]).contains("[User]: FIRST"));
+        assert!(!content_text(&messages[1]).contains("SECOND"));
+        // The retry: the system prompt, the summary, the prompt that overflowed.
+        let retry = posts[3].body["messages"].as_array().unwrap();
+        assert_eq!(retry.len(), 3, "{retry:?}");
+        assert!(content_text(&retry[1]).starts_with(
+            "The conversation history before this point was compacted into the following summary:\n\n<summary>\nHello, wörld!\n</summary>"
+        ));
+        assert_eq!(content_text(&retry[2]), long("SECOND"));
+        assert_eq!(posts[3].body["messages"][0], posts[1].body["messages"][0]);
+        let c = compactions(&s.agent);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0]["reason"], "overflow");
+        assert!(s.agent.finish().success());
+    }
+
+    #[test]
+    fn anthropic_prompt_is_too_long_compacts_and_retries_once() {
+        let server = LlmServer::start(vec![
+            Canned::sse("anthropic-text.sse"),
+            refusal(
+                400,
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 213462 tokens > 200000 maximum"}}),
+            ),
+            Canned::sse("anthropic-text.sse"),
+            Canned::sse("anthropic-text.sse"),
+        ]);
+        let mut s = agent(&server, "anthropic-messages", "claude-test");
+        assert_eq!(stop_reason(&ask(&mut s.agent, &long("FIRST"))), "end_turn");
+        let r = ask_again(&mut s.agent, &long("SECOND"));
+        assert_eq!(stop_reason(&r), "end_turn", "{r}");
+        let posts = server.posts();
+        assert_eq!(posts.len(), 4);
+        assert!(posts[2].body["system"]
+            .as_str()
+            .unwrap()
+            .contains("hand-over notes"));
+        assert!(posts[2].body.get("tools").is_none());
+        let retry = content_text(&posts[3].body["messages"][0]);
+        assert!(
+            retry.contains("compacted into the following summary"),
+            "{retry}"
+        );
+        assert!(
+            retry.contains("SECOND") && !retry.contains("FIRST"),
+            "{retry}"
+        );
+        assert_eq!(compactions(&s.agent)[0]["reason"], "overflow");
+        assert!(s.agent.finish().success());
+    }
+
+    #[test]
+    fn llama_cpp_context_size_twice_gives_the_recovery_failure() {
+        let too_big = || {
+            refusal(
+                400,
+                json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096}}),
+            )
+        };
+        let server = LlmServer::start(vec![
+            Canned::sse("openai-text.sse"),
+            too_big(),
+            Canned::sse("openai-text.sse"),
+            too_big(),
+        ]);
+        let mut s = agent(&server, "openai-completions", "cold/test-model");
+        assert_eq!(stop_reason(&ask(&mut s.agent, &long("FIRST"))), "end_turn");
+        let r = ask_again(&mut s.agent, &long("SECOND"));
+        assert_eq!(
+            failure(&r),
+            format!("prime-agent turn failed: {RECOVERY_FAILED}")
+        );
+        assert_eq!(
+            server.posts().len(),
+            4,
+            "one compaction, one retry, no more"
+        );
+        assert!(s.agent.finish().success());
+    }
+}

@@ -67,9 +67,12 @@ pub(super) fn status_error(
     // A server that cannot take this kind of input (images for a text-only llama.cpp answer
     // 500) answers the same way every time: retrying only makes the user wait.
     let unsupported = is_unsupported_input(&message);
+    // Nor does a request too long for the window get shorter by waiting (some local servers
+    // answer it with a 500); the turn compacts and retries it instead.
+    let overflow = is_context_overflow(&message);
     AttemptError {
         error: ProviderError::Status { status, message },
-        retryable: (status == 429 || status >= 500) && !unsupported,
+        retryable: (status == 429 || status >= 500) && !unsupported && !overflow,
         retry_after,
         max_retries: None,
         reason: if status == 429 {
