@@ -24,6 +24,7 @@ mod main_loop;
 mod meta;
 mod prompt;
 mod provider;
+mod refine;
 mod rpc;
 mod session;
 mod setup;

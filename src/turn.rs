@@ -18,6 +18,7 @@ use crossbeam_channel::Sender;
 use serde_json::Value;
 
 mod compacting;
+mod refining;
 
 #[allow(unused_imports)] // The slash-command parser of issue 11 calls it.
 pub(crate) use compacting::compact_manually;
@@ -395,6 +396,14 @@ impl Worker<'_> {
                     if let Some(instructions) = compaction::manual_command(&prompt.text) {
                         return self.manual_compact(conv, instructions.as_deref());
                     }
+                    match crate::refine::command(&prompt.text) {
+                        Some(Ok(command)) => return self.refine(conv, command, "manual"),
+                        Some(Err(usage)) => {
+                            self.refine_failed(usage);
+                            return TurnOutcome::Completed(StopReason::EndTurn);
+                        }
+                        None => {}
+                    }
                 }
                 if self.model.provider.is_ok() {
                     prompt_at = Some(conv.messages.len());
@@ -758,13 +767,11 @@ pub(crate) enum AgentEvent {
         token_budget: Option<u64>,
         tokens_used: Option<u64>,
     },
-    /// Not produced yet: refine (issue 12) emits it and `RefineFailed`.
-    #[allow(dead_code)] // Produced once issue 12 lands.
+    /// A refinement was applied (`edits`: every planned edit, applied or not).
     RefineComplete {
         summary: Option<String>,
         edits: Vec<RefineEdit>,
     },
-    #[allow(dead_code)] // Produced once issue 12 lands.
     RefineFailed {
         error: String,
     },

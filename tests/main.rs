@@ -10,6 +10,7 @@ mod fuzz;
 mod kernel;
 mod protocol;
 mod provider;
+mod refine;
 mod reliability;
 mod secrets;
 mod sessions;

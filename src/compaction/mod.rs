@@ -184,7 +184,22 @@ pub(crate) struct Control {
     tokens: AtomicU64,
     window: AtomicU64,
     settings: OnceLock<Settings>,
+    /// Refine rides on the same switchboard: a `refine.run()` request for the turn's end,
+    /// and the session's refinement results (for `refine.status()` and rollback).
+    refine_scheduled: Mutex<Option<RefineRequest>>,
+    refinements: Mutex<Vec<Value>>,
 }
+
+/// `refine.run(instructions, global_)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefineRequest {
+    pub instructions: Option<String>,
+    pub global: bool,
+}
+
+/// The `refine.run()` refusal outside a turn (ours; it mirrors compaction's).
+pub(crate) const NO_ACTIVE_TURN_REFINE: &str =
+    "no active turn; refinement can only be requested while a turn is running";
 
 impl Control {
     /// The settings, read from disk once per agent.
@@ -238,6 +253,59 @@ impl Control {
         })
     }
 
+    /// `refine.run()`: scheduled for the running turn's end, or refused.
+    pub(crate) fn request_refine(&self, request: RefineRequest) -> Value {
+        if !self.running.load(Ordering::SeqCst) {
+            return json!({"scheduled": false, "reason": NO_ACTIVE_TURN_REFINE});
+        }
+        *self
+            .refine_scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(request);
+        json!({"scheduled": true})
+    }
+
+    pub(crate) fn take_refine(&self) -> Option<RefineRequest> {
+        self.refine_scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Keeps a refinement result (its `id` names it for rollback).
+    pub(crate) fn record_refinement(&self, result: Value) {
+        self.refinements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(result);
+    }
+
+    /// The result of refinement `id` of this session.
+    pub(crate) fn refinement(&self, id: &str) -> Option<Value> {
+        self.refinements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .rev()
+            .find(|r| r.get("id").and_then(Value::as_str) == Some(id))
+            .cloned()
+    }
+
+    /// `refine.status()`: `{scheduled, count, last}` (`last`: the latest result or null).
+    pub(crate) fn refine_status(&self) -> Value {
+        let refinements = self.refinements.lock().unwrap_or_else(|e| e.into_inner());
+        let scheduled = self
+            .refine_scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        json!({
+            "scheduled": scheduled,
+            "count": refinements.len(),
+            "last": refinements.last().cloned(),
+        })
+    }
+
     /// The compaction the model asked for, if any (taken: it runs once).
     pub(crate) fn take_scheduled(&self) -> Option<Option<String>> {
         self.scheduled
@@ -247,7 +315,8 @@ impl Control {
     }
 }
 
-/// Answers the kernel's `compact.run` (payload `{instructions?}`) and `compact.status`.
+/// Answers the kernel's `compact.run` (payload `{instructions?}`), `compact.status`,
+/// `refine.run` (`{instructions?, global}`) and `refine.status`.
 pub(crate) fn host_request(control: &Control, kind: &str, payload: &Value) -> Value {
     match kind {
         "compact.run" => control.request(
@@ -256,6 +325,17 @@ pub(crate) fn host_request(control: &Control, kind: &str, payload: &Value) -> Va
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         ),
+        "refine.run" => control.request_refine(RefineRequest {
+            instructions: payload
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            global: payload
+                .get("global")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        }),
+        "refine.status" => control.refine_status(),
         _ => control.status(),
     }
 }

@@ -10,6 +10,7 @@ so the model gets Python errors with exact texts. Standard library only.
 import asyncio
 import base64
 import dataclasses
+import json
 import os
 import sys
 import types
@@ -481,3 +482,96 @@ class _Refine:
 
 compact = _Compact()
 refine = _Refine()
+
+
+# --- refine: the host applies a planned edit list to the harness store (spec §5.4) -----------
+
+def _refine_overview(global_):
+    return harness.overview(global_=global_)
+
+
+def _edit_fields(edit):
+    return dict(
+        path=edit.get("path") or None,
+        reference=edit.get("reference"),
+        arguments=edit.get("arguments"),
+        metadata=edit.get("metadata"),
+    )
+
+
+def _apply_edit(edit, global_):
+    out = dict(edit)
+    action, kind, eid = edit.get("action"), edit.get("kind"), edit.get("id")
+    try:
+        if action == "create":
+            fields = _edit_fields(edit)
+            fields["path"] = fields["path"] or "general"
+            entry = harness.create(kind, edit.get("title") or eid or kind, edit.get("content") or "",
+                                   id=eid, source="refine", global_=global_, **fields)
+            out.update(id=entry.id, after=dataclasses.asdict(entry))
+        elif action == "update":
+            before = harness.get(kind, eid, global_=global_)
+            if before is None:
+                raise ValueError("%s entry '%s' does not exist" % (kind, eid))
+            out["before"] = dataclasses.asdict(before)
+            entry = harness.update(kind, eid, edit.get("title"), edit.get("content"),
+                                   global_=global_, **_edit_fields(edit))
+            out.update(id=entry.id, after=dataclasses.asdict(entry))
+        elif action == "delete":
+            before = harness.get(kind, eid, global_=global_)
+            if before is None:
+                raise ValueError("%s entry '%s' does not exist" % (kind, eid))
+            out["before"] = dataclasses.asdict(before)
+            harness.delete(kind, eid, global_=global_)
+        else:
+            raise ValueError("unknown refine action %r; expected create, update or delete" % (action,))
+        out["applied"] = True
+    except Exception as e:  # A refused edit is reported, the others still apply.
+        out.update(applied=False, error=str(e))
+        out.setdefault("id", eid or "")
+    return out
+
+
+def _refine_result(plan, applied, global_, trigger, rollback_of=None):
+    changes = ["%s %s:%s" % (e.get("action"), e.get("kind"), e.get("id")) for e in applied if e.get("applied")]
+    event = harness.record_refinement(trigger, changes, evidence=str(plan.get("rationale") or ""),
+                                      outcome=str(plan.get("expectedOutcome") or ""), global_=global_)
+    result = {
+        "id": event.id,
+        "summary": plan.get("summary") or "",
+        "rationale": plan.get("rationale") or "",
+        "expectedOutcome": plan.get("expectedOutcome") or "",
+        "appliedEdits": applied,
+        "harnessStatePath": str(harness.state_dir(global_) / harness.STATE_FILE),
+        "scope": "global" if global_ else "local",
+    }
+    if rollback_of is not None:
+        result["rollbackOf"] = rollback_of
+    return result
+
+
+def _refine_apply(plan_json, global_, trigger):
+    plan = json.loads(plan_json)
+    applied = [_apply_edit(e if isinstance(e, dict) else {}, global_) for e in plan.get("edits") or []]
+    return _refine_result(plan, applied, global_, trigger)
+
+
+def _refine_rollback(result_json):
+    """Undoes the applied edits of a refinement result, newest first."""
+    result = json.loads(result_json)
+    global_ = result.get("scope") == "global"
+    undo = []
+    for e in reversed(result.get("appliedEdits") or []):
+        if not e.get("applied"):
+            continue
+        before = e.get("before") or {}
+        if e.get("action") == "create":
+            undo.append({"action": "delete", "kind": e.get("kind"), "id": e.get("id")})
+        elif e.get("action") == "update":
+            undo.append(dict(before, action="update"))
+        elif e.get("action") == "delete":
+            undo.append(dict(before, action="create"))
+    applied = [_apply_edit(e, global_) for e in undo]
+    plan = {"summary": "Rolled back %s" % result.get("id"),
+            "rationale": "rollback of %s" % result.get("id"), "expectedOutcome": ""}
+    return _refine_result(plan, applied, global_, "rollback", rollback_of=result.get("id"))

@@ -36,6 +36,16 @@ impl HostHandler for NodeHandler {
             "compact.run" | "compact.status" if self.compaction.agent_callable() => Ok(
                 crate::compaction::host_request(&self.compaction, kind, &payload),
             ),
+            // Refine edits the session's harness: the main agent at depth 0 only (§5.4).
+            "refine.run" | "refine.status"
+                if self.node == family.main_id && family.root_depth == 0 =>
+            {
+                Ok(crate::compaction::host_request(
+                    &self.compaction,
+                    kind,
+                    &payload,
+                ))
+            }
             _ => Err(unavailable(kind)),
         }
     }

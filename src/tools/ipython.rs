@@ -200,6 +200,26 @@ impl Tool for IpythonTool {
         cell_output(run, restarted)
     }
 
+    fn kernel_eval(
+        &self,
+        code: &str,
+        cwd: &Path,
+        abort: &AbortFlag,
+    ) -> Option<Result<String, String>> {
+        let mut progress = |_: &str| {};
+        let mut ctx = ToolContext {
+            cwd,
+            abort,
+            progress: &mut progress,
+        };
+        let out = self.run(&json!({ "code": code }), &mut ctx);
+        Some(if out.is_error {
+            Err(out.text)
+        } else {
+            Ok(out.text)
+        })
+    }
+
     fn kernel_names(&self, abort: &AbortFlag) -> Vec<String> {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         if !slot.kernel.as_mut().is_some_and(|k| k.is_alive()) {

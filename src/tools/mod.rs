@@ -73,6 +73,18 @@ pub(crate) trait Tool: Send + Sync {
     fn kernel_names(&self, _abort: &AbortFlag) -> Vec<String> {
         Vec::new()
     }
+
+    /// Runs host-written `code` in this tool's kernel (started if need be) and returns what
+    /// it printed, or why it failed; `None` for tools without a kernel. Refine uses it: the
+    /// kernel owns the harness store.
+    fn kernel_eval(
+        &self,
+        _code: &str,
+        _cwd: &Path,
+        _abort: &AbortFlag,
+    ) -> Option<Result<String, String>> {
+        None
+    }
 }
 
 /// The tools offered in this process.
@@ -95,6 +107,18 @@ impl ToolSet {
             .iter()
             .find(|t| t.spec().name == name)
             .map(|t| t.as_ref())
+    }
+
+    /// The first tool's `kernel_eval` that has a kernel.
+    pub(crate) fn kernel_eval(
+        &self,
+        code: &str,
+        cwd: &Path,
+        abort: &AbortFlag,
+    ) -> Option<Result<String, String>> {
+        self.tools
+            .iter()
+            .find_map(|t| t.kernel_eval(code, cwd, abort))
     }
 
     /// Every tool's `kernel_names`, in tool order.

@@ -97,6 +97,25 @@ impl Worker<'_> {
     /// At the turn's end: the compaction the model asked for (`compact.run()`), else the
     /// threshold (`used > window - reserve`). Only after a turn that completed.
     pub(super) fn after_turn(&self, conv: &mut Conversation, outcome: TurnOutcome) -> TurnOutcome {
+        // A `refine.run()` runs after any compaction (serialized refine, §5.4).
+        let refine = self.ctx.compaction.take_refine();
+        let outcome = self.compact_after_turn(conv, outcome);
+        match refine {
+            Some(r) if matches!(outcome, TurnOutcome::Completed(_)) && !self.abort.is_aborted() => {
+                let command = crate::refine::Command::Run {
+                    global: r.global,
+                    instructions: r.instructions,
+                };
+                match self.refine(conv, command, "requested") {
+                    TurnOutcome::Completed(_) => outcome,
+                    other => other,
+                }
+            }
+            _ => outcome,
+        }
+    }
+
+    fn compact_after_turn(&self, conv: &mut Conversation, outcome: TurnOutcome) -> TurnOutcome {
         let requested = self.ctx.compaction.take_scheduled();
         if !matches!(outcome, TurnOutcome::Completed(_)) || self.abort.is_aborted() {
             return outcome;
