@@ -496,7 +496,7 @@ impl Worker<'_> {
                 Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
                 Err(e) => {
                     let mut failure = e.to_string();
-                    if e.is_context_overflow() {
+                    if e.is_context_overflow() && self.auto_compaction() {
                         if overflow_compacted {
                             failure = compaction::OVERFLOW_RECOVERY_FAILED.to_owned();
                         } else {

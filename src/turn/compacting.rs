@@ -37,6 +37,11 @@ impl Worker<'_> {
             .settings(&self.agent.kernel_env.agent_dir, &self.agent.cwd)
     }
 
+    /// Whether the automatic triggers (threshold, overflow) are on (`compaction.enabled`).
+    pub(super) fn auto_compaction(&self) -> bool {
+        self.settings().enabled
+    }
+
     /// One compaction, reported to the client. `Ok(None)`: nothing old enough to summarise;
     /// `Err`: the turn ends with that outcome (the conversation is as it was).
     pub(super) fn compact(
