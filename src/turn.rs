@@ -347,6 +347,10 @@ pub(crate) fn run_turn(
         abort,
         emit,
     };
+    // Read now, so the kernel's `compact.*` sees `compaction.agentCallable` from the first cell.
+    let _ = ctx
+        .compaction
+        .settings(&ctx.agent.kernel_env.agent_dir, &ctx.agent.cwd);
     ctx.compaction.set_running(true);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let outcome = worker.run(conversation, input);
