@@ -4,6 +4,7 @@ mod support;
 
 mod acpx;
 mod client_fs;
+mod compaction;
 mod config_options;
 mod demo;
 mod faults;
@@ -13,6 +14,7 @@ mod mcp;
 mod permissions;
 mod protocol;
 mod provider;
+mod refine;
 mod reliability;
 mod responses;
 mod secrets;
