@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::acp;
+use crate::autonomy;
 use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
 use crate::meta;
@@ -89,14 +90,16 @@ impl MainLoop {
             family,
             ctx: ctx.clone(),
         });
-        self.sessions.push(Session::new(
+        let mut session = Session::new(
             id.clone(),
             self.next_generation,
             ctx,
             workers,
             p.mcp_servers,
             self.timing,
-        ));
+        );
+        session.set_unattended(unattended_of(&self.agent));
+        self.sessions.push(session);
         let mut result = json!({ "sessionId": id });
         if let Some(options) = options {
             result["configOptions"] = options;
@@ -188,6 +191,12 @@ impl MainLoop {
         self.with_session_at(i, |s, now, out| s.close(id, now, out));
         Ok(())
     }
+}
+
+/// A new session's autonomous mode and goal, from the start-up flags; the wall clock of
+/// `--autonomous-timeout-ms` starts now.
+fn unattended_of(agent: &Agent) -> autonomy::Shared {
+    autonomy::Unattended::shared(agent.autonomy.clone(), std::time::Instant::now())
 }
 
 /// The `configOptions` of a session on `model` (`None` without a model).

@@ -11,7 +11,9 @@
 
 mod abort;
 mod acp;
+mod autonomy;
 mod cli;
+mod commands;
 mod config_options;
 mod content;
 mod events;

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
 use crate::acp::{self, McpServer};
+use crate::autonomy;
 use crate::content::UserPrompt;
 use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
@@ -200,6 +201,8 @@ pub(crate) struct Session {
     /// Validated at `session/new`; not yet offered to the kernel (there is no MCP client).
     #[allow(dead_code)] // Kept so the session owns what the client configured.
     mcp_servers: Vec<McpServer>,
+    /// Autonomous mode and goal state, shared with this session's prompt turns.
+    unattended: autonomy::Shared,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
     /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
     pub(crate) last_worker: Option<JoinHandle<()>>,
@@ -232,8 +235,19 @@ impl Session {
             closing: None,
             closed: false,
             mcp_servers,
+            unattended: Arc::new(Mutex::new(autonomy::Unattended::disabled())),
             last_worker: None,
         }
+    }
+
+    /// Gives the session its autonomous-mode and goal state (configured at `session/new`).
+    pub(crate) fn set_unattended(&mut self, unattended: autonomy::Shared) {
+        self.unattended = unattended;
+    }
+
+    /// The session's autonomous-mode and goal state (slash commands read and change it).
+    pub(crate) fn unattended(&self) -> &autonomy::Shared {
+        &self.unattended
     }
 
     pub(crate) fn id(&self) -> &str {
@@ -475,18 +489,28 @@ impl Session {
     }
 
     fn publish_terminal(&mut self, pending: PendingTerminal, out: &mut Vec<Action>) {
-        let q = Quiescence {
-            outstanding_subagents: self.workers.outstanding(),
-            remaining_autonomous_continuations: 0,
-        };
+        let update = self.quiescence_update();
         self.attribution.seal(pending.prompt_turn_id);
         self.publish(
-            meta::quiescence_update(q),
+            update,
             pending.prompt_turn_id,
             Phase::TerminalQuiescence,
             Some(pending.ok),
             out,
         );
+    }
+
+    /// The completion or terminal update: quiescence counters and, in autonomous mode,
+    /// `_meta…autonomous`.
+    fn quiescence_update(&self) -> Value {
+        let state = autonomy::lock(&self.unattended);
+        let q = Quiescence {
+            outstanding_subagents: self.workers.outstanding(),
+            remaining_autonomous_continuations: state.remaining_continuations(),
+        };
+        let mut update = meta::quiescence_update(q);
+        autonomy::annotate(&mut update, &state);
+        update
     }
 
     /// Starts a turn of the main agent: a client prompt (`request` is its id) or an
@@ -512,6 +536,7 @@ impl Session {
             ctx: self.ctx.clone(),
             model: self.model.clone(),
             conversation: self.conversation.clone(),
+            unattended: request.is_some().then(|| self.unattended.clone()),
         }));
         if let Some(title) = title {
             let update = json!({ "sessionUpdate": "session_info_update", "title": title });
@@ -683,19 +708,22 @@ impl Session {
                 self.advance(out);
                 return;
             }
-            TurnOutcome::Completed(stop) => (Ok(json!({ "stopReason": stop.as_str() })), true),
+            TurnOutcome::Completed(stop) => {
+                let mut result = json!({ "stopReason": stop.as_str() });
+                let usage = autonomy::lock(&self.unattended).prompt_usage.take();
+                if let Some(u) = usage {
+                    result["usage"] = autonomy::usage_value(u);
+                }
+                (Ok(result), true)
+            }
             TurnOutcome::Failed(why) => (
                 Err(RpcError::internal(format!("{TURN_FAILED}{why}"))),
                 false,
             ),
         };
-        let quiescence = Quiescence {
-            outstanding_subagents: self.workers.outstanding(),
-            remaining_autonomous_continuations: 0,
-        };
         let boundary = meta::response_boundary(true);
         self.publish(boundary, id, Phase::ResponseBoundary, Some(ok), out);
-        let completion = meta::quiescence_update(quiescence);
+        let completion = self.quiescence_update();
         self.publish(completion, id, Phase::Event, None, out);
         out.push(Action::Respond(request, result));
         self.pending_terminal = Some(PendingTerminal {
@@ -826,6 +854,7 @@ mod tests {
                     Action::StartTurn(TurnStart { input, .. }) => match input {
                         TurnInput::Prompt(p) => format!("start {}", p.text),
                         TurnInput::Inbox => "start inbox".to_owned(),
+                        TurnInput::Local(l) => format!("start local {l:?}"),
                     },
                     Action::Closed => "closed".to_owned(),
                 })

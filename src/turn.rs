@@ -18,6 +18,7 @@ use crossbeam_channel::Sender;
 use serde_json::Value;
 
 use crate::abort::AbortFlag;
+use crate::autonomy::{self, Next};
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
@@ -53,6 +54,10 @@ pub struct Agent {
     pub(crate) models: Option<Arc<ModelMenu>>,
     /// Several sessions per connection, each in its own cwd (`--multi-session`).
     pub(crate) multi_session: bool,
+    /// Autonomous mode as configured at start-up (each session starts with it).
+    pub(crate) autonomy: autonomy::Config,
+    /// `--goal` and its token budget: each new session starts with this goal.
+    pub(crate) goal: Option<(String, Option<u64>)>,
 }
 
 impl Agent {
@@ -77,6 +82,8 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            autonomy: autonomy::Config::default(),
+            goal: None,
         }
     }
 
@@ -95,6 +102,8 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            autonomy: autonomy::Config::default(),
+            goal: None,
         })
     }
 }
@@ -163,6 +172,17 @@ impl Inbox {
 pub(crate) enum TurnInput {
     Prompt(UserPrompt),
     Inbox,
+    /// A slash command answered without the model (see `commands`).
+    Local(Local),
+}
+
+/// What a slash-command turn does instead of calling the model.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Local {
+    /// Show this text (the command was already carried out).
+    Reply(String),
+    /// `/compact [instructions]`.
+    Compact(Option<String>),
 }
 
 /// The conversation of one ACP session; it carries across that session's prompts.
@@ -170,6 +190,8 @@ pub(crate) enum TurnInput {
 pub(crate) struct Conversation {
     pub messages: Vec<Message>,
     pub usage: Usage,
+    /// Model calls that answered, over the session (autonomous turns are counted from it).
+    pub model_calls: u64,
     /// Provider notices already shown in this session (each is shown once).
     pub notices_shown: Vec<String>,
 }
@@ -221,6 +243,9 @@ pub(crate) struct TurnStart {
     pub input: TurnInput,
     /// The worker stops at its checkpoints (and abort hooks fire) once this is set.
     pub abort: AbortFlag,
+    /// The session's autonomous-mode and goal state, for a client prompt: the worker counts
+    /// its model calls there and continues the turn while it says so (`None`: a plain turn).
+    pub unattended: Option<autonomy::Shared>,
 }
 
 /// Starts a turn worker for a session's main agent. It joins `previous` (the session's last
@@ -238,6 +263,7 @@ pub(crate) fn spawn_turn(
         conversation,
         input,
         abort: flag,
+        unattended,
     } = start;
     thread::Builder::new()
         .name(format!("turn-{turn}"))
@@ -264,7 +290,12 @@ pub(crate) fn spawn_turn(
                     kind: TurnMsgKind::Event(event),
                 });
             };
-            let outcome = run_turn(&ctx, &model, &mut conv, input, &flag, &emit);
+            let outcome = match &unattended {
+                Some(u) if matches!(input, TurnInput::Prompt(_)) => {
+                    run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
+                }
+                _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
+            };
             drop(conv);
             finished(outcome);
         })
@@ -316,6 +347,65 @@ fn take_over<'a>(
             }
         }
     }
+}
+
+/// A client prompt: the turn, then the continuations autonomous mode asks for after each
+/// clean assistant turn (gates run here, on this worker, outside the state's lock), all inside
+/// the one `session/prompt`. Every model call is counted into `unattended`, and the prompt's
+/// summed usage is left there for its response.
+fn run_prompt(
+    ctx: &AgentCtx,
+    model: &TurnModel,
+    conv: &mut Conversation,
+    input: TurnInput,
+    abort: &AbortFlag,
+    emit: &dyn Fn(AgentEvent),
+    unattended: &autonomy::Shared,
+) -> TurnOutcome {
+    let usage_at_start = conv.usage;
+    let (mut calls_seen, mut usage_seen) = (conv.model_calls, conv.usage);
+    let mut input = input;
+    let outcome = loop {
+        let outcome = run_turn(ctx, model, conv, input, abort, emit);
+        let now = Instant::now();
+        let calls = conv.model_calls - calls_seen;
+        let usage = conv.usage.minus(usage_seen);
+        (calls_seen, usage_seen) = (conv.model_calls, conv.usage);
+        autonomy::lock(unattended).record(calls, usage, now);
+        let TurnOutcome::Completed(stop) = outcome else {
+            break outcome;
+        };
+        // Only an assistant turn continues (a `!cmd` or an empty inbox made no model call).
+        if calls == 0 {
+            break outcome;
+        }
+        if abort.is_aborted() {
+            break TurnOutcome::Cancelled;
+        }
+        let gates = autonomy::lock(unattended).take_gates();
+        let gates = gates.map(|(config, mut book)| {
+            let outcome = autonomy::gate::run_gates(&config, &mut book, &ctx.agent.cwd, abort);
+            (book, outcome)
+        });
+        let mut state = autonomy::lock(unattended);
+        let next = state.after_turn(gates, Instant::now(), &autonomy::gate::iso_now());
+        if abort.is_aborted() {
+            break TurnOutcome::Cancelled;
+        }
+        match next {
+            Next::Stop => break TurnOutcome::Completed(state.stop_reason(stop, Instant::now())),
+            Next::Continue(text) => {
+                drop(state);
+                input = TurnInput::Prompt(UserPrompt {
+                    text,
+                    images: Vec::new(),
+                    typed: false,
+                });
+            }
+        }
+    };
+    autonomy::lock(unattended).prompt_usage = Some(conv.usage.minus(usage_at_start));
+    outcome
 }
 
 /// Runs one turn to its end on the calling thread. Never panics: a panic inside becomes
@@ -388,6 +478,19 @@ impl Worker<'_> {
                 if self.ctx.inbox.is_empty() {
                     return TurnOutcome::Completed(StopReason::EndTurn);
                 }
+            }
+            TurnInput::Local(local) => {
+                let text = match local {
+                    Local::Reply(text) => text,
+                    Local::Compact(instructions) => self.compact(conv, instructions.as_deref()),
+                };
+                self.emit(AgentEvent::AssistantMessageStart);
+                self.emit(AgentEvent::MessageDelta {
+                    assistant: true,
+                    kind: DeltaKind::Text,
+                    delta: text,
+                });
+                return TurnOutcome::Completed(StopReason::EndTurn);
             }
         }
         let provider = match &self.model.provider {
@@ -473,6 +576,7 @@ impl Worker<'_> {
             };
             calls_ok += 1;
             conv.usage.add(reply.usage);
+            conv.model_calls += 1;
             // What the model saw plus what it wrote is what the context now holds.
             let used = reply.usage.input
                 + reply.usage.cache_read
@@ -527,6 +631,12 @@ impl Worker<'_> {
                 }
             }
         }
+    }
+
+    /// `/compact [instructions]`: the one hook for compaction (issue 12), which has the
+    /// conversation, the model and the abort flag here; returns what the user is shown.
+    fn compact(&self, _conv: &mut Conversation, _instructions: Option<&str>) -> String {
+        crate::commands::COMPACT_UNAVAILABLE.to_owned()
     }
 
     /// `!cmd` / `!!cmd`: runs a user shell command in the cwd without a model call, streamed
@@ -826,6 +936,7 @@ mod tests {
             conversation: conv.clone(),
             input: TurnInput::Prompt(prompt),
             abort: AbortFlag::new(),
+            unattended: None,
         };
         let handle = spawn_turn(start, None, tx, Backlog::default()).unwrap();
         handle.join().unwrap();

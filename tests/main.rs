@@ -2,6 +2,7 @@
 
 mod support;
 
+mod autonomy;
 mod config_options;
 mod demo;
 mod faults;

@@ -17,7 +17,7 @@
 //! (`accepts_images` false; the default takes text and images).
 //!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
-//! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
+//! `{"usage": {"input", "output", "cache_read"?, "cache_write"?}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
 //! `{"stuck_ms": n}` (blocks n ms ignoring cancel, like a call no abort hook can reach),
 //! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
 //! `{"stream_until_cancelled": {"text": s, "interval_ms": n}}`, and
@@ -223,7 +223,7 @@ fn run_step(
             input: get("input"),
             output: get("output"),
             cache_read: get("cache_read"),
-            cache_write: 0,
+            cache_write: get("cache_write"),
         });
     } else if let Some(ms) = step.get("sleep_ms").and_then(Value::as_u64) {
         abort.sleep(Duration::from_millis(ms)).map_err(aborted)?;
