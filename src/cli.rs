@@ -10,9 +10,13 @@ pub const HELP: &str = "\
 prime-agent: a coding agent that speaks the Agent Client Protocol (ACP) on stdin/stdout
 
 Usage: prime-agent [--mode acp] [options]
+       prime-agent -p [options] \"<prompt>\"           (print the final answer)
+       prime-agent --mode json [options] \"<prompt>\"  (print every update as JSON lines)
+       The prompt may come on stdin instead; exit code 0 end_turn, 1 failure, 2 limit hit.
 
 Options:
-  --mode <text|json|rpc|acp|daemon>  Front end; only acp is built (default: acp)
+  --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
+  -p, --print                        Run one prompt and print the final assistant text
   --provider <name>                  Model provider (e.g. openai, anthropic, scripted)
   --model <provider/id | id>         Model to use
   --api-key <key>                    API key for the provider (highest precedence)
@@ -72,6 +76,12 @@ pub struct Config {
     pub no_session: bool,
     pub offline: bool,
     pub daemon_socket: Option<PathBuf>,
+    /// `-p/--print`: run one prompt, print the final assistant text.
+    pub print: bool,
+    /// `--mode json`: run one prompt, print every update as a JSON line.
+    pub json: bool,
+    /// Positional arguments: the prompt of `--print` / `--mode json`.
+    pub prompt_args: Vec<String>,
     /// Autonomous mode (`--autonomous*`).
     pub(crate) autonomy: crate::autonomy::Config,
     /// `--goal`: the objective a new session starts with, and `--goal-token-budget`.
@@ -79,6 +89,13 @@ pub struct Config {
     pub(crate) goal_token_budget: Option<u64>,
     /// Non-fatal diagnostics (unknown long flags, bad thinking level) to log at start-up.
     pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// One prompt without an ACP client (`-p/--print`, `--mode json`).
+    pub fn headless(&self) -> bool {
+        self.print || self.json
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -115,8 +132,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--mode" => {
                 let mode = value("--mode")?;
                 match mode.as_str() {
-                    "acp" => {}
-                    "text" | "json" | "rpc" | "daemon" => {
+                    "acp" => cfg.json = false,
+                    "json" => cfg.json = true,
+                    "text" | "rpc" | "daemon" => {
                         return Err(format!(
                             "--mode {mode} is not supported by this build; use --mode acp"
                         ))
@@ -128,6 +146,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     }
                 }
             }
+            "-p" | "--print" => cfg.print = true,
             "--provider" => cfg.provider = Some(value("--provider")?),
             "--model" => cfg.model = Some(value("--model")?),
             "--api-key" => cfg.api_key = Some(value("--api-key")?),
@@ -215,11 +234,16 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
             }
             _ if flag.starts_with('-') => return Err(format!("Unknown option: {flag}")),
-            _ => cfg.warnings.push(format!(
-                "Ignoring positional argument {flag:?}: ACP prompts arrive over stdin"
-            )),
+            _ => cfg.prompt_args.push(arg.to_owned()),
         }
         i += 1;
+    }
+    if !cfg.headless() {
+        for arg in &cfg.prompt_args {
+            cfg.warnings.push(format!(
+                "Ignoring positional argument {arg:?}: ACP prompts arrive over stdin"
+            ));
+        }
     }
     if cfg.goal_token_budget.is_some() && cfg.goal.is_none() {
         return Err("--goal-token-budget requires --goal".to_owned());
@@ -273,6 +297,10 @@ mod tests {
         assert_eq!(
             p(&["--mode", "rpc"]).unwrap_err(),
             "--mode rpc is not supported by this build; use --mode acp"
+        );
+        assert_eq!(
+            p(&["--mode", "text"]).unwrap_err(),
+            "--mode text is not supported by this build; use --mode acp"
         );
         assert!(p(&["--mode", "bogus"])
             .unwrap_err()
@@ -356,6 +384,25 @@ mod tests {
             p(&["--autonomous-gate"]),
             Err("--autonomous-gate requires a value".into())
         );
+    }
+
+    #[test]
+    fn headless_modes_take_the_prompt_from_positional_arguments() {
+        let Ok(Command::Run(cfg)) = p(&["-p", "say", "hi"]) else {
+            panic!()
+        };
+        assert!(cfg.print && !cfg.json && cfg.headless());
+        assert_eq!(cfg.prompt_args, ["say", "hi"]);
+        assert!(cfg.warnings.is_empty());
+        let Ok(Command::Run(cfg)) = p(&["--mode", "json", "go"]) else {
+            panic!()
+        };
+        assert!(cfg.json && cfg.headless());
+        let Ok(Command::Run(cfg)) = p(&["stray"]) else {
+            panic!()
+        };
+        assert!(!cfg.headless());
+        assert_eq!(cfg.warnings.len(), 1);
     }
 
     #[test]

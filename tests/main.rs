@@ -7,6 +7,7 @@ mod config_options;
 mod demo;
 mod faults;
 mod fuzz;
+mod headless;
 mod kernel;
 mod protocol;
 mod provider;
