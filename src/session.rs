@@ -156,7 +156,7 @@ struct ActiveTurn {
 
 struct QueuedPrompt {
     request: RequestId,
-    prompt: UserPrompt,
+    input: TurnInput,
     /// When the wait for the previous turn's quiescence gives up.
     deadline: Instant,
 }
@@ -308,7 +308,12 @@ impl Session {
         now: Instant,
         out: &mut Vec<Action>,
     ) {
-        let refusal = if self.closing.is_some() {
+        self.prompt_input(request, TurnInput::Prompt(prompt), now, out);
+    }
+
+    /// Why a prompt would be refused now (`None`: it runs or waits its turn).
+    pub(crate) fn refusal(&self) -> Option<String> {
+        if self.closing.is_some() {
             Some(format!("ACP session is closing: {}", self.id))
         } else {
             match &self.active {
@@ -319,8 +324,18 @@ impl Session {
                 _ if self.queued.is_some() => Some(PROMPT_RUNNING.to_owned()),
                 _ => None,
             }
-        };
-        if let Some(why) = refusal {
+        }
+    }
+
+    /// `prompt` for any prompt turn's input (a slash command's local answer too).
+    pub(crate) fn prompt_input(
+        &mut self,
+        request: RequestId,
+        input: TurnInput,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        if let Some(why) = self.refusal() {
             out.push(Action::Respond(request, Err(RpcError::internal(why))));
             return;
         }
@@ -328,10 +343,27 @@ impl Session {
         // (bounded by the quiescence wait for the latter) instead of being refused.
         self.queued = Some(QueuedPrompt {
             request,
-            prompt,
+            input,
             deadline: now + self.timing.quiescence_wait,
         });
         self.advance(out);
+    }
+
+    /// Right after `session/new`: the slash commands, and a goal the session starts with.
+    pub(crate) fn announce(&mut self, commands: Value, out: &mut Vec<Action>) {
+        self.publish(commands, 0, Phase::Event, None, out);
+        let goal = autonomy::lock(&self.unattended).take_goal_meta();
+        if let Some(g) = goal {
+            let event = AgentEvent::GoalUpdate {
+                status: g.status,
+                objective: g.objective,
+                token_budget: g.token_budget,
+                tokens_used: g.tokens_used,
+            };
+            for update in to_session_updates(&event, &mut self.mapping) {
+                self.publish(update, 0, Phase::Event, None, out);
+            }
+        }
     }
 
     /// `session/cancel` semantics (§1.6): abort the running turn (answered `cancelled` once it
@@ -479,7 +511,7 @@ impl Session {
         // out): its first model call takes the inbox along, so agent messages cannot starve it.
         if self.pending_terminal.is_none() {
             if let Some(q) = self.queued.take() {
-                self.start_turn(Some(q.request), TurnInput::Prompt(q.prompt), out);
+                self.start_turn(Some(q.request), q.input, out);
                 return;
             }
         }

@@ -294,6 +294,11 @@ pub(crate) fn spawn_turn(
                 Some(u) if matches!(input, TurnInput::Prompt(_)) => {
                     run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
                 }
+                Some(u) => {
+                    // A slash command may have changed the goal.
+                    report_goal(&mut autonomy::lock(u), &emit);
+                    run_turn(&ctx, &model, &mut conv, input, &flag, &emit)
+                }
                 _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
             };
             drop(conv);
@@ -349,10 +354,11 @@ fn take_over<'a>(
     }
 }
 
-/// A client prompt: the turn, then the continuations autonomous mode asks for after each
-/// clean assistant turn (gates run here, on this worker, outside the state's lock), all inside
-/// the one `session/prompt`. Every model call is counted into `unattended`, and the prompt's
-/// summed usage is left there for its response.
+/// A client prompt: the turn, then the continuations a goal or autonomous mode asks for after
+/// each clean assistant turn (gates run here, on this worker, outside the state's lock), all
+/// inside the one `session/prompt`. Every model call is counted into `unattended`, goal
+/// changes are reported as they happen at turn boundaries, and the prompt's summed usage is
+/// left there for its response.
 fn run_prompt(
     ctx: &AgentCtx,
     model: &TurnModel,
@@ -371,7 +377,12 @@ fn run_prompt(
         let calls = conv.model_calls - calls_seen;
         let usage = conv.usage.minus(usage_seen);
         (calls_seen, usage_seen) = (conv.model_calls, conv.usage);
-        autonomy::lock(unattended).record(calls, usage, now);
+        let mut state = autonomy::lock(unattended);
+        state.record(calls, usage, now);
+        if let TurnOutcome::Failed(why) = &outcome {
+            state.goal_failed(why, now);
+        }
+        report_goal(&mut state, emit);
         let TurnOutcome::Completed(stop) = outcome else {
             break outcome;
         };
@@ -382,13 +393,21 @@ fn run_prompt(
         if abort.is_aborted() {
             break TurnOutcome::Cancelled;
         }
-        let gates = autonomy::lock(unattended).take_gates();
-        let gates = gates.map(|(config, mut book)| {
-            let outcome = autonomy::gate::run_gates(&config, &mut book, &ctx.agent.cwd, abort);
-            (book, outcome)
-        });
-        let mut state = autonomy::lock(unattended);
-        let next = state.after_turn(gates, Instant::now(), &autonomy::gate::iso_now());
+        // A goal goes first, as upstream.
+        let next = match state.goal_continuation() {
+            Some(text) => Next::Continue(text),
+            None => {
+                let gates = state.take_gates();
+                drop(state);
+                let gates = gates.map(|(config, mut book)| {
+                    let outcome =
+                        autonomy::gate::run_gates(&config, &mut book, &ctx.agent.cwd, abort);
+                    (book, outcome)
+                });
+                state = autonomy::lock(unattended);
+                state.after_turn(gates, Instant::now(), &autonomy::gate::iso_now())
+            }
+        };
         if abort.is_aborted() {
             break TurnOutcome::Cancelled;
         }
@@ -406,6 +425,18 @@ fn run_prompt(
     };
     autonomy::lock(unattended).prompt_usage = Some(conv.usage.minus(usage_at_start));
     outcome
+}
+
+/// Reports the goal's state if it changed since it was last reported (`_meta…goal`).
+fn report_goal(state: &mut autonomy::Unattended, emit: &dyn Fn(AgentEvent)) {
+    if let Some(g) = state.take_goal_meta() {
+        emit(AgentEvent::GoalUpdate {
+            status: g.status,
+            objective: g.objective,
+            token_budget: g.token_budget,
+            tokens_used: g.tokens_used,
+        });
+    }
 }
 
 /// Runs one turn to its end on the calling thread. Never panics: a panic inside becomes
@@ -817,8 +848,7 @@ pub(crate) enum AgentEvent {
         summary: Option<String>,
     },
     ChildUpdate(ChildSnapshot),
-    /// Not produced yet: goals (issue 11) emit it.
-    #[allow(dead_code)] // Produced once issue 11 lands.
+    /// The goal changed (`_meta…goal`).
     GoalUpdate {
         status: String,
         objective: Option<String>,

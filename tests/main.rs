@@ -3,10 +3,12 @@
 mod support;
 
 mod autonomy;
+mod commands;
 mod config_options;
 mod demo;
 mod faults;
 mod fuzz;
+mod goals;
 mod headless;
 mod kernel;
 mod protocol;

@@ -19,7 +19,16 @@ use crate::provider::Usage;
 use crate::stop_reason::{acp_stop_reason, AutonomousStatus, StopReason};
 
 pub(crate) use gate::{GateBook, GateOutcome};
-pub(crate) use goal::Goal;
+pub(crate) use goal::{Goal, GoalStatus};
+
+/// What `_meta…goal` shows of the goal (`status` "idle" once cleared).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GoalMeta {
+    pub status: String,
+    pub objective: Option<String>,
+    pub token_budget: Option<u64>,
+    pub tokens_used: Option<u64>,
+}
 
 /// The autonomous gates: shell commands that decide when the run is done.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,8 +105,11 @@ pub(crate) struct Unattended {
     pub gates: GateBook,
     /// Token usage of the last prompt that finished, for its response.
     pub prompt_usage: Option<Usage>,
-    /// The session's goal, if one was ever set.
+    /// The session's goal, if one is set.
     pub goal: Option<Goal>,
+    /// Bumped on every goal change; `goal_reported` is the version last shown to the client.
+    goal_version: u64,
+    goal_reported: u64,
 }
 
 pub(crate) type Shared = Arc<Mutex<Unattended>>;
@@ -116,6 +128,8 @@ impl Unattended {
             gates: GateBook::default(),
             prompt_usage: None,
             goal: None,
+            goal_version: 0,
+            goal_reported: 0,
         }
     }
 
@@ -128,6 +142,8 @@ impl Unattended {
             gates: GateBook::default(),
             prompt_usage: None,
             goal: None,
+            goal_version: 0,
+            goal_reported: 0,
         }
     }
 
@@ -135,6 +151,7 @@ impl Unattended {
         Arc::new(Mutex::new(Unattended::new(config, now)))
     }
 
+    #[cfg(test)]
     pub(crate) fn enabled(&self) -> bool {
         self.config.enabled
     }
@@ -159,7 +176,136 @@ impl Unattended {
             self.counters.tokens_used += usage.input + usage.output + usage.cache_write;
         }
         if let Some(goal) = self.goal.as_mut() {
-            goal.record(usage, now);
+            if goal.record(usage, now, &gate::iso_now()) {
+                self.goal_version += 1;
+            }
+        }
+    }
+
+    /// Sets a new goal (replacing any), active from now.
+    pub(crate) fn set_goal(&mut self, objective: &str, token_budget: Option<u64>, now: Instant) {
+        self.goal = Some(Goal::new(objective, token_budget, now, &gate::iso_now()));
+        self.goal_version += 1;
+    }
+
+    /// Moves the goal to `status` (`false`: there is no goal).
+    pub(crate) fn set_goal_status(&mut self, status: GoalStatus, now: Instant) -> bool {
+        let Some(goal) = self.goal.as_mut() else {
+            return false;
+        };
+        goal.set_status(status, now, &gate::iso_now());
+        self.goal_version += 1;
+        true
+    }
+
+    pub(crate) fn clear_goal(&mut self) -> bool {
+        let had = self.goal.take().is_some();
+        if had {
+            self.goal_version += 1;
+        }
+        had
+    }
+
+    /// A model or provider failure while the goal was active makes it `error`.
+    pub(crate) fn goal_failed(&mut self, why: &str, now: Instant) {
+        if self
+            .goal
+            .as_ref()
+            .is_some_and(|g| g.status == GoalStatus::Active)
+        {
+            self.set_goal_status(GoalStatus::Error, now);
+            if let Some(g) = self.goal.as_mut() {
+                g.last_error = Some(why.to_owned());
+            }
+        }
+    }
+
+    /// The goal's state for the client, once per change.
+    pub(crate) fn take_goal_meta(&mut self) -> Option<GoalMeta> {
+        if self.goal_version == self.goal_reported {
+            return None;
+        }
+        self.goal_reported = self.goal_version;
+        Some(match &self.goal {
+            Some(g) => GoalMeta {
+                status: g.status.as_str().to_owned(),
+                objective: Some(g.objective.clone()),
+                token_budget: g.token_budget,
+                tokens_used: Some(g.tokens_used),
+            },
+            None => GoalMeta {
+                status: "idle".to_owned(),
+                objective: None,
+                token_budget: None,
+                tokens_used: None,
+            },
+        })
+    }
+
+    /// After a clean assistant turn: the goal continuation while the goal is active (it goes
+    /// before any autonomous continuation, and has no limit but the token budget).
+    pub(crate) fn goal_continuation(&mut self) -> Option<String> {
+        let goal = self
+            .goal
+            .as_mut()
+            .filter(|g| g.status == GoalStatus::Active)?;
+        goal.continuations_used += 1;
+        Some(goal.continuation())
+    }
+
+    /// The kernel's `goal.get` / `goal.create` / `goal.complete` (the host bridge).
+    pub(crate) fn goal_request(
+        &mut self,
+        kind: &str,
+        payload: &Value,
+        now: Instant,
+    ) -> Result<Value, String> {
+        match kind {
+            "goal.get" => {}
+            "goal.create" => {
+                let objective = payload["objective"].as_str().unwrap_or_default();
+                if objective.trim().is_empty() {
+                    return Err("goal.create needs a non-empty objective".to_owned());
+                }
+                let budget = match &payload["token_budget"] {
+                    Value::Null => None,
+                    v => match v.as_u64().filter(|n| *n > 0) {
+                        Some(n) => Some(n),
+                        None => return Err("token_budget must be a positive integer".to_owned()),
+                    },
+                };
+                if let Some(why) = self
+                    .goal
+                    .as_ref()
+                    .and_then(|g| goal::create_refusal(g.status))
+                {
+                    return Err(why.to_owned());
+                }
+                self.set_goal(objective, budget, now);
+            }
+            "goal.complete" => match self.goal.as_ref().map(|g| g.status) {
+                None => return Err("there is no goal to complete".to_owned()),
+                Some(GoalStatus::Complete) => {}
+                Some(_) => {
+                    self.set_goal_status(GoalStatus::Complete, now);
+                }
+            },
+            other => return Err(crate::kernel::host::unavailable(other)),
+        }
+        Ok(self.goal_value(now))
+    }
+
+    /// `goal.get()`'s result.
+    pub(crate) fn goal_value(&self, now: Instant) -> Value {
+        match &self.goal {
+            None => {
+                json!({"goal": null, "remaining_tokens": null, "completion_budget_report": null})
+            }
+            Some(g) => json!({
+                "goal": g.to_value(now),
+                "remaining_tokens": g.remaining_tokens(),
+                "completion_budget_report": g.completion_report(now),
+            }),
         }
     }
 
