@@ -966,12 +966,26 @@ impl Bench {
         let script = write_script(
             &self.work,
             "gates.jsonl",
-            &[json!({"text":"first-reply"}), json!({"text":"second-reply"})],
+            &[
+                json!({"text":"first-reply"}),
+                json!({"text":"second-reply"}),
+            ],
         );
         let script_s = script.display().to_string();
-        let base = ["--mode", "acp", "--provider", "scripted", "--script", &script_s];
+        let base = [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &script_s,
+        ];
         let cases: [(&str, &[&str], &str); 3] = [
-            ("no autonomous mode: end of turn → prompt response", &[], "\"id\":3,"),
+            (
+                "no autonomous mode: end of turn → prompt response",
+                &[],
+                "\"id\":3,",
+            ),
             (
                 "gate `true`: end of turn → prompt response",
                 &["--autonomous-gate", "true"],
@@ -979,7 +993,12 @@ impl Bench {
             ),
             (
                 "gate `false`: end of turn → continuation's first chunk",
-                &["--autonomous-gate", "false", "--autonomous-max-continuations", "1"],
+                &[
+                    "--autonomous-gate",
+                    "false",
+                    "--autonomous-max-continuations",
+                    "1",
+                ],
                 "second-reply",
             ),
         ];

@@ -12,11 +12,12 @@ use crate::autonomy;
 use crate::commands::{self, Command};
 use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
+use crate::mcp::McpHub;
 use crate::meta;
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
-use crate::subagents::Family;
+use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Local, TurnInput, TurnModel};
 
 pub(crate) const ONE_SESSION: &str =
@@ -101,6 +102,22 @@ impl MainLoop {
             id.clone(),
             self.family_tx.clone(),
         );
+        if !p.mcp_servers.is_empty() {
+            // Connects in the background: the response is not delayed by a slow server.
+            let tx = self.family_tx.clone();
+            let generation = self.next_generation;
+            let hub = McpHub::start(
+                p.mcp_servers.clone(),
+                family.cwd().to_path_buf(),
+                Box::new(move |servers| {
+                    let _ = tx.send(FamilyMsg::Mcp {
+                        generation,
+                        servers,
+                    });
+                }),
+            );
+            family.set_mcp(hub);
+        }
         let ctx = Arc::new(family.main_ctx());
         let workers = Box::new(FamilyWorkers {
             family: family.clone(),

@@ -23,6 +23,7 @@ mod headless;
 mod kernel;
 mod lines;
 mod main_loop;
+mod mcp;
 mod meta;
 mod prompt;
 mod provider;

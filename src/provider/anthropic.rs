@@ -80,14 +80,16 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 let mut b: Vec<Value> = a
                     .reasoning_blocks
                     .iter()
-                    .map(|r| match r {
+                    .filter_map(|r| match r {
                         ReasoningBlock::Signed {
                             thinking,
                             signature,
-                        } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                        } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
                         ReasoningBlock::Redacted { data } => {
-                            json!({"type": "redacted_thinking", "data": data})
+                            Some(json!({"type": "redacted_thinking", "data": data}))
                         }
+                        // Another API's reasoning (the session switched models).
+                        ReasoningBlock::ResponsesItem { .. } => None,
                     })
                     .collect();
                 if !a.text.is_empty() {
@@ -479,6 +481,7 @@ mod tests {
             context_window: 200_000,
             max_tokens: 32_000,
             compat: Compat::default(),
+            api: None,
         };
         let b = body(
             &model,
@@ -510,6 +513,7 @@ mod tests {
             context_window: 200_000,
             max_tokens: 32_000,
             compat: Compat::default(),
+            api: None,
         };
         let messages = vec![
             Message::User {

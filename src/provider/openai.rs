@@ -34,7 +34,7 @@ pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     h
 }
 
-fn effort(t: Thinking) -> Option<&'static str> {
+pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
     match t {
         Thinking::Off => None,
         Thinking::Minimal => Some("minimal"),
@@ -475,6 +475,7 @@ mod tests {
             context_window: 128_000,
             max_tokens: 64_000,
             compat: Compat::default(),
+            api: None,
         }
     }
 

@@ -34,6 +34,9 @@ impl HostHandler for NodeHandler {
             "goal.get" | "goal.create" | "goal.complete" => {
                 family.goal_request(&self.node, kind, &payload)
             }
+            "mcp.config" | "mcp.refresh" | "mcp.list_tools" | "mcp.call_tool" => {
+                crate::mcp::host_request(family.mcp().as_deref(), kind, &payload)
+            }
             _ => Err(unavailable(kind)),
         }
     }

@@ -18,14 +18,16 @@ mod runner;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
+use serde_json::Value;
 
 use crate::abort::AbortFlag;
 use crate::family::{ChildStatus, TokenBucket};
+use crate::mcp::McpHub;
 use crate::provider::{ProviderChoice, Thinking};
 use crate::tools::KernelHost;
 use crate::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
@@ -47,6 +49,8 @@ pub(crate) enum FamilyMsg {
         target: String,
         delivery_status: String,
     },
+    /// The session's MCP servers changed state: the whole list (`_meta[ns].mcp`).
+    Mcp { generation: u64, servers: Value },
 }
 
 impl FamilyMsg {
@@ -55,7 +59,8 @@ impl FamilyMsg {
         match self {
             FamilyMsg::Child { generation, .. }
             | FamilyMsg::MainInbox { generation }
-            | FamilyMsg::SentByMain { generation, .. } => *generation,
+            | FamilyMsg::SentByMain { generation, .. }
+            | FamilyMsg::Mcp { generation, .. } => *generation,
         }
     }
 }
@@ -79,6 +84,8 @@ pub(crate) struct Family {
     me: Weak<Family>,
     /// The session's goal and autonomous state: the main agent's `goal.*` requests use it.
     unattended: Mutex<Option<crate::autonomy::Shared>>,
+    /// The session's MCP servers (set once at `session/new`), shared by every agent.
+    mcp: OnceLock<Arc<McpHub>>,
 }
 
 #[derive(Default)]
@@ -143,6 +150,7 @@ impl Family {
             state: Mutex::new(State::default()),
             me: me.clone(),
             unattended: Mutex::new(None),
+            mcp: OnceLock::new(),
         })
     }
 
@@ -184,7 +192,23 @@ impl Family {
             system_prompt: self.agent.system_prompt.clone(),
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
+            mcp: self.mcp(),
         }
+    }
+
+    /// The session's cwd (its MCP stdio servers run there).
+    pub(crate) fn cwd(&self) -> &std::path::Path {
+        &self.agent.cwd
+    }
+
+    /// Gives the family its session's MCP servers (before `main_ctx`).
+    pub(crate) fn set_mcp(&self, hub: Arc<McpHub>) {
+        let _ = self.mcp.set(hub);
+    }
+
+    /// The session's MCP servers, when the client configured any.
+    pub(crate) fn mcp(&self) -> Option<Arc<McpHub>> {
+        self.mcp.get().filter(|h| !h.is_empty()).cloned()
     }
 
     fn kernel_host(&self, node: &str, depth: u32) -> KernelHost {
@@ -248,6 +272,10 @@ impl Family {
             let _ = std::fs::remove_dir_all(&node.session_dir);
         }
         let _ = std::fs::remove_dir(subagent_root());
+        // Stdio servers' groups are killed, HTTP sessions DELETEd.
+        if let Some(hub) = self.mcp.get() {
+            hub.close();
+        }
     }
 
     /// Whether `node` may still speak for the family (the main agent or a live child).

@@ -140,6 +140,7 @@ impl Family {
                     system_prompt,
                     name: node.name.clone(),
                     inbox: node.inbox.clone(),
+                    mcp: self.mcp(),
                 });
                 node.ctx = Some(ctx.clone());
                 ctx
