@@ -212,3 +212,34 @@ fn cancel_while_a_gate_runs_kills_it_and_answers_cancelled() {
     // The session still works.
     a.drain_for(std::time::Duration::from_millis(50));
 }
+
+#[test]
+fn retries_run_out_and_the_autonomous_state_stays_observable() {
+    // §2.8 case 2: maxContinuations 1, a gate that always exits 1, maxRetries 1.
+    let dir = TempDir::new("auto-retries");
+    let script = script_file(&dir, &[json!({"text":"a"}), json!({"text":"b"})]);
+    let mut a = agent_in(
+        &dir,
+        &script,
+        &[
+            "--autonomous-max-continuations",
+            "1",
+            "--autonomous-gate",
+            "exit 1",
+            "--autonomous-gate-retries",
+            "1",
+        ],
+    );
+    let stop = stop_and_result(&mut a, "go")["stopReason"].clone();
+    assert_eq!(stop, "max_turn_requests");
+    let autos: Vec<Value> = a
+        .updates()
+        .iter()
+        .filter_map(|u| ns(u).get("autonomous").cloned())
+        .collect();
+    let last = autos.last().expect("autonomous meta");
+    assert_eq!(last["enabled"], true);
+    // The second failure exhausted the retries (attempt 2 of 1).
+    assert_eq!(last["gateAttempt"], 2);
+    assert_eq!(a.text(), "ab");
+}

@@ -73,3 +73,47 @@ fn a_provider_failure_marks_the_goal_error() {
     assert!(a.response(&id).get("error").is_some());
     assert_eq!(goal_metas(&a).last().unwrap()["status"], "error");
 }
+
+#[test]
+fn the_goal_continues_before_autonomy_and_ends_when_the_model_completes_it() {
+    let dir = TempDir::new("goal-complete");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"text":"starting"}),
+            // The goal's continuation, not a gate report (the goal goes first).
+            json!({"steps":[
+                {"expect":["user: <goal_context>","<objective>write done.txt</objective>"]},
+                {"tool_call":{"name":"ipython","arguments":{"code":"open('done.txt', 'w').write('ok')\nr = await goal.complete()\nprint(r['goal']['status'])"}}}
+            ]}),
+            json!({"steps":[{"expect":["error=false: complete"]},{"text":"finished"}]}),
+        ],
+    );
+    let mut a = agent_in(
+        &dir,
+        &script,
+        &[
+            "--goal",
+            "write done.txt",
+            "--autonomous-gate",
+            "test -f done.txt",
+        ],
+    );
+    let id = a.prompt("go");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    assert_eq!(goal_metas(&a).last().unwrap()["status"], "complete");
+    // The gate passed on its first run, after the goal was done: no autonomous continuation.
+    let completion = a
+        .updates()
+        .into_iter()
+        .rfind(|u| ns(u).get("quiescence").is_some() && ns(u)["phase"] == "event")
+        .unwrap();
+    assert_eq!(ns(&completion)["autonomous"]["continuationsUsed"], 0);
+    assert_eq!(ns(&completion)["autonomous"]["turnsUsed"], 3);
+}
