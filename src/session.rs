@@ -1011,6 +1011,103 @@ mod tests {
         assert_eq!(started_levels(&h.out), [Thinking::High]);
     }
 
+    /// The `_meta[ns]` of every update queued so far (and forget the actions).
+    fn metas(out: &mut Vec<Action>) -> Vec<Value> {
+        out.drain(..)
+            .filter_map(|a| match a {
+                Action::Notify(v) => Some(v["params"]["update"]["_meta"][meta::NAMESPACE].clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn completion_and_terminal_carry_the_autonomous_state_and_the_response_its_usage() {
+        let mut h = Harness::new();
+        let config = autonomy::Config {
+            enabled: true,
+            ..autonomy::Config::default()
+        };
+        let shared = autonomy::Unattended::shared(config, h.now);
+        h.session.set_unattended(shared.clone());
+        h.prompt(1, "go");
+        let starts: Vec<bool> = h
+            .out
+            .iter()
+            .filter_map(|a| match a {
+                Action::StartTurn(s) => Some(s.unattended.is_some()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(starts, [true], "a prompt turn carries the state");
+        h.out.clear();
+        {
+            // What the worker leaves behind: one continuation, two calls, their usage.
+            let mut state = autonomy::lock(&shared);
+            state.counters.continuations_used = 1;
+            state.counters.turns_used = 2;
+            state.prompt_usage = Some(crate::provider::Usage {
+                input: 7,
+                output: 3,
+                cache_read: 0,
+                cache_write: 0,
+            });
+        }
+        let t = h.running();
+        h.turn(t, done());
+        let response = h.out.iter().find_map(|a| match a {
+            Action::Respond(_, Ok(v)) => Some(v.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            response,
+            Some(
+                json!({"stopReason":"end_turn","usage":{"inputTokens":7,"outputTokens":3,"totalTokens":10}})
+            )
+        );
+        let metas = metas(&mut h.out);
+        let want = json!({"enabled":true,"continuationsUsed":1,"turnsUsed":2,"tokensUsed":0});
+        let with_quiescence: Vec<&Value> = metas
+            .iter()
+            .filter(|m| m.get("quiescence").is_some())
+            .collect();
+        assert_eq!(
+            with_quiescence.len(),
+            2,
+            "completion and terminal: {metas:?}"
+        );
+        for m in with_quiescence {
+            assert_eq!(m["autonomous"], want);
+            assert_eq!(m["quiescence"]["remainingAutonomousContinuations"], 2);
+        }
+        // The boundary carries none.
+        assert!(metas
+            .iter()
+            .any(|m| m["phase"] == "responseBoundary" && m.get("autonomous").is_none()));
+    }
+
+    #[test]
+    fn a_local_answer_runs_as_a_prompt_turn_and_commands_are_announced_at_turn_zero() {
+        let mut h = Harness::new();
+        h.session.announce(
+            json!({"sessionUpdate":"available_commands_update","availableCommands":[]}),
+            &mut h.out,
+        );
+        assert_eq!(
+            h.take(),
+            ["update available_commands_update event turn=0 seq=1"]
+        );
+        h.session.prompt_input(
+            id(1),
+            TurnInput::Local(crate::turn::Local::Reply("hi".into())),
+            h.now,
+            &mut h.out,
+        );
+        assert_eq!(h.take(), [r#"start local Reply("hi")"#]);
+        // Refused like any prompt while it runs.
+        assert_eq!(h.session.refusal().as_deref(), Some(PROMPT_RUNNING));
+    }
+
     #[test]
     fn a_second_prompt_while_one_runs_is_refused() {
         let mut h = Harness::new();
