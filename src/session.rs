@@ -27,8 +27,8 @@ use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{
-    AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnModel, TurnMsg, TurnMsgKind,
-    TurnOutcome, TurnStart,
+    goal_event, AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnModel, TurnMsg,
+    TurnMsgKind, TurnOutcome, TurnStart,
 };
 
 pub(crate) const PROMPT_RUNNING: &str = "A prompt turn is already running for this ACP session";
@@ -352,16 +352,15 @@ impl Session {
     /// Right after `session/new`: the slash commands, and a goal the session starts with.
     pub(crate) fn announce(&mut self, commands: Value, out: &mut Vec<Action>) {
         self.publish(commands, 0, Phase::Event, None, out);
+        self.publish_goal(0, out);
+    }
+
+    /// `_meta…goal`, if the goal changed since it was last shown.
+    fn publish_goal(&mut self, turn: u64, out: &mut Vec<Action>) {
         let goal = autonomy::lock(&self.unattended).take_goal_meta();
         if let Some(g) = goal {
-            let event = AgentEvent::GoalUpdate {
-                status: g.status,
-                objective: g.objective,
-                token_budget: g.token_budget,
-                tokens_used: g.tokens_used,
-            };
-            for update in to_session_updates(&event, &mut self.mapping) {
-                self.publish(update, 0, Phase::Event, None, out);
+            for update in to_session_updates(&goal_event(g), &mut self.mapping) {
+                self.publish(update, turn, Phase::Event, None, out);
             }
         }
     }
@@ -654,6 +653,10 @@ impl Session {
                 for update in updates {
                     self.publish(update, turn, Phase::Event, None, out);
                 }
+            }
+            FamilyMsg::Goal { generation } if generation == self.generation => {
+                let turn = self.active.as_ref().map_or(0, |a| a.prompt_turn_id);
+                self.publish_goal(turn, out);
             }
             _ => return, // News from a closed session's family.
         }

@@ -433,12 +433,17 @@ fn run_prompt(
 /// Reports the goal's state if it changed since it was last reported (`_meta…goal`).
 fn report_goal(state: &mut autonomy::Unattended, emit: &dyn Fn(AgentEvent)) {
     if let Some(g) = state.take_goal_meta() {
-        emit(AgentEvent::GoalUpdate {
-            status: g.status,
-            objective: g.objective,
-            token_budget: g.token_budget,
-            tokens_used: g.tokens_used,
-        });
+        emit(goal_event(g));
+    }
+}
+
+/// The event that shows a goal's state.
+pub(crate) fn goal_event(g: autonomy::GoalMeta) -> AgentEvent {
+    AgentEvent::GoalUpdate {
+        status: g.status,
+        objective: g.objective,
+        token_budget: g.token_budget,
+        tokens_used: g.tokens_used,
     }
 }
 

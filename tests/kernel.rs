@@ -269,6 +269,8 @@ fn host_bridge_errors_reach_python() {
         goals.last(),
         Some(&json!({"status":"complete","objective":"ship it","tokenBudget":1000,"tokensUsed":0}))
     );
+    // Shown as it happened, mid-turn, not only at the end.
+    assert_eq!(goals[0]["status"], "active", "{goals:?}");
 }
 
 #[test]

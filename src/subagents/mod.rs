@@ -51,6 +51,9 @@ pub(crate) enum FamilyMsg {
     },
     /// The session's MCP servers changed state: the whole list (`_meta[ns].mcp`).
     Mcp { generation: u64, servers: Value },
+    /// The main agent's kernel changed the goal (`goal.create` / `goal.complete`): shown now,
+    /// not at the end of the turn.
+    Goal { generation: u64 },
 }
 
 impl FamilyMsg {
@@ -60,7 +63,8 @@ impl FamilyMsg {
             FamilyMsg::Child { generation, .. }
             | FamilyMsg::MainInbox { generation }
             | FamilyMsg::SentByMain { generation, .. }
-            | FamilyMsg::Mcp { generation, .. } => *generation,
+            | FamilyMsg::Mcp { generation, .. }
+            | FamilyMsg::Goal { generation } => *generation,
         }
     }
 }
@@ -177,6 +181,11 @@ impl Family {
         let shared = shared.ok_or_else(|| crate::kernel::host::unavailable(kind))?;
         let result =
             crate::autonomy::lock(&shared).goal_request(kind, payload, std::time::Instant::now());
+        if result.is_ok() && kind != "goal.get" {
+            self.notify(FamilyMsg::Goal {
+                generation: self.generation,
+            });
+        }
         result
     }
 
