@@ -162,11 +162,9 @@ impl MainLoop {
                 )));
             }
         }
-        if let Some(command) = prompt
-            .typed
-            .then(|| commands::parse(&prompt.text))
-            .flatten()
-        {
+        // A prompt with images is never a command: they would be lost.
+        let plain = prompt.typed && prompt.images.is_empty();
+        if let Some(command) = plain.then(|| commands::parse(&prompt.text)).flatten() {
             if let Some(why) = self.sessions[i].refusal() {
                 return Err(RpcError::internal(why));
             }

@@ -125,3 +125,20 @@ fn goal_commands_set_show_and_clear_the_goal_with_meta_on_each_change() {
     assert_eq!(command(&mut a, "/goal clear"), "Goal cleared.");
     assert_eq!(goal_metas(&a).last(), Some(&json!({"status":"idle"})));
 }
+
+#[test]
+fn a_command_with_an_image_goes_to_the_model_so_the_image_is_not_lost() {
+    let dir = TempDir::new("cmd-image");
+    let script = script_file(
+        &dir,
+        &[json!({"steps":[{"expect":["user: /help [1 image(s)] aGVsbG8="]},{"text":"seen"}]})],
+    );
+    let mut a = agent_in(&dir, &script, &[]);
+    let id = a.prompt_blocks(json!([
+        {"type":"text","text":"/help"},
+        {"type":"image","mimeType":"image/png","data":"aGVsbG8="}
+    ]));
+    let r = a.response(&id);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(a.text(), "seen");
+}
