@@ -11,10 +11,6 @@ use serde_json::{json, Value};
 
 use crate::autonomy::{GoalStatus, Unattended};
 
-/// What `/compact` answers until compaction is built (see `turn::Worker::compact`).
-pub(crate) const COMPACT_UNAVAILABLE: &str =
-    "Compaction is not available yet in this build; the conversation was left as it is.";
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Command {
     Autonomous(Switch),

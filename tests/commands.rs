@@ -78,10 +78,9 @@ fn help_model_and_compact_answer_without_a_model_call() {
     );
     let switch = command(&mut a, "/model nowhere/nothing");
     assert!(switch.contains("nowhere/nothing"), "{switch}");
-    assert_eq!(
-        command(&mut a, "/compact keep the plan"),
-        "Compaction is not available yet in this build; the conversation was left as it is."
-    );
+    // Compaction (the compaction engine's manual path) reports itself; here there is
+    // nothing to compact yet, and no model call.
+    assert_eq!(command(&mut a, "/compact keep the plan"), "");
 }
 
 #[test]

@@ -4,6 +4,7 @@ mod support;
 
 mod autonomy;
 mod commands;
+mod compaction;
 mod config_options;
 mod demo;
 mod faults;
@@ -14,6 +15,7 @@ mod kernel;
 mod mcp;
 mod protocol;
 mod provider;
+mod refine;
 mod reliability;
 mod responses;
 mod secrets;

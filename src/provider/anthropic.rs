@@ -138,6 +138,10 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     // The Messages API requires `max_tokens`; for a model of unknown limits take a budget
     // that fits even a small window.
     let mut max_tokens = model.output_budget().unwrap_or(UNKNOWN_MODEL_MAX_TOKENS);
+    if let Some(asked) = req.max_tokens {
+        // A summary request's budget (thinking may still raise it, below).
+        max_tokens = max_tokens.min(asked);
+    }
     let mut body = Map::new();
     body.insert("model".into(), json!(model.id));
     body.insert("stream".into(), json!(true));
@@ -481,6 +485,7 @@ mod tests {
             context_window: 200_000,
             max_tokens: 32_000,
             compat: Compat::default(),
+            cost: None,
             api: None,
         };
         let b = body(
@@ -491,6 +496,7 @@ mod tests {
                 tools: &[],
                 thinking: Thinking::Medium,
                 agent: "main",
+                max_tokens: None,
             },
         );
         let kinds: Vec<&str> = b["messages"][1]["content"]
@@ -513,6 +519,7 @@ mod tests {
             context_window: 200_000,
             max_tokens: 32_000,
             compat: Compat::default(),
+            cost: None,
             api: None,
         };
         let messages = vec![
@@ -571,6 +578,7 @@ mod tests {
                 tools: &tools,
                 thinking: Thinking::Medium,
                 agent: "main",
+                max_tokens: None,
             },
         );
         assert_eq!(b["system"], "sys");

@@ -202,6 +202,10 @@ impl Provider for RemoteProvider {
             .or_else(|| self.discovered.get().map(|(w, _)| *w))
     }
 
+    fn prices(&self) -> Option<crate::provider::Prices> {
+        self.selection.model.cost
+    }
+
     fn accepts_images(&self) -> bool {
         self.selection.model.input.iter().any(|i| i == "image")
     }
@@ -270,8 +274,9 @@ impl Provider for RemoteProvider {
                 self.assumed_defaults_notice(window, source),
             ));
         }
-        let body = serde_json::to_vec(&body)
-            .map_err(|e| ProviderError::Config(format!("Cannot encode the request: {e}")))?;
+        // The tree is dropped once encoded: for the whole call only the bytes hold a copy of
+        // the conversation (a 200,000-token conversation is ~1 MB of them).
+        let body = encode(body)?;
         let label = self.label();
         let post = PostRequest {
             label: &label,
@@ -296,6 +301,12 @@ impl Provider for RemoteProvider {
             ),
         }
     }
+}
+
+/// The request body's bytes; consumes the tree so it is freed at once.
+fn encode(body: serde_json::Value) -> Result<Vec<u8>, ProviderError> {
+    serde_json::to_vec(&body)
+        .map_err(|e| ProviderError::Config(format!("Cannot encode the request: {e}")))
 }
 
 /// Images the model cannot take are replaced by a text placeholder in the request (the

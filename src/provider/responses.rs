@@ -101,7 +101,12 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     body.insert("stream".into(), json!(true));
     // Nothing is kept on the server: every request carries the whole conversation.
     body.insert("store".into(), json!(false));
-    if let Some(budget) = model.output_budget() {
+    // A summary request asks for less than the model's own limit (compaction).
+    let budget = match (model.output_budget(), req.max_tokens) {
+        (Some(own), Some(asked)) => Some(own.min(asked)),
+        (own, asked) => own.or(asked),
+    };
+    if let Some(budget) = budget {
         body.insert("max_output_tokens".into(), json!(budget));
     }
     if !req.tools.is_empty() {
@@ -611,6 +616,7 @@ mod tests {
             max_tokens: 128_000,
             compat: Compat::default(),
             api: Some("openai-responses".into()),
+            cost: None,
         }
     }
 
@@ -643,6 +649,7 @@ mod tests {
             tools,
             thinking: t,
             agent: "main",
+            max_tokens: None,
         }
     }
 

@@ -80,6 +80,8 @@ pub(crate) struct ModelDef {
     pub context_window: u64,
     pub max_tokens: u64,
     pub compat: Compat,
+    /// Prices per million tokens, when known (models.json `cost`).
+    pub cost: Option<crate::provider::Prices>,
     /// The model's own wire API (models.json model `api`), when it is not its provider's.
     pub api: Option<String>,
 }
@@ -119,6 +121,7 @@ impl ModelDef {
                 supports_store: false,
                 ..compat
             },
+            cost: None,
             api: None,
         }
     }
@@ -334,6 +337,7 @@ impl Registry {
                             context_window,
                             max_tokens,
                             compat: b.compat,
+                            cost: None,
                             api: RESPONSES_MODELS
                                 .contains(&(b.name, id))
                                 .then(|| "openai-responses".to_owned()),

@@ -161,6 +161,10 @@ fn parse_model(id: &str, m: &Value, base: Option<&ModelDef>, compat: Compat) -> 
             .or_else(|| base.map(|b| b.max_tokens))
             .unwrap_or(16_384),
         compat: base.map_or(compat, |b| b.compat).merge(m.get("compat")),
+        cost: m
+            .get("cost")
+            .and_then(crate::provider::Prices::from_json)
+            .or_else(|| base.and_then(|b| b.cost)),
         api: m
             .get("api")
             .and_then(Value::as_str)

@@ -57,6 +57,7 @@ fn model_or_custom(p: &ProviderDef, id: &str) -> ModelDef {
             context_window: 128_000,
             max_tokens: 16_384,
             compat: p.compat,
+            cost: None,
             api: None,
         },
     }
