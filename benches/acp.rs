@@ -12,6 +12,8 @@
 
 #[path = "support/loopback.rs"]
 mod loopback;
+#[path = "support/mcp.rs"]
+mod mcp;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -321,6 +323,9 @@ fn main() {
     }
     if on("sessions") {
         b.sessions();
+    }
+    if on("mcp") {
+        b.mcp();
     }
 
     for (name, path) in [

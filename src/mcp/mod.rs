@@ -359,6 +359,9 @@ impl Drop for McpHub {
 
 /// Joins `t` if it finishes by `deadline`; else leaves it (it ends on its own) and logs it.
 fn join_by(t: JoinHandle<()>, deadline: Instant) {
+    if t.thread().id() == std::thread::current().id() {
+        return; // A connect thread dropping the last hub: it ends right after.
+    }
     while !t.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
