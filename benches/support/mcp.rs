@@ -129,15 +129,19 @@ impl Bench {
         let sid = v["result"]["sessionId"].as_str().unwrap().to_owned();
         p.read_until("\"status\":\"ready\"");
         p.prompt(3, &sid);
+        // Calls run one after another, so the gap between two completions is one call's full
+        // cycle through the agent (tool_call out, the MCP round trip, the result out).
         let mut agent_calls = Vec::with_capacity(calls);
-        let mut started = None;
+        let mut last = None;
+        let mut first = None;
         loop {
             p.next_line("the no-op calls");
-            if p.line.contains("\"sessionUpdate\":\"tool_call\"") {
-                started = Some(Instant::now());
+            if p.line.contains("\"sessionUpdate\":\"tool_call\"") && first.is_none() {
+                first = Some(Instant::now());
             } else if p.line.contains("\"status\":\"completed\"") {
-                if let Some(t) = started.take() {
-                    agent_calls.push(ms(t.elapsed()));
+                let now = Instant::now();
+                if let Some(t) = last.replace(now).or(first) {
+                    agent_calls.push(ms(now.duration_since(t)));
                 }
             } else if p.line.contains("\"id\":3,") && !p.line.contains("\"method\"") {
                 break;
