@@ -204,8 +204,13 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         AgentEvent::ContextUsage {
             used,
             size: Some(size),
+            cost,
         } if *used > 0 => {
-            vec![json!({ "sessionUpdate": "usage_update", "used": used, "size": size })]
+            let mut update = json!({ "sessionUpdate": "usage_update", "used": used, "size": size });
+            if let Some(amount) = cost {
+                update["cost"] = json!({ "amount": amount, "currency": "USD" });
+            }
+            vec![update]
         }
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
@@ -287,10 +292,12 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         AgentEvent::CompactionEnd {
             tokens_before,
             summary,
+            reason,
         } => {
             let mut c = Map::new();
             put(&mut c, "tokensBefore", *tokens_before);
             put(&mut c, "summary", summary.clone());
+            put(&mut c, "reason", reason.clone());
             vec![info_update(json!({ "compaction": c }))]
         }
         AgentEvent::ChildUpdate(child) => {
@@ -745,6 +752,7 @@ mod tests {
         let ev = AgentEvent::CompactionEnd {
             tokens_before: Some(1234),
             summary: Some("compacted".into()),
+            reason: None,
         };
         assert_eq!(
             meta(&map(ev)[0])["compaction"],
@@ -753,8 +761,19 @@ mod tests {
         let aborted = AgentEvent::CompactionEnd {
             tokens_before: None,
             summary: None,
+            reason: None,
         };
         assert_eq!(meta(&map(aborted)[0])["compaction"], json!({}));
+        // Ours, additive: why it ran.
+        let failed = AgentEvent::CompactionEnd {
+            tokens_before: None,
+            summary: None,
+            reason: Some("overflow".into()),
+        };
+        assert_eq!(
+            meta(&map(failed)[0])["compaction"],
+            json!({"reason":"overflow"})
+        );
     }
 
     #[test]
@@ -850,6 +869,7 @@ mod tests {
         let c = AgentEvent::CompactionEnd {
             tokens_before: Some(90000),
             summary: Some("kept the last turns".into()),
+            reason: None,
         };
         assert_eq!(
             meta(&map(c)[0])["compaction"],
@@ -889,15 +909,28 @@ mod tests {
         let usage = AgentEvent::ContextUsage {
             used: 1200,
             size: Some(128_000),
+            cost: None,
         };
         assert_eq!(
             to_session_updates(&usage, &mut st),
             vec![json!({"sessionUpdate":"usage_update","used":1200,"size":128000})]
         );
+        let priced = AgentEvent::ContextUsage {
+            used: 1200,
+            size: Some(128_000),
+            cost: Some(0.25),
+        };
+        assert_eq!(
+            to_session_updates(&priced, &mut st),
+            vec![
+                json!({"sessionUpdate":"usage_update","used":1200,"size":128000,"cost":{"amount":0.25,"currency":"USD"}})
+            ]
+        );
         assert!(to_session_updates(
             &AgentEvent::ContextUsage {
                 used: 0,
-                size: Some(1)
+                size: Some(1),
+                cost: None,
             },
             &mut st
         )
@@ -905,7 +938,8 @@ mod tests {
         assert!(to_session_updates(
             &AgentEvent::ContextUsage {
                 used: 5,
-                size: None
+                size: None,
+                cost: None,
             },
             &mut st
         )

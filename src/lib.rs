@@ -12,6 +12,7 @@
 mod abort;
 mod acp;
 mod cli;
+mod compaction;
 mod config_options;
 mod content;
 mod events;
@@ -24,6 +25,7 @@ mod mcp;
 mod meta;
 mod prompt;
 mod provider;
+mod refine;
 mod rpc;
 mod session;
 mod setup;

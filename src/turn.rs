@@ -17,7 +17,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use serde_json::Value;
 
+mod compacting;
+mod refining;
+
+#[allow(unused_imports)] // The slash-command parser of issue 11 calls it.
+pub(crate) use compacting::compact_manually;
+
 use crate::abort::AbortFlag;
+use crate::compaction;
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
@@ -109,6 +116,8 @@ pub(crate) struct AgentCtx {
     pub name: String,
     /// Agent-to-agent messages, delivered before the next model call of a running turn.
     pub inbox: Arc<Inbox>,
+    /// Compaction requests from this agent's kernel, and the accounting it reads.
+    pub compaction: Arc<compaction::Control>,
     /// The session's MCP servers, offered as native tools (`None`: the client gave none).
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
 }
@@ -124,6 +133,7 @@ impl AgentCtx {
             tools,
             name: "main".to_owned(),
             inbox: Arc::default(),
+            compaction: Arc::default(),
             mcp: None,
         }
     }
@@ -175,6 +185,8 @@ pub(crate) struct Conversation {
     pub usage: Usage,
     /// Provider notices already shown in this session (each is shown once).
     pub notices_shown: Vec<String>,
+    /// Accounting and the latest compaction's summary.
+    pub compaction: compaction::History,
 }
 
 /// A message from a turn worker to the main loop; `turn` routes it (stale turns are dropped).
@@ -338,8 +350,18 @@ pub(crate) fn run_turn(
         abort,
         emit,
     };
-    catch_unwind(AssertUnwindSafe(|| worker.run(conversation, input)))
-        .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)))
+    // Read now, so the kernel's `compact.*` sees `compaction.agentCallable` from the first cell.
+    let _ = ctx
+        .compaction
+        .settings(&ctx.agent.kernel_env.agent_dir, &ctx.agent.cwd);
+    ctx.compaction.set_running(true);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = worker.run(conversation, input);
+        worker.after_turn(conversation, outcome)
+    }))
+    .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)));
+    ctx.compaction.set_running(false);
+    outcome
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
@@ -378,6 +400,17 @@ impl Worker<'_> {
                     if let Some(outcome) = self.user_shell(conv, &prompt.text) {
                         return outcome;
                     }
+                    if let Some(instructions) = compaction::manual_command(&prompt.text) {
+                        return self.manual_compact(conv, instructions.as_deref());
+                    }
+                    match crate::refine::command(&prompt.text) {
+                        Some(Ok(command)) => return self.refine(conv, command, "manual"),
+                        Some(Err(usage)) => {
+                            self.refine_failed(usage);
+                            return TurnOutcome::Completed(StopReason::EndTurn);
+                        }
+                        None => {}
+                    }
                 }
                 if self.model.provider.is_ok() {
                     prompt_at = Some(conv.messages.len());
@@ -412,6 +445,8 @@ impl Worker<'_> {
             ));
         }
         let mut calls_ok = 0usize;
+        // An overflow gets one compaction and one retry (behaviour spec §5.2).
+        let mut overflow_compacted = false;
         loop {
             // Checkpoint: before each model call.
             if self.abort.is_aborted() {
@@ -430,6 +465,7 @@ impl Worker<'_> {
                 tools: &specs,
                 thinking: self.model.thinking,
                 agent: &self.ctx.name,
+                max_tokens: None,
             };
             let emit = self.emit;
             emit(AgentEvent::AssistantMessageStart);
@@ -479,12 +515,30 @@ impl Worker<'_> {
                 Err(_) if self.abort.is_aborted() => return TurnOutcome::Cancelled,
                 Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
                 Err(e) => {
+                    let mut failure = e.to_string();
+                    if e.is_context_overflow() && self.auto_compaction() {
+                        if overflow_compacted {
+                            failure = compaction::OVERFLOW_RECOVERY_FAILED.to_owned();
+                        } else {
+                            match self.compact(conv, &*provider, compaction::Reason::Overflow, None)
+                            {
+                                Ok(Some(done)) => {
+                                    overflow_compacted = true;
+                                    prompt_at = prompt_at.and_then(|at| done.moved(at));
+                                    continue;
+                                }
+                                Ok(None) => {}
+                                Err(TurnOutcome::Failed(f)) => failure = f,
+                                Err(other) => return other,
+                            }
+                        }
+                    }
                     // Nothing of this prompt reached a model that answered: forget it, so a
                     // retry by the client does not send it twice.
                     if let Some(at) = prompt_at.filter(|_| calls_ok == 0) {
                         conv.messages.remove(at);
                     }
-                    return TurnOutcome::Failed(e.to_string());
+                    return TurnOutcome::Failed(failure);
                 }
             };
             calls_ok += 1;
@@ -494,12 +548,13 @@ impl Worker<'_> {
                 + reply.usage.cache_read
                 + reply.usage.cache_write
                 + reply.usage.output;
-            self.emit(AgentEvent::ContextUsage {
-                used,
-                size: provider.context_window(),
-            });
+            if let Some(prices) = provider.prices() {
+                conv.compaction.cost += prices.cost(&reply.usage);
+            }
             let calls = reply.message.tool_calls.clone();
             conv.messages.push(Message::Assistant(reply.message));
+            conv.compaction.record_reply(used, conv.messages.len());
+            self.report_usage(conv, &*provider);
             if calls.is_empty() {
                 return TurnOutcome::Completed(match reply.finish {
                     FinishReason::Length => StopReason::MaxTokens,
@@ -729,11 +784,12 @@ pub(crate) enum AgentEvent {
         exit_code: Option<i32>,
         cancelled: bool,
     },
-    /// Not produced yet: compaction (issue 12) emits it.
-    #[allow(dead_code)] // Produced once issue 12 lands.
+    /// A compaction ended: the tokens before it and the summary, both absent when it failed
+    /// or was cancelled; `reason` is `manual`, `threshold`, `overflow` or `requested`.
     CompactionEnd {
         tokens_before: Option<u64>,
         summary: Option<String>,
+        reason: Option<String>,
     },
     ChildUpdate(ChildSnapshot),
     /// Not produced yet: goals (issue 11) emit it.
@@ -744,13 +800,11 @@ pub(crate) enum AgentEvent {
         token_budget: Option<u64>,
         tokens_used: Option<u64>,
     },
-    /// Not produced yet: refine (issue 12) emits it and `RefineFailed`.
-    #[allow(dead_code)] // Produced once issue 12 lands.
+    /// A refinement was applied (`edits`: every planned edit, applied or not).
     RefineComplete {
         summary: Option<String>,
         edits: Vec<RefineEdit>,
     },
-    #[allow(dead_code)] // Produced once issue 12 lands.
     RefineFailed {
         error: String,
     },
@@ -765,10 +819,12 @@ pub(crate) enum AgentEvent {
     HeartbeatsChanged,
     /// A model call starts a new assistant message (its chunks share one `messageId`).
     AssistantMessageStart,
-    /// A model call finished: tokens now in context (`used`) out of the window (`size`).
+    /// A model call or a compaction finished: tokens now in context (`used`) out of the
+    /// window (`size`), and the session's cost so far in USD when the model's prices are known.
     ContextUsage {
         used: u64,
         size: Option<u64>,
+        cost: Option<f64>,
     },
     /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
     AutoRetry(RetryPhase),

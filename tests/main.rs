@@ -2,6 +2,7 @@
 
 mod support;
 
+mod compaction;
 mod config_options;
 mod demo;
 mod faults;
@@ -10,7 +11,9 @@ mod kernel;
 mod mcp;
 mod protocol;
 mod provider;
+mod refine;
 mod reliability;
+mod responses;
 mod secrets;
 mod sessions;
 mod subagents;

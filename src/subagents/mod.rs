@@ -153,9 +153,10 @@ impl Family {
 
     /// The main agent's context: its tools answer host requests through this family.
     pub(crate) fn main_ctx(&self) -> AgentCtx {
+        let compaction = Arc::<crate::compaction::Control>::default();
         let tools = self.agent.tools.build(
             &self.agent.kernel_env,
-            Some(self.kernel_host(&self.main_id, self.root_depth)),
+            Some(self.kernel_host(&self.main_id, self.root_depth, &compaction)),
         );
         AgentCtx {
             agent: self.agent.clone(),
@@ -164,6 +165,7 @@ impl Family {
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
             mcp: self.mcp(),
+            compaction,
         }
     }
 
@@ -182,11 +184,19 @@ impl Family {
         self.mcp.get().filter(|h| !h.is_empty()).cloned()
     }
 
-    fn kernel_host(&self, node: &str, depth: u32) -> KernelHost {
+    /// The host side of one agent's kernel; `compaction` is that agent's, so `compact.run()`
+    /// reaches its turns.
+    fn kernel_host(
+        &self,
+        node: &str,
+        depth: u32,
+        compaction: &Arc<crate::compaction::Control>,
+    ) -> KernelHost {
         KernelHost {
             handler: Arc::new(NodeHandler {
                 family: self.me.clone(),
                 node: node.to_owned(),
+                compaction: compaction.clone(),
             }),
             depth,
         }
