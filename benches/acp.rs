@@ -12,6 +12,8 @@
 
 #[path = "support/loopback.rs"]
 mod loopback;
+#[path = "support/mcp.rs"]
+mod mcp;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -324,6 +326,9 @@ fn main() {
     }
     if on("gates") {
         b.gates();
+    }
+    if on("mcp") {
+        b.mcp();
     }
     if on("context") {
         b.context();
