@@ -219,6 +219,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             name,
             args,
             locations,
+            display,
         } => {
             let raw_input = match (name.as_str(), args.get("code")) {
                 ("ipython", Some(Value::String(code))) => json!({ "code": code }),
@@ -227,8 +228,8 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             let mut update = json!({
                 "sessionUpdate": "tool_call",
                 "toolCallId": id,
-                "title": tool_title(name, args),
-                "kind": tool_kind(name),
+                "title": display.as_ref().map_or_else(|| tool_title(name, args), |d| d.title.clone()),
+                "kind": display.as_ref().map_or_else(|| tool_kind(name), |d| d.kind),
                 "status": "in_progress",
                 "rawInput": raw_input,
             });
@@ -390,6 +391,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             put(&mut n, "description", description.clone());
             vec![info_update(json!({ "notice": n }))]
         }
+        AgentEvent::McpStatus(servers) => vec![info_update(json!({ "mcp": servers }))],
     }
 }
 
@@ -575,6 +577,7 @@ mod tests {
             name: "ipython".into(),
             args: json!({"code":"print(1)"}),
             locations: vec![],
+            display: None,
         };
         // Title: the cell's first line, not the constant "IPython cell" (upstream issue #1307).
         assert_eq!(
@@ -981,6 +984,7 @@ mod tests {
             name: "edit".into(),
             args: json!({"path":"a.txt"}),
             locations: vec!["/p/a.txt".into()],
+            display: None,
         };
         assert_eq!(map(start)[0]["locations"], json!([{"path":"/p/a.txt"}]));
         let end = AgentEvent::ToolEnd {
@@ -1032,6 +1036,30 @@ mod tests {
         assert_eq!(
             meta(&exhausted[0]),
             &json!({"autoRetry":{"phase":"exhausted","attempt":3,"errorMessage":"429 slow down"}})
+        );
+    }
+
+    /// MCP server states go out whole under `_meta[ns].mcp`; an MCP tool's own title and
+    /// kind replace the name-based ones.
+    #[test]
+    fn mcp_status_and_tool_display() {
+        let servers = json!([{"name":"a","status":"ready","tools":2}]);
+        let updates = map(AgentEvent::McpStatus(servers.clone()));
+        assert_eq!(updates[0]["sessionUpdate"], "session_info_update");
+        assert_eq!(meta(&updates[0]), &json!({ "mcp": servers }));
+        let start = map(AgentEvent::ToolStart {
+            id: "m".into(),
+            name: "mcp__a__get".into(),
+            args: json!({"q": 1}),
+            locations: vec![],
+            display: Some(crate::tools::ToolDisplay {
+                title: "a: get".into(),
+                kind: "fetch",
+            }),
+        });
+        assert_eq!(
+            (&start[0]["title"], &start[0]["kind"], &start[0]["rawInput"]),
+            (&json!("a: get"), &json!("fetch"), &json!({"q": 1}))
         );
     }
 

@@ -21,6 +21,7 @@ mod handlers;
 mod kernel;
 mod lines;
 mod main_loop;
+mod mcp;
 mod meta;
 mod prompt;
 mod provider;

@@ -35,7 +35,7 @@ use crate::provider::{
 use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
-use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolOutput, ToolSet};
+use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolDisplay, ToolOutput, ToolSet};
 use crate::transport::Backlog;
 
 /// Everything fixed for the life of a session: provider, tool choice, prompt, cwd (one per
@@ -118,6 +118,8 @@ pub(crate) struct AgentCtx {
     pub inbox: Arc<Inbox>,
     /// Compaction requests from this agent's kernel, and the accounting it reads.
     pub compaction: Arc<compaction::Control>,
+    /// The session's MCP servers, offered as native tools (`None`: the client gave none).
+    pub mcp: Option<Arc<crate::mcp::McpHub>>,
 }
 
 impl AgentCtx {
@@ -132,6 +134,7 @@ impl AgentCtx {
             name: "main".to_owned(),
             inbox: Arc::default(),
             compaction: Arc::default(),
+            mcp: None,
         }
     }
 }
@@ -427,7 +430,20 @@ impl Worker<'_> {
             Ok(p) => p.clone(),
             Err(why) => return TurnOutcome::Failed(why.clone()),
         };
-        let specs = self.ctx.tools.specs();
+        let mut specs = self.ctx.tools.specs();
+        let mut system = std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str());
+        if let Some(hub) = &self.ctx.mcp {
+            // The model should see the servers' tools: wait (bounded by the start timeout,
+            // cut short by cancel) for the ones still connecting.
+            hub.wait_ready(self.abort);
+            hub.refresh_changed(self.abort);
+            specs.extend(crate::mcp::tools::specs(hub, &self.ctx.tools.names()));
+            system = std::borrow::Cow::Owned(format!(
+                "{}\n\n{}",
+                self.ctx.system_prompt,
+                crate::mcp::wire::prompt_section(&hub.statuses())
+            ));
+        }
         let mut calls_ok = 0usize;
         // An overflow gets one compaction and one retry (behaviour spec §5.2).
         let mut overflow_compacted = false;
@@ -444,7 +460,7 @@ impl Worker<'_> {
                 });
             }
             let request = ChatRequest {
-                system: &self.ctx.system_prompt,
+                system: &system,
                 messages: &conv.messages,
                 tools: &specs,
                 thinking: self.model.thinking,
@@ -649,7 +665,15 @@ impl Worker<'_> {
     }
 
     fn run_tool(&self, call: &ToolCall) -> ToolOutput {
-        let tool = self.ctx.tools.get(&call.name);
+        let mut tool = self.ctx.tools.get(&call.name);
+        // The session's MCP servers' tools, when no built-in has the name.
+        let mcp_tool = match (&self.ctx.mcp, tool) {
+            (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
+            _ => None,
+        };
+        if tool.is_none() {
+            tool = mcp_tool.as_deref();
+        }
         let locations = tool
             .map(|t| t.locations(&call.arguments, &self.agent.cwd))
             .unwrap_or_default();
@@ -658,6 +682,7 @@ impl Worker<'_> {
             name: call.name.clone(),
             args: call.arguments.clone(),
             locations,
+            display: tool.and_then(|t| t.display(&call.arguments)),
         });
         let output = match tool {
             None => ToolOutput::error(format!(
@@ -731,7 +756,11 @@ pub(crate) enum AgentEvent {
         name: String,
         args: Value,
         locations: Vec<String>,
+        /// Title and kind the tool decided (MCP tools); else the name decides.
+        display: Option<ToolDisplay>,
     },
+    /// The session's MCP servers changed state: the whole list, for `_meta[ns].mcp`.
+    McpStatus(Value),
     /// Output so far of a running tool (already tail-capped and throttled by the producer).
     ToolProgress {
         id: String,

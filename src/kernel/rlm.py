@@ -47,6 +47,7 @@ def _install(send_display, new_request, namespace):
         edit=edit,
         attach_image=attach_image,
         agent_message=agent_message,
+        mcp=mcp,
         goal=_Unavailable("goal"),
         compact=_Unavailable("compact"),
         rlm_heartbeat=_Unavailable("rlm_heartbeat"),
@@ -419,6 +420,40 @@ async def _send(message, broadcast_message=None, *, receiver_role=None, receiver
 agent_message = types.ModuleType("agent_message", "Agent-to-agent messaging through the host.")
 agent_message.list_agents = _list_agents
 agent_message.send = _send
+
+
+# --- mcp ------------------------------------------------------------------------------------------
+# The session's MCP servers, reached through the host: the kernel never sees their URLs,
+# headers or environment. Not put in sys.modules, so `import mcp` still finds the real SDK.
+
+async def _mcp_list_tools(server):
+    """The tools of one server: [{name, description, inputSchema}]."""
+    reply = await host_request("mcp.list_tools", {"server": server})
+    return reply.get("tools", [])
+
+
+async def _mcp_call_tool(server, tool, arguments=None):
+    """Calls one tool; returns the MCP result ({content, isError, structuredContent?})."""
+    if arguments is not None and not isinstance(arguments, dict):
+        raise TypeError("arguments must be a dict, got %s" % type(arguments).__name__)
+    return await host_request("mcp.call_tool", {"server": server, "tool": tool, "arguments": arguments or {}})
+
+
+async def _mcp_config():
+    """The session's servers: [{name, type, status, tools?, error?}]."""
+    return (await host_request("mcp.config", {})).get("servers", [])
+
+
+async def _mcp_refresh():
+    """Lists every ready server's tools again; returns the servers as mcp.config() does."""
+    return (await host_request("mcp.refresh", {})).get("servers", [])
+
+
+mcp = types.ModuleType("mcp", "The session's MCP servers (from the ACP client), through the host.")
+mcp.list_tools = _mcp_list_tools
+mcp.call_tool = _mcp_call_tool
+mcp.config = _mcp_config
+mcp.refresh = _mcp_refresh
 
 
 class _Unavailable:

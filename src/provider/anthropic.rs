@@ -80,14 +80,16 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 let mut b: Vec<Value> = a
                     .reasoning_blocks
                     .iter()
-                    .map(|r| match r {
+                    .filter_map(|r| match r {
                         ReasoningBlock::Signed {
                             thinking,
                             signature,
-                        } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                        } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
                         ReasoningBlock::Redacted { data } => {
-                            json!({"type": "redacted_thinking", "data": data})
+                            Some(json!({"type": "redacted_thinking", "data": data}))
                         }
+                        // Another API's reasoning (the session switched models).
+                        ReasoningBlock::ResponsesItem { .. } => None,
                     })
                     .collect();
                 if !a.text.is_empty() {
@@ -484,6 +486,7 @@ mod tests {
             max_tokens: 32_000,
             compat: Compat::default(),
             cost: None,
+            api: None,
         };
         let b = body(
             &model,
@@ -517,6 +520,7 @@ mod tests {
             max_tokens: 32_000,
             compat: Compat::default(),
             cost: None,
+            api: None,
         };
         let messages = vec![
             Message::User {

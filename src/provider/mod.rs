@@ -10,6 +10,7 @@ pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
 pub(crate) mod remote;
+pub(crate) mod responses;
 pub(crate) mod scripted;
 pub(crate) mod sse;
 
@@ -40,7 +41,8 @@ pub(crate) struct AssistantMessage {
     pub text: String,
     pub thinking: String,
     /// Reasoning the API wants back verbatim with the next request, in the order it came
-    /// (Anthropic: signed `thinking` blocks, even with empty text, and `redacted_thinking`).
+    /// (Anthropic: signed `thinking` blocks, even with empty text, and `redacted_thinking`;
+    /// OpenAI Responses: the reply's output items). Each API replays only its own kind.
     pub reasoning_blocks: Vec<ReasoningBlock>,
     pub tool_calls: Vec<ToolCall>,
 }
@@ -52,6 +54,10 @@ pub(crate) enum ReasoningBlock {
     Signed { thinking: String, signature: String },
     /// Thinking the API encrypted (`redacted_thinking`); `data` is opaque.
     Redacted { data: String },
+    /// One output item of an OpenAI Responses reply (reasoning with its `encrypted_content`,
+    /// and the message and function-call items it pairs with by id), as received. Only `model`
+    /// can read the encrypted reasoning, so no other model is sent it.
+    ResponsesItem { model: String, item: Value },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -34,7 +34,7 @@ pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     h
 }
 
-fn effort(t: Thinking) -> Option<&'static str> {
+pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
     match t {
         Thinking::Off => None,
         Thinking::Minimal => Some("minimal"),
@@ -480,6 +480,7 @@ mod tests {
             max_tokens: 64_000,
             compat: Compat::default(),
             cost: None,
+            api: None,
         }
     }
 

@@ -46,6 +46,9 @@ impl HostHandler for NodeHandler {
                     &payload,
                 ))
             }
+            "mcp.config" | "mcp.refresh" | "mcp.list_tools" | "mcp.call_tool" => {
+                crate::mcp::host_request(family.mcp().as_deref(), kind, &payload)
+            }
             _ => Err(unavailable(kind)),
         }
     }

@@ -142,6 +142,7 @@ impl Family {
                     name: node.name.clone(),
                     inbox: node.inbox.clone(),
                     compaction,
+                    mcp: self.mcp(),
                 });
                 node.ctx = Some(ctx.clone());
                 ctx

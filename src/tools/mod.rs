@@ -85,6 +85,18 @@ pub(crate) trait Tool: Send + Sync {
     ) -> Option<Result<String, String>> {
         None
     }
+    /// The ACP title and kind of this call, when the tool's name does not decide them
+    /// (MCP tools: `<server>: <tool>`, kind from annotations).
+    fn display(&self, _args: &Value) -> Option<ToolDisplay> {
+        None
+    }
+}
+
+/// A tool call's ACP `title` and `kind`, decided by the tool itself.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolDisplay {
+    pub title: String,
+    pub kind: &'static str,
 }
 
 /// The tools offered in this process.
