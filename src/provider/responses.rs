@@ -101,7 +101,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     body.insert("stream".into(), json!(true));
     // Nothing is kept on the server: every request carries the whole conversation.
     body.insert("store".into(), json!(false));
-    // A compaction summary asks for less than the model's own budget.
+    // A summary request asks for less than the model's own limit (compaction).
     let budget = match (model.output_budget(), req.max_tokens) {
         (Some(own), Some(asked)) => Some(own.min(asked)),
         (own, asked) => own.or(asked),

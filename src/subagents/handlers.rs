@@ -33,6 +33,9 @@ impl HostHandler for NodeHandler {
             "rlm.delete_subagent" => family.delete_subagent(&self.node, &payload),
             "agent_message.list_agents" => Ok(family.list_agents(&self.node)),
             "agent_message.send" => family.send(&self.node, &payload),
+            "mcp.config" | "mcp.refresh" | "mcp.list_tools" | "mcp.call_tool" => {
+                crate::mcp::host_request(family.mcp().as_deref(), kind, &payload)
+            }
             "compact.run" | "compact.status" if self.compaction.agent_callable() => Ok(
                 crate::compaction::host_request(&self.compaction, kind, &payload),
             ),
@@ -45,9 +48,6 @@ impl HostHandler for NodeHandler {
                     kind,
                     &payload,
                 ))
-            }
-            "mcp.config" | "mcp.refresh" | "mcp.list_tools" | "mcp.call_tool" => {
-                crate::mcp::host_request(family.mcp().as_deref(), kind, &payload)
             }
             _ => Err(unavailable(kind)),
         }

@@ -164,8 +164,8 @@ impl Family {
             system_prompt: self.agent.system_prompt.clone(),
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
-            compaction,
             mcp: self.mcp(),
+            compaction,
         }
     }
 
