@@ -3,11 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
 use crate::acp;
+use crate::autonomy;
 use crate::client_host::{ClientCaps, ClientHost};
+use crate::commands::{self, Command};
 use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
 use crate::mcp::McpHub;
@@ -17,6 +20,7 @@ use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
 use crate::subagents::{Family, FamilyMsg};
+use crate::turn::{Agent, Local, TurnInput};
 
 pub(crate) const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
@@ -29,7 +33,21 @@ impl MainLoop {
                 self.client_caps = ClientCaps::from_initialize(&params);
                 meta::initialize_result(&self.version)
             }),
-            acp::SESSION_NEW => self.session_new(&params),
+            acp::SESSION_NEW => {
+                let result = self.session_new(&params);
+                let sid = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r["sessionId"].as_str())
+                    .map(str::to_owned);
+                self.respond(&id, result);
+                // After the response, so the client knows the session the update names.
+                if let Some(sid) = sid {
+                    let commands = commands::available_commands_update();
+                    self.with_session(&sid, |s, _, out| s.announce(commands, out));
+                }
+                return;
+            }
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
                 Ok(()) => return,
@@ -40,7 +58,7 @@ impl MainLoop {
                 Err(e) => Err(e),
             },
             acp::SESSION_SET_CONFIG_OPTION => {
-                match self.set_config_option(id.clone(), &params, method) {
+                match self.set_config_option(id.clone(), &params, method, false) {
                     // The session answered (a mode switch, with its update after the answer).
                     Ok(None) => return,
                     Ok(Some(v)) => Ok(v),
@@ -53,7 +71,7 @@ impl MainLoop {
             },
             // Legacy: the same switch, answered `{}` (its unstable response had no fields).
             acp::SESSION_SET_MODEL => self
-                .set_config_option(id.clone(), &params, method)
+                .set_config_option(id.clone(), &params, method, false)
                 .map(|_| json!({})),
             acp::SESSION_CANCEL => {
                 // A notification sent as a request: honour it and answer, so nothing hangs.
@@ -130,10 +148,10 @@ impl MainLoop {
         }
         let ctx = Arc::new(family.main_ctx());
         let workers = Box::new(FamilyWorkers {
-            family,
+            family: family.clone(),
             ctx: ctx.clone(),
         });
-        self.sessions.push(Session::new(
+        let mut session = Session::new(
             id.clone(),
             self.next_generation,
             ctx,
@@ -141,13 +159,16 @@ impl MainLoop {
             client,
             p.mcp_servers,
             self.timing,
-        ));
-        let session = self.sessions.last().expect("just pushed");
+        );
+        let unattended = unattended_of(&self.agent);
+        family.set_unattended(unattended.clone());
+        session.set_unattended(unattended);
         let mut result = json!({
             "sessionId": id,
             "modes": session.modes(),
             "configOptions": session.config_options(),
         });
+        self.sessions.push(session);
         if !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =
@@ -171,19 +192,68 @@ impl MainLoop {
                 )));
             }
         }
+        // A prompt with images is never a command: they would be lost.
+        let plain = prompt.typed && prompt.images.is_empty();
+        if let Some(command) = plain.then(|| commands::parse(&prompt.text)).flatten() {
+            if let Some(why) = self.sessions[i].refusal() {
+                return Err(RpcError::internal(why));
+            }
+            let local = self.run_command(i, &command);
+            let input = TurnInput::Local(local);
+            self.with_session_at(i, |s, now, out| s.prompt_input(id, input, now, out));
+            return Ok(());
+        }
         self.with_session_at(i, |s, now, out| s.prompt(id, prompt, now, out));
         Ok(())
+    }
+
+    /// Carries out a slash command for session `i`; what its turn shows (no model call).
+    fn run_command(&mut self, i: usize, command: &Command) -> Local {
+        match command {
+            Command::Compact(instructions) => Local::Compact(instructions.clone()),
+            Command::Model(None) => Local::Reply(match &self.sessions[i].model().provider {
+                Ok(p) => format!("Model: {}", p.label()),
+                Err(why) => format!("No model is usable: {why}"),
+            }),
+            Command::Model(Some(choice)) => {
+                let params = json!({
+                    "sessionId": self.sessions[i].id(),
+                    "configId": config_options::MODEL,
+                    "value": choice,
+                });
+                // The same path as the client's own switch (the model menu, then set_model).
+                Local::Reply(
+                    match self.set_config_option(
+                        RequestId::null(),
+                        &params,
+                        acp::SESSION_SET_CONFIG_OPTION,
+                        true,
+                    ) {
+                        Ok(_) => format!("Model: {choice} (from the next prompt on)"),
+                        Err(e) => e.message,
+                    },
+                )
+            }
+            other => {
+                let state = self.sessions[i].unattended().clone();
+                let text = commands::run_on(other, &mut autonomy::lock(&state), Instant::now());
+                Local::Reply(text)
+            }
+        }
     }
 
     /// `session/set_config_option` (and legacy `session/set_model`): validates the choice,
     /// switches the session's model or reasoning level from its next turn on, and answers
     /// with the complete option list.
     /// `Ok(None)`: the session answered itself.
+    /// `announce`: the switch did not come from the client (`/model`), so the client hears of
+    /// it as `config_option_update` (`Session::switch_model`).
     fn set_config_option(
         &mut self,
         request: RequestId,
         params: &Value,
         method: &str,
+        announce: bool,
     ) -> Result<Option<Value>, RpcError> {
         let (session_id, config_id, value) = acp::parse_set_config_option(params, method)?;
         let Some(i) = self.session_index(&session_id) else {
@@ -223,7 +293,11 @@ impl MainLoop {
             }
             Choice::Thinking(t) => model.thinking = t,
         }
-        self.sessions[i].set_model(model);
+        if announce {
+            self.with_session_at(i, |s, _, out| s.switch_model(model, out));
+        } else {
+            self.sessions[i].set_model(model);
+        }
         Ok(Some(
             json!({ "configOptions": self.sessions[i].config_options() }),
         ))
@@ -269,6 +343,22 @@ fn value_mode(config_id: &str, value: &Value) -> Result<Mode, RpcError> {
             "Invalid value for ACP config option {config_id}: {other}"
         ))),
     }
+}
+
+/// A new session's autonomous mode and goal, from the start-up flags; the wall clock of
+/// `--autonomous-timeout-ms` starts now.
+fn unattended_of(agent: &Agent) -> autonomy::Shared {
+    let now = std::time::Instant::now();
+    let shared = autonomy::Unattended::shared(agent.autonomy.clone(), now);
+    // Root sessions only: a subagent process (RLM_DEPTH > 0) does not inherit the goal.
+    if let Some((objective, budget)) = agent
+        .goal
+        .as_ref()
+        .filter(|_| agent.kernel_env.root_depth == 0)
+    {
+        autonomy::lock(&shared).set_goal(objective, *budget, now);
+    }
+    shared
 }
 
 /// A `--multi-session` session's cwd: an absolute path to an existing directory.

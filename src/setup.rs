@@ -77,6 +77,8 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
             .and_then(crate::permissions::Mode::parse)
             .unwrap_or_default(),
         host: Arc::new(crate::tools::host::LocalHost),
+        autonomy: cfg.autonomy.clone(),
+        goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
     })
 }
 

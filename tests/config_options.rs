@@ -230,3 +230,23 @@ fn a_scripted_session_offers_its_script_as_the_one_model() {
     assert_eq!(r["result"]["configOptions"], options, "{r}");
     assert!(a.finish().success());
 }
+
+#[test]
+fn a_model_command_tells_the_client_with_config_option_update() {
+    // See: issue 14 ("config_option_update when the model changes by other means (/model)").
+    let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
+    let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
+    new_session(&mut s.agent);
+    assert_eq!(
+        stop_reason(&ask_again(&mut s.agent, &format!("/model {VISION}"))),
+        "end_turn"
+    );
+    let updates = s.agent.updates_of("config_option_update");
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    let model = option(&updates[0]["configOptions"], "model").expect("model");
+    assert_eq!(model["currentValue"], VISION);
+    // A client's own switch is answered with the list, not announced.
+    set(&mut s.agent, "model", json!(COLD));
+    assert_eq!(s.agent.updates_of("config_option_update").len(), 1);
+    assert!(s.agent.finish().success());
+}

@@ -3,12 +3,16 @@
 mod support;
 
 mod acpx;
+mod autonomy;
 mod client_fs;
+mod commands;
 mod compaction;
 mod config_options;
 mod demo;
 mod faults;
 mod fuzz;
+mod goals;
+mod headless;
 mod kernel;
 mod mcp;
 mod permissions;
