@@ -70,6 +70,8 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         thinking: cfg.thinking.unwrap_or(Thinking::Medium),
         models,
         multi_session,
+        autonomy: cfg.autonomy.clone(),
+        goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
     })
 }
 
