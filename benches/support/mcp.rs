@@ -101,7 +101,7 @@ impl Bench {
             ready,
         );
 
-        // A no-op tool called N times in one turn: tool_call → completed, as the client sees it.
+        // A no-op tool called N times in one turn, timed as the client sees the completions.
         let calls = self.runs(300, 30);
         let steps: Vec<Value> = (0..calls)
             .map(|i| json!({"tool_call": {"id": format!("n{i}"), "name": "mcp__py__noop", "arguments": {}}}))
@@ -156,7 +156,7 @@ impl Bench {
         let direct_median = median(&direct);
         let r = &mut self.report;
         r.add(
-            "mcp: no-op tool call through the agent (tool_call → completed)",
+            "mcp: no-op tool call through the agent (completion to completion)",
             "ms",
             agent_calls,
         );
