@@ -63,7 +63,12 @@ impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!("pa-test-{tag}-{}-{n}", std::process::id()));
+        // Fixed width: the cwd is part of the system prompt, so its length shows up in the
+        // context estimate that transcripts record (`usage_update.used`).
+        let dir = std::env::temp_dir().join(format!(
+            "pa-test-{tag}-{:010}-{n:06}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(std::fs::canonicalize(&dir).unwrap())
