@@ -21,6 +21,7 @@ mod kernel;
 mod lines;
 mod main_loop;
 mod meta;
+mod persist;
 mod prompt;
 mod provider;
 mod rpc;

@@ -240,6 +240,20 @@ impl Session {
         &self.id
     }
 
+    /// Sets the conversation a new session starts with: empty with a recorder for its file,
+    /// or one continued from disk (`session/load`, `--continue`, …).
+    pub(crate) fn restore(&mut self, conversation: Conversation) {
+        self.conversation = Arc::new(Mutex::new(conversation));
+    }
+
+    /// `session/load`: the stored conversation shown again, as session-scoped updates
+    /// (`promptTurnId` 0), before the load is answered.
+    pub(crate) fn replay(&mut self, updates: Vec<Value>, out: &mut Vec<Action>) {
+        for update in updates {
+            self.publish(update, 0, Phase::Event, None, out);
+        }
+    }
+
     /// The model the next turn calls.
     pub(crate) fn model(&self) -> &TurnModel {
         &self.model

@@ -53,6 +53,8 @@ pub struct Agent {
     pub(crate) models: Option<Arc<ModelMenu>>,
     /// Several sessions per connection, each in its own cwd (`--multi-session`).
     pub(crate) multi_session: bool,
+    /// Where sessions are kept on disk (`None`: `--no-session`, memory only).
+    pub(crate) store: Option<Arc<crate::persist::Store>>,
 }
 
 impl Agent {
@@ -77,6 +79,7 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            store: None,
         }
     }
 
@@ -95,6 +98,7 @@ impl Agent {
             thinking: Thinking::Off,
             models: None,
             multi_session: false,
+            store: None,
         })
     }
 }
@@ -172,6 +176,18 @@ pub(crate) struct Conversation {
     pub usage: Usage,
     /// Provider notices already shown in this session (each is shown once).
     pub notices_shown: Vec<String>,
+    /// Writes the conversation to the session file as it grows (`None`: memory only, and
+    /// every subagent).
+    pub recorder: Option<crate::persist::Recorder>,
+}
+
+impl Conversation {
+    /// Appends the messages not yet in the session file (a no-op without a recorder).
+    pub(crate) fn persist(&mut self) {
+        if let Some(r) = self.recorder.as_mut() {
+            r.sync(&self.messages);
+        }
+    }
 }
 
 /// A message from a turn worker to the main loop; `turn` routes it (stale turns are dropped).
@@ -264,7 +280,15 @@ pub(crate) fn spawn_turn(
                     kind: TurnMsgKind::Event(event),
                 });
             };
+            if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
+                r.note_model(&p.label(), model.thinking.as_str());
+            }
             let outcome = run_turn(&ctx, &model, &mut conv, input, &flag, &emit);
+            // Before the outcome is reported: what the client sees acknowledged is on disk.
+            conv.persist();
+            if let Some(r) = conv.recorder.as_mut() {
+                r.flush();
+            }
             drop(conv);
             finished(outcome);
         })
@@ -484,6 +508,7 @@ impl Worker<'_> {
             });
             let calls = reply.message.tool_calls.clone();
             conv.messages.push(Message::Assistant(reply.message));
+            conv.persist();
             if calls.is_empty() {
                 return TurnOutcome::Completed(match reply.finish {
                     FinishReason::Length => StopReason::MaxTokens,
@@ -509,7 +534,15 @@ impl Worker<'_> {
                     );
                     return TurnOutcome::Cancelled;
                 }
-                let output = self.run_tool(call);
+                let (output, locations) = self.run_tool(call);
+                if let Some(r) = conv.recorder.as_mut() {
+                    let details = crate::persist::entry::tool_details(
+                        &locations,
+                        output.diff.as_ref(),
+                        output.ipython.as_ref(),
+                    );
+                    r.note_tool_details(&call.id, details);
+                }
                 conv.messages.push(Message::ToolResult {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
@@ -517,6 +550,7 @@ impl Worker<'_> {
                     is_error: output.is_error,
                     images: output.images,
                 });
+                conv.persist();
                 if self.abort.is_aborted() {
                     close_calls(
                         &mut conv.messages,
@@ -581,6 +615,17 @@ impl Worker<'_> {
             cancelled,
         });
         if keep {
+            if let Some(r) = conv.recorder.as_mut() {
+                r.note_bash(
+                    conv.messages.len(),
+                    crate::persist::entry::BashRun {
+                        command: command.to_owned(),
+                        output: result_text.clone(),
+                        exit_code,
+                        cancelled,
+                    },
+                );
+            }
             conv.messages.push(Message::User {
                 text: format!("Ran `{command}`\n{result_text}"),
                 images: Vec::new(),
@@ -593,7 +638,8 @@ impl Worker<'_> {
         })
     }
 
-    fn run_tool(&self, call: &ToolCall) -> ToolOutput {
+    /// Runs one call; also returns its locations (the session file keeps them).
+    fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Vec<String>) {
         let tool = self.ctx.tools.get(&call.name);
         let locations = tool
             .map(|t| t.locations(&call.arguments, &self.agent.cwd))
@@ -602,7 +648,7 @@ impl Worker<'_> {
             id: call.id.clone(),
             name: call.name.clone(),
             args: call.arguments.clone(),
-            locations,
+            locations: locations.clone(),
         });
         let output = match tool {
             None => ToolOutput::error(format!(
@@ -642,7 +688,7 @@ impl Worker<'_> {
                 images: output.images.clone(),
             },
         });
-        output
+        (output, locations)
     }
 }
 

@@ -7,6 +7,7 @@ mod demo;
 mod faults;
 mod fuzz;
 mod kernel;
+mod persist;
 mod protocol;
 mod provider;
 mod reliability;

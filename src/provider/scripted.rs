@@ -23,7 +23,9 @@
 //! `{"stream_until_cancelled": {"text": s, "interval_ms": n}}`, and
 //! `{"stray_stdout": s}` (writes `s` to fd 1, to prove it cannot reach the protocol stream), and
 //! `{"expect": [s, ...]}` (fail the call unless the request's last message contains each s;
-//! this lets a script assert that tool results really went back to the model).
+//! this lets a script assert that tool results really went back to the model), and
+//! `{"expect_history": [s, ...]}` (fail unless the whole request, every message in order,
+//! rendered one per line, contains each s: a resumed session's history reached the model).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -260,6 +262,16 @@ fn run_step(
             if !last.contains(needle) {
                 return Err(ProviderError::Stream(format!(
                     "scripted expectation failed: the last message does not contain {needle:?}; it was: {last}"
+                )));
+            }
+        }
+    } else if let Some(expect) = step.get("expect_history").and_then(Value::as_array) {
+        let all: Vec<String> = request.messages.iter().map(describe).collect();
+        let all = all.join("\n");
+        for needle in expect.iter().filter_map(Value::as_str) {
+            if !all.contains(needle) {
+                return Err(ProviderError::Stream(format!(
+                    "scripted expectation failed: the history does not contain {needle:?}; it was: {all}"
                 )));
             }
         }

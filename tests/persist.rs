@@ -1,0 +1,388 @@
+//! Sessions that survive the process: the session file written as the turn goes, `session/list`,
+//! `session/load` (a replay equal to what the client saw live), `session/resume`, and
+//! `-c` / `-r` / `--fork` on the command line, each proven by the model receiving the history.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// An agent in `dir` keeping its sessions in `dir/sessions`, with the file tools.
+fn agent(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
+    let sessions = dir.path().join("sessions").display().to_string();
+    let mut args = vec![
+        "--session-dir",
+        sessions.as_str(),
+        "--tools",
+        "bash,edit,read,write",
+    ];
+    args.extend_from_slice(extra);
+    let mut spawn = Spawn::scripted(script, &args);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    Agent::spawn(spawn)
+}
+
+fn session_file(dir: &TempDir, sid: &str) -> PathBuf {
+    dir.path().join("sessions").join(format!("{sid}.jsonl"))
+}
+
+fn lines_of(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The first session's script: thinking, text, an edit and a bash call, then an answer.
+fn first_script(dir: &TempDir) -> String {
+    script_file(
+        dir,
+        &[
+            json!({"steps":[{"thinking":"Let me look."},{"text":"Editing notes."},
+                {"tool_call":{"id":"t_edit","name":"edit","arguments":{"path":"notes.txt","edits":[{"oldText":"beta","newText":"gamma"}]}}},
+                {"tool_call":{"id":"t_bash","name":"bash","arguments":{"command":"cat notes.txt"}}}]}),
+            json!({"steps":[{"expect":["gamma"]},{"text":"All done."}]}),
+        ],
+    )
+}
+
+/// The live updates of the session reduced to what a replay must reproduce: whole messages
+/// (chunks of one message joined), each tool call's start and its final update; `_meta`,
+/// progress and usage left out, and the per-process ids (`messageId`s, user shell run ids)
+/// named by their order.
+fn comparable(updates: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut bash_ids: Vec<String> = Vec::new();
+    for u in updates {
+        let mut u = u.clone();
+        if let Some(obj) = u.as_object_mut() {
+            obj.remove("_meta");
+        }
+        let kind = u["sessionUpdate"].as_str().unwrap_or_default().to_owned();
+        if let Some(id) = u["toolCallId"].as_str() {
+            if id.starts_with("prime-agent-") {
+                if !bash_ids.iter().any(|b| b == id) {
+                    bash_ids.push(id.to_owned());
+                }
+                let n = bash_ids.iter().position(|b| b == id).unwrap() + 1;
+                u["toolCallId"] = json!(format!("bash-{n}"));
+            }
+        }
+        if let Some(id) = u["messageId"].as_str() {
+            u["messageId"] = json!(id.replace("replay-", ""));
+        }
+        match kind.as_str() {
+            "agent_message_chunk" | "agent_thought_chunk" => {
+                if let Some(last) = out.last_mut() {
+                    if last["sessionUpdate"] == u["sessionUpdate"]
+                        && last["messageId"] == u["messageId"]
+                    {
+                        let joined = format!(
+                            "{}{}",
+                            last["content"]["text"].as_str().unwrap_or_default(),
+                            u["content"]["text"].as_str().unwrap_or_default()
+                        );
+                        last["content"]["text"] = json!(joined);
+                        continue;
+                    }
+                }
+                out.push(u);
+            }
+            "tool_call" => out.push(u),
+            "tool_call_update" if u["status"] != "in_progress" => out.push(u),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn a_session_is_written_as_it_goes_then_listed_loaded_with_its_replay_and_continued() {
+    let dir = TempDir::new("persist-load");
+    dir.write("notes.txt", "alpha\nbeta\n");
+    let script = first_script(&dir);
+    let mut a = agent(&dir, &script, &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("Fix the notes\nplease"), "end_turn");
+    assert_eq!(a.prompt_stop("!echo shell-said-hi"), "end_turn");
+    let live = comparable(&a.updates());
+    // Killed, not closed: what the client saw acknowledged is on disk already.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let path = session_file(&dir, &sid);
+    let lines = lines_of(&path);
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines[0]["version"], 3);
+    assert_eq!(lines[0]["id"], sid.as_str());
+    assert_eq!(
+        lines[0]["cwd"],
+        dir.path().canonicalize().unwrap().display().to_string()
+    );
+    let kinds: Vec<String> = lines[1..]
+        .iter()
+        .map(|l| match l["message"]["role"].as_str() {
+            Some(role) => role.to_owned(),
+            None => l["type"].as_str().unwrap().to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "model_change",
+            "thinking_level_change",
+            "user",
+            "assistant",
+            "session_info",
+            "toolResult",
+            "toolResult",
+            "assistant",
+            "bashExecution"
+        ]
+    );
+    assert_eq!(lines[5]["name"], "Fix the notes");
+    assert_eq!(lines[4]["message"]["content"][2]["type"], "toolCall");
+    assert_eq!(
+        lines[6]["message"]["details"]["diff"]["newText"],
+        "alpha\ngamma\n"
+    );
+    for w in lines[1..].windows(2) {
+        assert_eq!(w[1]["parentId"], w[0]["id"], "a chain of entries");
+    }
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
+
+    // A new process lists the session, refuses unknown ids, and replays it exactly.
+    let next = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"expect_history":["user: Fix the notes\nplease", "tool_result bash error=false: alpha\ngamma", "Ran `echo shell-said-hi`"]},{"expect":["and now?"]},{"text":"Continued."}]}),
+        ],
+    );
+    let mut b = agent(&dir, &next, &[]);
+    let init = b.call("initialize", json!({"protocolVersion": 1}));
+    let caps = &init["result"]["agentCapabilities"];
+    assert_eq!(caps["loadSession"], true);
+    assert_eq!(caps["sessionCapabilities"]["list"], json!({}));
+    assert_eq!(caps["sessionCapabilities"]["resume"], json!({}));
+    let list = b.call("session/list", json!({}));
+    let sessions = list["result"]["sessions"].as_array().unwrap().clone();
+    assert_eq!(sessions.len(), 1, "{list}");
+    assert_eq!(sessions[0]["sessionId"], sid.as_str());
+    assert_eq!(sessions[0]["title"], "Fix the notes");
+    assert!(sessions[0]["updatedAt"].as_str().unwrap().ends_with('Z'));
+    assert!(list["result"].get("nextCursor").is_none());
+    let cwd = dir.path().display().to_string();
+    let here = b.call("session/list", json!({"cwd": cwd}));
+    assert_eq!(here["result"]["sessions"].as_array().unwrap().len(), 1);
+    let elsewhere = b.call("session/list", json!({"cwd": "/"}));
+    assert_eq!(elsewhere["result"]["sessions"], json!([]));
+    let bad = b.call("session/list", json!({"cursor": "nonsense"}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    for method in ["session/load", "session/resume"] {
+        let r = b.call(
+            method,
+            json!({"sessionId": "nope", "cwd": cwd, "mcpServers": []}),
+        );
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert_eq!(
+            r["error"]["data"]["reason"], "Unknown ACP session: nope",
+            "{r}"
+        );
+    }
+    let before = b.seen.len();
+    let r = b.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    assert!(r["result"].is_object(), "{r}");
+    assert!(r["result"].get("sessionId").is_none());
+    let replay: Vec<Value> = b.seen[before..]
+        .iter()
+        .filter(|f| f["method"] == "session/update")
+        .map(|f| {
+            assert_eq!(f["params"]["sessionId"], sid.as_str());
+            assert_eq!(ns(&f["params"]["update"])["promptTurnId"], 0);
+            f["params"]["update"].clone()
+        })
+        .collect();
+    assert!(!replay.is_empty(), "the replay comes before the answer");
+    let users: Vec<&Value> = replay
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "user_message_chunk")
+        .collect();
+    assert_eq!(
+        users.len(),
+        1,
+        "the !cmd is a tool call, not a user message"
+    );
+    assert_eq!(users[0]["content"]["text"], "Fix the notes\nplease");
+    assert_eq!(comparable(&replay), live);
+    assert!(replay
+        .iter()
+        .any(|u| u["messageId"] == "prime-agent-replay-assistant-1"));
+    assert!(replay
+        .iter()
+        .any(|u| u["toolCallId"] == "prime-agent-replay-bash-1"));
+    // One session per process: a second load is refused with the session/new text.
+    let again = b.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    assert_eq!(
+        again["error"]["message"],
+        "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session"
+    );
+    // The next prompt continues the conversation: the model gets all of it.
+    b.session_id = Some(sid.clone());
+    assert_eq!(b.prompt_stop("and now?"), "end_turn");
+    assert!(b.text().ends_with("Continued."));
+    drop(b);
+    let lines = lines_of(&path);
+    assert_eq!(
+        lines.last().unwrap()["message"]["content"][0]["text"],
+        "Continued."
+    );
+
+    // Resume restores the session without replaying it.
+    let third = script_file(
+        &dir,
+        &[json!({"steps":[{"expect_history":["Continued."]},{"text":"Third."}]})],
+    );
+    let mut c = agent(&dir, &third, &[]);
+    c.call("initialize", json!({"protocolVersion": 1}));
+    let before = c.seen.len();
+    let r = c.call("session/resume", json!({"sessionId": sid, "cwd": cwd}));
+    assert!(r["result"].is_object(), "{r}");
+    assert_eq!(c.seen.len(), before + 1, "nothing but the answer");
+    c.session_id = Some(sid);
+    assert_eq!(c.prompt_stop("third"), "end_turn");
+}
+
+#[test]
+fn continue_resume_and_fork_on_the_command_line() {
+    let dir = TempDir::new("persist-cli");
+    let script = script_file(&dir, &[json!({"text": "Remember 42."})]);
+    let mut a = agent(&dir, &script, &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("the number?"), "end_turn");
+    drop(a);
+
+    let check = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"expect_history":["user: the number?", "Remember 42."]},{"text":"It was 42."}]}),
+        ],
+    );
+    // -c: the newest session of this cwd is the one session/new gets.
+    let mut b = agent(&dir, &check, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("again?"), "end_turn");
+    drop(b);
+    // -r by id prefix, then --fork by path: a copy under a new id naming its parent.
+    let mut c = agent(&dir, &check, &["-r", &sid[..8]]);
+    assert_eq!(c.handshake(), sid);
+    assert_eq!(c.prompt_stop("again?"), "end_turn");
+    drop(c);
+    let original = session_file(&dir, &sid);
+    let path = original.display().to_string();
+    let mut d = agent(&dir, &check, &["--fork", &path]);
+    let forked = d.handshake();
+    assert_ne!(forked, sid);
+    assert_eq!(d.prompt_stop("again?"), "end_turn");
+    drop(d);
+    let fork_lines = lines_of(&session_file(&dir, &forked));
+    assert_eq!(fork_lines[0]["parentSession"], path.as_str());
+    assert_eq!(fork_lines[0]["id"], forked.as_str());
+    let originals = lines_of(&original).len();
+    assert!(
+        fork_lines.len() > originals - 2,
+        "the copy holds the conversation"
+    );
+
+    // Errors: an unknown session, and --no-session with a pick.
+    for (args, want) in [
+        (
+            vec!["-r", "nope"],
+            "Error: No session found matching 'nope'",
+        ),
+        (
+            vec!["--fork", "/no/such.jsonl"],
+            "Error: No session found matching '/no/such.jsonl'",
+        ),
+        (
+            vec!["-c", "--no-session"],
+            "Error: --no-session cannot be combined with --continue, --resume or --fork",
+        ),
+    ] {
+        let mut e = agent(&dir, &check, &args);
+        let status = e.wait_exit(Duration::from_secs(10)).expect("exits");
+        assert_eq!(status.code(), Some(1), "{args:?}");
+        assert!(
+            e.stderr_text().contains(want),
+            "{args:?}: {}",
+            e.stderr_text()
+        );
+    }
+}
+
+#[test]
+fn no_session_writes_nothing_and_a_torn_last_line_is_skipped_with_a_warning() {
+    let dir = TempDir::new("persist-none");
+    let script = script_file(&dir, &[json!({"text": "Hi."}), json!({"text": "Hi."})]);
+    let mut a = agent(&dir, &script, &["--no-session"]);
+    a.handshake();
+    assert_eq!(a.prompt_stop("hello"), "end_turn");
+    let list = a.call("session/list", json!({}));
+    assert_eq!(list["result"]["sessions"], json!([]));
+    drop(a);
+    assert!(!dir.path().join("sessions").exists());
+
+    // PRIME_AGENT_SESSION_DIR picks the directory when no flag does.
+    let env_dir = dir.path().join("env-sessions");
+    let mut spawn = Spawn::scripted(&script, &[]);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    spawn.env = vec![(
+        "PRIME_AGENT_SESSION_DIR".into(),
+        env_dir.display().to_string(),
+    )];
+    let mut b = Agent::spawn(spawn);
+    let sid = b.handshake();
+    assert_eq!(b.prompt_stop("hello"), "end_turn");
+    drop(b);
+    let path = env_dir.join(format!("{sid}.jsonl"));
+    let good = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{good}{{\"type\":\"message\",\"id\":\"torn")).unwrap();
+    let check = script_file(
+        &dir,
+        &[json!({"steps":[{"expect_history":["user: hello", "Hi."]},{"text":"Still here."}]})],
+    );
+    let mut spawn = Spawn::scripted(&check, &["-c"]);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    spawn.env = vec![(
+        "PRIME_AGENT_SESSION_DIR".into(),
+        env_dir.display().to_string(),
+    )];
+    let mut c = Agent::spawn(spawn);
+    assert_eq!(c.handshake(), sid);
+    assert_eq!(c.prompt_stop("more"), "end_turn");
+    assert!(
+        c.stderr_text().contains("torn by a crash mid-write"),
+        "{}",
+        c.stderr_text()
+    );
+    drop(c);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !text.contains("torn"),
+        "the torn line was cut before appending"
+    );
+    assert!(text
+        .lines()
+        .all(|l| serde_json::from_str::<Value>(l).is_ok()));
+}
