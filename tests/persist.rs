@@ -386,3 +386,145 @@ fn no_session_writes_nothing_and_a_torn_last_line_is_skipped_with_a_warning() {
         .lines()
         .all(|l| serde_json::from_str::<Value>(l).is_ok()));
 }
+
+/// A small deterministic generator (xorshift), so a failing iteration can be rerun.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// kill -9 at random points of a scripted run (prompts with tool calls), then `-c`: the
+/// session on disk holds at least every prompt the client saw answered, in order, every line
+/// but a torn last one parses, and the next prompt works with that history.
+/// `PERSIST_CRASH_ITERATIONS` (default 10; `make reliability` runs 200).
+#[test]
+fn crash_campaign_continue_restores_an_acknowledged_prefix() {
+    let iterations: u64 = std::env::var("PERSIST_CRASH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    const PROMPTS: usize = 4;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut inputs, mut answered, mut restored_prompts) = (0, 0, 0);
+    for iteration in 0..iterations {
+        let dir = TempDir::new(&format!("persist-crash-{iteration}"));
+        let replies: Vec<Value> = (0..PROMPTS)
+            .flat_map(|i| {
+                [
+                    json!({"steps":[{"text":format!("working {i}")},{"sleep_ms":1},
+                        {"tool_call":{"id":format!("c{i}"),"name":"bash","arguments":{"command":format!("echo out-{i}")}}}]}),
+                    json!({"steps":[{"thinking":"fine"},{"text":format!("answer {i}")}]}),
+                ]
+            })
+            .collect();
+        let script = script_file(&dir, &replies);
+        let mut a = agent(&dir, &script, &[]);
+        a.handshake();
+        let kill_after = rng.below(12 * PROMPTS as u64);
+        let mut acked = 0;
+        let mut frames = 0;
+        'run: for i in 0..PROMPTS {
+            let id = a.prompt(&format!("prompt-{i}"));
+            loop {
+                let Some(f) = a.next_frame(Duration::from_secs(20)) else {
+                    panic!(
+                        "iteration {iteration}: the agent stalled: {}",
+                        a.stderr_text()
+                    );
+                };
+                frames += 1;
+                if f.get("id") == Some(&id) && f.get("method").is_none() {
+                    assert_eq!(f["result"]["stopReason"], "end_turn", "{f}");
+                    acked += 1;
+                }
+                if frames >= kill_after {
+                    if rng.below(2) == 0 {
+                        std::thread::sleep(Duration::from_micros(rng.below(3000)));
+                    }
+                    break 'run;
+                }
+                if acked > i {
+                    break;
+                }
+            }
+        }
+        a.child.kill().unwrap();
+        a.child.wait().unwrap();
+        inputs += a.inputs;
+        answered += a.answered;
+
+        // Every line parses, except at most a torn last one.
+        let sessions = dir.path().join("sessions");
+        let files: Vec<PathBuf> = std::fs::read_dir(&sessions)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(files.len() <= 1, "{files:?}");
+        assert!(
+            acked == 0 || files.len() == 1,
+            "iteration {iteration}: answered prompts were not saved"
+        );
+        let mut users = Vec::new();
+        if let Some(file) = files.first() {
+            let text = std::fs::read_to_string(file).unwrap();
+            let lines: Vec<&str> = text.split_inclusive('\n').collect();
+            for (n, line) in lines.iter().enumerate() {
+                match serde_json::from_str::<Value>(line.trim_end()) {
+                    Ok(v) => {
+                        if v["message"]["role"] == "user" {
+                            users.push(v["message"]["content"].as_str().unwrap().to_owned());
+                        }
+                    }
+                    Err(e) => assert!(
+                        n + 1 == lines.len() && !line.ends_with('\n'),
+                        "iteration {iteration}: line {n} is corrupt ({e}): {line:?}"
+                    ),
+                }
+            }
+        }
+        let expected: Vec<String> = (0..users.len()).map(|i| format!("prompt-{i}")).collect();
+        assert_eq!(
+            users, expected,
+            "iteration {iteration}: the prompts in order"
+        );
+        assert!(
+            users.len() >= acked,
+            "iteration {iteration}: {acked} answered, {} saved",
+            users.len()
+        );
+        restored_prompts += users.len();
+
+        // The next prompt continues with that history.
+        let mut history: Vec<String> = Vec::new();
+        for i in 0..acked {
+            history.push(format!("user: prompt-{i}"));
+            history.push(format!("answer {i}"));
+            history.push(format!("out-{i}"));
+        }
+        let check = script_file(
+            &dir,
+            &[
+                json!({"steps":[{"expect_history": history},{"expect":["after the crash"]},{"text":"resumed"}]}),
+            ],
+        );
+        let mut b = agent(&dir, &check, &["-c"]);
+        b.handshake();
+        let id = b.prompt("after the crash");
+        let r = b.response(&id);
+        assert_eq!(
+            r["result"]["stopReason"],
+            "end_turn",
+            "iteration {iteration}: {r}\n{}",
+            b.stderr_text()
+        );
+        inputs += b.inputs;
+        answered += b.answered;
+    }
+    reliability_line("persist_crash_campaign", iterations, inputs, answered, 0);
+    eprintln!("persist crash campaign: {iterations} kills, {restored_prompts} prompts restored");
+}

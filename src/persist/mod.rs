@@ -127,8 +127,13 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    /// The conversation the model sees, in order.
+    /// The conversation the model sees, in order; tool calls a crash cut off before their
+    /// result get one (`close_dangling_calls`), so the next model call is valid.
     pub(crate) fn messages(&self) -> Vec<Message> {
+        close_dangling_calls(self.stored_messages())
+    }
+
+    fn stored_messages(&self) -> Vec<Message> {
         self.entries
             .iter()
             .filter_map(|e| match &e.kind {
@@ -164,6 +169,40 @@ impl Loaded {
             .map(|e| e.timestamp.clone())
             .unwrap_or_else(|| self.header.timestamp.clone())
     }
+}
+
+/// The result a tool call gets when the process died before its own result was written.
+pub(crate) const CALL_CUT_OFF: &str =
+    "Not completed: the agent stopped before this call's result was saved.";
+
+/// Every tool call answered: a call without a result before the next non-result message (or
+/// the end) gets an error result right there.
+pub(crate) fn close_dangling_calls(messages: Vec<Message>) -> Vec<Message> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut open: Vec<(String, String)> = Vec::new();
+    let close = |open: &mut Vec<(String, String)>, out: &mut Vec<Message>| {
+        for (call_id, name) in open.drain(..) {
+            out.push(Message::ToolResult {
+                call_id,
+                name,
+                text: CALL_CUT_OFF.to_owned(),
+                is_error: true,
+                images: Vec::new(),
+            });
+        }
+    };
+    for m in messages {
+        match &m {
+            Message::ToolResult { call_id, .. } => open.retain(|(id, _)| id != call_id),
+            _ => close(&mut open, &mut out),
+        }
+        if let Message::Assistant(a) = &m {
+            open.extend(a.tool_calls.iter().map(|c| (c.id.clone(), c.name.clone())));
+        }
+        out.push(m);
+    }
+    close(&mut open, &mut out);
+    out
 }
 
 /// Why a session file could not be read.
@@ -348,7 +387,9 @@ impl Recorder {
     /// newest one.
     pub(crate) fn resume(loaded: &Loaded) -> Recorder {
         let mut r = Recorder::create(loaded.path.clone(), loaded.header.clone());
-        r.written = loaded.messages().len();
+        // The recorder counts the conversation the session starts with (dangling calls
+        // closed); the closing results are written with the next sync.
+        r.written = loaded.stored_messages().len();
         r.last_id = loaded.entries.last().map(|e| e.id.clone());
         r.titled = loaded.title().is_some();
         for e in &loaded.entries {
@@ -744,6 +785,57 @@ mod tests {
             "2025-12-01T10:00:00+02:00",
         ] {
             assert_eq!(parse_iso_millis(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn calls_cut_off_by_a_crash_get_a_result() {
+        let user = |t: &str| Message::User {
+            text: t.into(),
+            images: vec![],
+        };
+        let calls = |ids: &[&str]| {
+            Message::Assistant(AssistantMessage {
+                tool_calls: ids
+                    .iter()
+                    .map(|id| ToolCall {
+                        id: (*id).into(),
+                        name: "bash".into(),
+                        arguments: serde_json::json!({}),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        };
+        let result = |id: &str, text: &str, is_error: bool| Message::ToolResult {
+            call_id: id.into(),
+            name: "bash".into(),
+            text: text.into(),
+            is_error,
+            images: vec![],
+        };
+        let cases = vec![
+            (vec![user("a")], vec![user("a")]),
+            (
+                vec![user("a"), calls(&["1", "2"]), result("1", "ok", false)],
+                vec![
+                    user("a"),
+                    calls(&["1", "2"]),
+                    result("1", "ok", false),
+                    result("2", CALL_CUT_OFF, true),
+                ],
+            ),
+            (
+                vec![calls(&["1"]), user("b")],
+                vec![calls(&["1"]), result("1", CALL_CUT_OFF, true), user("b")],
+            ),
+            (
+                vec![calls(&["1"]), result("1", "ok", false), user("b")],
+                vec![calls(&["1"]), result("1", "ok", false), user("b")],
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(close_dangling_calls(input.clone()), want, "{input:?}");
         }
     }
 
