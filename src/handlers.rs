@@ -10,7 +10,7 @@ use crate::acp;
 use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
 use crate::meta;
-use crate::persist;
+use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
@@ -192,6 +192,13 @@ impl MainLoop {
             self.timing,
         );
         session.restore(conversation);
+        let stored_jobs = resumed
+            .as_ref()
+            .zip(self.agent.store.as_ref())
+            .and_then(|(_, store)| store.load_jobs(&id));
+        if let Some(jobs) = stored_jobs {
+            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, persist::now_ms()));
+        }
         self.sessions.push(session);
         let mut result = json!({ "sessionId": id });
         if let Some(options) = options {
@@ -211,6 +218,15 @@ impl MainLoop {
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };
+        if let Some(command) = prompt
+            .typed
+            .then(|| schedule::heartbeat_command(&prompt.text))
+            .flatten()
+        {
+            let now = persist::now_ms();
+            self.with_session_at(i, |s, _, out| s.heartbeat_command(id, command, now, out));
+            return Ok(());
+        }
         if let Ok(provider) = &self.sessions[i].model().provider {
             if !prompt.images.is_empty() && !provider.accepts_images() {
                 return Err(RpcError::invalid_params(format!(

@@ -94,7 +94,10 @@ fn session_store(cfg: &Config, agent_dir: &Path, cwd: &Path) -> Result<Option<Ar
         }
         return Ok(None);
     }
-    let store = Store::new(persist::sessions_dir(cfg.session_dir.as_deref(), agent_dir));
+    let store = Store::new(
+        persist::sessions_dir(cfg.session_dir.as_deref(), agent_dir),
+        agent_dir.join("session-artifacts"),
+    );
     if let Some(pick) = pick {
         store.pick(&pick, cwd)?;
     }

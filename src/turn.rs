@@ -776,9 +776,7 @@ pub(crate) enum AgentEvent {
         target: Option<String>,
         delivery_status: Option<String>,
     },
-    /// Connection-level: the heartbeat/cron schedule changed. Not produced yet: schedules
-    /// (issue 13) emit it.
-    #[allow(dead_code)] // Produced once issue 13 lands.
+    /// Connection-level: the heartbeat/cron schedule changed (`/heartbeat`).
     HeartbeatsChanged,
     /// A model call starts a new assistant message (its chunks share one `messageId`).
     AssistantMessageStart,

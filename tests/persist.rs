@@ -22,6 +22,8 @@ fn agent(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
     args.extend_from_slice(extra);
     let mut spawn = Spawn::scripted(script, &args);
     spawn.cwd = Some(dir.path().to_path_buf());
+    let agent_dir = dir.path().join("agent").display().to_string();
+    spawn.env = vec![("PRIME_AGENT_CODING_AGENT_DIR".into(), agent_dir)];
     Agent::spawn(spawn)
 }
 
@@ -526,5 +528,82 @@ fn crash_campaign_continue_restores_an_acknowledged_prefix() {
         answered += b.answered;
     }
     reliability_line("persist_crash_campaign", iterations, inputs, answered, 0);
-    eprintln!("persist crash campaign: {iterations} kills, {restored_prompts} prompts restored");
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "persist crash campaign: {iterations} kills, {restored_prompts} prompts restored"
+    );
+}
+
+/// The text of the agent_message_chunks of `updates` at `promptTurnId` 0.
+fn unsolicited_text(updates: &[Value]) -> String {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk" && ns(u)["promptTurnId"] == 0)
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect()
+}
+
+#[test]
+fn a_heartbeat_fires_an_unsolicited_turn_and_survives_a_resume() {
+    let dir = TempDir::new("persist-heartbeat");
+    let script = script_file(
+        &dir,
+        &[json!({"steps":[{"expect":["ping the build"]},{"text":"pong"}]})],
+    );
+    let mut a = agent(&dir, &script, &[]);
+    let sid = a.handshake();
+    let changed = |a: &Agent| {
+        a.updates()
+            .iter()
+            .filter(|u| ns(u)["heartbeatsChanged"] == true)
+            .inspect(|u| assert_eq!(ns(u)["promptTurnId"], 0))
+            .count()
+    };
+    assert_eq!(a.prompt_stop("/heartbeat every 9s x"), "end_turn");
+    assert!(
+        unsolicited_text(&a.updates()).contains("Recurring interval must be at least 10 seconds")
+    );
+    assert_eq!(changed(&a), 0);
+    assert_eq!(a.prompt_stop("/heartbeat in 1s ping the build"), "end_turn");
+    assert_eq!(changed(&a), 1);
+    // It fires on its own: a turn nobody prompted streams to the client.
+    a.wait_for("the heartbeat's turn", |f| {
+        f["params"]["update"]["content"]["text"] == "pong"
+            && ns(&f["params"]["update"])["promptTurnId"] == 0
+    });
+    assert_eq!(a.prompt_stop("/heartbeat every 10s tick"), "end_turn");
+    assert_eq!(changed(&a), 2);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    // Stored with the session, in its artifacts directory.
+    let jobs_file = dir
+        .path()
+        .join("agent/session-artifacts")
+        .join(&sid)
+        .join("scheduled-jobs.json");
+    let stored: Value =
+        serde_json::from_str(&std::fs::read_to_string(&jobs_file).unwrap()).unwrap();
+    let jobs = &stored["jobs"];
+    let mode = std::fs::metadata(&jobs_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(
+        jobs[0]["schedule"],
+        json!({"kind": "interval", "expression": "every 10s", "intervalMs": 10000})
+    );
+    assert_eq!(jobs[0]["status"], "active");
+    assert_eq!(jobs[0]["prompt"], "tick");
+
+    // Continued: the schedule is back, and can be switched off.
+    let mut b = agent(&dir, &script, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("/heartbeat status"), "end_turn");
+    assert!(
+        unsolicited_text(&b.updates()).contains("(every 10s)"),
+        "{}",
+        unsolicited_text(&b.updates())
+    );
+    assert_eq!(b.prompt_stop("/heartbeat off"), "end_turn");
+    assert!(unsolicited_text(&b.updates()).contains("Heartbeat stopped."));
+    assert_eq!(changed(&b), 1);
 }

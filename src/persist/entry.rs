@@ -45,9 +45,6 @@ pub(crate) enum EntryKind {
     SessionInfo {
         name: String,
     },
-    /// The schedules of the session (`custom`, `customType: "prime-agent.heartbeats"`): the
-    /// whole job list as of this entry.
-    Heartbeats(Value),
     /// Any other entry type (`compaction`, `custom`, `label`, …), kept verbatim.
     Other(Value),
 }
@@ -123,11 +120,6 @@ pub(crate) fn entry_line(e: &Entry) -> Value {
             json!({ "type": "thinking_level_change", "thinkingLevel": level })
         }
         EntryKind::SessionInfo { name } => json!({ "type": "session_info", "name": name }),
-        EntryKind::Heartbeats(jobs) => json!({
-            "type": "custom",
-            "customType": HEARTBEATS_TYPE,
-            "data": { "jobs": jobs },
-        }),
         EntryKind::Other(v) => v.clone(),
     };
     v["id"] = json!(e.id);
@@ -135,8 +127,6 @@ pub(crate) fn entry_line(e: &Entry) -> Value {
     v["timestamp"] = json!(e.timestamp);
     v
 }
-
-pub(crate) const HEARTBEATS_TYPE: &str = "prime-agent.heartbeats";
 
 pub(crate) fn parse_entry(v: &Value) -> Result<Entry, String> {
     let id = v["id"].as_str().ok_or("an entry has no id")?.to_owned();
@@ -151,9 +141,6 @@ pub(crate) fn parse_entry(v: &Value) -> Result<Entry, String> {
         },
         Some("thinking_level_change") => EntryKind::ThinkingLevelChange(s("thinkingLevel")),
         Some("session_info") => EntryKind::SessionInfo { name: s("name") },
-        Some("custom") if v["customType"] == HEARTBEATS_TYPE => {
-            EntryKind::Heartbeats(v["data"]["jobs"].clone())
-        }
         Some(_) => EntryKind::Other(v.clone()),
         None => return Err("an entry has no type".to_owned()),
     };
@@ -495,7 +482,6 @@ mod tests {
             EntryKind::SessionInfo {
                 name: "Title".into(),
             },
-            EntryKind::Heartbeats(json!([{"id": "j1"}])),
         ];
         for kind in cases {
             let e = entry(kind);

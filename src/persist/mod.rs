@@ -10,6 +10,7 @@
 
 pub(crate) mod entry;
 pub(crate) mod replay;
+pub(crate) mod schedule;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -25,11 +26,15 @@ use entry::{BashRun, Entry, EntryKind, Header, Record};
 
 /// The current UTC time as ISO 8601 with milliseconds (`2026-12-01T10:00:00.250Z`).
 pub(crate) fn now_iso() -> String {
-    let ms = std::time::SystemTime::now()
+    iso_of_millis(now_ms())
+}
+
+/// Wall-clock milliseconds since the epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    iso_of_millis(ms)
+        .unwrap_or(0)
 }
 
 pub(crate) fn iso_of_millis(ms: u64) -> String {
@@ -151,14 +156,6 @@ impl Loaded {
     pub(crate) fn title(&self) -> Option<String> {
         self.entries.iter().rev().find_map(|e| match &e.kind {
             EntryKind::SessionInfo { name } if !name.is_empty() => Some(name.clone()),
-            _ => None,
-        })
-    }
-
-    /// The newest schedule list stored with the session.
-    pub(crate) fn heartbeats(&self) -> Option<Value> {
-        self.entries.iter().rev().find_map(|e| match &e.kind {
-            EntryKind::Heartbeats(jobs) => Some(jobs.clone()),
             _ => None,
         })
     }
@@ -468,13 +465,6 @@ impl Recorder {
         self.bash.insert(index, run);
     }
 
-    /// Another entry (schedules; later compaction, goals), written with the next sync, or now
-    /// if the file exists.
-    pub(crate) fn push_entry(&mut self, kind: EntryKind, messages: &[Message]) {
-        self.pending.push(kind);
-        self.sync(messages);
-    }
-
     fn append(&mut self, kind: EntryKind) {
         let entry = Entry {
             id: entry_id(),
@@ -572,6 +562,8 @@ pub(crate) struct Summary {
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: PathBuf,
+    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json`.
+    artifacts: PathBuf,
     next: Mutex<Option<Loaded>>,
 }
 
@@ -584,11 +576,48 @@ pub(crate) enum Pick {
 }
 
 impl Store {
-    pub(crate) fn new(dir: PathBuf) -> Store {
+    pub(crate) fn new(dir: PathBuf, artifacts: PathBuf) -> Store {
         Store {
             dir,
+            artifacts,
             next: Mutex::new(None),
         }
+    }
+
+    fn jobs_file(&self, session_id: &str) -> Option<PathBuf> {
+        self.path_of(session_id)?;
+        Some(self.artifacts.join(session_id).join("scheduled-jobs.json"))
+    }
+
+    /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
+    /// atomically).
+    pub(crate) fn save_jobs(&self, session_id: &str, jobs: &Value) {
+        let Some(path) = self.jobs_file(session_id) else {
+            return;
+        };
+        let tmp = path.with_extension("json.tmp");
+        let write = || -> std::io::Result<()> {
+            create_dir_private(path.parent().unwrap_or(&self.artifacts))?;
+            let _ = fs::remove_file(&tmp);
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&serde_json::to_vec(&serde_json::json!({ "jobs": jobs }))?)?;
+            f.sync_data()?;
+            fs::rename(&tmp, &path)
+        };
+        if let Err(e) = write() {
+            log::error!("cannot store the schedules in {}: {e}", path.display());
+        }
+    }
+
+    /// A session's stored schedules.
+    pub(crate) fn load_jobs(&self, session_id: &str) -> Option<Value> {
+        let text = fs::read_to_string(self.jobs_file(session_id)?).ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        Some(v["jobs"].clone())
     }
 
     /// The file of session `id`, if `id` can name one (no path separators).
@@ -884,7 +913,7 @@ mod tests {
     fn a_recorder_writes_once_the_model_answered_and_a_torn_tail_is_skipped_and_cut() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tmp("rec").join("sessions");
-        let store = Store::new(dir.clone());
+        let store = Store::new(dir.clone(), dir.join("artifacts"));
         let mut r = store.recorder("s1", Path::new("/w"));
         let mut messages = vec![Message::User {
             text: "hello there".into(),
@@ -987,7 +1016,7 @@ mod tests {
     #[test]
     fn picks_resolve_ids_prefixes_and_paths_and_forks_name_their_parent() {
         let dir = tmp("pick");
-        let store = Store::new(dir.clone());
+        let store = Store::new(dir.clone(), dir.join("artifacts"));
         let mut r = store.recorder("0190aaaa-0000", Path::new("/w"));
         let messages = vec![
             Message::User {
