@@ -607,3 +607,88 @@ fn a_heartbeat_fires_an_unsolicited_turn_and_survives_a_resume() {
     assert!(unsolicited_text(&b.updates()).contains("Heartbeat stopped."));
     assert_eq!(changed(&b), 1);
 }
+
+/// Runs acpx (pinned 0.19.1) against the binary; returns stdout, panicking on a failure.
+fn acpx(acpx: &Path, dir: &TempDir, agent: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(acpx)
+        .args(["--ttl", "1", "--agent", agent])
+        .args(args)
+        .current_dir(dir.path().join("work"))
+        .env("HOME", dir.path().join("home"))
+        .env("PRIME_AGENT_CODING_AGENT_DIR", dir.path().join("agent"))
+        .output()
+        .expect("run acpx");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "acpx {args:?} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// acpx lists the binary's sessions (`session/list`) and, once its queue owner has exited,
+/// continues a named session in a new agent process through `session/resume`: the model
+/// receives the history.
+#[test]
+fn acpx_lists_and_resumes_sessions() {
+    let Some(acpx_bin) = deps::npm_bin("acpx", "persist::acpx_lists_and_resumes_sessions") else {
+        return;
+    };
+    let dir = TempDir::new("persist-acpx");
+    for sub in ["home", "work"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    let first = dir.write("s1.jsonl", "{\"text\":\"Remember 42.\"}\n");
+    let second = dir.write(
+        "s2.jsonl",
+        &format!(
+            "{}\n",
+            json!({"steps":[{"expect_history":["user: the number", "Remember 42."]},{"text":"It was 42."}]})
+        ),
+    );
+    // One agent command for both runs (acpx keys sessions by it); the script behind it changes.
+    let current = dir.path().join("current.jsonl");
+    std::os::unix::fs::symlink(&first, &current).unwrap();
+    let sessions = dir.path().join("sessions");
+    let agent = format!(
+        "{} --mode acp --provider scripted --script {} --session-dir {}",
+        bin(),
+        current.display(),
+        sessions.display()
+    );
+    acpx(
+        &acpx_bin,
+        &dir,
+        &agent,
+        &["sessions", "new", "--name", "t1"],
+    );
+    let out = acpx(
+        &acpx_bin,
+        &dir,
+        &agent,
+        &["prompt", "-s", "t1", "the number"],
+    );
+    assert!(out.contains("Remember 42."), "{out}");
+    let listed = acpx(&acpx_bin, &dir, &agent, &["sessions", "list"]);
+    assert!(
+        listed.contains("the number"),
+        "titles come from session/list: {listed}"
+    );
+    // Wait for the queue owner (ttl 1 s) to exit, so the next prompt needs a new agent.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let owner_gone = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &format!("session-dir {}", sessions.display())])
+            .output()
+            .unwrap();
+        out.stdout.is_empty()
+    };
+    while !owner_gone() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::remove_file(&current).unwrap();
+    std::os::unix::fs::symlink(&second, &current).unwrap();
+    let out = acpx(&acpx_bin, &dir, &agent, &["prompt", "-s", "t1", "again"]);
+    assert!(out.contains("It was 42."), "{out}");
+}
