@@ -322,6 +322,9 @@ fn main() {
     if on("sessions") {
         b.sessions();
     }
+    if on("context") {
+        b.context();
+    }
 
     for (name, path) in [
         (
@@ -572,6 +575,70 @@ impl Bench {
         );
         let sid = p.handshake(&self.work);
         (p, sid)
+    }
+
+    /// A 200,000-token conversation against the loopback OpenAI server (issue 12): the time of
+    /// a prompt turn (building and sending the whole conversation, a one-delta reply), the
+    /// peak RSS, and what a `/compact` costs beyond one such model call.
+    fn context(&mut self) {
+        let server = Server::start();
+        let (mut p, sid) = self.provider_agent(&server);
+        // 10 prompts of 80,000 chars: 200,000 estimated tokens in 20 messages.
+        let chunk = "lorem ipsum dolor sit amet ".repeat(80_000 / 27 + 1);
+        let mut id = 10;
+        for _ in 0..10 {
+            server.plan(Plan::Blast(1));
+            p.prompt_text(id, &sid, &chunk);
+            p.response(id);
+            id += 1;
+        }
+        let mut turns = vec![];
+        for _ in 0..self.runs(20, 5) {
+            server.plan(Plan::Blast(1));
+            let t = Instant::now();
+            p.prompt_text(id, &sid, "next");
+            p.response(id);
+            turns.push(ms(t.elapsed()));
+            id += 1;
+        }
+        let model_call = {
+            let mut sorted = turns.clone();
+            sorted.sort_by(f64::total_cmp);
+            sorted[sorted.len() / 2]
+        };
+        self.report.add(
+            "200k-token conversation: prompt turn (request built + sent, loopback)",
+            "ms",
+            turns,
+        );
+        self.report.add(
+            "200k-token conversation: peak RSS (VmHWM)",
+            "MiB",
+            vec![p.hwm_mib()],
+        );
+        // `/compact`: the cut, the serialisation and the splice, plus one summary call of
+        // about the same size, which the row subtracts (the median turn above).
+        server.plan(Plan::Blast(1));
+        let t = Instant::now();
+        p.prompt_text(id, &sid, "/compact");
+        p.response(id);
+        let compact = ms(t.elapsed());
+        self.report.add(
+            "200k-token conversation: /compact minus one model call",
+            "ms",
+            vec![(compact - model_call).max(0.0)],
+        );
+        id += 1;
+        server.plan(Plan::Blast(1));
+        let t = Instant::now();
+        p.prompt_text(id, &sid, "next");
+        p.response(id);
+        self.report.add(
+            "after /compact: prompt turn (summary + 20k kept tokens)",
+            "ms",
+            vec![ms(t.elapsed())],
+        );
+        p.finish();
     }
 
     /// OpenAI SSE over loopback HTTP → agent → client: throughput, per-delta latency, and the

@@ -204,8 +204,13 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         AgentEvent::ContextUsage {
             used,
             size: Some(size),
+            cost,
         } if *used > 0 => {
-            vec![json!({ "sessionUpdate": "usage_update", "used": used, "size": size })]
+            let mut update = json!({ "sessionUpdate": "usage_update", "used": used, "size": size });
+            if let Some(amount) = cost {
+                update["cost"] = json!({ "amount": amount, "currency": "USD" });
+            }
+            vec![update]
         }
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
@@ -214,6 +219,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             name,
             args,
             locations,
+            display,
         } => {
             let raw_input = match (name.as_str(), args.get("code")) {
                 ("ipython", Some(Value::String(code))) => json!({ "code": code }),
@@ -222,8 +228,8 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             let mut update = json!({
                 "sessionUpdate": "tool_call",
                 "toolCallId": id,
-                "title": tool_title(name, args),
-                "kind": tool_kind(name),
+                "title": display.as_ref().map_or_else(|| tool_title(name, args), |d| d.title.clone()),
+                "kind": display.as_ref().map_or_else(|| tool_kind(name), |d| d.kind),
                 "status": "in_progress",
                 "rawInput": raw_input,
             });
@@ -286,10 +292,12 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         AgentEvent::CompactionEnd {
             tokens_before,
             summary,
+            reason,
         } => {
             let mut c = Map::new();
             put(&mut c, "tokensBefore", *tokens_before);
             put(&mut c, "summary", summary.clone());
+            put(&mut c, "reason", reason.clone());
             vec![info_update(json!({ "compaction": c }))]
         }
         AgentEvent::ChildUpdate(child) => {
@@ -383,6 +391,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             put(&mut n, "description", description.clone());
             vec![info_update(json!({ "notice": n }))]
         }
+        AgentEvent::McpStatus(servers) => vec![info_update(json!({ "mcp": servers }))],
     }
 }
 
@@ -568,6 +577,7 @@ mod tests {
             name: "ipython".into(),
             args: json!({"code":"print(1)"}),
             locations: vec![],
+            display: None,
         };
         // Title: the cell's first line, not the constant "IPython cell" (upstream issue #1307).
         assert_eq!(
@@ -742,6 +752,7 @@ mod tests {
         let ev = AgentEvent::CompactionEnd {
             tokens_before: Some(1234),
             summary: Some("compacted".into()),
+            reason: None,
         };
         assert_eq!(
             meta(&map(ev)[0])["compaction"],
@@ -750,8 +761,19 @@ mod tests {
         let aborted = AgentEvent::CompactionEnd {
             tokens_before: None,
             summary: None,
+            reason: None,
         };
         assert_eq!(meta(&map(aborted)[0])["compaction"], json!({}));
+        // Ours, additive: why it ran.
+        let failed = AgentEvent::CompactionEnd {
+            tokens_before: None,
+            summary: None,
+            reason: Some("overflow".into()),
+        };
+        assert_eq!(
+            meta(&map(failed)[0])["compaction"],
+            json!({"reason":"overflow"})
+        );
     }
 
     #[test]
@@ -847,6 +869,7 @@ mod tests {
         let c = AgentEvent::CompactionEnd {
             tokens_before: Some(90000),
             summary: Some("kept the last turns".into()),
+            reason: None,
         };
         assert_eq!(
             meta(&map(c)[0])["compaction"],
@@ -886,15 +909,28 @@ mod tests {
         let usage = AgentEvent::ContextUsage {
             used: 1200,
             size: Some(128_000),
+            cost: None,
         };
         assert_eq!(
             to_session_updates(&usage, &mut st),
             vec![json!({"sessionUpdate":"usage_update","used":1200,"size":128000})]
         );
+        let priced = AgentEvent::ContextUsage {
+            used: 1200,
+            size: Some(128_000),
+            cost: Some(0.25),
+        };
+        assert_eq!(
+            to_session_updates(&priced, &mut st),
+            vec![
+                json!({"sessionUpdate":"usage_update","used":1200,"size":128000,"cost":{"amount":0.25,"currency":"USD"}})
+            ]
+        );
         assert!(to_session_updates(
             &AgentEvent::ContextUsage {
                 used: 0,
-                size: Some(1)
+                size: Some(1),
+                cost: None,
             },
             &mut st
         )
@@ -902,7 +938,8 @@ mod tests {
         assert!(to_session_updates(
             &AgentEvent::ContextUsage {
                 used: 5,
-                size: None
+                size: None,
+                cost: None,
             },
             &mut st
         )
@@ -947,6 +984,7 @@ mod tests {
             name: "edit".into(),
             args: json!({"path":"a.txt"}),
             locations: vec!["/p/a.txt".into()],
+            display: None,
         };
         assert_eq!(map(start)[0]["locations"], json!([{"path":"/p/a.txt"}]));
         let end = AgentEvent::ToolEnd {
@@ -998,6 +1036,30 @@ mod tests {
         assert_eq!(
             meta(&exhausted[0]),
             &json!({"autoRetry":{"phase":"exhausted","attempt":3,"errorMessage":"429 slow down"}})
+        );
+    }
+
+    /// MCP server states go out whole under `_meta[ns].mcp`; an MCP tool's own title and
+    /// kind replace the name-based ones.
+    #[test]
+    fn mcp_status_and_tool_display() {
+        let servers = json!([{"name":"a","status":"ready","tools":2}]);
+        let updates = map(AgentEvent::McpStatus(servers.clone()));
+        assert_eq!(updates[0]["sessionUpdate"], "session_info_update");
+        assert_eq!(meta(&updates[0]), &json!({ "mcp": servers }));
+        let start = map(AgentEvent::ToolStart {
+            id: "m".into(),
+            name: "mcp__a__get".into(),
+            args: json!({"q": 1}),
+            locations: vec![],
+            display: Some(crate::tools::ToolDisplay {
+                title: "a: get".into(),
+                kind: "fetch",
+            }),
+        });
+        assert_eq!(
+            (&start[0]["title"], &start[0]["kind"], &start[0]["rawInput"]),
+            (&json!("a: get"), &json!("fetch"), &json!({"q": 1}))
         );
     }
 

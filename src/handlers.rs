@@ -9,12 +9,13 @@ use serde_json::{json, Value};
 use crate::acp;
 use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
+use crate::mcp::McpHub;
 use crate::meta;
 use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
-use crate::subagents::Family;
+use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, TurnModel};
 
 pub(crate) const ONE_SESSION: &str =
@@ -178,6 +179,22 @@ impl MainLoop {
             id.clone(),
             self.family_tx.clone(),
         );
+        if !p.mcp_servers.is_empty() {
+            // Connects in the background: the response is not delayed by a slow server.
+            let tx = self.family_tx.clone();
+            let generation = self.next_generation;
+            let hub = McpHub::start(
+                p.mcp_servers.clone(),
+                family.cwd().to_path_buf(),
+                Box::new(move |servers| {
+                    let _ = tx.send(FamilyMsg::Mcp {
+                        generation,
+                        servers,
+                    });
+                }),
+            );
+            family.set_mcp(hub);
+        }
         let ctx = Arc::new(family.main_ctx());
         let workers = Box::new(FamilyWorkers {
             family,

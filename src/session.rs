@@ -675,6 +675,17 @@ impl Session {
                     self.publish(update, turn, Phase::Event, None, out);
                 }
             }
+            FamilyMsg::Mcp {
+                generation,
+                servers,
+            } if generation == self.generation => {
+                let turn = self.active.as_ref().map_or(0, |a| a.prompt_turn_id);
+                let updates =
+                    to_session_updates(&AgentEvent::McpStatus(servers), &mut self.mapping);
+                for update in updates {
+                    self.publish(update, turn, Phase::Event, None, out);
+                }
+            }
             _ => return, // News from a closed session's family.
         }
         self.advance(out);
@@ -1051,6 +1062,7 @@ mod tests {
                 name: "bash".into(),
                 args: json!({"command": "sleep 100"}),
                 locations: Vec::new(),
+                display: None,
             }),
         );
         h.take();

@@ -17,7 +17,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use serde_json::Value;
 
+mod compacting;
+mod refining;
+
+#[allow(unused_imports)] // The slash-command parser of issue 11 calls it.
+pub(crate) use compacting::compact_manually;
+
 use crate::abort::AbortFlag;
+use crate::compaction;
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
@@ -28,7 +35,7 @@ use crate::provider::{
 use crate::stop_reason::StopReason;
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
-use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolOutput, ToolSet};
+use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolDisplay, ToolOutput, ToolSet};
 use crate::transport::Backlog;
 
 /// Everything fixed for the life of a session: provider, tool choice, prompt, cwd (one per
@@ -113,6 +120,10 @@ pub(crate) struct AgentCtx {
     pub name: String,
     /// Agent-to-agent messages, delivered before the next model call of a running turn.
     pub inbox: Arc<Inbox>,
+    /// Compaction requests from this agent's kernel, and the accounting it reads.
+    pub compaction: Arc<compaction::Control>,
+    /// The session's MCP servers, offered as native tools (`None`: the client gave none).
+    pub mcp: Option<Arc<crate::mcp::McpHub>>,
 }
 
 impl AgentCtx {
@@ -126,6 +137,8 @@ impl AgentCtx {
             tools,
             name: "main".to_owned(),
             inbox: Arc::default(),
+            compaction: Arc::default(),
+            mcp: None,
         }
     }
 }
@@ -176,6 +189,8 @@ pub(crate) struct Conversation {
     pub usage: Usage,
     /// Provider notices already shown in this session (each is shown once).
     pub notices_shown: Vec<String>,
+    /// Accounting and the latest compaction's summary.
+    pub compaction: compaction::History,
     /// Writes the conversation to the session file as it grows (`None`: memory only, and
     /// every subagent).
     pub recorder: Option<crate::persist::Recorder>,
@@ -359,8 +374,18 @@ pub(crate) fn run_turn(
         abort,
         emit,
     };
-    catch_unwind(AssertUnwindSafe(|| worker.run(conversation, input)))
-        .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)))
+    // Read now, so the kernel's `compact.*` sees `compaction.agentCallable` from the first cell.
+    let _ = ctx
+        .compaction
+        .settings(&ctx.agent.kernel_env.agent_dir, &ctx.agent.cwd);
+    ctx.compaction.set_running(true);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = worker.run(conversation, input);
+        worker.after_turn(conversation, outcome)
+    }))
+    .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)));
+    ctx.compaction.set_running(false);
+    outcome
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
@@ -399,6 +424,17 @@ impl Worker<'_> {
                     if let Some(outcome) = self.user_shell(conv, &prompt.text) {
                         return outcome;
                     }
+                    if let Some(instructions) = compaction::manual_command(&prompt.text) {
+                        return self.manual_compact(conv, instructions.as_deref());
+                    }
+                    match crate::refine::command(&prompt.text) {
+                        Some(Ok(command)) => return self.refine(conv, command, "manual"),
+                        Some(Err(usage)) => {
+                            self.refine_failed(usage);
+                            return TurnOutcome::Completed(StopReason::EndTurn);
+                        }
+                        None => {}
+                    }
                 }
                 if self.model.provider.is_ok() {
                     prompt_at = Some(conv.messages.len());
@@ -418,8 +454,23 @@ impl Worker<'_> {
             Ok(p) => p.clone(),
             Err(why) => return TurnOutcome::Failed(why.clone()),
         };
-        let specs = self.ctx.tools.specs();
+        let mut specs = self.ctx.tools.specs();
+        let mut system = std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str());
+        if let Some(hub) = &self.ctx.mcp {
+            // The model should see the servers' tools: wait (bounded by the start timeout,
+            // cut short by cancel) for the ones still connecting.
+            hub.wait_ready(self.abort);
+            hub.refresh_changed(self.abort);
+            specs.extend(crate::mcp::tools::specs(hub, &self.ctx.tools.names()));
+            system = std::borrow::Cow::Owned(format!(
+                "{}\n\n{}",
+                self.ctx.system_prompt,
+                crate::mcp::wire::prompt_section(&hub.statuses())
+            ));
+        }
         let mut calls_ok = 0usize;
+        // An overflow gets one compaction and one retry (behaviour spec §5.2).
+        let mut overflow_compacted = false;
         loop {
             // Checkpoint: before each model call.
             if self.abort.is_aborted() {
@@ -433,11 +484,12 @@ impl Worker<'_> {
                 });
             }
             let request = ChatRequest {
-                system: &self.ctx.system_prompt,
+                system: &system,
                 messages: &conv.messages,
                 tools: &specs,
                 thinking: self.model.thinking,
                 agent: &self.ctx.name,
+                max_tokens: None,
             };
             let emit = self.emit;
             emit(AgentEvent::AssistantMessageStart);
@@ -487,12 +539,30 @@ impl Worker<'_> {
                 Err(_) if self.abort.is_aborted() => return TurnOutcome::Cancelled,
                 Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
                 Err(e) => {
+                    let mut failure = e.to_string();
+                    if e.is_context_overflow() && self.auto_compaction() {
+                        if overflow_compacted {
+                            failure = compaction::OVERFLOW_RECOVERY_FAILED.to_owned();
+                        } else {
+                            match self.compact(conv, &*provider, compaction::Reason::Overflow, None)
+                            {
+                                Ok(Some(done)) => {
+                                    overflow_compacted = true;
+                                    prompt_at = prompt_at.and_then(|at| done.moved(at));
+                                    continue;
+                                }
+                                Ok(None) => {}
+                                Err(TurnOutcome::Failed(f)) => failure = f,
+                                Err(other) => return other,
+                            }
+                        }
+                    }
                     // Nothing of this prompt reached a model that answered: forget it, so a
                     // retry by the client does not send it twice.
                     if let Some(at) = prompt_at.filter(|_| calls_ok == 0) {
                         conv.messages.remove(at);
                     }
-                    return TurnOutcome::Failed(e.to_string());
+                    return TurnOutcome::Failed(failure);
                 }
             };
             calls_ok += 1;
@@ -502,12 +572,13 @@ impl Worker<'_> {
                 + reply.usage.cache_read
                 + reply.usage.cache_write
                 + reply.usage.output;
-            self.emit(AgentEvent::ContextUsage {
-                used,
-                size: provider.context_window(),
-            });
+            if let Some(prices) = provider.prices() {
+                conv.compaction.cost += prices.cost(&reply.usage);
+            }
             let calls = reply.message.tool_calls.clone();
             conv.messages.push(Message::Assistant(reply.message));
+            conv.compaction.record_reply(used, conv.messages.len());
+            self.report_usage(conv, &*provider);
             conv.persist();
             if calls.is_empty() {
                 return TurnOutcome::Completed(match reply.finish {
@@ -640,7 +711,15 @@ impl Worker<'_> {
 
     /// Runs one call; also returns its locations (the session file keeps them).
     fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Vec<String>) {
-        let tool = self.ctx.tools.get(&call.name);
+        let mut tool = self.ctx.tools.get(&call.name);
+        // The session's MCP servers' tools, when no built-in has the name.
+        let mcp_tool = match (&self.ctx.mcp, tool) {
+            (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
+            _ => None,
+        };
+        if tool.is_none() {
+            tool = mcp_tool.as_deref();
+        }
         let locations = tool
             .map(|t| t.locations(&call.arguments, &self.agent.cwd))
             .unwrap_or_default();
@@ -649,6 +728,7 @@ impl Worker<'_> {
             name: call.name.clone(),
             args: call.arguments.clone(),
             locations: locations.clone(),
+            display: tool.and_then(|t| t.display(&call.arguments)),
         });
         let output = match tool {
             None => ToolOutput::error(format!(
@@ -722,7 +802,11 @@ pub(crate) enum AgentEvent {
         name: String,
         args: Value,
         locations: Vec<String>,
+        /// Title and kind the tool decided (MCP tools); else the name decides.
+        display: Option<ToolDisplay>,
     },
+    /// The session's MCP servers changed state: the whole list, for `_meta[ns].mcp`.
+    McpStatus(Value),
     /// Output so far of a running tool (already tail-capped and throttled by the producer).
     ToolProgress {
         id: String,
@@ -746,11 +830,12 @@ pub(crate) enum AgentEvent {
         exit_code: Option<i32>,
         cancelled: bool,
     },
-    /// Not produced yet: compaction (issue 12) emits it.
-    #[allow(dead_code)] // Produced once issue 12 lands.
+    /// A compaction ended: the tokens before it and the summary, both absent when it failed
+    /// or was cancelled; `reason` is `manual`, `threshold`, `overflow` or `requested`.
     CompactionEnd {
         tokens_before: Option<u64>,
         summary: Option<String>,
+        reason: Option<String>,
     },
     ChildUpdate(ChildSnapshot),
     /// Not produced yet: goals (issue 11) emit it.
@@ -761,13 +846,11 @@ pub(crate) enum AgentEvent {
         token_budget: Option<u64>,
         tokens_used: Option<u64>,
     },
-    /// Not produced yet: refine (issue 12) emits it and `RefineFailed`.
-    #[allow(dead_code)] // Produced once issue 12 lands.
+    /// A refinement was applied (`edits`: every planned edit, applied or not).
     RefineComplete {
         summary: Option<String>,
         edits: Vec<RefineEdit>,
     },
-    #[allow(dead_code)] // Produced once issue 12 lands.
     RefineFailed {
         error: String,
     },
@@ -780,10 +863,12 @@ pub(crate) enum AgentEvent {
     HeartbeatsChanged,
     /// A model call starts a new assistant message (its chunks share one `messageId`).
     AssistantMessageStart,
-    /// A model call finished: tokens now in context (`used`) out of the window (`size`).
+    /// A model call or a compaction finished: tokens now in context (`used`) out of the
+    /// window (`size`), and the session's cost so far in USD when the model's prices are known.
     ContextUsage {
         used: u64,
         size: Option<u64>,
+        cost: Option<f64>,
     },
     /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
     AutoRetry(RetryPhase),

@@ -2,15 +2,19 @@
 
 mod support;
 
+mod compaction;
 mod config_options;
 mod demo;
 mod faults;
 mod fuzz;
 mod kernel;
+mod mcp;
 mod persist;
 mod protocol;
 mod provider;
+mod refine;
 mod reliability;
+mod responses;
 mod secrets;
 mod sessions;
 mod subagents;

@@ -243,7 +243,12 @@ fn a_client_that_stops_reading_holds_the_turn_not_the_memory() {
     let dir = TempDir::new("stall");
     let script = script_file(
         &dir,
-        &[json!({"steps":[{"repeat":{"text":"tok ","count":DELTAS}}]})],
+        // 1.2 MB of reply is ~300,000 estimated tokens: a window that holds them, so the turn
+        // ends without a (threshold) compaction.
+        &[
+            json!({"config":{"context_window": 1_000_000}}),
+            json!({"steps":[{"repeat":{"text":"tok ","count":DELTAS}}]}),
+        ],
     );
     let mut a = Agent::spawn(Spawn {
         cwd: Some(dir.path().to_path_buf()),

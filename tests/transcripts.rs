@@ -14,7 +14,10 @@
 //! - `exit` close stdin; the agent must exit with status 0, having written nothing unexpected.
 //!
 //! `UPDATE_FIXTURES=1 cargo test --test integration transcripts` rewrites the `<` lines from
-//! what the agent actually wrote (`make fixtures`); review the diff before committing.
+//! what the agent actually wrote (`make fixtures`): the old `<` lines are dropped and every
+//! frame that arrives before the next `>` line (waiting 300 ms for stragglers) is recorded in
+//! its place, so added or removed frames land where they belong. Review the diff before
+//! committing.
 
 use std::time::Duration;
 
@@ -112,6 +115,10 @@ fn run_transcript(name: &str) {
                 ..Default::default()
             })
         });
+        // Regenerating: what arrived since the last send belongs before this line.
+        if update && !line.starts_with("< ") {
+            record(a, Duration::from_millis(300), &mut vars, &mut out_lines);
+        }
         if let Some(raw) = line.strip_prefix(">raw ") {
             let mut bytes = raw.as_bytes().to_vec();
             bytes.push(b'\n');
@@ -125,6 +132,8 @@ fn run_transcript(name: &str) {
             bytes.push(b'\n');
             a.send_raw(&bytes);
             out_lines.push(line.to_owned());
+        } else if line.starts_with("< ") && update {
+            // Replaced by what `record` finds.
         } else if let Some(expected) = line.strip_prefix("< ") {
             let expected: Value = serde_json::from_str(expected)
                 .unwrap_or_else(|e| panic!("{at}: bad expectation: {e}"));
@@ -159,6 +168,9 @@ fn run_transcript(name: &str) {
         } else if line.trim() == "exit" {
             let status = a.finish();
             assert!(status.success(), "{at}: exit status {status}");
+            if update {
+                record(a, Duration::from_millis(100), &mut vars, &mut out_lines);
+            }
             // Every frame the agent wrote before exiting must have been expected.
             let rest = a.drain_for(Duration::from_millis(100));
             assert!(
@@ -172,6 +184,22 @@ fn run_transcript(name: &str) {
     }
     if update {
         std::fs::write(&path, out_lines.join("\n") + "\n").unwrap();
+    }
+}
+
+/// Appends the frames that arrive within `window` as `<` lines, binding new session ids.
+fn record(a: &mut Agent, window: Duration, vars: &mut Vars, out_lines: &mut Vec<String>) {
+    for actual in a.drain_for(window) {
+        if let Some(new_sid) = actual["result"]["sessionId"].as_str() {
+            let n = vars.iter().filter(|(k, _)| k.starts_with("$SID")).count();
+            let name = if n == 0 {
+                "$SID".to_owned()
+            } else {
+                format!("$SID{}", n + 1)
+            };
+            vars.push((name, new_sid.to_owned()));
+        }
+        out_lines.push(format!("< {}", generalise(&actual, vars)));
     }
 }
 

@@ -12,6 +12,9 @@
 //! - `agent_message.list_agents` `{}` → `{current, entries}`
 //! - `agent_message.send` `{message, receiver_role, receiver_name?}` or `{target: "all", message}`
 //!   → a receipt, or `{receipts: [...]}`
+//! - `mcp.config` `{}` / `mcp.refresh` `{}` → `{servers: [{name, type, status, tools?, error?}]}`
+//! - `mcp.list_tools` `{server}` → `{tools: [{name, description, inputSchema}]}`
+//! - `mcp.call_tool` `{server, tool, arguments}` → the MCP `tools/call` result
 //!
 //! Every payload also carries `cellSourceCode`, the source of the cell that asked.
 

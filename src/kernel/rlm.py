@@ -2,14 +2,15 @@
 
 Module `rlm` (itself callable: `await rlm(prompt)` == `await rlm.run(prompt)`): the host bridge
 (`host_request`), subagent calls (`run`, `find_models`, `list_subagents`, `delete_subagent`)
-and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, and stubs for `goal`,
-`compact` and `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
+and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `compact`, `refine`, and
+stubs for `goal` and `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
 so the model gets Python errors with exact texts. Standard library only.
 """
 
 import asyncio
 import base64
 import dataclasses
+import json
 import os
 import sys
 import types
@@ -26,6 +27,9 @@ THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 
 _send_display = None
 _new_request = None
+# Names the namespace starts with, and the ones IPython adds: not the model's own definitions.
+_BASELINE = frozenset()
+_IPYTHON_NAMES = frozenset(("In", "Out", "exit", "quit", "get_ipython", "open", "display"))
 
 
 def _install(send_display, new_request, namespace):
@@ -43,9 +47,21 @@ def _install(send_display, new_request, namespace):
         edit=edit,
         attach_image=attach_image,
         agent_message=agent_message,
+        mcp=mcp,
         goal=_Unavailable("goal"),
         compact=_Unavailable("compact"),
         rlm_heartbeat=_Unavailable("rlm_heartbeat"),
+    )
+    namespace.update(compact=compact, refine=refine)
+    global _BASELINE
+    _BASELINE = frozenset(namespace)
+
+
+def _defined_names():
+    """The names the model's cells defined (the host lists them after a compaction)."""
+    ns = sys.modules["__main__"].__dict__
+    return sorted(
+        n for n in ns if not n.startswith("_") and n not in _BASELINE and n not in _IPYTHON_NAMES
     )
 
 
@@ -406,6 +422,40 @@ agent_message.list_agents = _list_agents
 agent_message.send = _send
 
 
+# --- mcp ------------------------------------------------------------------------------------------
+# The session's MCP servers, reached through the host: the kernel never sees their URLs,
+# headers or environment. Not put in sys.modules, so `import mcp` still finds the real SDK.
+
+async def _mcp_list_tools(server):
+    """The tools of one server: [{name, description, inputSchema}]."""
+    reply = await host_request("mcp.list_tools", {"server": server})
+    return reply.get("tools", [])
+
+
+async def _mcp_call_tool(server, tool, arguments=None):
+    """Calls one tool; returns the MCP result ({content, isError, structuredContent?})."""
+    if arguments is not None and not isinstance(arguments, dict):
+        raise TypeError("arguments must be a dict, got %s" % type(arguments).__name__)
+    return await host_request("mcp.call_tool", {"server": server, "tool": tool, "arguments": arguments or {}})
+
+
+async def _mcp_config():
+    """The session's servers: [{name, type, status, tools?, error?}]."""
+    return (await host_request("mcp.config", {})).get("servers", [])
+
+
+async def _mcp_refresh():
+    """Lists every ready server's tools again; returns the servers as mcp.config() does."""
+    return (await host_request("mcp.refresh", {})).get("servers", [])
+
+
+mcp = types.ModuleType("mcp", "The session's MCP servers (from the ACP client), through the host.")
+mcp.list_tools = _mcp_list_tools
+mcp.call_tool = _mcp_call_tool
+mcp.config = _mcp_config
+mcp.refresh = _mcp_refresh
+
+
 class _Unavailable:
     """A skill name that exists so the model gets a clear error instead of a NameError."""
 
@@ -425,3 +475,138 @@ class _Unavailable:
 
     def __repr__(self):
         return "<%s: not available yet in prime-agent>" % self._name
+
+
+# --- compact / refine (host-side; behaviour spec §5.2, §5.4) ---------------------------------
+
+class _Compact:
+    """`await compact.run(instructions=None)` asks for a compaction at the end of the running
+    turn; `await compact.status()` reports the context in use."""
+
+    async def run(self, instructions=None):
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError("compact.run instructions must be a string")
+        payload = {} if instructions is None else {"instructions": instructions}
+        return await host_request("compact.run", payload)
+
+    async def status(self):
+        return await host_request("compact.status", {})
+
+    def __repr__(self):
+        return "<compact: await compact.run(instructions=None), await compact.status()>"
+
+
+class _Refine:
+    """`await refine.run(instructions=None, global_=False)` asks for a harness refinement at
+    the end of the running turn; `await refine.status()` reports the last one."""
+
+    async def run(self, instructions=None, global_=False):
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError("refine.run instructions must be a string")
+        payload = {"global": bool(global_)}
+        if instructions is not None:
+            payload["instructions"] = instructions
+        return await host_request("refine.run", payload)
+
+    async def status(self):
+        return await host_request("refine.status", {})
+
+    def __repr__(self):
+        return "<refine: await refine.run(instructions=None, global_=False), await refine.status()>"
+
+
+compact = _Compact()
+refine = _Refine()
+
+
+# --- refine: the host applies a planned edit list to the harness store (spec §5.4) -----------
+
+def _refine_overview(global_):
+    return harness.overview(global_=global_)
+
+
+def _edit_fields(edit):
+    return dict(
+        path=edit.get("path") or None,
+        reference=edit.get("reference"),
+        arguments=edit.get("arguments"),
+        metadata=edit.get("metadata"),
+    )
+
+
+def _apply_edit(edit, global_):
+    out = dict(edit)
+    action, kind, eid = edit.get("action"), edit.get("kind"), edit.get("id")
+    try:
+        if action == "create":
+            fields = _edit_fields(edit)
+            fields["path"] = fields["path"] or "general"
+            entry = harness.create(kind, edit.get("title") or eid or kind, edit.get("content") or "",
+                                   id=eid, source="refine", global_=global_, **fields)
+            out.update(id=entry.id, after=dataclasses.asdict(entry))
+        elif action == "update":
+            before = harness.get(kind, eid, global_=global_)
+            if before is None:
+                raise ValueError("%s entry '%s' does not exist" % (kind, eid))
+            out["before"] = dataclasses.asdict(before)
+            entry = harness.update(kind, eid, edit.get("title"), edit.get("content"),
+                                   global_=global_, **_edit_fields(edit))
+            out.update(id=entry.id, after=dataclasses.asdict(entry))
+        elif action == "delete":
+            before = harness.get(kind, eid, global_=global_)
+            if before is None:
+                raise ValueError("%s entry '%s' does not exist" % (kind, eid))
+            out["before"] = dataclasses.asdict(before)
+            harness.delete(kind, eid, global_=global_)
+        else:
+            raise ValueError("unknown refine action %r; expected create, update or delete" % (action,))
+        out["applied"] = True
+    except Exception as e:  # A refused edit is reported, the others still apply.
+        out.update(applied=False, error=str(e))
+        out.setdefault("id", eid or "")
+    return out
+
+
+def _refine_result(plan, applied, global_, trigger, rollback_of=None):
+    changes = ["%s %s:%s" % (e.get("action"), e.get("kind"), e.get("id")) for e in applied if e.get("applied")]
+    event = harness.record_refinement(trigger, changes, evidence=str(plan.get("rationale") or ""),
+                                      outcome=str(plan.get("expectedOutcome") or ""), global_=global_)
+    result = {
+        "id": event.id,
+        "summary": plan.get("summary") or "",
+        "rationale": plan.get("rationale") or "",
+        "expectedOutcome": plan.get("expectedOutcome") or "",
+        "appliedEdits": applied,
+        "harnessStatePath": str(harness.state_dir(global_) / harness.STATE_FILE),
+        "scope": "global" if global_ else "local",
+    }
+    if rollback_of is not None:
+        result["rollbackOf"] = rollback_of
+    return result
+
+
+def _refine_apply(plan_json, global_, trigger):
+    plan = json.loads(plan_json)
+    applied = [_apply_edit(e if isinstance(e, dict) else {}, global_) for e in plan.get("edits") or []]
+    return _refine_result(plan, applied, global_, trigger)
+
+
+def _refine_rollback(result_json):
+    """Undoes the applied edits of a refinement result, newest first."""
+    result = json.loads(result_json)
+    global_ = result.get("scope") == "global"
+    undo = []
+    for e in reversed(result.get("appliedEdits") or []):
+        if not e.get("applied"):
+            continue
+        before = e.get("before") or {}
+        if e.get("action") == "create":
+            undo.append({"action": "delete", "kind": e.get("kind"), "id": e.get("id")})
+        elif e.get("action") == "update":
+            undo.append(dict(before, action="update"))
+        elif e.get("action") == "delete":
+            undo.append(dict(before, action="create"))
+    applied = [_apply_edit(e, global_) for e in undo]
+    plan = {"summary": "Rolled back %s" % result.get("id"),
+            "rationale": "rollback of %s" % result.get("id"), "expectedOutcome": ""}
+    return _refine_result(plan, applied, global_, "rollback", rollback_of=result.get("id"))

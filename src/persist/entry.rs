@@ -237,6 +237,10 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
                 ReasoningBlock::Redacted { data } => json!({
                     "type": "thinking", "thinking": "", "thinkingSignature": data, "redacted": true,
                 }),
+                // An OpenAI Responses output item, replayed verbatim to the model that made it.
+                ReasoningBlock::ResponsesItem { model, item } => json!({
+                    "type": "primeAgentResponsesItem", "model": model, "item": item,
+                }),
             });
         }
     }
@@ -269,7 +273,7 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
         .iter()
         .filter_map(|b| match b {
             ReasoningBlock::Signed { thinking, .. } => Some(thinking.as_str()),
-            ReasoningBlock::Redacted { .. } => None,
+            ReasoningBlock::Redacted { .. } | ReasoningBlock::ResponsesItem { .. } => None,
         })
         .collect();
     if !m.reasoning_blocks.is_empty() && signed != m.thinking {
@@ -356,6 +360,12 @@ fn parse_assistant(v: &Value) -> AssistantMessage {
                     }
                     (None, _) => m.thinking.push_str(&s("thinking")),
                 }
+            }
+            Some("primeAgentResponsesItem") => {
+                m.reasoning_blocks.push(ReasoningBlock::ResponsesItem {
+                    model: s("model"),
+                    item: b["item"].clone(),
+                })
             }
             Some("toolCall") => m.tool_calls.push(ToolCall {
                 id: s("id"),
@@ -444,6 +454,10 @@ mod tests {
                     signature: "sig".into(),
                 },
                 ReasoningBlock::Redacted { data: "xx".into() },
+                ReasoningBlock::ResponsesItem {
+                    model: "gpt-5".into(),
+                    item: json!({"type": "reasoning", "encrypted_content": "e"}),
+                },
             ],
             tool_calls: vec![],
         });

@@ -139,18 +139,52 @@ impl Loaded {
     }
 
     fn stored_messages(&self) -> Vec<Message> {
-        self.entries
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EntryKind::Message(Record::Chat(m)) => Some(m.clone()),
-                EntryKind::Message(Record::ToolResult { message, .. }) => Some(message.clone()),
-                EntryKind::Message(Record::Bash(b)) => Some(Message::User {
-                    text: b.context_text(),
-                    images: Vec::new(),
-                }),
-                _ => None,
-            })
-            .collect()
+        self.stored().into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// The model's context with the entry id of each message: a `compaction` entry replaces
+    /// what came before its `firstKeptEntryId` with its summary message.
+    fn stored(&self) -> Vec<(Option<String>, Message)> {
+        let mut out: Vec<(Option<String>, Message)> = Vec::new();
+        for e in &self.entries {
+            let id = Some(e.id.clone());
+            match &e.kind {
+                EntryKind::Message(Record::Chat(m)) => out.push((id, m.clone())),
+                EntryKind::Message(Record::ToolResult { message, .. }) => {
+                    out.push((id, message.clone()))
+                }
+                EntryKind::Message(Record::Bash(b)) => out.push((
+                    id,
+                    Message::User {
+                        text: b.context_text(),
+                        images: Vec::new(),
+                    },
+                )),
+                EntryKind::Other(v) if v["type"] == "compaction" => {
+                    let kept = v["firstKeptEntryId"].as_str();
+                    let from = kept
+                        .and_then(|k| out.iter().position(|(i, _)| i.as_deref() == Some(k)))
+                        .unwrap_or(out.len());
+                    let text = v["primeAgentContext"]
+                        .as_str()
+                        .or(v["summary"].as_str())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let kept: Vec<_> = out.drain(from..).collect();
+                    out.clear();
+                    out.push((
+                        id,
+                        Message::User {
+                            text,
+                            images: Vec::new(),
+                        },
+                    ));
+                    out.extend(kept);
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     pub(crate) fn title(&self) -> Option<String> {
@@ -335,6 +369,8 @@ pub(crate) struct Recorder {
     file: Option<File>,
     /// Messages of the conversation already written.
     written: usize,
+    /// The entry id of each written message (a compaction's summary: the compaction entry).
+    ids: Vec<Option<String>>,
     last_id: Option<String>,
     /// Entries waiting for the next write (model and thinking changes, the title).
     pending: Vec<EntryKind>,
@@ -368,6 +404,7 @@ impl Recorder {
             header,
             file: None,
             written: 0,
+            ids: Vec::new(),
             last_id: None,
             pending: Vec::new(),
             details: HashMap::new(),
@@ -386,7 +423,8 @@ impl Recorder {
         let mut r = Recorder::create(loaded.path.clone(), loaded.header.clone());
         // The recorder counts the conversation the session starts with (dangling calls
         // closed); the closing results are written with the next sync.
-        r.written = loaded.stored_messages().len();
+        r.ids = loaded.stored().into_iter().map(|(id, _)| id).collect();
+        r.written = r.ids.len();
         r.last_id = loaded.entries.last().map(|e| e.id.clone());
         r.titled = loaded.title().is_some();
         for e in &loaded.entries {
@@ -488,9 +526,10 @@ impl Recorder {
             return;
         }
         if messages.len() < self.written {
-            // The conversation was rewritten in memory (compaction records its own entry).
+            // The conversation was rewritten in memory without `compacted` (never expected).
             self.written = messages.len();
         }
+        self.ids.truncate(self.written);
         if self.file.is_none() {
             if !messages.iter().any(|m| matches!(m, Message::Assistant(_))) {
                 return;
@@ -526,6 +565,7 @@ impl Recorder {
                 self.title = crate::meta::session_title(text);
             }
             self.append(EntryKind::Message(record));
+            self.ids.push(self.last_id.clone());
             // Titled after the first exchange, from its prompt.
             if matches!(m, Message::Assistant(_)) {
                 if let Some(name) = self.title.take() {
@@ -535,6 +575,48 @@ impl Recorder {
             }
         }
         self.written = messages.len();
+    }
+
+    /// The conversation was compacted: `messages[0]` is the summary of the old messages
+    /// before `first_kept_old`, the rest are the kept ones. Written as upstream's `compaction`
+    /// entry (`summary`, `firstKeptEntryId`, `tokensBefore`) plus the exact summary message
+    /// (`primeAgentContext`), so a load rebuilds the same context.
+    pub(crate) fn compacted(
+        &mut self,
+        messages: &[Message],
+        first_kept_old: usize,
+        tokens_before: u64,
+        summary: &str,
+    ) {
+        if self.file.is_none() || self.failed {
+            // Nothing on disk yet: the compacted conversation is written as it stands.
+            self.ids.clear();
+            self.written = 0;
+            return;
+        }
+        let first_kept_id = self.ids.get(first_kept_old).cloned().flatten();
+        let context = match messages.first() {
+            Some(Message::User { text, .. }) => text.clone(),
+            _ => String::new(),
+        };
+        let kept_written = self.written.saturating_sub(first_kept_old);
+        let kept: Vec<Option<String>> = self
+            .ids
+            .iter()
+            .skip(first_kept_old)
+            .take(kept_written)
+            .cloned()
+            .collect();
+        self.append(EntryKind::Other(serde_json::json!({
+            "type": "compaction",
+            "summary": summary,
+            "firstKeptEntryId": first_kept_id,
+            "tokensBefore": tokens_before,
+            "primeAgentContext": context,
+        })));
+        self.ids = std::iter::once(self.last_id.clone()).chain(kept).collect();
+        self.written = self.ids.len();
+        self.bash.clear();
     }
 
     /// End of a turn: what was written reaches the disk.
@@ -1011,6 +1093,51 @@ mod tests {
         assert_eq!(listed[0].id, "s1");
         assert_eq!(listed[0].title.as_deref(), Some("hello there"));
         fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_compaction_is_recorded_and_a_load_rebuilds_the_compacted_context() {
+        let dir = tmp("compact");
+        let store = Store::new(dir.clone(), dir.join("artifacts"));
+        let mut r = store.recorder("c1", Path::new("/w"));
+        let user = |t: &str| Message::User {
+            text: t.into(),
+            images: vec![],
+        };
+        let answer = |t: &str| {
+            Message::Assistant(AssistantMessage {
+                text: t.into(),
+                ..Default::default()
+            })
+        };
+        let mut messages = vec![user("q1"), answer("a1"), user("q2"), answer("a2")];
+        r.sync(&messages);
+        // Keep from index 2 on; the summary takes the place of q1/a1.
+        messages.splice(0..2, std::iter::once(user("SUMMARY of q1 a1")));
+        r.compacted(&messages, 2, 1234, "the summary");
+        messages.push(user("q3"));
+        messages.push(answer("a3"));
+        r.sync(&messages);
+        let path = dir.join("c1.jsonl");
+        let loaded = load(&path).unwrap();
+        assert_eq!(loaded.messages(), messages);
+        let compaction: Vec<Value> = fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["type"] == "compaction")
+            .collect();
+        assert_eq!(compaction.len(), 1);
+        assert_eq!(compaction[0]["tokensBefore"], 1234);
+        assert_eq!(compaction[0]["summary"], "the summary");
+        // A resumed recorder continues after it, and a second compaction keeps working.
+        let mut again = Recorder::resume(&loaded);
+        messages.splice(0..3, std::iter::once(user("SUMMARY 2")));
+        again.compacted(&messages, 3, 99, "second");
+        messages.push(user("q4"));
+        again.sync(&messages);
+        assert_eq!(load(&path).unwrap().messages(), messages);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -70,6 +70,7 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
                         AgentEvent::CompactionEnd {
                             tokens_before: v["tokensBefore"].as_u64(),
                             summary: v["summary"].as_str().map(str::to_owned),
+                            reason: None,
                         },
                         &mut out,
                         &mut state,
@@ -153,6 +154,7 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
                 name: name.clone(),
                 args,
                 locations: Vec::new(),
+                display: None,
             },
             &mut out,
             &mut state,
@@ -199,6 +201,7 @@ fn tool_result(
             name: name.clone(),
             args,
             locations,
+            display: None,
         },
         AgentEvent::ToolEnd {
             id: call_id.clone(),

@@ -80,14 +80,16 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 let mut b: Vec<Value> = a
                     .reasoning_blocks
                     .iter()
-                    .map(|r| match r {
+                    .filter_map(|r| match r {
                         ReasoningBlock::Signed {
                             thinking,
                             signature,
-                        } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                        } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
                         ReasoningBlock::Redacted { data } => {
-                            json!({"type": "redacted_thinking", "data": data})
+                            Some(json!({"type": "redacted_thinking", "data": data}))
                         }
+                        // Another API's reasoning (the session switched models).
+                        ReasoningBlock::ResponsesItem { .. } => None,
                     })
                     .collect();
                 if !a.text.is_empty() {
@@ -136,6 +138,10 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     // The Messages API requires `max_tokens`; for a model of unknown limits take a budget
     // that fits even a small window.
     let mut max_tokens = model.output_budget().unwrap_or(UNKNOWN_MODEL_MAX_TOKENS);
+    if let Some(asked) = req.max_tokens {
+        // A summary request's budget (thinking may still raise it, below).
+        max_tokens = max_tokens.min(asked);
+    }
     let mut body = Map::new();
     body.insert("model".into(), json!(model.id));
     body.insert("stream".into(), json!(true));
@@ -479,6 +485,8 @@ mod tests {
             context_window: 200_000,
             max_tokens: 32_000,
             compat: Compat::default(),
+            cost: None,
+            api: None,
         };
         let b = body(
             &model,
@@ -488,6 +496,7 @@ mod tests {
                 tools: &[],
                 thinking: Thinking::Medium,
                 agent: "main",
+                max_tokens: None,
             },
         );
         let kinds: Vec<&str> = b["messages"][1]["content"]
@@ -510,6 +519,8 @@ mod tests {
             context_window: 200_000,
             max_tokens: 32_000,
             compat: Compat::default(),
+            cost: None,
+            api: None,
         };
         let messages = vec![
             Message::User {
@@ -567,6 +578,7 @@ mod tests {
                 tools: &tools,
                 thinking: Thinking::Medium,
                 agent: "main",
+                max_tokens: None,
             },
         );
         assert_eq!(b["system"], "sys");

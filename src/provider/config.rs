@@ -214,6 +214,14 @@ pub(crate) fn resolve(
     let base_url = base_url.filter(|u| !u.is_empty());
     if let Some(url) = base_url {
         selection.provider.base_url = url.to_owned();
+        if !selection.provider.custom && selection.model.api.is_some() {
+            // Another server behind a built-in provider is spoken to in the provider's API
+            // (Chat Completions for openai, which every compatible server has), not in the
+            // one the catalogue picked for the provider's own server. A models.json `api`
+            // on the provider says otherwise.
+            selection.model.api = None;
+            selection.api = select::api_of(&selection.provider, &selection.model)?;
+        }
     }
     let p = &selection.provider;
     let known = p.models.iter().any(|m| m.id == selection.model.id);
@@ -227,6 +235,8 @@ pub(crate) fn resolve(
         };
         selection.model =
             ModelDef::assumed(&selection.model.id, overrides.thinking_requested, compat);
+        // The provider's API, not the one the template model may have had.
+        selection.api = select::api_of(&selection.provider, &selection.model)?;
         selection.assumed_defaults = true;
     }
     if let Some(window) = overrides.context_window {
@@ -236,7 +246,7 @@ pub(crate) fn resolve(
         "Model: {}/{} ({}, {})",
         selection.provider.name,
         selection.model.id,
-        selection.provider.api,
+        selection.model.api_name(&selection.provider),
         selection.provider.base_url
     );
     Ok(Resolved {
@@ -370,6 +380,85 @@ mod tests {
         assert_eq!(s.provider.name, "openai");
         let s = select(&r, None, None, &|p| p.name == "groq" || p.name == "zai").expect("auto");
         assert_eq!(s.provider.name, "groq", "preference order");
+    }
+
+    #[test]
+    fn responses_api_for_openai_reasoning_models_and_wherever_models_json_says() {
+        let r = Registry::builtin();
+        let api = |p: &str, m: &str| select(&r, Some(p), Some(m), &none).map(|s| s.api);
+        assert_eq!(api("openai", "gpt-5.4"), Ok(Api::OpenAiResponses));
+        assert_eq!(api("openai", "gpt-5-mini"), Ok(Api::OpenAiResponses));
+        assert_eq!(api("openai", "gpt-4.1"), Ok(Api::OpenAiCompletions));
+        assert_eq!(
+            api("openai", "gpt-5.3-codex"),
+            Ok(Api::OpenAiResponses),
+            "a new OpenAI id copies the default model"
+        );
+        assert_eq!(api("openrouter", "x/y"), Ok(Api::OpenAiCompletions));
+        // An unknown model on the user's own server: the provider's API.
+        let dir = std::env::temp_dir().join(format!("pa-responses-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let own = resolve(
+            Some("openai"),
+            Some("local-llama"),
+            None,
+            Some("http://127.0.0.1:8080/v1"),
+            ModelOverrides::default(),
+            &dir,
+        )
+        .expect("resolves");
+        assert_eq!(own.selection.api, Api::OpenAiCompletions);
+        // `--base-url` behind a built-in provider: the provider's API for known models too.
+        let rerouted = resolve(
+            Some("openai"),
+            Some("gpt-5.4"),
+            None,
+            Some("http://127.0.0.1:8080/v1"),
+            ModelOverrides::default(),
+            &dir,
+        )
+        .expect("resolves");
+        assert_eq!(rerouted.selection.api, Api::OpenAiCompletions);
+        assert!(!rerouted.selection.assumed_defaults);
+        std::fs::write(
+            dir.join("models.json"),
+            r#"{"providers": {"openai": {"api": "openai-responses"}}}"#,
+        )
+        .expect("write");
+        let named = resolve(
+            Some("openai"),
+            Some("gpt-4.1"),
+            None,
+            Some("http://127.0.0.1:8080/v1"),
+            ModelOverrides::default(),
+            &dir,
+        )
+        .expect("resolves");
+        assert_eq!(named.selection.api, Api::OpenAiResponses);
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let mut r = Registry::builtin();
+        r.merge_models_json(&json!({"providers": {
+            "openai": {"baseUrl": "http://proxy/v1", "api": "openai-completions",
+                       "models": [{"id": "gpt-5.4-pro", "api": "openai-responses"}]},
+            "local": {"baseUrl": "http://127.0.0.1:1/v1", "api": "openai-responses",
+                      "models": [{"id": "gpt-oss"}, {"id": "old", "api": "openai-completions"},
+                                 {"id": "odd", "api": "google-generative-ai"}]}
+        }}))
+        .expect("merge");
+        let api = |p: &str, m: &str| select(&r, Some(p), Some(m), &none).map(|s| s.api);
+        assert_eq!(
+            api("openai", "gpt-5.4"),
+            Ok(Api::OpenAiCompletions),
+            "the provider's api named in models.json wins over the built-in one"
+        );
+        assert_eq!(api("openai", "gpt-5.4-pro"), Ok(Api::OpenAiResponses));
+        assert_eq!(api("local", "gpt-oss"), Ok(Api::OpenAiResponses));
+        assert_eq!(api("local", "old"), Ok(Api::OpenAiCompletions));
+        assert_eq!(
+            api("local", "odd"),
+            Err("Provider \"local\" uses API \"google-generative-ai\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages).".into())
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! hook that shuts the slot's socket down, which wakes the blocked read at once. Connecting
 //! and DNS run on short-lived helper threads the caller stops waiting for when aborted.
 
-mod failure;
+pub(crate) mod failure;
 mod socket;
 
 pub(crate) use failure::{error_text, one_line};

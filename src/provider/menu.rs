@@ -51,7 +51,8 @@ impl ModelMenu {
             .iter()
             .filter(|p| self.usable(p))
             .flat_map(|p| {
-                p.models.iter().map(|m| MenuModel {
+                let speaks = |m: &&super::config::ModelDef| Api::parse(m.api_name(p)).is_some();
+                p.models.iter().filter(speaks).map(|m| MenuModel {
                     provider: p.name.clone(),
                     id: m.id.clone(),
                     name: m.name.clone(),
@@ -65,7 +66,7 @@ impl ModelMenu {
     pub(crate) fn build(&self, model: &MenuModel) -> Option<Arc<dyn Provider>> {
         let p = self.registry.find(&model.provider)?;
         let m = p.models.iter().find(|m| m.id == model.id)?;
-        let api = Api::parse(&p.api)?;
+        let api = Api::parse(m.api_name(p))?;
         let key_optional = p.custom && p.api_key.is_none();
         let selection = Selection {
             provider: p.clone(),

@@ -10,6 +10,7 @@ pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
 pub(crate) mod remote;
+pub(crate) mod responses;
 pub(crate) mod scripted;
 pub(crate) mod sse;
 
@@ -40,7 +41,8 @@ pub(crate) struct AssistantMessage {
     pub text: String,
     pub thinking: String,
     /// Reasoning the API wants back verbatim with the next request, in the order it came
-    /// (Anthropic: signed `thinking` blocks, even with empty text, and `redacted_thinking`).
+    /// (Anthropic: signed `thinking` blocks, even with empty text, and `redacted_thinking`;
+    /// OpenAI Responses: the reply's output items). Each API replays only its own kind.
     pub reasoning_blocks: Vec<ReasoningBlock>,
     pub tool_calls: Vec<ToolCall>,
 }
@@ -52,6 +54,10 @@ pub(crate) enum ReasoningBlock {
     Signed { thinking: String, signature: String },
     /// Thinking the API encrypted (`redacted_thinking`); `data` is opaque.
     Redacted { data: String },
+    /// One output item of an OpenAI Responses reply (reasoning with its `encrypted_content`,
+    /// and the message and function-call items it pairs with by id), as received. Only `model`
+    /// can read the encrypted reasoning, so no other model is sent it.
+    ResponsesItem { model: String, item: Value },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +82,39 @@ impl Usage {
         self.output += other.output;
         self.cache_read += other.cache_read;
         self.cache_write += other.cache_write;
+    }
+}
+
+/// A model's prices in USD per million tokens (models.json `cost`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Prices {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+impl Prices {
+    /// What one reply's usage cost, in USD.
+    pub(crate) fn cost(&self, usage: &Usage) -> f64 {
+        (usage.input as f64 * self.input
+            + usage.output as f64 * self.output
+            + usage.cache_read as f64 * self.cache_read
+            + usage.cache_write as f64 * self.cache_write)
+            / 1_000_000.0
+    }
+
+    /// `{input, output, cacheRead, cacheWrite}` (missing keys cost nothing); `None` unless an
+    /// object.
+    pub(crate) fn from_json(v: &Value) -> Option<Prices> {
+        let o = v.as_object()?;
+        let get = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        Some(Prices {
+            input: get("input"),
+            output: get("output"),
+            cache_read: get("cacheRead"),
+            cache_write: get("cacheWrite"),
+        })
     }
 }
 
@@ -189,6 +228,8 @@ pub(crate) struct ChatRequest<'a> {
     /// Which agent of the session asks: `main`, or a subagent's name. Wire APIs ignore it; the
     /// scripted provider routes replies by it.
     pub agent: &'a str,
+    /// A tighter output budget than the model's own (a compaction summary), if any.
+    pub max_tokens: Option<u64>,
 }
 
 /// Why a model call failed. The `Display` text is what the client sees after
@@ -221,6 +262,19 @@ impl std::fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
+impl ProviderError {
+    /// Whether the provider refused the request because it does not fit the model's context
+    /// window (then a compaction and one retry may help; behaviour spec §5.2).
+    pub(crate) fn is_context_overflow(&self) -> bool {
+        match self {
+            ProviderError::Status { message, .. }
+            | ProviderError::Stream(message)
+            | ProviderError::Transport(message) => http::failure::is_context_overflow(message),
+            ProviderError::Aborted | ProviderError::Config(_) => false,
+        }
+    }
+}
+
 /// A session's model, or why it has none (each prompt then fails with the text).
 pub(crate) type ProviderChoice = Result<std::sync::Arc<dyn Provider>, String>;
 
@@ -232,6 +286,11 @@ pub(crate) trait Provider: Send + Sync {
 
     /// The model's context window in tokens, when known (for ACP `usage_update`).
     fn context_window(&self) -> Option<u64> {
+        None
+    }
+
+    /// The model's prices, when known (for `usage_update.cost`).
+    fn prices(&self) -> Option<Prices> {
         None
     }
 

@@ -34,7 +34,7 @@ pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     h
 }
 
-fn effort(t: Thinking) -> Option<&'static str> {
+pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
     match t {
         Thinking::Off => None,
         Thinking::Minimal => Some("minimal"),
@@ -158,7 +158,11 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     } else {
         "max_completion_tokens"
     };
-    if let Some(budget) = model.output_budget() {
+    let budget = match (model.output_budget(), req.max_tokens) {
+        (Some(own), Some(asked)) => Some(own.min(asked)),
+        (own, asked) => own.or(asked),
+    };
+    if let Some(budget) = budget {
         body.insert(field.into(), json!(budget));
     }
     if model.compat.supports_store {
@@ -475,6 +479,8 @@ mod tests {
             context_window: 128_000,
             max_tokens: 64_000,
             compat: Compat::default(),
+            cost: None,
+            api: None,
         }
     }
 
@@ -615,6 +621,7 @@ mod tests {
             tools: &[],
             thinking: Thinking::Off,
             agent: "main",
+            max_tokens: None,
         };
         let mut m = model(false);
         m.input = vec!["text".into()];
@@ -674,6 +681,7 @@ mod tests {
             tools: &tools,
             thinking: Thinking::High,
             agent: "main",
+            max_tokens: None,
         };
         let b = body(&model(true), &req);
         assert_eq!(b["stream"], true);
@@ -703,5 +711,16 @@ mod tests {
         );
         assert!(b.get("reasoning_effort").is_none());
         assert_eq!(b["max_tokens"], 32_000);
+        // A summary request's tighter budget wins; it never raises the model's own.
+        for (asked, want) in [(13_107, 13_107), (64_000, 32_000)] {
+            let b = body(
+                &m,
+                &ChatRequest {
+                    max_tokens: Some(asked),
+                    ..req
+                },
+            );
+            assert_eq!(b["max_tokens"], want);
+        }
     }
 }

@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::http::{HttpClient, HttpSettings, PostRequest};
 use super::{
-    anthropic, openai, ChatRequest, Message, Notice, Provider, ProviderError, Reply, StreamEvent,
+    anthropic, openai, responses, ChatRequest, Message, Notice, Provider, ProviderError, Reply,
+    StreamEvent,
 };
 use crate::abort::AbortFlag;
 
@@ -92,7 +93,7 @@ impl RemoteProvider {
     ) -> Option<(u64, WindowSource)> {
         let base = self.selection.provider.base_url.trim_end_matches('/');
         let models_url = match self.selection.api {
-            Api::OpenAiCompletions => format!("{base}/models"),
+            Api::OpenAiCompletions | Api::OpenAiResponses => format!("{base}/models"),
             Api::AnthropicMessages => format!("{base}/v1/models"),
         };
         let get = |url: &str| self.http.get_json(url, headers, DISCOVERY_TIMEOUT, abort);
@@ -119,6 +120,11 @@ impl RemoteProvider {
         } else {
             "no reasoning_effort"
         };
+        // The Responses API has no roles for the system prompt and keeps nothing either way.
+        let (system, store) = match self.selection.api {
+            Api::OpenAiResponses => ("as instructions", "store: false"),
+            Api::OpenAiCompletions | Api::AnthropicMessages => ("with role \"system\"", "no store"),
+        };
         let window_text = match source {
             WindowSource::Configured => format!("a context window of {window} tokens (configured)"),
             WindowSource::Models => {
@@ -135,7 +141,7 @@ impl RemoteProvider {
             severity: "warning",
             title: format!("Unknown model \"{}\": conservative defaults assumed", model.id),
             description: Some(format!(
-                "prime-agent does not know the model \"{}\" at {}, so it sends the system prompt with role \"system\", {effort}, no store, text-only input, and assumes {window_text}. Describe the model in models.json to change this.",
+                "prime-agent does not know the model \"{}\" at {}, so it sends the system prompt {system}, {effort}, {store}, text-only input, and assumes {window_text}. Describe the model in models.json to change this.",
                 model.id, self.selection.provider.base_url
             )),
         }
@@ -196,6 +202,10 @@ impl Provider for RemoteProvider {
             .or_else(|| self.discovered.get().map(|(w, _)| *w))
     }
 
+    fn prices(&self) -> Option<crate::provider::Prices> {
+        self.selection.model.cost
+    }
+
     fn accepts_images(&self) -> bool {
         self.selection.model.input.iter().any(|i| i == "image")
     }
@@ -226,6 +236,11 @@ impl Provider for RemoteProvider {
                 openai::url(&p.base_url),
                 openai::headers(key.as_deref()),
                 openai::body(model, request),
+            ),
+            Api::OpenAiResponses => (
+                responses::url(&p.base_url),
+                responses::headers(key.as_deref()),
+                responses::body(model, request),
             ),
             Api::AnthropicMessages => (
                 anthropic::url(&p.base_url),
@@ -259,8 +274,9 @@ impl Provider for RemoteProvider {
                 self.assumed_defaults_notice(window, source),
             ));
         }
-        let body = serde_json::to_vec(&body)
-            .map_err(|e| ProviderError::Config(format!("Cannot encode the request: {e}")))?;
+        // The tree is dropped once encoded: for the whole call only the bytes hold a copy of
+        // the conversation (a 200,000-token conversation is ~1 MB of them).
+        let body = encode(body)?;
         let label = self.label();
         let post = PostRequest {
             label: &label,
@@ -277,8 +293,20 @@ impl Provider for RemoteProvider {
                 self.http
                     .stream(&post, abort, anthropic::Decoder::new, on_event)
             }
+            Api::OpenAiResponses => self.http.stream(
+                &post,
+                abort,
+                || responses::Decoder::new(&model.id),
+                on_event,
+            ),
         }
     }
+}
+
+/// The request body's bytes; consumes the tree so it is freed at once.
+fn encode(body: serde_json::Value) -> Result<Vec<u8>, ProviderError> {
+    serde_json::to_vec(&body)
+        .map_err(|e| ProviderError::Config(format!("Cannot encode the request: {e}")))
 }
 
 /// Images the model cannot take are replaced by a text placeholder in the request (the

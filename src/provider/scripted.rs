@@ -14,7 +14,9 @@
 //! serve the session's main agent, in order.
 //!
 //! A line `{"config": {"input": ["text"]}}` is no reply: it makes the scripted model text-only
-//! (`accepts_images` false; the default takes text and images).
+//! (`accepts_images` false; the default takes text and images). `config` may also set
+//! `"context_window": n` (default 128,000) and `"cost": {"input", "output", "cacheRead",
+//! "cacheWrite"}` (USD per million tokens; default: no prices).
 //!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
 //! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
@@ -23,7 +25,10 @@
 //! `{"stream_until_cancelled": {"text": s, "interval_ms": n}}`, and
 //! `{"stray_stdout": s}` (writes `s` to fd 1, to prove it cannot reach the protocol stream), and
 //! `{"expect": [s, ...]}` (fail the call unless the request's last message contains each s;
-//! this lets a script assert that tool results really went back to the model), and
+//! this lets a script assert that tool results really went back to the model),
+//! `{"expect_first": [s, ...]}` (the same for the request's first message),
+//! `{"expect_system": [s, ...]}` (the same for its system prompt),
+//! `{"expect_none": [s, ...]}` (no message of the request contains any s), and
 //! `{"expect_history": [s, ...]}` (fail unless the whole request, every message in order,
 //! rendered one per line, contains each s: a resumed session's history reached the model).
 
@@ -46,6 +51,10 @@ pub(crate) struct ScriptedProvider {
     served: Mutex<Vec<bool>>,
     /// Whether the model takes image input (`config.input`).
     images: bool,
+    /// `config.context_window`.
+    window: u64,
+    /// `config.cost`.
+    prices: Option<super::Prices>,
 }
 
 impl ScriptedProvider {
@@ -55,6 +64,8 @@ impl ScriptedProvider {
             .map_err(|e| format!("Cannot read script {}: {e}", path.display()))?;
         let mut replies = Vec::new();
         let mut images = true;
+        let mut window = 128_000;
+        let mut prices = None;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with("//") {
@@ -73,6 +84,12 @@ impl ScriptedProvider {
                 if let Some(input) = config.get("input").and_then(Value::as_array) {
                     images = input.iter().any(|i| i == "image");
                 }
+                if let Some(w) = config.get("context_window").and_then(Value::as_u64) {
+                    window = w;
+                }
+                if let Some(cost) = config.get("cost") {
+                    prices = super::Prices::from_json(cost);
+                }
                 continue;
             }
             replies.push(value);
@@ -83,6 +100,8 @@ impl ScriptedProvider {
             replies,
             served,
             images,
+            window,
+            prices,
         })
     }
 
@@ -115,7 +134,11 @@ impl ScriptedProvider {
 impl Provider for ScriptedProvider {
     /// A nominal window, so scripted sessions exercise `usage_update` like real ones.
     fn context_window(&self) -> Option<u64> {
-        Some(128_000)
+        Some(self.window)
+    }
+
+    fn prices(&self) -> Option<super::Prices> {
+        self.prices
     }
 
     fn accepts_images(&self) -> bool {
@@ -225,7 +248,7 @@ fn run_step(
             input: get("input"),
             output: get("output"),
             cache_read: get("cache_read"),
-            cache_write: 0,
+            cache_write: get("cache_write"),
         });
     } else if let Some(ms) = step.get("sleep_ms").and_then(Value::as_u64) {
         abort.sleep(Duration::from_millis(ms)).map_err(aborted)?;
@@ -267,11 +290,22 @@ fn run_step(
         }
     } else if let Some(expect) = step.get("expect_history").and_then(Value::as_array) {
         let all: Vec<String> = request.messages.iter().map(describe).collect();
-        let all = all.join("\n");
-        for needle in expect.iter().filter_map(Value::as_str) {
-            if !all.contains(needle) {
+        expect_in("history", &all.join("\n"), expect)?;
+    } else if let Some(expect) = step.get("expect_first").and_then(Value::as_array) {
+        let first = request.messages.first().map(describe).unwrap_or_default();
+        expect_in("first message", &first, expect)?;
+    } else if let Some(expect) = step.get("expect_system").and_then(Value::as_array) {
+        expect_in("system prompt", request.system, expect)?;
+    } else if let Some(absent) = step.get("expect_none").and_then(Value::as_array) {
+        for needle in absent.iter().filter_map(Value::as_str) {
+            if let Some(m) = request
+                .messages
+                .iter()
+                .map(describe)
+                .find(|m| m.contains(needle))
+            {
                 return Err(ProviderError::Stream(format!(
-                    "scripted expectation failed: the history does not contain {needle:?}; it was: {all}"
+                    "scripted expectation failed: a message contains {needle:?}: {m}"
                 )));
             }
         }
@@ -279,6 +313,17 @@ fn run_step(
         return Err(ProviderError::Stream(format!(
             "scripted provider: unknown step {step}"
         )));
+    }
+    Ok(())
+}
+
+fn expect_in(what: &str, text: &str, expect: &[Value]) -> Result<(), ProviderError> {
+    for needle in expect.iter().filter_map(Value::as_str) {
+        if !text.contains(needle) {
+            return Err(ProviderError::Stream(format!(
+                "scripted expectation failed: the {what} does not contain {needle:?}; it was: {text}"
+            )));
+        }
     }
     Ok(())
 }

@@ -15,6 +15,8 @@ use crate::kernel::host::{unavailable, HostHandler};
 pub(super) struct NodeHandler {
     pub(super) family: Weak<Family>,
     pub(super) node: String,
+    /// This agent's compaction switchboard (`compact.run`, `compact.status`).
+    pub(super) compaction: std::sync::Arc<crate::compaction::Control>,
 }
 
 impl HostHandler for NodeHandler {
@@ -31,6 +33,22 @@ impl HostHandler for NodeHandler {
             "rlm.delete_subagent" => family.delete_subagent(&self.node, &payload),
             "agent_message.list_agents" => Ok(family.list_agents(&self.node)),
             "agent_message.send" => family.send(&self.node, &payload),
+            "mcp.config" | "mcp.refresh" | "mcp.list_tools" | "mcp.call_tool" => {
+                crate::mcp::host_request(family.mcp().as_deref(), kind, &payload)
+            }
+            "compact.run" | "compact.status" if self.compaction.agent_callable() => Ok(
+                crate::compaction::host_request(&self.compaction, kind, &payload),
+            ),
+            // Refine edits the session's harness: the main agent at depth 0 only (§5.4).
+            "refine.run" | "refine.status"
+                if self.node == family.main_id && family.root_depth == 0 =>
+            {
+                Ok(crate::compaction::host_request(
+                    &self.compaction,
+                    kind,
+                    &payload,
+                ))
+            }
             _ => Err(unavailable(kind)),
         }
     }

@@ -18,14 +18,16 @@ mod runner;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
+use serde_json::Value;
 
 use crate::abort::AbortFlag;
 use crate::family::{ChildStatus, TokenBucket};
+use crate::mcp::McpHub;
 use crate::provider::{ProviderChoice, Thinking};
 use crate::tools::KernelHost;
 use crate::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
@@ -47,6 +49,8 @@ pub(crate) enum FamilyMsg {
         target: String,
         delivery_status: String,
     },
+    /// The session's MCP servers changed state: the whole list (`_meta[ns].mcp`).
+    Mcp { generation: u64, servers: Value },
 }
 
 impl FamilyMsg {
@@ -55,7 +59,8 @@ impl FamilyMsg {
         match self {
             FamilyMsg::Child { generation, .. }
             | FamilyMsg::MainInbox { generation }
-            | FamilyMsg::SentByMain { generation, .. } => *generation,
+            | FamilyMsg::SentByMain { generation, .. }
+            | FamilyMsg::Mcp { generation, .. } => *generation,
         }
     }
 }
@@ -77,6 +82,8 @@ pub(crate) struct Family {
     closed: AtomicBool,
     state: Mutex<State>,
     me: Weak<Family>,
+    /// The session's MCP servers (set once at `session/new`), shared by every agent.
+    mcp: OnceLock<Arc<McpHub>>,
 }
 
 #[derive(Default)]
@@ -140,14 +147,16 @@ impl Family {
             closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             me: me.clone(),
+            mcp: OnceLock::new(),
         })
     }
 
     /// The main agent's context: its tools answer host requests through this family.
     pub(crate) fn main_ctx(&self) -> AgentCtx {
+        let compaction = Arc::<crate::compaction::Control>::default();
         let tools = self.agent.tools.build(
             &self.agent.kernel_env,
-            Some(self.kernel_host(&self.main_id, self.root_depth)),
+            Some(self.kernel_host(&self.main_id, self.root_depth, &compaction)),
         );
         AgentCtx {
             agent: self.agent.clone(),
@@ -155,14 +164,39 @@ impl Family {
             system_prompt: self.agent.system_prompt.clone(),
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
+            mcp: self.mcp(),
+            compaction,
         }
     }
 
-    fn kernel_host(&self, node: &str, depth: u32) -> KernelHost {
+    /// The session's cwd (its MCP stdio servers run there).
+    pub(crate) fn cwd(&self) -> &std::path::Path {
+        &self.agent.cwd
+    }
+
+    /// Gives the family its session's MCP servers (before `main_ctx`).
+    pub(crate) fn set_mcp(&self, hub: Arc<McpHub>) {
+        let _ = self.mcp.set(hub);
+    }
+
+    /// The session's MCP servers, when the client configured any.
+    pub(crate) fn mcp(&self) -> Option<Arc<McpHub>> {
+        self.mcp.get().filter(|h| !h.is_empty()).cloned()
+    }
+
+    /// The host side of one agent's kernel; `compaction` is that agent's, so `compact.run()`
+    /// reaches its turns.
+    fn kernel_host(
+        &self,
+        node: &str,
+        depth: u32,
+        compaction: &Arc<crate::compaction::Control>,
+    ) -> KernelHost {
         KernelHost {
             handler: Arc::new(NodeHandler {
                 family: self.me.clone(),
                 node: node.to_owned(),
+                compaction: compaction.clone(),
             }),
             depth,
         }
@@ -219,6 +253,10 @@ impl Family {
             let _ = std::fs::remove_dir_all(&node.session_dir);
         }
         let _ = std::fs::remove_dir(subagent_root());
+        // Stdio servers' groups are killed, HTTP sessions DELETEd.
+        if let Some(hub) = self.mcp.get() {
+            hub.close();
+        }
     }
 
     /// Whether `node` may still speak for the family (the main agent or a live child).

@@ -124,9 +124,10 @@ impl Family {
         let ctx = match &node.ctx {
             Some(ctx) => ctx.clone(),
             None => {
+                let compaction = Arc::<crate::compaction::Control>::default();
                 let tools = self.agent.tools.build(
                     &self.agent.kernel_env,
-                    Some(self.kernel_host(id, node.depth)),
+                    Some(self.kernel_host(id, node.depth, &compaction)),
                 );
                 let system_prompt = format!(
                     "{}\n\n# You are a subagent\nYou are a child agent named {} (depth {}), started by {parent_name} to do one task. \
@@ -140,6 +141,8 @@ impl Family {
                     system_prompt,
                     name: node.name.clone(),
                     inbox: node.inbox.clone(),
+                    compaction,
+                    mcp: self.mcp(),
                 });
                 node.ctx = Some(ctx.clone());
                 ctx

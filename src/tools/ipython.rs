@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::{KernelEnv, KernelHost, Tool, ToolContext, ToolOutput};
+use crate::abort::AbortFlag;
 use crate::content::{Attachment, FileDiff, Image, IpythonDetails, ToolSpec};
 use crate::kernel::{
     find_python, Capture, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
@@ -197,6 +198,52 @@ impl Tool for IpythonTool {
             slot.lost = true;
         }
         cell_output(run, restarted)
+    }
+
+    fn kernel_eval(
+        &self,
+        code: &str,
+        cwd: &Path,
+        abort: &AbortFlag,
+    ) -> Option<Result<String, String>> {
+        let mut progress = |_: &str| {};
+        let mut ctx = ToolContext {
+            cwd,
+            abort,
+            progress: &mut progress,
+        };
+        let out = self.run(&json!({ "code": code }), &mut ctx);
+        Some(if out.is_error {
+            Err(out.text)
+        } else {
+            Ok(out.text)
+        })
+    }
+
+    fn kernel_names(&self, abort: &AbortFlag) -> Vec<String> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if !slot.kernel.as_mut().is_some_and(|k| k.is_alive()) {
+            return Vec::new();
+        }
+        let Some(kernel) = slot.kernel.as_mut() else {
+            return Vec::new();
+        };
+        let run = kernel.execute(
+            "print(__import__('json').dumps(__import__('sys').modules['rlm']._defined_names()))",
+            abort,
+            &mut |_, _| {},
+        );
+        if matches!(run.end, CellEnd::Killed | CellEnd::Died(_)) {
+            slot.kernel = None;
+            slot.lost = true;
+            return Vec::new();
+        }
+        run.stdout
+            .text()
+            .lines()
+            .last()
+            .and_then(|line| serde_json::from_str(line).ok())
+            .unwrap_or_default()
     }
 }
 

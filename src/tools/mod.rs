@@ -66,6 +66,37 @@ pub(crate) trait Tool: Send + Sync {
     fn locations(&self, _args: &Value, _cwd: &Path) -> Vec<String> {
         Vec::new()
     }
+
+    /// The names a running kernel holds that the model defined (the ipython tool; others
+    /// have none). Asked after a compaction, so the model knows what is still there; never
+    /// starts a kernel.
+    fn kernel_names(&self, _abort: &AbortFlag) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Runs host-written `code` in this tool's kernel (started if need be) and returns what
+    /// it printed, or why it failed; `None` for tools without a kernel. Refine uses it: the
+    /// kernel owns the harness store.
+    fn kernel_eval(
+        &self,
+        _code: &str,
+        _cwd: &Path,
+        _abort: &AbortFlag,
+    ) -> Option<Result<String, String>> {
+        None
+    }
+    /// The ACP title and kind of this call, when the tool's name does not decide them
+    /// (MCP tools: `<server>: <tool>`, kind from annotations).
+    fn display(&self, _args: &Value) -> Option<ToolDisplay> {
+        None
+    }
+}
+
+/// A tool call's ACP `title` and `kind`, decided by the tool itself.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolDisplay {
+    pub title: String,
+    pub kind: &'static str,
 }
 
 /// The tools offered in this process.
@@ -88,6 +119,26 @@ impl ToolSet {
             .iter()
             .find(|t| t.spec().name == name)
             .map(|t| t.as_ref())
+    }
+
+    /// The first tool's `kernel_eval` that has a kernel.
+    pub(crate) fn kernel_eval(
+        &self,
+        code: &str,
+        cwd: &Path,
+        abort: &AbortFlag,
+    ) -> Option<Result<String, String>> {
+        self.tools
+            .iter()
+            .find_map(|t| t.kernel_eval(code, cwd, abort))
+    }
+
+    /// Every tool's `kernel_names`, in tool order.
+    pub(crate) fn kernel_names(&self, abort: &AbortFlag) -> Vec<String> {
+        self.tools
+            .iter()
+            .flat_map(|t| t.kernel_names(abort))
+            .collect()
     }
 
     pub(crate) fn names(&self) -> Vec<String> {

@@ -239,6 +239,14 @@ impl Captured {
     }
 }
 
+/// A finished text capped like command output: the tail within the limits, the spec's notice
+/// and the whole text in a private temp file (MCP tool results use it).
+pub(crate) fn capped_text(text: &str) -> String {
+    let mut c = Captured::default();
+    c.push(text.as_bytes());
+    c.render()
+}
+
 fn open_full_output(so_far: &[u8]) -> FullOutput {
     let path = std::env::temp_dir().join(format!(
         "prime-agent-bash-{}.log",

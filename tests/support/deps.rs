@@ -24,7 +24,9 @@ fn found(path: PathBuf, test: &str, kind: &str, what: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    eprintln!(
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
         "skipped: {test}: {kind} component {what} is not installed at {} (run `make test-deps`)",
         path.display()
     );

@@ -9,13 +9,20 @@ use super::Registry;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Api {
     OpenAiCompletions,
+    /// OpenAI's Responses API (`POST /responses`).
+    OpenAiResponses,
     AnthropicMessages,
 }
 
 impl Api {
+    /// The names `models.json` accepts, for the error that lists them.
+    pub(crate) const NAMES: &'static str =
+        "openai-completions, openai-responses, anthropic-messages";
+
     pub(crate) fn parse(name: &str) -> Option<Api> {
         match name {
             "openai-completions" => Some(Api::OpenAiCompletions),
+            "openai-responses" => Some(Api::OpenAiResponses),
             "anthropic-messages" => Some(Api::AnthropicMessages),
             _ => None,
         }
@@ -73,9 +80,18 @@ pub(crate) struct ModelDef {
     pub context_window: u64,
     pub max_tokens: u64,
     pub compat: Compat,
+    /// Prices per million tokens, when known (models.json `cost`).
+    pub cost: Option<crate::provider::Prices>,
+    /// The model's own wire API (models.json model `api`), when it is not its provider's.
+    pub api: Option<String>,
 }
 
 impl ModelDef {
+    /// The wire API this model is called with: its own, else its provider's.
+    pub(crate) fn api_name<'a>(&'a self, provider: &'a ProviderDef) -> &'a str {
+        self.api.as_deref().unwrap_or(&provider.api)
+    }
+
     pub(crate) fn supports_images(&self) -> bool {
         self.input.iter().any(|i| i == "image")
     }
@@ -105,6 +121,8 @@ impl ModelDef {
                 supports_store: false,
                 ..compat
             },
+            cost: None,
+            api: None,
         }
     }
 }
@@ -150,6 +168,13 @@ const MAX_TOKENS_NO_EFFORT: Compat = Compat {
     supports_reasoning_effort: false,
     supports_store: false,
 };
+
+/// Built-in models called through the Responses API rather than their provider's Chat
+/// Completions: OpenAI's reasoning models, whose reasoning survives from one tool call to the
+/// next only there (as encrypted reasoning items), and which stream reasoning summaries only
+/// there. A custom id on the `openai` provider copies its default model, so OpenAI's newer
+/// models (the Responses-only coding models among them) take this API too.
+const RESPONSES_MODELS: &[(&str, &str)] = &[("openai", "gpt-5.4"), ("openai", "gpt-5-mini")];
 
 /// Built-in providers in auto-selection preference order (§6.2/§6.3/§6.4).
 const BUILTINS: &[Builtin] = &[
@@ -312,6 +337,10 @@ impl Registry {
                             context_window,
                             max_tokens,
                             compat: b.compat,
+                            cost: None,
+                            api: RESPONSES_MODELS
+                                .contains(&(b.name, id))
+                                .then(|| "openai-responses".to_owned()),
                         },
                     )
                     .collect(),

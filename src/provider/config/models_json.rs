@@ -78,6 +78,11 @@ impl Registry {
                 p.base_url = url;
             }
             if let Some(api) = get_str("api") {
+                // The user names the API the server speaks: it wins over the built-in
+                // models' own (a models.json model may still set one).
+                for m in &mut p.models {
+                    m.api = None;
+                }
                 p.api = api;
             }
             if let Some(key) = get_str("apiKey") {
@@ -156,5 +161,14 @@ fn parse_model(id: &str, m: &Value, base: Option<&ModelDef>, compat: Compat) -> 
             .or_else(|| base.map(|b| b.max_tokens))
             .unwrap_or(16_384),
         compat: base.map_or(compat, |b| b.compat).merge(m.get("compat")),
+        cost: m
+            .get("cost")
+            .and_then(crate::provider::Prices::from_json)
+            .or_else(|| base.and_then(|b| b.cost)),
+        api: m
+            .get("api")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| base.and_then(|b| b.api.clone())),
     }
 }

@@ -57,8 +57,22 @@ fn model_or_custom(p: &ProviderDef, id: &str) -> ModelDef {
             context_window: 128_000,
             max_tokens: 16_384,
             compat: p.compat,
+            cost: None,
+            api: None,
         },
     }
+}
+
+/// The wire API `m` of `p` is called with, if this build speaks it.
+pub(crate) fn api_of(p: &ProviderDef, m: &ModelDef) -> Result<Api, String> {
+    let name = m.api_name(p);
+    Api::parse(name).ok_or_else(|| {
+        format!(
+            "Provider \"{}\" uses API \"{name}\", which this build does not support (supported: {}).",
+            p.name,
+            Api::NAMES
+        )
+    })
 }
 
 /// Resolves `--provider` / `--model` (§6.2). `has_key` tells auto-selection which providers
@@ -130,12 +144,7 @@ pub(crate) fn select(
             (p, model_or_custom(p, &id))
         }
     };
-    let api = Api::parse(&p.api).ok_or_else(|| {
-        format!(
-            "Provider \"{}\" uses API \"{}\", which this build does not support (supported: openai-completions, anthropic-messages).",
-            p.name, p.api
-        )
-    })?;
+    let api = api_of(p, &m)?;
     Ok(Selection {
         provider: p.clone(),
         model: m,

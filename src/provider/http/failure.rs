@@ -67,9 +67,12 @@ pub(super) fn status_error(
     // A server that cannot take this kind of input (images for a text-only llama.cpp answer
     // 500) answers the same way every time: retrying only makes the user wait.
     let unsupported = is_unsupported_input(&message);
+    // Nor does a request too long for the window get shorter by waiting (some local servers
+    // answer it with a 500); the turn compacts and retries it instead.
+    let overflow = is_context_overflow(&message);
     AttemptError {
         error: ProviderError::Status { status, message },
-        retryable: (status == 429 || status >= 500) && !unsupported,
+        retryable: (status == 429 || status >= 500) && !unsupported && !overflow,
         retry_after,
         max_retries: None,
         reason: if status == 429 {
@@ -103,6 +106,41 @@ pub(crate) fn is_unsupported_input(message: &str) -> bool {
     .iter()
     .any(|k| m.contains(k));
     negative && input
+}
+
+/// Whether an error text says the request exceeds the model's context window, in the words
+/// of OpenAI-compatible APIs (OpenAI, OpenRouter, Groq, xAI, vLLM), Anthropic, Google, and the
+/// local servers (llama.cpp, LM Studio, Ollama).
+pub(crate) fn is_context_overflow(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    const PHRASES: &[&str] = &[
+        // Anthropic; Bedrock.
+        "prompt is too long",
+        "input is too long",
+        // OpenAI (`context_length_exceeded`), OpenRouter, vLLM.
+        "context_length_exceeded",
+        "context length exceeded",
+        "maximum context length",
+        "exceeds the context window",
+        "longer than the maximum model length",
+        "longer than the model's context length",
+        // Groq; xAI; Google.
+        "reduce the length of the messages",
+        "maximum prompt length",
+        "input token count",
+        // llama.cpp; LM Studio; Ollama.
+        "exceeds the available context size",
+        "exceed_context_size_error",
+        "greater than the context length",
+        "exceeded max context length",
+        "exceeds the context length",
+        // Kimi, MiniMax, others.
+        "exceeded model token limit",
+        "context window exceeds limit",
+        "too many tokens",
+        "token limit exceeded",
+    ];
+    PHRASES.iter().any(|p| m.contains(p)) && !m.contains("rate limit") && !m.contains("per minute")
 }
 
 /// The provider's own words from an error body (`{"error":{"message":…}}`, `{"message":…}`,
@@ -338,6 +376,47 @@ mod tests {
         assert!(!is_unsupported_input(
             "model overloaded, not supported right now"
         ));
+    }
+
+    #[test]
+    fn context_overflow_texts() {
+        for text in [
+            // Anthropic.
+            "prompt is too long: 213462 tokens > 200000 maximum",
+            // OpenAI.
+            "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.",
+            "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            "context_length_exceeded",
+            // vLLM.
+            "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion).",
+            "The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure that `max_model_len` is no smaller than the number of text tokens.",
+            // llama.cpp.
+            "the request exceeds the available context size, try increasing it",
+            // LM Studio.
+            "The number of tokens to keep from the initial prompt is greater than the context length.",
+            // Ollama.
+            "prompt too long; exceeded max context length by 120 tokens",
+            // Google; xAI; Groq.
+            "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
+            "This model's maximum prompt length is 131072 but the request contains 140000 tokens.",
+            "Please reduce the length of the messages or completion.",
+        ] {
+            assert!(is_context_overflow(text), "{text}");
+        }
+        for text in [
+            "Rate limit reached for gpt-4o: Limit 30000, Used 29000, Requested 2000 tokens per minute",
+            "internal error in test",
+            "401 invalid api key",
+            "image input is not supported",
+        ] {
+            assert!(!is_context_overflow(text), "{text}");
+        }
+        assert!(ProviderError::Status {
+            status: 400,
+            message: "prompt is too long: 5 tokens > 4 maximum".into()
+        }
+        .is_context_overflow());
+        assert!(!ProviderError::Config("prompt is too long".into()).is_context_overflow());
     }
 
     #[test]

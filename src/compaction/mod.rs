@@ -1,0 +1,509 @@
+//! Compaction: when the context nears the model's window, the older history is summarised by
+//! the session's own model and replaced by one summary message; the recent part is kept as it
+//! was (behaviour spec §5.2). Also the context accounting that decides when.
+//!
+//! - `estimate.rs`: chars/4 token estimates.
+//! - `cut.rs`: the cut point (never between a tool call and its result; split turns).
+//! - `serialize.rs`: the summarised messages as text, and the files they read and modified.
+//! - `prompt.rs`: our summarisation prompts and the summary message the model sees.
+//! - here: settings, the per-conversation `History`, the kernel-facing `Control`
+//!   (`compact.run/status`), the accounting and `compact` itself.
+//!
+//! The turn (`turn/compacting.rs`) decides when to compact and reports it to the client; this
+//! module knows nothing of events or ACP.
+
+pub(crate) mod cut;
+pub(crate) mod estimate;
+pub(crate) mod prompt;
+pub(crate) mod serialize;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::{json, Value};
+
+use crate::abort::AbortFlag;
+use crate::provider::{ChatRequest, Message, Provider, ProviderError, Thinking};
+use serialize::FileOps;
+
+/// `compaction.*` settings (behaviour spec §5.2, §6.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub enabled: bool,
+    pub reserve_tokens: u64,
+    pub keep_recent_tokens: u64,
+    /// Whether the kernel's `compact` skill works.
+    pub agent_callable: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            enabled: true,
+            reserve_tokens: 16_384,
+            keep_recent_tokens: 20_000,
+            agent_callable: true,
+        }
+    }
+}
+
+impl Settings {
+    /// Applies the `compaction` object of one settings file over these settings; keys of the
+    /// wrong type are ignored.
+    pub(crate) fn apply(&mut self, settings: &Value) {
+        let Some(c) = settings.get("compaction") else {
+            return;
+        };
+        if let Some(v) = c.get("enabled").and_then(Value::as_bool) {
+            self.enabled = v;
+        }
+        if let Some(v) = c.get("reserveTokens").and_then(Value::as_u64) {
+            self.reserve_tokens = v;
+        }
+        if let Some(v) = c.get("keepRecentTokens").and_then(Value::as_u64) {
+            self.keep_recent_tokens = v;
+        }
+        if let Some(v) = c.get("agentCallable").and_then(Value::as_bool) {
+            self.agent_callable = v;
+        }
+    }
+
+    /// The global `<agent dir>/settings.json`, then the project's
+    /// `<cwd>/.prime/agent/settings.json` over it. A missing or unreadable file counts as
+    /// empty (logged when it is not valid JSON).
+    pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Settings {
+        let mut settings = Settings::default();
+        for path in [
+            agent_dir.join("settings.json"),
+            cwd.join(".prime/agent/settings.json"),
+        ] {
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            match serde_json::from_str::<Value>(&text) {
+                Ok(v) => settings.apply(&v),
+                Err(e) => log::warn!("ignoring {}: {e}", path.display()),
+            }
+        }
+        settings
+    }
+
+    /// The threshold trigger: after a turn, `used > window - reserve`.
+    pub(crate) fn over_threshold(&self, used: u64, window: Option<u64>) -> bool {
+        match window {
+            Some(w) if w > 0 && self.enabled => used > w.saturating_sub(self.reserve_tokens),
+            _ => false,
+        }
+    }
+}
+
+/// Why a compaction runs (the `reason` of `_meta…compaction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    Manual,
+    Threshold,
+    Overflow,
+    Requested,
+}
+
+impl Reason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Reason::Manual => "manual",
+            Reason::Threshold => "threshold",
+            Reason::Overflow => "overflow",
+            Reason::Requested => "requested",
+        }
+    }
+}
+
+/// The failure text after an overflow that a compaction did not cure (behaviour spec §5.2).
+pub(crate) const OVERFLOW_RECOVERY_FAILED: &str = "Context overflow recovery failed after one compact-and-retry attempt. Try reducing context or switching to a larger-context model.";
+
+/// The `compact.run()` refusal outside a turn (behaviour spec §5.2).
+pub(crate) const NO_ACTIVE_TURN: &str =
+    "no active turn; compaction can only be requested while a turn is running";
+
+/// What a conversation remembers for accounting and for the next compaction.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    /// Context tokens the last successful reply reported, and the message count right after
+    /// it: what came later is estimated.
+    pub last_usage: Option<(u64, usize)>,
+    /// The latest compaction; while set, `messages[0]` is its summary message.
+    pub summary: Option<Summary>,
+    /// Session cost so far in USD, when the model's prices are known.
+    pub cost: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Summary {
+    /// The summary with its file lists, as the model saw it inside `<summary>`.
+    pub text: String,
+    /// Read and modified files of everything summarised so far.
+    pub files: FileOps,
+}
+
+impl History {
+    /// Records a successful reply's usage (`reported` tokens in context once `len` messages
+    /// exist). A reply that reports nothing leaves the last known count in place.
+    pub(crate) fn record_reply(&mut self, reported: u64, len: usize) {
+        if reported > 0 {
+            self.last_usage = Some((reported, len));
+        }
+    }
+}
+
+/// Tokens in context: the last reported usage plus estimates of the messages after it; with
+/// no reported usage, estimates of the system prompt and every message.
+pub(crate) fn context_tokens(history: &History, messages: &[Message], system: &str) -> u64 {
+    match history.last_usage {
+        Some((reported, at)) if at <= messages.len() => {
+            reported
+                + messages[at..]
+                    .iter()
+                    .map(estimate::message_tokens)
+                    .sum::<u64>()
+        }
+        _ => {
+            estimate::text_tokens(system)
+                + messages.iter().map(estimate::message_tokens).sum::<u64>()
+        }
+    }
+}
+
+/// One agent's compaction switchboard, shared by its turns and its kernel's host bridge:
+/// whether a turn runs, a compaction the model asked for, and the latest accounting (for
+/// `compact.status()`).
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    running: AtomicBool,
+    /// `Some(instructions)` once `compact.run()` asked for a compaction at the turn's end.
+    scheduled: Mutex<Option<Option<String>>>,
+    tokens: AtomicU64,
+    window: AtomicU64,
+    settings: OnceLock<Settings>,
+    /// Refine rides on the same switchboard: a `refine.run()` request for the turn's end,
+    /// and the session's refinement results (for `refine.status()` and rollback).
+    refine_scheduled: Mutex<Option<RefineRequest>>,
+    refinements: Mutex<Vec<Value>>,
+}
+
+/// `refine.run(instructions, global_)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefineRequest {
+    pub instructions: Option<String>,
+    pub global: bool,
+}
+
+/// The `refine.run()` refusal outside a turn (ours; it mirrors compaction's).
+pub(crate) const NO_ACTIVE_TURN_REFINE: &str =
+    "no active turn; refinement can only be requested while a turn is running";
+
+impl Control {
+    /// The settings, read from disk once per agent.
+    pub(crate) fn settings(&self, agent_dir: &Path, cwd: &Path) -> Settings {
+        *self.settings.get_or_init(|| Settings::load(agent_dir, cwd))
+    }
+
+    /// Whether the kernel may call `compact.*` (`compaction.agentCallable`); before the first
+    /// turn read them, the default.
+    pub(crate) fn agent_callable(&self) -> bool {
+        self.settings.get().is_none_or(|s| s.agent_callable)
+    }
+
+    pub(crate) fn set_running(&self, running: bool) {
+        self.running.store(running, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_usage(&self, tokens: u64, window: Option<u64>) {
+        self.tokens.store(tokens, Ordering::SeqCst);
+        self.window.store(window.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// `compact.run(instructions)`: scheduled for the running turn's end, or refused.
+    pub(crate) fn request(&self, instructions: Option<String>) -> Value {
+        if !self.running.load(Ordering::SeqCst) {
+            return json!({"scheduled": false, "reason": NO_ACTIVE_TURN});
+        }
+        *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = Some(instructions);
+        json!({"scheduled": true})
+    }
+
+    /// `compact.status()`: `{tokens, context_window, percent, scheduled}`.
+    pub(crate) fn status(&self) -> Value {
+        let tokens = self.tokens.load(Ordering::SeqCst);
+        let window = self.window.load(Ordering::SeqCst);
+        let percent = if window > 0 {
+            json!((tokens as f64 * 1000.0 / window as f64).round() / 10.0)
+        } else {
+            Value::Null
+        };
+        let scheduled = self
+            .scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        json!({
+            "tokens": tokens,
+            "context_window": (window > 0).then_some(window),
+            "percent": percent,
+            "scheduled": scheduled,
+        })
+    }
+
+    /// `refine.run()`: scheduled for the running turn's end, or refused.
+    pub(crate) fn request_refine(&self, request: RefineRequest) -> Value {
+        if !self.running.load(Ordering::SeqCst) {
+            return json!({"scheduled": false, "reason": NO_ACTIVE_TURN_REFINE});
+        }
+        *self
+            .refine_scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(request);
+        json!({"scheduled": true})
+    }
+
+    pub(crate) fn take_refine(&self) -> Option<RefineRequest> {
+        self.refine_scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Keeps a refinement result (its `id` names it for rollback).
+    pub(crate) fn record_refinement(&self, result: Value) {
+        self.refinements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(result);
+    }
+
+    /// The result of refinement `id` of this session.
+    pub(crate) fn refinement(&self, id: &str) -> Option<Value> {
+        self.refinements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .rev()
+            .find(|r| r.get("id").and_then(Value::as_str) == Some(id))
+            .cloned()
+    }
+
+    /// `refine.status()`: `{scheduled, count, last}` (`last`: the latest result or null).
+    pub(crate) fn refine_status(&self) -> Value {
+        let refinements = self.refinements.lock().unwrap_or_else(|e| e.into_inner());
+        let scheduled = self
+            .refine_scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        json!({
+            "scheduled": scheduled,
+            "count": refinements.len(),
+            "last": refinements.last().cloned(),
+        })
+    }
+
+    /// The compaction the model asked for, if any (taken: it runs once).
+    pub(crate) fn take_scheduled(&self) -> Option<Option<String>> {
+        self.scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Answers the kernel's `compact.run` (payload `{instructions?}`), `compact.status`,
+/// `refine.run` (`{instructions?, global}`) and `refine.status`.
+pub(crate) fn host_request(control: &Control, kind: &str, payload: &Value) -> Value {
+    match kind {
+        "compact.run" => control.request(
+            payload
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        ),
+        "refine.run" => control.request_refine(RefineRequest {
+            instructions: payload
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            global: payload
+                .get("global")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        }),
+        "refine.status" => control.refine_status(),
+        _ => control.status(),
+    }
+}
+
+/// `/compact` or `/compact <instructions>`: `Some(instructions)` when `text` is that command.
+/// (The slash-command parser of the unattended-runs work supersedes this check when it lands.)
+pub(crate) fn manual_command(text: &str) -> Option<Option<String>> {
+    let rest = text.trim().strip_prefix("/compact")?;
+    if rest.is_empty() {
+        return Some(None);
+    }
+    if !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    Some(Some(rest.trim().to_owned()).filter(|s| !s.is_empty()))
+}
+
+/// What one compaction asks of the model.
+pub(crate) struct Job<'a> {
+    pub provider: &'a dyn Provider,
+    /// Which agent asks (the scripted provider routes by it).
+    pub agent: &'a str,
+    pub thinking: Thinking,
+    pub settings: Settings,
+    pub instructions: Option<&'a str>,
+    pub abort: &'a AbortFlag,
+}
+
+/// A finished compaction.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Compacted {
+    pub tokens_before: u64,
+    /// The summary text with its file lists (what `_meta…compaction.summary` carries).
+    pub summary: String,
+    /// Messages before this index were replaced by the one summary message at index 0.
+    pub first_kept_old: usize,
+}
+
+impl Compacted {
+    /// Where a message that was at `old` is now (`None`: it was summarised).
+    pub(crate) fn moved(&self, old: usize) -> Option<usize> {
+        (old >= self.first_kept_old).then(|| old - self.first_kept_old + 1)
+    }
+}
+
+/// Why a compaction did not happen.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Failure {
+    /// Everything is recent: there is nothing old enough to summarise.
+    Nothing,
+    Aborted,
+    /// The summary request failed; the text follows `Summarization failed: `.
+    Summary(String),
+}
+
+/// Summarises the old part of `messages` and replaces it with one summary message (the
+/// conversation is untouched unless this succeeds). `kernel_names` is asked only once the
+/// summary exists.
+pub(crate) fn compact(
+    job: &Job<'_>,
+    messages: &mut Vec<Message>,
+    history: &mut History,
+    tokens_before: u64,
+    kernel_names: &mut dyn FnMut() -> Vec<String>,
+) -> Result<Compacted, Failure> {
+    let start = usize::from(history.summary.is_some()).min(messages.len());
+    let cut = cut::find_cut(messages, start, job.settings.keep_recent_tokens);
+    if cut.first_kept <= start {
+        return Err(Failure::Nothing);
+    }
+    let previous = history.summary.as_ref().map(|s| s.text.as_str());
+    let budget = job.settings.reserve_tokens * 8 / 10;
+    let text = match cut.turn_start {
+        Some(turn_start) => {
+            let history_text = if turn_start > start {
+                summarize(
+                    job,
+                    &messages[start..turn_start],
+                    previous,
+                    prompt::Part::History,
+                    budget,
+                )?
+            } else {
+                previous.unwrap_or(prompt::NO_PRIOR_HISTORY).to_owned()
+            };
+            let prefix = summarize(
+                job,
+                &messages[turn_start..cut.first_kept],
+                None,
+                prompt::Part::TurnPrefix,
+                job.settings.reserve_tokens / 2,
+            )?;
+            prompt::join_split(&history_text, &prefix)
+        }
+        None => summarize(
+            job,
+            &messages[start..cut.first_kept],
+            previous,
+            prompt::Part::History,
+            budget,
+        )?,
+    };
+    let mut files = history
+        .summary
+        .as_ref()
+        .map(|s| s.files.clone())
+        .unwrap_or_default();
+    files.collect(&messages[start..cut.first_kept]);
+    let summary = format!("{text}{}", files.render());
+    let names = kernel_names();
+    let message = Message::User {
+        text: prompt::summary_message(&summary, &names),
+        images: Vec::new(),
+    };
+    // The old messages go (memory is given back), the summary takes their place.
+    messages.splice(0..cut.first_kept, std::iter::once(message));
+    history.summary = Some(Summary {
+        text: summary.clone(),
+        files,
+    });
+    history.last_usage = None;
+    Ok(Compacted {
+        tokens_before,
+        summary,
+        first_kept_old: cut.first_kept,
+    })
+}
+
+/// One summary request with the session's model: no tools, nothing streamed to the client.
+fn summarize(
+    job: &Job<'_>,
+    messages: &[Message],
+    previous: Option<&str>,
+    part: prompt::Part,
+    max_tokens: u64,
+) -> Result<String, Failure> {
+    let text = prompt::request_text(
+        &serialize::serialize(messages),
+        previous,
+        part,
+        job.instructions,
+    );
+    let request_messages = [Message::User {
+        text,
+        images: Vec::new(),
+    }];
+    let request = ChatRequest {
+        system: prompt::SYSTEM,
+        messages: &request_messages,
+        tools: &[],
+        thinking: if job.provider.reasoning() {
+            job.thinking
+        } else {
+            Thinking::Off
+        },
+        agent: job.agent,
+        max_tokens: Some(max_tokens.max(1)),
+    };
+    match job.provider.stream(&request, job.abort, &mut |_| {}) {
+        Ok(reply) if reply.message.text.trim().is_empty() => Err(Failure::Summary(
+            "the model returned an empty summary".to_owned(),
+        )),
+        Ok(reply) => Ok(reply.message.text.trim().to_owned()),
+        Err(_) if job.abort.is_aborted() => Err(Failure::Aborted),
+        Err(ProviderError::Aborted) => Err(Failure::Aborted),
+        Err(e) => Err(Failure::Summary(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests;
