@@ -299,11 +299,9 @@ pub(crate) fn spawn_turn(
                 r.note_model(&p.label(), model.thinking.as_str());
             }
             let outcome = run_turn(&ctx, &model, &mut conv, input, &flag, &emit);
-            // Before the outcome is reported: what the client sees acknowledged is on disk.
+            // Before the outcome is reported: what the client sees acknowledged is written
+            // (one `write` per line, no user-space buffer, so a killed process loses nothing).
             conv.persist();
-            if let Some(r) = conv.recorder.as_mut() {
-                r.flush();
-            }
             drop(conv);
             finished(outcome);
         })

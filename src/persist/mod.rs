@@ -618,15 +618,6 @@ impl Recorder {
         self.written = self.ids.len();
         self.bash.clear();
     }
-
-    /// End of a turn: what was written reaches the disk.
-    pub(crate) fn flush(&mut self) {
-        if let Some(f) = &self.file {
-            if let Err(e) = f.sync_data() {
-                log::warn!("cannot flush {}: {e}", self.path.display());
-            }
-        }
-    }
 }
 
 /// One row of `session/list`.
@@ -1026,7 +1017,6 @@ mod tests {
             images: vec![],
         });
         r.sync(&messages);
-        r.flush();
         let path = dir.join("s1.jsonl");
         assert_eq!(
             fs::metadata(&path).unwrap().permissions().mode() & 0o777,
