@@ -12,6 +12,8 @@
 
 #[path = "support/loopback.rs"]
 mod loopback;
+#[path = "support/mcp.rs"]
+mod mcp;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -323,6 +325,12 @@ fn main() {
     }
     if on("sessions") {
         b.sessions();
+    }
+    if on("gates") {
+        b.gates();
+    }
+    if on("mcp") {
+        b.mcp();
     }
     if on("context") {
         b.context();
@@ -1117,4 +1125,73 @@ fn sleep_cwds(root: u32) -> Vec<PathBuf> {
         .filter(|p| p.2 == "sleep" && p.3 != "Z" && family.contains(&p.0))
         .filter_map(|p| std::fs::read_link(format!("/proc/{}/cwd", p.0)).ok())
         .collect()
+}
+
+impl Bench {
+    /// Autonomous gate overhead: from the last chunk of an assistant turn to the first chunk
+    /// of the continuation (gate `false`: run, fail, continuation request, scripted reply), and
+    /// to the prompt response for a gate `true` that passes, against the same turn without
+    /// autonomous mode. The work dir is no git worktree, so the snapshot is one failed
+    /// `git rev-parse`.
+    fn gates(&mut self) {
+        let n = self.runs(30, 5);
+        let script = write_script(
+            &self.work,
+            "gates.jsonl",
+            &[
+                json!({"text":"first-reply"}),
+                json!({"text":"second-reply"}),
+            ],
+        );
+        let script_s = script.display().to_string();
+        let base = [
+            "--mode",
+            "acp",
+            "--provider",
+            "scripted",
+            "--script",
+            &script_s,
+        ];
+        let cases: [(&str, &[&str], &str); 3] = [
+            (
+                "no autonomous mode: end of turn → prompt response",
+                &[],
+                "\"id\":3,",
+            ),
+            (
+                "gate `true`: end of turn → prompt response",
+                &["--autonomous-gate", "true"],
+                "\"id\":3,",
+            ),
+            (
+                "gate `false`: end of turn → continuation's first chunk",
+                &[
+                    "--autonomous-gate",
+                    "false",
+                    "--autonomous-max-continuations",
+                    "1",
+                ],
+                "second-reply",
+            ),
+        ];
+        for (label, extra, needle) in cases {
+            let mut args: Vec<&str> = base.to_vec();
+            args.extend_from_slice(extra);
+            let mut lat = vec![];
+            for _ in 0..n {
+                let mut p = self.agent(&self.bin.clone(), &args, &[]);
+                let sid = p.handshake(&self.work.clone());
+                p.prompt(3, &sid);
+                p.read_until("first-reply");
+                let t = Instant::now();
+                p.read_until(needle);
+                lat.push(ms(t.elapsed()));
+                if !needle.contains("\"id\"") {
+                    p.response(3);
+                }
+                p.finish();
+            }
+            self.report.add(&format!("autonomous {label}"), "ms", lat);
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! are protocol-adjacent (harnesses read them), so we keep full control.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::provider::Thinking;
 
@@ -9,9 +10,13 @@ pub const HELP: &str = "\
 prime-agent: a coding agent that speaks the Agent Client Protocol (ACP) on stdin/stdout
 
 Usage: prime-agent [--mode acp] [options]
+       prime-agent -p [options] \"<prompt>\"           (print the final answer)
+       prime-agent --mode json [options] \"<prompt>\"  (print every update as JSON lines)
+       The prompt may come on stdin instead; exit code 0 end_turn, 1 failure, 2 limit hit.
 
 Options:
-  --mode <text|json|rpc|acp|daemon>  Front end; only acp is built (default: acp)
+  --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
+  -p, --print                        Run one prompt and print the final assistant text
   --provider <name>                  Model provider (e.g. openai, anthropic, scripted)
   --model <provider/id | id>         Model to use
   --api-key <key>                    API key for the provider (highest precedence)
@@ -28,6 +33,17 @@ Options:
   -nc, --no-context-files            Do not load AGENTS.md / CLAUDE.md files
   --multi-session                    Host several sessions on one connection, each in the cwd
                                      its session/new names (PRIME_AGENT_MULTI_SESSION=1)
+  --autonomous                       Keep working unattended within one prompt (see README)
+  --autonomous-gate <cmd>            Shell command that must pass before the run ends
+                                     (repeatable; implies --autonomous)
+  --autonomous-gate-retries <n>      Failed gate runs allowed (default: 3)
+  --autonomous-gate-timeout-ms <n>   Time limit per gate run (default: 300000)
+  --autonomous-max-continuations <n> Continuations per session (default: 3)
+  --autonomous-max-turns <n>         Model calls per session (default: 12)
+  --autonomous-max-tokens <n>        Tokens per session (default: 80000)
+  --autonomous-timeout-ms <n>        Wall clock from enablement (default: 1800000)
+  --goal <objective>                 Start the session with this goal
+  --goal-token-budget <n>            Token budget of the --goal
   --no-session                       Keep the conversation in memory only (write no session file)
   --session-dir <dir>                Where session files live (default <agent dir>/sessions)
   -c, --continue                     The next session/new continues the newest session of this cwd
@@ -73,8 +89,26 @@ pub struct Config {
     pub fork: Option<String>,
     pub offline: bool,
     pub daemon_socket: Option<PathBuf>,
+    /// `-p/--print`: run one prompt, print the final assistant text.
+    pub print: bool,
+    /// `--mode json`: run one prompt, print every update as a JSON line.
+    pub json: bool,
+    /// Positional arguments: the prompt of `--print` / `--mode json`.
+    pub prompt_args: Vec<String>,
+    /// Autonomous mode (`--autonomous*`).
+    pub(crate) autonomy: crate::autonomy::Config,
+    /// `--goal`: the objective a new session starts with, and `--goal-token-budget`.
+    pub(crate) goal: Option<String>,
+    pub(crate) goal_token_budget: Option<u64>,
     /// Non-fatal diagnostics (unknown long flags, bad thinking level) to log at start-up.
     pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// One prompt without an ACP client (`-p/--print`, `--mode json`).
+    pub fn headless(&self) -> bool {
+        self.print || self.json
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -111,8 +145,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--mode" => {
                 let mode = value("--mode")?;
                 match mode.as_str() {
-                    "acp" => {}
-                    "text" | "json" | "rpc" | "daemon" => {
+                    "acp" => cfg.json = false,
+                    "json" => cfg.json = true,
+                    "text" | "rpc" | "daemon" => {
                         return Err(format!(
                             "--mode {mode} is not supported by this build; use --mode acp"
                         ))
@@ -124,6 +159,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     }
                 }
             }
+            "-p" | "--print" => cfg.print = true,
             "--provider" => cfg.provider = Some(value("--provider")?),
             "--model" => cfg.model = Some(value("--model")?),
             "--api-key" => cfg.api_key = Some(value("--api-key")?),
@@ -144,6 +180,41 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     Ok(n) if n > 0 => cfg.context_window = Some(n),
                     _ => return Err("--context-window must be a positive integer".to_owned()),
                 }
+            }
+            "--autonomous" => cfg.autonomy.enabled = true,
+            "--autonomous-gate" => {
+                let command = value("--autonomous-gate")?;
+                cfg.autonomy.enabled = true;
+                cfg.autonomy.gates.commands.push(command);
+            }
+            "--autonomous-gate-retries"
+            | "--autonomous-gate-timeout-ms"
+            | "--autonomous-max-continuations"
+            | "--autonomous-max-turns"
+            | "--autonomous-max-tokens"
+            | "--autonomous-timeout-ms" => {
+                let n = positive(flag, &value(flag)?)?;
+                let a = &mut cfg.autonomy;
+                a.enabled = true;
+                match flag {
+                    "--autonomous-gate-retries" => a.gates.max_retries = n,
+                    "--autonomous-gate-timeout-ms" => a.gates.timeout = Duration::from_millis(n),
+                    "--autonomous-max-continuations" => a.max_continuations = n,
+                    "--autonomous-max-turns" => a.max_turns = n,
+                    "--autonomous-max-tokens" => a.max_tokens = n,
+                    _ => a.timeout = Duration::from_millis(n),
+                }
+            }
+            "--goal" => {
+                let objective = value("--goal").unwrap_or_default();
+                if objective.trim().is_empty() {
+                    return Err("--goal requires a non-empty objective".to_owned());
+                }
+                cfg.goal = Some(objective.trim().to_owned());
+            }
+            "--goal-token-budget" => {
+                let raw = value("--goal-token-budget")?;
+                cfg.goal_token_budget = Some(positive("--goal-token-budget", &raw)?);
             }
             "--script" => cfg.script = Some(PathBuf::from(value("--script")?)),
             "--multi-session" => cfg.multi_session = true,
@@ -180,13 +251,29 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
             }
             _ if flag.starts_with('-') => return Err(format!("Unknown option: {flag}")),
-            _ => cfg.warnings.push(format!(
-                "Ignoring positional argument {flag:?}: ACP prompts arrive over stdin"
-            )),
+            _ => cfg.prompt_args.push(arg.to_owned()),
         }
         i += 1;
     }
+    if !cfg.headless() {
+        for arg in &cfg.prompt_args {
+            cfg.warnings.push(format!(
+                "Ignoring positional argument {arg:?}: ACP prompts arrive over stdin"
+            ));
+        }
+    }
+    if cfg.goal_token_budget.is_some() && cfg.goal.is_none() {
+        return Err("--goal-token-budget requires --goal".to_owned());
+    }
     Ok(Command::Run(Box::new(cfg)))
+}
+
+/// A flag's value as a positive integer, or the spec's error.
+fn positive(flag: &str, raw: &str) -> Result<u64, String> {
+    match raw.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{flag} must be a positive integer")),
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +315,10 @@ mod tests {
             p(&["--mode", "rpc"]).unwrap_err(),
             "--mode rpc is not supported by this build; use --mode acp"
         );
+        assert_eq!(
+            p(&["--mode", "text"]).unwrap_err(),
+            "--mode text is not supported by this build; use --mode acp"
+        );
         assert!(p(&["--mode", "bogus"])
             .unwrap_err()
             .starts_with("Unknown mode"));
@@ -251,10 +342,112 @@ mod tests {
     }
 
     #[test]
+    fn autonomous_flags_enable_the_mode_and_validate_their_values() {
+        let Ok(Command::Run(cfg)) = p(&["--autonomous"]) else {
+            panic!()
+        };
+        assert!(cfg.autonomy.enabled);
+        assert_eq!(cfg.autonomy.max_turns, 12);
+        let Ok(Command::Run(cfg)) = p(&[
+            "--autonomous-gate",
+            "make test",
+            "--autonomous-gate=test -f ok",
+            "--autonomous-gate-retries",
+            "5",
+            "--autonomous-gate-timeout-ms=1000",
+            "--autonomous-max-continuations",
+            "7",
+            "--autonomous-max-turns",
+            "2",
+            "--autonomous-max-tokens",
+            "900",
+            "--autonomous-timeout-ms",
+            "60000",
+        ]) else {
+            panic!()
+        };
+        let a = &cfg.autonomy;
+        assert!(a.enabled);
+        assert_eq!(a.gates.commands, ["make test", "test -f ok"]);
+        assert_eq!(a.gates.max_retries, 5);
+        assert_eq!(a.gates.timeout, Duration::from_secs(1));
+        assert_eq!(
+            (a.max_continuations, a.max_turns, a.max_tokens),
+            (7, 2, 900)
+        );
+        assert_eq!(a.timeout, Duration::from_secs(60));
+        for flag in [
+            "--autonomous-gate-retries",
+            "--autonomous-gate-timeout-ms",
+            "--autonomous-max-continuations",
+            "--autonomous-max-turns",
+            "--autonomous-max-tokens",
+            "--autonomous-timeout-ms",
+        ] {
+            for bad in ["0", "-1", "x", "1.5"] {
+                assert_eq!(
+                    p(&[&format!("{flag}={bad}")]),
+                    Err(format!("{flag} must be a positive integer")),
+                    "{flag} {bad}"
+                );
+            }
+            assert_eq!(p(&[flag]), Err(format!("{flag} requires a value")));
+            assert_eq!(
+                p(&[flag, "--autonomous"]),
+                Err(format!("{flag} requires a value"))
+            );
+        }
+        assert_eq!(
+            p(&["--autonomous-gate"]),
+            Err("--autonomous-gate requires a value".into())
+        );
+    }
+
+    #[test]
+    fn headless_modes_take_the_prompt_from_positional_arguments() {
+        let Ok(Command::Run(cfg)) = p(&["-p", "say", "hi"]) else {
+            panic!()
+        };
+        assert!(cfg.print && !cfg.json && cfg.headless());
+        assert_eq!(cfg.prompt_args, ["say", "hi"]);
+        assert!(cfg.warnings.is_empty());
+        let Ok(Command::Run(cfg)) = p(&["--mode", "json", "go"]) else {
+            panic!()
+        };
+        assert!(cfg.json && cfg.headless());
+        let Ok(Command::Run(cfg)) = p(&["stray"]) else {
+            panic!()
+        };
+        assert!(!cfg.headless());
+        assert_eq!(cfg.warnings.len(), 1);
+    }
+
+    #[test]
+    fn goal_flags() {
+        let Ok(Command::Run(cfg)) = p(&["--goal", " ship it ", "--goal-token-budget", "500"])
+        else {
+            panic!()
+        };
+        assert_eq!(cfg.goal.as_deref(), Some("ship it"));
+        assert_eq!(cfg.goal_token_budget, Some(500));
+        let err = "--goal requires a non-empty objective";
+        assert_eq!(p(&["--goal", "  "]), Err(err.into()));
+        assert_eq!(p(&["--goal"]), Err(err.into()));
+        assert_eq!(
+            p(&["--goal-token-budget", "5"]),
+            Err("--goal-token-budget requires --goal".into())
+        );
+        assert_eq!(
+            p(&["--goal", "x", "--goal-token-budget", "0"]),
+            Err("--goal-token-budget must be a positive integer".into())
+        );
+    }
+
+    #[test]
     fn lists_inline_values_and_unknown_long_flags() {
         let Ok(Command::Run(cfg)) = p(&[
             "--tools=bash, read",
-            "--autonomous-max-turns",
+            "--unknown-flag",
             "3",
             "--thinking",
             "huge",

@@ -3,10 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
 use crate::acp;
+use crate::autonomy;
+use crate::commands::{self, Command};
 use crate::config_options::{self, Choice};
 use crate::main_loop::MainLoop;
 use crate::mcp::McpHub;
@@ -16,7 +19,7 @@ use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
 use crate::subagents::{Family, FamilyMsg};
-use crate::turn::{Agent, Conversation, TurnModel};
+use crate::turn::{Agent, Conversation, Local, TurnInput, TurnModel};
 
 pub(crate) const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
@@ -27,7 +30,21 @@ impl MainLoop {
             acp::INITIALIZE => {
                 acp::parse_initialize(&params).map(|()| meta::initialize_result(&self.version))
             }
-            acp::SESSION_NEW => self.session_new(&params),
+            acp::SESSION_NEW => {
+                let result = self.session_new(&params);
+                let sid = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r["sessionId"].as_str())
+                    .map(str::to_owned);
+                self.respond(&id, result);
+                // After the response, so the client knows the session the update names.
+                if let Some(sid) = sid {
+                    let commands = commands::available_commands_update();
+                    self.with_session(&sid, |s, _, out| s.announce(commands, out));
+                }
+                return;
+            }
             acp::SESSION_LOAD => self.session_load(&params, true),
             acp::SESSION_RESUME => self.session_load(&params, false),
             acp::SESSION_LIST => self.session_list(&params),
@@ -197,7 +214,7 @@ impl MainLoop {
         }
         let ctx = Arc::new(family.main_ctx());
         let workers = Box::new(FamilyWorkers {
-            family,
+            family: family.clone(),
             ctx: ctx.clone(),
         });
         let mut session = Session::new(
@@ -216,6 +233,9 @@ impl MainLoop {
         if let Some(jobs) = stored_jobs {
             session.restore_heartbeats(schedule::Jobs::from_json(&jobs, persist::now_ms()));
         }
+        let unattended = unattended_of(&self.agent);
+        family.set_unattended(unattended.clone());
+        session.set_unattended(unattended);
         self.sessions.push(session);
         let mut result = json!({ "sessionId": id });
         if let Some(options) = options {
@@ -235,8 +255,8 @@ impl MainLoop {
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };
-        if let Some(command) = prompt
-            .typed
+        // A `/heartbeat` command (never with images: they would be lost).
+        if let Some(command) = (prompt.typed && prompt.images.is_empty())
             .then(|| schedule::heartbeat_command(&prompt.text))
             .flatten()
         {
@@ -253,8 +273,49 @@ impl MainLoop {
                 )));
             }
         }
+        // A prompt with images is never a command: they would be lost.
+        let plain = prompt.typed && prompt.images.is_empty();
+        if let Some(command) = plain.then(|| commands::parse(&prompt.text)).flatten() {
+            if let Some(why) = self.sessions[i].refusal() {
+                return Err(RpcError::internal(why));
+            }
+            let local = self.run_command(i, &command);
+            let input = TurnInput::Local(local);
+            self.with_session_at(i, |s, now, out| s.prompt_input(id, input, now, out));
+            return Ok(());
+        }
         self.with_session_at(i, |s, now, out| s.prompt(id, prompt, now, out));
         Ok(())
+    }
+
+    /// Carries out a slash command for session `i`; what its turn shows (no model call).
+    fn run_command(&mut self, i: usize, command: &Command) -> Local {
+        match command {
+            Command::Compact(instructions) => Local::Compact(instructions.clone()),
+            Command::Model(None) => Local::Reply(match &self.sessions[i].model().provider {
+                Ok(p) => format!("Model: {}", p.label()),
+                Err(why) => format!("No model is usable: {why}"),
+            }),
+            Command::Model(Some(choice)) => {
+                let params = json!({
+                    "sessionId": self.sessions[i].id(),
+                    "configId": config_options::MODEL,
+                    "value": choice,
+                });
+                // The same path as the client's own switch (the model menu, then set_model).
+                Local::Reply(
+                    match self.set_config_option(&params, acp::SESSION_SET_CONFIG_OPTION) {
+                        Ok(_) => format!("Model: {choice} (from the next prompt on)"),
+                        Err(e) => e.message,
+                    },
+                )
+            }
+            other => {
+                let state = self.sessions[i].unattended().clone();
+                let text = commands::run_on(other, &mut autonomy::lock(&state), Instant::now());
+                Local::Reply(text)
+            }
+        }
     }
 
     /// `session/set_config_option` (and legacy `session/set_model`): validates the choice,
@@ -331,6 +392,22 @@ fn conversation_of(agent: &Agent, id: &str, resumed: Option<&persist::Loaded>) -
         None => store.recorder(id, &agent.cwd),
     });
     conversation
+}
+
+/// A new session's autonomous mode and goal, from the start-up flags; the wall clock of
+/// `--autonomous-timeout-ms` starts now.
+fn unattended_of(agent: &Agent) -> autonomy::Shared {
+    let now = std::time::Instant::now();
+    let shared = autonomy::Unattended::shared(agent.autonomy.clone(), now);
+    // Root sessions only: a subagent process (RLM_DEPTH > 0) does not inherit the goal.
+    if let Some((objective, budget)) = agent
+        .goal
+        .as_ref()
+        .filter(|_| agent.kernel_env.root_depth == 0)
+    {
+        autonomy::lock(&shared).set_goal(objective, *budget, now);
+    }
+    shared
 }
 
 /// The `configOptions` of a session on `model` (`None` without a model).

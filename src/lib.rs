@@ -11,13 +11,16 @@
 
 mod abort;
 mod acp;
+mod autonomy;
 mod cli;
+mod commands;
 mod compaction;
 mod config_options;
 mod content;
 mod events;
 mod family;
 mod handlers;
+mod headless;
 mod kernel;
 mod lines;
 mod main_loop;
@@ -54,6 +57,12 @@ pub use turn::Agent;
 use std::sync::Arc;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Runs one prompt without an ACP client (`-p/--print`, `--mode json`); returns the exit code
+/// (0 `end_turn`, 1 failure, 2 a hit limit).
+pub fn run_headless(cfg: &Config) -> Result<u8, String> {
+    headless::run(cfg, VERSION)
+}
 
 /// Runs ACP over the process's stdio until stdin closes or a signal arrives.
 pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {

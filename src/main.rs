@@ -12,6 +12,10 @@ fn main() -> ExitCode {
     logger.target(env_logger::Target::Stderr).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match parse_args(&args) {
+        Ok(Command::Run(cfg)) if cfg.headless() => match prime_agent::run_headless(&cfg) {
+            Ok(code) => return ExitCode::from(code),
+            Err(e) => Err(e),
+        },
         Ok(Command::Help) => write_stdout(HELP),
         Ok(Command::Version) => write_stdout(&format!("prime-agent {}\n", prime_agent::VERSION)),
         Ok(Command::Run(cfg)) => prime_agent::run_stdio(&cfg).map(|_| ()),

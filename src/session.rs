@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use crate::abort::AbortFlag;
 use crate::acp::{self, McpServer};
+use crate::autonomy;
 use crate::content::UserPrompt;
 use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
@@ -27,8 +28,8 @@ use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{
-    AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnModel, TurnMsg, TurnMsgKind,
-    TurnOutcome, TurnStart,
+    goal_event, AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnModel, TurnMsg,
+    TurnMsgKind, TurnOutcome, TurnStart,
 };
 
 pub(crate) const PROMPT_RUNNING: &str = "A prompt turn is already running for this ACP session";
@@ -158,7 +159,7 @@ struct ActiveTurn {
 
 struct QueuedPrompt {
     request: RequestId,
-    prompt: UserPrompt,
+    input: TurnInput,
     /// When the wait for the previous turn's quiescence gives up.
     deadline: Instant,
 }
@@ -205,6 +206,8 @@ pub(crate) struct Session {
     /// Validated at `session/new`; not yet offered to the kernel (there is no MCP client).
     #[allow(dead_code)] // Kept so the session owns what the client configured.
     mcp_servers: Vec<McpServer>,
+    /// Autonomous mode and goal state, shared with this session's prompt turns.
+    unattended: autonomy::Shared,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
     /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
     pub(crate) last_worker: Option<JoinHandle<()>>,
@@ -238,8 +241,19 @@ impl Session {
             closed: false,
             heartbeats: Jobs::default(),
             mcp_servers,
+            unattended: Arc::new(Mutex::new(autonomy::Unattended::disabled())),
             last_worker: None,
         }
+    }
+
+    /// Gives the session its autonomous-mode and goal state (configured at `session/new`).
+    pub(crate) fn set_unattended(&mut self, unattended: autonomy::Shared) {
+        self.unattended = unattended;
+    }
+
+    /// The session's autonomous-mode and goal state (slash commands read and change it).
+    pub(crate) fn unattended(&self) -> &autonomy::Shared {
+        &self.unattended
     }
 
     pub(crate) fn id(&self) -> &str {
@@ -382,7 +396,12 @@ impl Session {
         now: Instant,
         out: &mut Vec<Action>,
     ) {
-        let refusal = if self.closing.is_some() {
+        self.prompt_input(request, TurnInput::Prompt(prompt), now, out);
+    }
+
+    /// Why a prompt would be refused now (`None`: it runs or waits its turn).
+    pub(crate) fn refusal(&self) -> Option<String> {
+        if self.closing.is_some() {
             Some(format!("ACP session is closing: {}", self.id))
         } else {
             match &self.active {
@@ -393,8 +412,18 @@ impl Session {
                 _ if self.queued.is_some() => Some(PROMPT_RUNNING.to_owned()),
                 _ => None,
             }
-        };
-        if let Some(why) = refusal {
+        }
+    }
+
+    /// `prompt` for any prompt turn's input (a slash command's local answer too).
+    pub(crate) fn prompt_input(
+        &mut self,
+        request: RequestId,
+        input: TurnInput,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        if let Some(why) = self.refusal() {
             out.push(Action::Respond(request, Err(RpcError::internal(why))));
             return;
         }
@@ -402,10 +431,26 @@ impl Session {
         // (bounded by the quiescence wait for the latter) instead of being refused.
         self.queued = Some(QueuedPrompt {
             request,
-            prompt,
+            input,
             deadline: now + self.timing.quiescence_wait,
         });
         self.advance(out);
+    }
+
+    /// Right after `session/new`: the slash commands, and a goal the session starts with.
+    pub(crate) fn announce(&mut self, commands: Value, out: &mut Vec<Action>) {
+        self.publish(commands, 0, Phase::Event, None, out);
+        self.publish_goal(0, out);
+    }
+
+    /// `_meta…goal`, if the goal changed since it was last shown.
+    fn publish_goal(&mut self, turn: u64, out: &mut Vec<Action>) {
+        let goal = autonomy::lock(&self.unattended).take_goal_meta();
+        if let Some(g) = goal {
+            for update in to_session_updates(&goal_event(g), &mut self.mapping) {
+                self.publish(update, turn, Phase::Event, None, out);
+            }
+        }
     }
 
     /// `session/cancel` semantics (§1.6): abort the running turn (answered `cancelled` once it
@@ -553,7 +598,7 @@ impl Session {
         // out): its first model call takes the inbox along, so agent messages cannot starve it.
         if self.pending_terminal.is_none() {
             if let Some(q) = self.queued.take() {
-                self.start_turn(Some(q.request), TurnInput::Prompt(q.prompt), out);
+                self.start_turn(Some(q.request), q.input, out);
                 return;
             }
         }
@@ -563,18 +608,28 @@ impl Session {
     }
 
     fn publish_terminal(&mut self, pending: PendingTerminal, out: &mut Vec<Action>) {
-        let q = Quiescence {
-            outstanding_subagents: self.workers.outstanding(),
-            remaining_autonomous_continuations: 0,
-        };
+        let update = self.quiescence_update();
         self.attribution.seal(pending.prompt_turn_id);
         self.publish(
-            meta::quiescence_update(q),
+            update,
             pending.prompt_turn_id,
             Phase::TerminalQuiescence,
             Some(pending.ok),
             out,
         );
+    }
+
+    /// The completion or terminal update: quiescence counters and, in autonomous mode,
+    /// `_meta…autonomous`.
+    fn quiescence_update(&self) -> Value {
+        let state = autonomy::lock(&self.unattended);
+        let q = Quiescence {
+            outstanding_subagents: self.workers.outstanding(),
+            remaining_autonomous_continuations: state.remaining_continuations(),
+        };
+        let mut update = meta::quiescence_update(q);
+        autonomy::annotate(&mut update, &state);
+        update
     }
 
     /// Starts a turn of the main agent: a client prompt (`request` is its id) or an
@@ -600,6 +655,7 @@ impl Session {
             ctx: self.ctx.clone(),
             model: self.model.clone(),
             conversation: self.conversation.clone(),
+            unattended: request.is_some().then(|| self.unattended.clone()),
         }));
         if let Some(title) = title {
             let update = json!({ "sessionUpdate": "session_info_update", "title": title });
@@ -685,6 +741,10 @@ impl Session {
                 for update in updates {
                     self.publish(update, turn, Phase::Event, None, out);
                 }
+            }
+            FamilyMsg::Goal { generation } if generation == self.generation => {
+                let turn = self.active.as_ref().map_or(0, |a| a.prompt_turn_id);
+                self.publish_goal(turn, out);
             }
             _ => return, // News from a closed session's family.
         }
@@ -782,19 +842,22 @@ impl Session {
                 self.advance(out);
                 return;
             }
-            TurnOutcome::Completed(stop) => (Ok(json!({ "stopReason": stop.as_str() })), true),
+            TurnOutcome::Completed(stop) => {
+                let mut result = json!({ "stopReason": stop.as_str() });
+                let usage = autonomy::lock(&self.unattended).prompt_usage.take();
+                if let Some(u) = usage {
+                    result["usage"] = autonomy::usage_value(u);
+                }
+                (Ok(result), true)
+            }
             TurnOutcome::Failed(why) => (
                 Err(RpcError::internal(format!("{TURN_FAILED}{why}"))),
                 false,
             ),
         };
-        let quiescence = Quiescence {
-            outstanding_subagents: self.workers.outstanding(),
-            remaining_autonomous_continuations: 0,
-        };
         let boundary = meta::response_boundary(true);
         self.publish(boundary, id, Phase::ResponseBoundary, Some(ok), out);
-        let completion = meta::quiescence_update(quiescence);
+        let completion = self.quiescence_update();
         self.publish(completion, id, Phase::Event, None, out);
         out.push(Action::Respond(request, result));
         self.pending_terminal = Some(PendingTerminal {
@@ -925,6 +988,7 @@ mod tests {
                     Action::StartTurn(TurnStart { input, .. }) => match input {
                         TurnInput::Prompt(p) => format!("start {}", p.text),
                         TurnInput::Inbox => "start inbox".to_owned(),
+                        TurnInput::Local(l) => format!("start local {l:?}"),
                     },
                     Action::Closed => "closed".to_owned(),
                     Action::SaveHeartbeats(_) => "save heartbeats".to_owned(),
@@ -1037,6 +1101,103 @@ mod tests {
         h.take();
         h.prompt(2, "two");
         assert_eq!(started_levels(&h.out), [Thinking::High]);
+    }
+
+    /// The `_meta[ns]` of every update queued so far (and forget the actions).
+    fn metas(out: &mut Vec<Action>) -> Vec<Value> {
+        out.drain(..)
+            .filter_map(|a| match a {
+                Action::Notify(v) => Some(v["params"]["update"]["_meta"][meta::NAMESPACE].clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn completion_and_terminal_carry_the_autonomous_state_and_the_response_its_usage() {
+        let mut h = Harness::new();
+        let config = autonomy::Config {
+            enabled: true,
+            ..autonomy::Config::default()
+        };
+        let shared = autonomy::Unattended::shared(config, h.now);
+        h.session.set_unattended(shared.clone());
+        h.prompt(1, "go");
+        let starts: Vec<bool> = h
+            .out
+            .iter()
+            .filter_map(|a| match a {
+                Action::StartTurn(s) => Some(s.unattended.is_some()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(starts, [true], "a prompt turn carries the state");
+        h.out.clear();
+        {
+            // What the worker leaves behind: one continuation, two calls, their usage.
+            let mut state = autonomy::lock(&shared);
+            state.counters.continuations_used = 1;
+            state.counters.turns_used = 2;
+            state.prompt_usage = Some(crate::provider::Usage {
+                input: 7,
+                output: 3,
+                cache_read: 0,
+                cache_write: 0,
+            });
+        }
+        let t = h.running();
+        h.turn(t, done());
+        let response = h.out.iter().find_map(|a| match a {
+            Action::Respond(_, Ok(v)) => Some(v.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            response,
+            Some(
+                json!({"stopReason":"end_turn","usage":{"inputTokens":7,"outputTokens":3,"totalTokens":10}})
+            )
+        );
+        let metas = metas(&mut h.out);
+        let want = json!({"enabled":true,"continuationsUsed":1,"turnsUsed":2,"tokensUsed":0});
+        let with_quiescence: Vec<&Value> = metas
+            .iter()
+            .filter(|m| m.get("quiescence").is_some())
+            .collect();
+        assert_eq!(
+            with_quiescence.len(),
+            2,
+            "completion and terminal: {metas:?}"
+        );
+        for m in with_quiescence {
+            assert_eq!(m["autonomous"], want);
+            assert_eq!(m["quiescence"]["remainingAutonomousContinuations"], 2);
+        }
+        // The boundary carries none.
+        assert!(metas
+            .iter()
+            .any(|m| m["phase"] == "responseBoundary" && m.get("autonomous").is_none()));
+    }
+
+    #[test]
+    fn a_local_answer_runs_as_a_prompt_turn_and_commands_are_announced_at_turn_zero() {
+        let mut h = Harness::new();
+        h.session.announce(
+            json!({"sessionUpdate":"available_commands_update","availableCommands":[]}),
+            &mut h.out,
+        );
+        assert_eq!(
+            h.take(),
+            ["update available_commands_update event turn=0 seq=1"]
+        );
+        h.session.prompt_input(
+            id(1),
+            TurnInput::Local(crate::turn::Local::Reply("hi".into())),
+            h.now,
+            &mut h.out,
+        );
+        assert_eq!(h.take(), [r#"start local Reply("hi")"#]);
+        // Refused like any prompt while it runs.
+        assert_eq!(h.session.refusal().as_deref(), Some(PROMPT_RUNNING));
     }
 
     #[test]

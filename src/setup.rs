@@ -73,6 +73,8 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         models,
         multi_session,
         store,
+        autonomy: cfg.autonomy.clone(),
+        goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
     })
 }
 

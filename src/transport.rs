@@ -196,7 +196,7 @@ where
 }
 
 /// Duplicates fd 1 for protocol frames and points fd 1 at stderr.
-fn take_over_stdout() -> io::Result<File> {
+pub(crate) fn take_over_stdout() -> io::Result<File> {
     let private = io::stdout().as_fd().try_clone_to_owned()?;
     // SAFETY: dup2 on two descriptors this process owns; fd 1 is replaced atomically, and
     // `private` keeps the original stdout open for protocol frames.

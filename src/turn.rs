@@ -20,10 +20,8 @@ use serde_json::Value;
 mod compacting;
 mod refining;
 
-#[allow(unused_imports)] // The slash-command parser of issue 11 calls it.
-pub(crate) use compacting::compact_manually;
-
 use crate::abort::AbortFlag;
+use crate::autonomy::{self, Next};
 use crate::compaction;
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, UserPrompt};
 use crate::prompt::PromptSpec;
@@ -62,6 +60,10 @@ pub struct Agent {
     pub(crate) multi_session: bool,
     /// Where sessions are kept on disk (`None`: `--no-session`, memory only).
     pub(crate) store: Option<Arc<crate::persist::Store>>,
+    /// Autonomous mode as configured at start-up (each session starts with it).
+    pub(crate) autonomy: autonomy::Config,
+    /// `--goal` and its token budget: each new session starts with this goal.
+    pub(crate) goal: Option<(String, Option<u64>)>,
 }
 
 impl Agent {
@@ -87,6 +89,8 @@ impl Agent {
             models: None,
             multi_session: false,
             store: None,
+            autonomy: autonomy::Config::default(),
+            goal: None,
         }
     }
 
@@ -106,6 +110,8 @@ impl Agent {
             models: None,
             multi_session: false,
             store: None,
+            autonomy: autonomy::Config::default(),
+            goal: None,
         })
     }
 }
@@ -180,6 +186,17 @@ impl Inbox {
 pub(crate) enum TurnInput {
     Prompt(UserPrompt),
     Inbox,
+    /// A slash command answered without the model (see `commands`).
+    Local(Local),
+}
+
+/// What a slash-command turn does instead of calling the model.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Local {
+    /// Show this text (the command was already carried out).
+    Reply(String),
+    /// `/compact [instructions]`.
+    Compact(Option<String>),
 }
 
 /// The conversation of one ACP session; it carries across that session's prompts.
@@ -187,6 +204,8 @@ pub(crate) enum TurnInput {
 pub(crate) struct Conversation {
     pub messages: Vec<Message>,
     pub usage: Usage,
+    /// Model calls that answered, over the session (autonomous turns are counted from it).
+    pub model_calls: u64,
     /// Provider notices already shown in this session (each is shown once).
     pub notices_shown: Vec<String>,
     /// Accounting and the latest compaction's summary.
@@ -252,6 +271,9 @@ pub(crate) struct TurnStart {
     pub input: TurnInput,
     /// The worker stops at its checkpoints (and abort hooks fire) once this is set.
     pub abort: AbortFlag,
+    /// The session's autonomous-mode and goal state, for a client prompt: the worker counts
+    /// its model calls there and continues the turn while it says so (`None`: a plain turn).
+    pub unattended: Option<autonomy::Shared>,
 }
 
 /// Starts a turn worker for a session's main agent. It joins `previous` (the session's last
@@ -269,6 +291,7 @@ pub(crate) fn spawn_turn(
         conversation,
         input,
         abort: flag,
+        unattended,
     } = start;
     thread::Builder::new()
         .name(format!("turn-{turn}"))
@@ -298,7 +321,17 @@ pub(crate) fn spawn_turn(
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
             }
-            let outcome = run_turn(&ctx, &model, &mut conv, input, &flag, &emit);
+            let outcome = match &unattended {
+                Some(u) if matches!(input, TurnInput::Prompt(_)) => {
+                    run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
+                }
+                Some(u) => {
+                    // A slash command may have changed the goal.
+                    report_goal(&mut autonomy::lock(u), &emit);
+                    run_turn(&ctx, &model, &mut conv, input, &flag, &emit)
+                }
+                _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
+            };
             // Before the outcome is reported: what the client sees acknowledged is written
             // (one `write` per line, no user-space buffer, so a killed process loses nothing).
             conv.persist();
@@ -352,6 +385,96 @@ fn take_over<'a>(
                 let _ = abort.sleep(Duration::from_millis(5));
             }
         }
+    }
+}
+
+/// A client prompt: the turn, then the continuations a goal or autonomous mode asks for after
+/// each clean assistant turn (gates run here, on this worker, outside the state's lock), all
+/// inside the one `session/prompt`. Every model call is counted into `unattended`, goal
+/// changes are reported as they happen at turn boundaries, and the prompt's summed usage is
+/// left there for its response.
+fn run_prompt(
+    ctx: &AgentCtx,
+    model: &TurnModel,
+    conv: &mut Conversation,
+    input: TurnInput,
+    abort: &AbortFlag,
+    emit: &dyn Fn(AgentEvent),
+    unattended: &autonomy::Shared,
+) -> TurnOutcome {
+    let usage_at_start = conv.usage;
+    let (mut calls_seen, mut usage_seen) = (conv.model_calls, conv.usage);
+    let mut input = input;
+    let outcome = loop {
+        let outcome = run_turn(ctx, model, conv, input, abort, emit);
+        let now = Instant::now();
+        let calls = conv.model_calls - calls_seen;
+        let usage = conv.usage.minus(usage_seen);
+        (calls_seen, usage_seen) = (conv.model_calls, conv.usage);
+        let mut state = autonomy::lock(unattended);
+        state.record(calls, usage, now);
+        if let TurnOutcome::Failed(why) = &outcome {
+            state.goal_failed(why, now);
+        }
+        report_goal(&mut state, emit);
+        let TurnOutcome::Completed(stop) = outcome else {
+            break outcome;
+        };
+        // Only an assistant turn continues (a `!cmd` or an empty inbox made no model call).
+        if calls == 0 {
+            break outcome;
+        }
+        if abort.is_aborted() {
+            break TurnOutcome::Cancelled;
+        }
+        // A goal goes first, as upstream.
+        let next = match state.goal_continuation() {
+            Some(text) => Next::Continue(text),
+            None => {
+                let gates = state.take_gates();
+                drop(state);
+                let gates = gates.map(|(config, mut book)| {
+                    let outcome =
+                        autonomy::gate::run_gates(&config, &mut book, &ctx.agent.cwd, abort);
+                    (book, outcome)
+                });
+                state = autonomy::lock(unattended);
+                state.after_turn(gates, Instant::now(), &autonomy::gate::iso_now())
+            }
+        };
+        if abort.is_aborted() {
+            break TurnOutcome::Cancelled;
+        }
+        match next {
+            Next::Stop => break TurnOutcome::Completed(state.stop_reason(stop, Instant::now())),
+            Next::Continue(text) => {
+                drop(state);
+                input = TurnInput::Prompt(UserPrompt {
+                    text,
+                    images: Vec::new(),
+                    typed: false,
+                });
+            }
+        }
+    };
+    autonomy::lock(unattended).prompt_usage = Some(conv.usage.minus(usage_at_start));
+    outcome
+}
+
+/// Reports the goal's state if it changed since it was last reported (`_meta…goal`).
+fn report_goal(state: &mut autonomy::Unattended, emit: &dyn Fn(AgentEvent)) {
+    if let Some(g) = state.take_goal_meta() {
+        emit(goal_event(g));
+    }
+}
+
+/// The event that shows a goal's state.
+pub(crate) fn goal_event(g: autonomy::GoalMeta) -> AgentEvent {
+    AgentEvent::GoalUpdate {
+        status: g.status,
+        objective: g.objective,
+        token_budget: g.token_budget,
+        tokens_used: g.tokens_used,
     }
 }
 
@@ -446,6 +569,22 @@ impl Worker<'_> {
                 if self.ctx.inbox.is_empty() {
                     return TurnOutcome::Completed(StopReason::EndTurn);
                 }
+            }
+            TurnInput::Local(local) => {
+                let text = match local {
+                    Local::Reply(text) => text,
+                    // Compaction reports itself (`_meta…compaction`, or a notice).
+                    Local::Compact(instructions) => {
+                        return self.manual_compact(conv, instructions.as_deref())
+                    }
+                };
+                self.emit(AgentEvent::AssistantMessageStart);
+                self.emit(AgentEvent::MessageDelta {
+                    assistant: true,
+                    kind: DeltaKind::Text,
+                    delta: text,
+                });
+                return TurnOutcome::Completed(StopReason::EndTurn);
             }
         }
         let provider = match &self.model.provider {
@@ -565,6 +704,7 @@ impl Worker<'_> {
             };
             calls_ok += 1;
             conv.usage.add(reply.usage);
+            conv.model_calls += 1;
             // What the model saw plus what it wrote is what the context now holds.
             let used = reply.usage.input
                 + reply.usage.cache_read
@@ -836,8 +976,7 @@ pub(crate) enum AgentEvent {
         reason: Option<String>,
     },
     ChildUpdate(ChildSnapshot),
-    /// Not produced yet: goals (issue 11) emit it.
-    #[allow(dead_code)] // Produced once issue 11 lands.
+    /// The goal changed (`_meta…goal`).
     GoalUpdate {
         status: String,
         objective: Option<String>,
@@ -953,6 +1092,7 @@ mod tests {
             conversation: conv.clone(),
             input: TurnInput::Prompt(prompt),
             abort: AbortFlag::new(),
+            unattended: None,
         };
         let handle = spawn_turn(start, None, tx, Backlog::default()).unwrap();
         handle.join().unwrap();

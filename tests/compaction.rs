@@ -403,3 +403,43 @@ mod loopback {
         assert!(s.agent.finish().success());
     }
 }
+
+#[test]
+fn settings_turn_the_automatic_triggers_and_the_kernel_skill_off() {
+    let dir = TempDir::new("compact-off");
+    let agent_dir = dir.path().join("agent-dir");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    // The project's settings override the global ones.
+    std::fs::write(
+        agent_dir.join("settings.json"),
+        json!({"compaction": {"keepRecentTokens": 30, "enabled": true}}).to_string(),
+    )
+    .unwrap();
+    dir.write(
+        ".prime/agent/settings.json",
+        &json!({"compaction": {"enabled": false, "agentCallable": false}}).to_string(),
+    );
+    let lines = vec![
+        json!({"steps": [{"text": long("OLD")}, {"usage": {"input": 100}}]}),
+        // Far over the threshold, yet no summary request follows.
+        json!({"steps": [{"tool_call": {"id": "k", "name": "ipython", "arguments": {"code": "await compact.status()"}}}, {"usage": {"input": 127_000}}]}),
+        json!({"steps": [{"expect": ["error=true", "host request type \"compact.status\" is not available in this session"]}, {"text": "fine"}, {"usage": {"input": 127_500}}]}),
+        json!({"steps": [{"expect_first": ["user: hello"]}, {"text": "still whole"}]}),
+    ];
+    let script = script_file(&dir, &lines);
+    let agent_dir = agent_dir.display().to_string();
+    let harness = dir.path().join("global-harness").display().to_string();
+    let mut a = agent_in_env(
+        &dir,
+        &script,
+        &[],
+        &[
+            ("PRIME_AGENT_CODING_AGENT_DIR", &agent_dir),
+            ("RLM_GLOBAL_HARNESS_STATE_DIR", &harness),
+        ],
+    );
+    assert_eq!(a.prompt_stop("hello"), "end_turn");
+    assert_eq!(a.prompt_stop(&long("NEW")), "end_turn");
+    assert_eq!(a.prompt_stop("again"), "end_turn");
+    assert!(compactions(&a).is_empty());
+}

@@ -259,6 +259,18 @@ fn host_bridge_errors_reach_python() {
     let dir = TempDir::new("kernel-host");
     let mut a = kernel_agent(&dir, "host_bridge.jsonl", &[]);
     assert_eq!(a.prompt_stop("go"), "end_turn");
+    // The goal the model created and completed reached the client as `_meta…goal`.
+    let goals: Vec<Value> = a
+        .updates()
+        .iter()
+        .filter_map(|u| ns(u).get("goal").cloned())
+        .collect();
+    assert_eq!(
+        goals.last(),
+        Some(&json!({"status":"complete","objective":"ship it","tokenBudget":1000,"tokensUsed":0}))
+    );
+    // Shown as it happened, mid-turn, not only at the end.
+    assert_eq!(goals[0]["status"], "active", "{goals:?}");
 }
 
 #[test]

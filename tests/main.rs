@@ -2,11 +2,15 @@
 
 mod support;
 
+mod autonomy;
+mod commands;
 mod compaction;
 mod config_options;
 mod demo;
 mod faults;
 mod fuzz;
+mod goals;
+mod headless;
 mod kernel;
 mod mcp;
 mod persist;

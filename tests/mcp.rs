@@ -157,7 +157,8 @@ fn reference_server_over_stdio_is_called_by_the_model() {
     let script = [
         call("c1", "mcp__ev__echo", json!({"message": "hi there"})),
         json!({"steps":[{"expect":["tool_result mcp__ev__echo error=false: Echo: hi there"]},
-                        {"text":"done"}]}),
+                        {"tool_call":{"id":"i1","name":"mcp__ev__get-tiny-image","arguments":{}}}]}),
+        json!({"text":"done"}),
     ];
     let servers = json!([stdio_entry(
         "ev",
@@ -177,6 +178,16 @@ fn reference_server_over_stdio_is_called_by_the_model() {
     let end = tool_end(&a, "c1");
     assert_eq!(end["status"], "completed");
     assert_eq!(result_text(&end), "Echo: hi there");
+    // An image result is ACP image content.
+    let image = tool_end(&a, "i1");
+    assert_eq!(image["status"], "completed");
+    let blocks = image["content"].as_array().unwrap();
+    let img = blocks
+        .iter()
+        .find(|b| b["content"]["type"] == "image")
+        .unwrap_or_else(|| panic!("no image block: {image}"));
+    assert_eq!(img["content"]["mimeType"], "image/png");
+    assert!(!img["content"]["data"].as_str().unwrap().is_empty());
     assert_eq!(a.text(), "done");
 }
 

@@ -2,8 +2,8 @@
 
 Module `rlm` (itself callable: `await rlm(prompt)` == `await rlm.run(prompt)`): the host bridge
 (`host_request`), subagent calls (`run`, `find_models`, `list_subagents`, `delete_subagent`)
-and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `compact`, `refine`, and
-stubs for `goal` and `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
+and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `compact`, `refine`, `goal`,
+and a stub for `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
 so the model gets Python errors with exact texts. Standard library only.
 """
 
@@ -42,13 +42,14 @@ def _install(send_display, new_request, namespace):
     sys.modules["edit"] = edit
     sys.modules["attach_image"] = attach_image
     sys.modules["agent_message"] = agent_message
+    sys.modules["goal"] = goal
     namespace.update(
         rlm=this,
         edit=edit,
         attach_image=attach_image,
         agent_message=agent_message,
         mcp=mcp,
-        goal=_Unavailable("goal"),
+        goal=goal,
         compact=_Unavailable("compact"),
         rlm_heartbeat=_Unavailable("rlm_heartbeat"),
     )
@@ -420,6 +421,35 @@ async def _send(message, broadcast_message=None, *, receiver_role=None, receiver
 agent_message = types.ModuleType("agent_message", "Agent-to-agent messaging through the host.")
 agent_message.list_agents = _list_agents
 agent_message.send = _send
+
+
+# --- goal ---------------------------------------------------------------------------------------
+
+async def _goal_get():
+    """The session's goal: `{goal: {...} | None, remaining_tokens, completion_budget_report}`."""
+    return await host_request("goal.get", {})
+
+
+async def _goal_create(objective, token_budget=None):
+    """Starts a goal the agent pursues across turns (refused while another is unfinished)."""
+    if not isinstance(objective, str) or not objective.strip():
+        raise ValueError("goal.create objective must be a non-empty string")
+    if token_budget is not None and (
+        isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget <= 0
+    ):
+        raise ValueError("goal.create token_budget must be a positive integer or None")
+    return await host_request("goal.create", {"objective": objective, "token_budget": token_budget})
+
+
+async def _goal_complete():
+    """Marks the goal achieved; the result carries the budget report for the user."""
+    return await host_request("goal.complete", {})
+
+
+goal = types.ModuleType("goal", "The session's goal, through the host.")
+goal.get = _goal_get
+goal.create = _goal_create
+goal.complete = _goal_complete
 
 
 # --- mcp ------------------------------------------------------------------------------------------

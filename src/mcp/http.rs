@@ -216,6 +216,11 @@ impl Inner {
 
 impl Transport for HttpTransport {
     fn send(&self, msg: Value, id: Option<u64>) -> Result<(), McpError> {
+        // The handshake's end must reach the server before the first request after it; it is
+        // sent during connect, where nobody waits to cancel.
+        if msg["method"] == "notifications/initialized" {
+            return self.inner.post(&msg, None);
+        }
         let inner = self.inner.clone();
         let t = std::thread::Builder::new()
             .name(format!("mcp-{}-http", self.inner.name))

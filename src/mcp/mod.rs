@@ -43,6 +43,7 @@ pub(crate) struct McpHub {
     /// Notified on every status change (readiness waits).
     changed: Condvar,
     gate: Mutex<()>,
+    launcher: Mutex<Option<JoinHandle<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -96,27 +97,59 @@ impl McpHub {
             started: Instant::now(),
             changed: Condvar::new(),
             gate: Mutex::new(()),
+            launcher: Mutex::default(),
             threads: Mutex::default(),
         });
         if hub.servers.is_empty() {
             return hub;
         }
         hub.publish();
-        for server in &hub.servers {
-            let weak = Arc::downgrade(&hub);
+        // One launcher thread starts the per-server threads, so `session/new` pays for a
+        // single thread start whatever the number of servers.
+        let weak = Arc::downgrade(&hub);
+        let launched = std::thread::Builder::new()
+            .name("mcp-start".to_owned())
+            .spawn(move || {
+                if let Some(hub) = weak.upgrade() {
+                    hub.launch(&cwd);
+                }
+            });
+        match launched {
+            Ok(t) => *hub.launcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(t),
+            Err(e) => {
+                for server in &hub.servers {
+                    hub.set(
+                        server,
+                        Status::Failed(format!("cannot start a thread: {e}")),
+                        None,
+                        Vec::new(),
+                    );
+                }
+            }
+        }
+        hub
+    }
+
+    /// Starts one connect thread per server (on the launcher thread).
+    fn launch(self: &Arc<Self>, cwd: &std::path::Path) {
+        for server in &self.servers {
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let weak = Arc::downgrade(self);
             let mine = server.clone();
-            let cwd = cwd.clone();
-            let closing = hub.closing.clone();
+            let cwd = cwd.to_path_buf();
+            let closing = self.closing.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("mcp-{}", server.name))
                 .spawn(move || connect(&weak, &mine, &cwd, &closing));
             match spawned {
-                Ok(t) => hub
+                Ok(t) => self
                     .threads
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push(t),
-                Err(e) => hub.set(
+                Err(e) => self.set(
                     server,
                     Status::Failed(format!("cannot start a thread: {e}")),
                     None,
@@ -124,7 +157,6 @@ impl McpHub {
                 ),
             }
         }
-        hub
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -338,6 +370,14 @@ impl McpHub {
         }
         // Connect threads see `closing` at once; a spawn that is under way ends quickly.
         let deadline = Instant::now() + Duration::from_millis(500);
+        let launcher = self
+            .launcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = launcher {
+            join_by(t, deadline);
+        }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
             join_by(t, deadline);
@@ -359,6 +399,9 @@ impl Drop for McpHub {
 
 /// Joins `t` if it finishes by `deadline`; else leaves it (it ends on its own) and logs it.
 fn join_by(t: JoinHandle<()>, deadline: Instant) {
+    if t.thread().id() == std::thread::current().id() {
+        return; // A connect thread dropping the last hub: it ends right after.
+    }
     while !t.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }

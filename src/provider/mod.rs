@@ -83,6 +83,16 @@ impl Usage {
         self.cache_read += other.cache_read;
         self.cache_write += other.cache_write;
     }
+
+    /// What was used since `earlier` (a snapshot of the same running total).
+    pub(crate) fn minus(self, earlier: Usage) -> Usage {
+        Usage {
+            input: self.input.saturating_sub(earlier.input),
+            output: self.output.saturating_sub(earlier.output),
+            cache_read: self.cache_read.saturating_sub(earlier.cache_read),
+            cache_write: self.cache_write.saturating_sub(earlier.cache_write),
+        }
+    }
 }
 
 /// A model's prices in USD per million tokens (models.json `cost`).

@@ -19,7 +19,7 @@
 //! "cacheWrite"}` (USD per million tokens; default: no prices).
 //!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
-//! `{"usage": {"input", "output"}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
+//! `{"usage": {"input", "output", "cache_read"?, "cache_write"?}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
 //! `{"stuck_ms": n}` (blocks n ms ignoring cancel, like a call no abort hook can reach),
 //! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
 //! `{"stream_until_cancelled": {"text": s, "interval_ms": n}}`, and

@@ -33,6 +33,9 @@ impl HostHandler for NodeHandler {
             "rlm.delete_subagent" => family.delete_subagent(&self.node, &payload),
             "agent_message.list_agents" => Ok(family.list_agents(&self.node)),
             "agent_message.send" => family.send(&self.node, &payload),
+            "goal.get" | "goal.create" | "goal.complete" => {
+                family.goal_request(&self.node, kind, &payload)
+            }
             "mcp.config" | "mcp.refresh" | "mcp.list_tools" | "mcp.call_tool" => {
                 crate::mcp::host_request(family.mcp().as_deref(), kind, &payload)
             }

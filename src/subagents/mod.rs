@@ -51,6 +51,9 @@ pub(crate) enum FamilyMsg {
     },
     /// The session's MCP servers changed state: the whole list (`_meta[ns].mcp`).
     Mcp { generation: u64, servers: Value },
+    /// The main agent's kernel changed the goal (`goal.create` / `goal.complete`): shown now,
+    /// not at the end of the turn.
+    Goal { generation: u64 },
 }
 
 impl FamilyMsg {
@@ -60,7 +63,8 @@ impl FamilyMsg {
             FamilyMsg::Child { generation, .. }
             | FamilyMsg::MainInbox { generation }
             | FamilyMsg::SentByMain { generation, .. }
-            | FamilyMsg::Mcp { generation, .. } => *generation,
+            | FamilyMsg::Mcp { generation, .. }
+            | FamilyMsg::Goal { generation } => *generation,
         }
     }
 }
@@ -82,6 +86,8 @@ pub(crate) struct Family {
     closed: AtomicBool,
     state: Mutex<State>,
     me: Weak<Family>,
+    /// The session's goal and autonomous state: the main agent's `goal.*` requests use it.
+    unattended: Mutex<Option<crate::autonomy::Shared>>,
     /// The session's MCP servers (set once at `session/new`), shared by every agent.
     mcp: OnceLock<Arc<McpHub>>,
 }
@@ -147,8 +153,40 @@ impl Family {
             closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             me: me.clone(),
+            unattended: Mutex::new(None),
             mcp: OnceLock::new(),
         })
+    }
+
+    /// Hands the family the session's goal state, for the main agent's `goal.*` requests.
+    pub(crate) fn set_unattended(&self, shared: crate::autonomy::Shared) {
+        *self.unattended.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared);
+    }
+
+    /// The main agent's `goal.get|create|complete`; subagents have no goal of their own.
+    pub(crate) fn goal_request(
+        &self,
+        node: &str,
+        kind: &str,
+        payload: &serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        if node != self.main_id {
+            return Err("goals belong to the session's main agent; a subagent has none".to_owned());
+        }
+        let shared = self
+            .unattended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let shared = shared.ok_or_else(|| crate::kernel::host::unavailable(kind))?;
+        let result =
+            crate::autonomy::lock(&shared).goal_request(kind, payload, std::time::Instant::now());
+        if result.is_ok() && kind != "goal.get" {
+            self.notify(FamilyMsg::Goal {
+                generation: self.generation,
+            });
+        }
+        result
     }
 
     /// The main agent's context: its tools answer host requests through this family.

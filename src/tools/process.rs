@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
 
 use crate::abort::AbortFlag;
 use crate::content::tail_bytes;
@@ -590,6 +590,171 @@ impl Loop {
         };
         on_report(&report);
     }
+}
+
+/// How a command run by `run_split` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SplitEnding {
+    Exited(i32),
+    /// Killed by this signal (not by us).
+    Signaled(i32),
+    TimedOut,
+    Aborted,
+}
+
+/// A command's stdout and stderr kept apart, each at most `keep` bytes (the start of it).
+#[derive(Debug)]
+pub(crate) struct SplitRun {
+    pub ending: SplitEnding,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` with the shell in `cwd` for its two streams separately (autonomous gates):
+/// the same group discipline as `run` (its own group, killed on timeout, on abort, and when
+/// the shell has exited but something it left behind keeps the pipes open), but only the
+/// first `keep` bytes of each stream are kept and nothing is spilled. `Err` when it could not
+/// start (the spawn error's text).
+pub(crate) fn run_split(
+    command: &str,
+    cwd: &Path,
+    timeout: Duration,
+    keep: usize,
+    abort: &AbortFlag,
+) -> Result<SplitRun, String> {
+    let mut run = SplitRun {
+        ending: SplitEnding::Aborted,
+        stdout: String::new(),
+        stderr: String::new(),
+    };
+    if abort.is_aborted() {
+        return Ok(run);
+    }
+    let mut cmd = Command::new(shell());
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (mut child, pgid) = spawn::spawn_group(&mut cmd, None).map_err(|e| e.to_string())?;
+    let group = GroupGuard(pgid);
+    let hook = abort.on_abort(move || kill_group(pgid));
+    // Each stream on its own channel, so the two stay apart.
+    let mut streams = Vec::new();
+    let mut drains = Vec::new();
+    for pipe in [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ] {
+        let (tx, rx) = bounded(CHANNEL_DEPTH);
+        if let Some(pipe) = pipe {
+            drains.extend(drain("gate-output", pipe, tx));
+        }
+        streams.push((rx, Vec::<u8>::new(), false));
+    }
+    let deadline = Instant::now().checked_add(timeout);
+    let mut status: Option<ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut killed_at: Option<Instant> = None;
+    let mut reason: Option<SplitEnding> = None;
+    let take = |buf: &mut Vec<u8>, bytes: &[u8]| {
+        let room = keep.saturating_sub(buf.len());
+        buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    };
+    loop {
+        // Wait for output (or the poll interval); once both pipes are closed only the exit
+        // status is missing, so poll quickly: a gate's end is on the path to the next call.
+        let open_now = streams.iter().filter(|s| !s.2).count();
+        let poll = if open_now == 0 {
+            Duration::from_millis(1)
+        } else {
+            POLL
+        };
+        let never = crossbeam_channel::never();
+        let rx0 = if streams[0].2 { &never } else { &streams[0].0 };
+        let rx1 = if streams[1].2 { &never } else { &streams[1].0 };
+        let got = select! {
+            recv(rx0) -> m => Some((0, m.ok())),
+            recv(rx1) -> m => Some((1, m.ok())),
+            default(poll) => None,
+        };
+        if let Some((i, m)) = got {
+            match m {
+                Some(Msg::Data(bytes)) => take(&mut streams[i].1, &bytes),
+                Some(Msg::Eof) | None => streams[i].2 = true,
+            }
+        }
+        let open = streams.iter().filter(|s| !s.2).count();
+        if status.is_some() && open == 0 {
+            break;
+        }
+        if status.is_none() {
+            match child.try_wait() {
+                Ok(Some(s)) => {
+                    status = Some(s);
+                    exited_at = Some(Instant::now());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    log::warn!("waiting for the gate command failed: {e}");
+                    kill_group(pgid);
+                    let _ = child.wait();
+                    status = Some(ExitStatus::from_raw(255 << 8));
+                    killed_at = Some(Instant::now());
+                }
+            }
+        }
+        if reason.is_none() {
+            if abort.is_aborted() {
+                reason = Some(SplitEnding::Aborted);
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                reason = Some(SplitEnding::TimedOut);
+            }
+            if reason.is_some() {
+                kill_group(pgid);
+                killed_at = Some(Instant::now());
+            }
+        }
+        if killed_at.is_none() && open > 0 && exited_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE) {
+            kill_group(pgid);
+            killed_at = Some(Instant::now());
+        }
+        if status.is_some() && killed_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE) {
+            break;
+        }
+    }
+    // Late chunks already queued are part of the output.
+    for (rx, buf, _) in &mut streams {
+        while let Ok(Msg::Data(bytes)) = rx.try_recv() {
+            take(buf, &bytes);
+        }
+    }
+    drop(hook);
+    drop(group);
+    for d in drains {
+        if d.is_finished() {
+            let _ = d.join();
+        }
+    }
+    run.ending = reason.unwrap_or_else(|| match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => SplitEnding::Exited(code),
+            (None, Some(sig)) => SplitEnding::Signaled(sig),
+            (None, None) => SplitEnding::Exited(255),
+        },
+        None => SplitEnding::Exited(255),
+    });
+    let [out, err] = [0, 1].map(|i| String::from_utf8_lossy(&streams[i].1).into_owned());
+    run.stdout = out;
+    run.stderr = err;
+    Ok(run)
 }
 
 /// Length of the longest prefix of `bytes` that does not end inside a UTF-8 sequence.

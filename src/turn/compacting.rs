@@ -180,24 +180,3 @@ impl Worker<'_> {
         }
     }
 }
-
-/// A manual compaction with optional instructions, for whoever runs a `/compact` command
-/// (the turn itself recognises the bare command until a slash-command parser takes over).
-#[allow(dead_code)] // The slash-command parser of issue 11 calls it.
-pub(crate) fn compact_manually(
-    ctx: &super::AgentCtx,
-    model: &super::TurnModel,
-    conv: &mut Conversation,
-    instructions: Option<&str>,
-    abort: &crate::abort::AbortFlag,
-    emit: &dyn Fn(AgentEvent),
-) -> TurnOutcome {
-    let worker = Worker {
-        ctx,
-        agent: &ctx.agent,
-        model,
-        abort,
-        emit,
-    };
-    worker.manual_compact(conv, instructions)
-}

@@ -1,0 +1,282 @@
+//! Goals (behaviour spec §5.3): an objective the model pursues across turns until it calls
+//! `goal.complete()`, its token budget runs out, or the user pauses or clears it.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::provider::Usage;
+
+/// The longest objective kept (characters).
+pub(crate) const MAX_OBJECTIVE_CHARS: usize = 4000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GoalStatus {
+    Active,
+    Paused,
+    BudgetLimited,
+    Complete,
+    Error,
+}
+
+impl GoalStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            GoalStatus::Active => "active",
+            GoalStatus::Paused => "paused",
+            GoalStatus::BudgetLimited => "budget_limited",
+            GoalStatus::Complete => "complete",
+            GoalStatus::Error => "error",
+        }
+    }
+}
+
+/// A session's goal.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Goal {
+    pub goal_id: String,
+    pub status: GoalStatus,
+    pub objective: String,
+    pub token_budget: Option<u64>,
+    pub tokens_used: u64,
+    pub continuations_used: u64,
+    /// Seconds accrued while active, up to `active_since`.
+    pub accrued_secs: f64,
+    /// While active: since when time accrues.
+    pub active_since: Option<Instant>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_reason: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// The objective as kept: trimmed, at most `MAX_OBJECTIVE_CHARS`.
+pub(crate) fn clean_objective(objective: &str) -> String {
+    objective.trim().chars().take(MAX_OBJECTIVE_CHARS).collect()
+}
+
+impl Goal {
+    pub(crate) fn new(
+        objective: &str,
+        token_budget: Option<u64>,
+        now: Instant,
+        wall: &str,
+    ) -> Goal {
+        Goal {
+            goal_id: uuid::Uuid::new_v4().to_string(),
+            status: GoalStatus::Active,
+            objective: clean_objective(objective),
+            token_budget,
+            tokens_used: 0,
+            continuations_used: 0,
+            accrued_secs: 0.0,
+            active_since: Some(now),
+            created_at: wall.to_owned(),
+            updated_at: wall.to_owned(),
+            last_reason: None,
+            last_error: None,
+        }
+    }
+
+    pub(crate) fn time_used_secs(&self, now: Instant) -> u64 {
+        let running = self
+            .active_since
+            .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
+        (self.accrued_secs + running) as u64
+    }
+
+    /// Moves to `status`, folding the active time into the total.
+    pub(crate) fn set_status(&mut self, status: GoalStatus, now: Instant, wall: &str) {
+        if let Some(t) = self.active_since.take() {
+            self.accrued_secs += now.saturating_duration_since(t).as_secs_f64();
+        }
+        if status == GoalStatus::Active {
+            self.active_since = Some(now);
+        }
+        self.status = status;
+        self.updated_at = wall.to_owned();
+    }
+
+    /// Counts a model call's tokens (input + output) while active; a reached budget makes the
+    /// goal `budget_limited`. Returns whether anything changed.
+    pub(crate) fn record(&mut self, usage: Usage, now: Instant, wall: &str) -> bool {
+        if self.status != GoalStatus::Active {
+            return false;
+        }
+        let added = usage.input + usage.output;
+        self.tokens_used += added;
+        if let Some(budget) = self.token_budget.filter(|b| self.tokens_used >= *b) {
+            self.set_status(GoalStatus::BudgetLimited, now, wall);
+            self.last_reason = Some(format!("Reached {budget} token goal budget"));
+            return true;
+        }
+        if added > 0 {
+            self.updated_at = wall.to_owned();
+        }
+        added > 0
+    }
+
+    pub(crate) fn remaining_tokens(&self) -> Option<u64> {
+        self.token_budget
+            .map(|b| b.saturating_sub(self.tokens_used))
+    }
+
+    /// The `completion_budget_report` of a completed goal.
+    pub(crate) fn completion_report(&self, now: Instant) -> Option<String> {
+        if self.status != GoalStatus::Complete {
+            return None;
+        }
+        let tokens = match self.token_budget {
+            Some(b) => format!("{} of {b}", self.tokens_used),
+            None => self.tokens_used.to_string(),
+        };
+        Some(format!(
+            "Goal achieved. Report final budget usage to the user: tokens used: {tokens}; time used: {} seconds.",
+            self.time_used_secs(now)
+        ))
+    }
+
+    /// `goal` of `goal.get()` (snake_case: the kernel API's shape).
+    pub(crate) fn to_value(&self, now: Instant) -> Value {
+        json!({
+            "goal_id": self.goal_id,
+            "objective": self.objective,
+            "status": self.status.as_str(),
+            "token_budget": self.token_budget,
+            "tokens_used": self.tokens_used,
+            "time_used_seconds": self.time_used_secs(now),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        })
+    }
+
+    /// The LLM-visible continuation while the goal is active (our words, the spec's fields).
+    pub(crate) fn continuation(&self) -> String {
+        let budget = self
+            .token_budget
+            .map_or_else(|| "none".to_owned(), |b| b.to_string());
+        let remaining = self
+            .remaining_tokens()
+            .map_or_else(|| "unlimited".to_owned(), |r| r.to_string());
+        format!(
+            "<goal_context>\nContinue working toward the active thread goal.\n\n<objective>{}</objective>\n\nGoal state:\n- status: {}\n- tokens used: {}\n- token budget: {budget}\n- remaining tokens: {remaining}\n\nWhen the objective is achieved, run `await goal.complete()` in ipython, then report the final budget usage to the user. Until then, keep making progress; nobody will answer questions.\n</goal_context>",
+            xml_escape(&self.objective),
+            self.status.as_str(),
+            self.tokens_used,
+        )
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Why `goal.create` refuses while a goal exists in `status` (`None`: it may replace it).
+pub(crate) fn create_refusal(status: GoalStatus) -> Option<&'static str> {
+    match status {
+        GoalStatus::Active => Some("cannot create a new goal because a goal is already active; finish it with `await goal.complete()` first"),
+        GoalStatus::Paused => Some("cannot create a new goal because the current goal is paused; the user can resume or clear it with /goal"),
+        GoalStatus::BudgetLimited => Some("cannot create a new goal because the current goal reached its token budget; the user can clear it with /goal clear"),
+        GoalStatus::Complete | GoalStatus::Error => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn usage(input: u64, output: u64) -> Usage {
+        Usage {
+            input,
+            output,
+            cache_read: 500,
+            cache_write: 7,
+        }
+    }
+
+    #[test]
+    fn tokens_accrue_while_active_until_the_budget() {
+        let now = Instant::now();
+        let mut g = Goal::new("  ship it  ", Some(100), now, "T0");
+        assert_eq!(g.objective, "ship it");
+        assert!(g.record(usage(30, 10), now, "T1"));
+        assert_eq!((g.tokens_used, g.remaining_tokens()), (40, Some(60)));
+        assert!(g.record(usage(50, 20), now, "T2"));
+        assert_eq!(g.status, GoalStatus::BudgetLimited);
+        assert_eq!(
+            g.last_reason.as_deref(),
+            Some("Reached 100 token goal budget")
+        );
+        assert_eq!(g.remaining_tokens(), Some(0));
+        // No longer active: nothing counts.
+        assert!(!g.record(usage(5, 5), now, "T3"));
+        assert_eq!(g.tokens_used, 110);
+    }
+
+    #[test]
+    fn time_accrues_only_while_active() {
+        let t0 = Instant::now();
+        let mut g = Goal::new("x", None, t0, "T");
+        g.set_status(GoalStatus::Paused, t0 + Duration::from_secs(10), "T");
+        assert_eq!(g.time_used_secs(t0 + Duration::from_secs(100)), 10);
+        g.set_status(GoalStatus::Active, t0 + Duration::from_secs(100), "T");
+        assert_eq!(g.time_used_secs(t0 + Duration::from_secs(105)), 15);
+    }
+
+    #[test]
+    fn completion_report_and_get_shape() {
+        let t0 = Instant::now();
+        let mut g = Goal::new("x", Some(1000), t0, "T");
+        g.record(usage(20, 5), t0, "T");
+        assert_eq!(g.completion_report(t0), None);
+        g.set_status(GoalStatus::Complete, t0 + Duration::from_secs(3), "T9");
+        assert_eq!(
+            g.completion_report(t0).as_deref(),
+            Some("Goal achieved. Report final budget usage to the user: tokens used: 25 of 1000; time used: 3 seconds.")
+        );
+        let v = g.to_value(t0);
+        assert_eq!(v["status"], "complete");
+        assert_eq!(v["tokens_used"], 25);
+        assert_eq!(v["token_budget"], 1000);
+        assert_eq!(v["time_used_seconds"], 3);
+        assert_eq!(v["updated_at"], "T9");
+    }
+
+    #[test]
+    fn the_continuation_escapes_the_objective_and_states_the_budget() {
+        let g = Goal::new("fix <b> & \"c\"", None, Instant::now(), "T");
+        let text = g.continuation();
+        assert!(text.starts_with("<goal_context>\n"));
+        assert!(text.ends_with("\n</goal_context>"));
+        assert!(text.contains("<objective>fix &lt;b&gt; &amp; &quot;c&quot;</objective>"));
+        assert!(text.contains("- token budget: none\n- remaining tokens: unlimited"));
+        assert!(text.contains("await goal.complete()"));
+    }
+
+    #[test]
+    fn create_refusals() {
+        for s in [
+            GoalStatus::Active,
+            GoalStatus::Paused,
+            GoalStatus::BudgetLimited,
+        ] {
+            assert!(create_refusal(s)
+                .unwrap()
+                .starts_with("cannot create a new goal because "));
+        }
+        assert_eq!(create_refusal(GoalStatus::Complete), None);
+        assert_eq!(clean_objective(&"y".repeat(5000)).chars().count(), 4000);
+    }
+}

@@ -1,0 +1,119 @@
+//! Goals end to end (behaviour spec §5.3, §2.8 case 12): `--goal` seeds the session and is
+//! shown at once, the model gets the `<goal_context>` continuation while the goal is active,
+//! token accounting ends it at its budget, and a provider failure marks it `error`; every
+//! change reaches the client as `_meta…goal`. (`goal.*` from the kernel: `kernel.rs`.)
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn goal_metas(a: &Agent) -> Vec<Value> {
+    a.updates()
+        .iter()
+        .filter_map(|u| ns(u).get("goal").cloned())
+        .collect()
+}
+
+#[test]
+fn a_goal_from_the_command_line_is_shown_right_after_session_new() {
+    let mut a = Agent::scripted("no_replies.jsonl", &["--goal", "ship ACP mode"]);
+    a.handshake();
+    let update = a.wait_for("the goal", |f| {
+        ns(&f["params"]["update"]).get("goal").is_some()
+    });
+    assert_eq!(
+        ns(&update["params"]["update"])["goal"],
+        json!({"status":"active","objective":"ship ACP mode","tokensUsed":0})
+    );
+    assert_eq!(ns(&update["params"]["update"])["promptTurnId"], 0);
+}
+
+#[test]
+fn an_active_goal_continues_until_its_token_budget_is_reached() {
+    let dir = TempDir::new("goal-budget");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"text":"started"},{"usage":{"input":20,"output":10,"cache_read":99}}]}),
+            json!({"steps":[
+                {"expect":["user: <goal_context>\n","<objective>reach &lt;50&gt; tokens</objective>","- tokens used: 30\n- token budget: 50\n- remaining tokens: 20"]},
+                {"text":" more"},{"usage":{"input":20,"output":10}}
+            ]}),
+            json!({"text":"never asked"}),
+        ],
+    );
+    let mut a = agent_in(
+        &dir,
+        &script,
+        &["--goal", "reach <50> tokens", "--goal-token-budget", "50"],
+    );
+    let id = a.prompt("go");
+    let r = a.response(&id);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(a.text(), "started more");
+    let metas = goal_metas(&a);
+    assert_eq!(
+        metas.last(),
+        Some(
+            &json!({"status":"budget_limited","objective":"reach <50> tokens","tokenBudget":50,"tokensUsed":60})
+        )
+    );
+    // The intermediate count was shown too.
+    assert!(metas
+        .iter()
+        .any(|g| g["tokensUsed"] == 30 && g["status"] == "active"));
+}
+
+#[test]
+fn a_provider_failure_marks_the_goal_error() {
+    let dir = TempDir::new("goal-error");
+    let script = script_file(&dir, &[json!({"error":"503 overloaded"})]);
+    let mut a = agent_in(&dir, &script, &["--goal", "x"]);
+    let id = a.prompt("go");
+    assert!(a.response(&id).get("error").is_some());
+    assert_eq!(goal_metas(&a).last().unwrap()["status"], "error");
+}
+
+#[test]
+fn the_goal_continues_before_autonomy_and_ends_when_the_model_completes_it() {
+    let dir = TempDir::new("goal-complete");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"text":"starting"}),
+            // The goal's continuation, not a gate report (the goal goes first).
+            json!({"steps":[
+                {"expect":["user: <goal_context>","<objective>write done.txt</objective>"]},
+                {"tool_call":{"name":"ipython","arguments":{"code":"open('done.txt', 'w').write('ok')\nr = await goal.complete()\nprint(r['goal']['status'])"}}}
+            ]}),
+            json!({"steps":[{"expect":["error=false: complete"]},{"text":"finished"}]}),
+        ],
+    );
+    let mut a = agent_in(
+        &dir,
+        &script,
+        &[
+            "--goal",
+            "write done.txt",
+            "--autonomous-gate",
+            "test -f done.txt",
+        ],
+    );
+    let id = a.prompt("go");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    assert_eq!(goal_metas(&a).last().unwrap()["status"], "complete");
+    // The gate passed on its first run, after the goal was done: no autonomous continuation.
+    let completion = a
+        .updates()
+        .into_iter()
+        .rfind(|u| ns(u).get("quiescence").is_some() && ns(u)["phase"] == "event")
+        .unwrap();
+    assert_eq!(ns(&completion)["autonomous"]["continuationsUsed"], 0);
+    assert_eq!(ns(&completion)["autonomous"]["turnsUsed"], 3);
+}
