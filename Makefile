@@ -98,10 +98,11 @@ RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
 	protocol::stdin_closed_mid_frame_gets_a_parse_error_and_a_clean_exit \
 	protocol::stdin_eof_mid_turn_exits_zero \
 	protocol::sigterm_mid_turn_answers_and_exits_zero \
-	protocol::an_overlong_line_is_refused_and_the_connection_survives
+	protocol::an_overlong_line_is_refused_and_the_connection_survives \
+	persist::crash_campaign_continue_restores_an_acknowledged_prefix
 reliability:
 	@mkdir -p target
-	set -o pipefail; FUZZ_CASES=$(RELIABILITY_FUZZ_CASES) LEAK_CYCLES=1000 \
+	set -o pipefail; FUZZ_CASES=$(RELIABILITY_FUZZ_CASES) LEAK_CYCLES=1000 PERSIST_CRASH_ITERATIONS=200 \
 		$(CARGO) test --release --test integration -- --include-ignored --nocapture \
 		$(RELIABILITY_TESTS) 2>&1 | grep -v -E '^\[[0-9TZ:.-]+ (TRACE|DEBUG|INFO|WARN|ERROR) ' \
 		| tee target/reliability.log; status=$$?; \

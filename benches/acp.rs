@@ -45,7 +45,9 @@ impl Proc {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .env_remove("RUST_LOG")
-            .env_remove("PRIME_AGENT_MULTI_SESSION");
+            .env_remove("PRIME_AGENT_MULTI_SESSION")
+            // Session files go to the bench's work dir, never the user's agent dir.
+            .env("PRIME_AGENT_SESSION_DIR", cwd.join("sessions"));
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -333,6 +335,9 @@ fn main() {
     if on("context") {
         b.context();
     }
+    if on("persist") {
+        b.persist();
+    }
 
     for (name, path) in [
         (
@@ -491,6 +496,101 @@ impl Bench {
             "conversation text added, turn 10 → turn 100",
             "MiB",
             vec![conv(10..turns)],
+        );
+    }
+
+    /// What the session file costs: prompt round trips with it and with `--no-session` (each
+    /// turn writes two messages and flushes), and `session/load` of a 1,000-message session
+    /// (read, parse, replay every message to the client, answer), close and load again.
+    fn persist(&mut self) {
+        let turns = self.runs(200, 40);
+        let lines: Vec<Value> = (0..turns)
+            .map(|i| json!({ "text": format!("reply {i}") }))
+            .collect();
+        let script = write_script(&self.work, "persist.jsonl", &lines);
+        let script_s = script.display().to_string();
+        let mut medians = Vec::new();
+        for (label, extra) in [
+            ("session file", None),
+            ("--no-session", Some("--no-session")),
+        ] {
+            let mut args = vec!["--provider", "scripted", "--script", script_s.as_str()];
+            args.extend(extra);
+            let mut p = self.agent(&self.bin, &args, &[]);
+            let sid = p.handshake(&self.work);
+            let mut per_turn = Vec::new();
+            for i in 0..turns {
+                let id = 10 + i as u64;
+                let t = Instant::now();
+                p.prompt(id, &sid);
+                p.response(id);
+                per_turn.push(ms(t.elapsed()));
+            }
+            p.finish();
+            let mut sorted = per_turn.clone();
+            sorted.sort_by(f64::total_cmp);
+            medians.push(sorted[sorted.len() / 2]);
+            self.report.add(
+                &format!("prompt round trip, {label} (scripted)"),
+                "ms",
+                per_turn,
+            );
+        }
+        self.report.add(
+            "persistence per message (median round-trip difference / 2)",
+            "ms",
+            vec![(medians[0] - medians[1]) / 2.0],
+        );
+
+        // A stored session of 1,000 messages (500 prompts and replies of ~200 bytes).
+        let sid = "0190bench-0000-7000-8000-000000001000";
+        let dir = self.work.join("sessions");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = format!(
+            "{}\n",
+            json!({"type":"session","version":3,"id":sid,"timestamp":"2026-01-01T00:00:00.000Z","cwd":self.work.display().to_string()})
+        );
+        let filler = "lorem ipsum dolor sit amet ".repeat(7);
+        let mut parent = Value::Null;
+        for i in 0..1000 {
+            let id = format!("{i:08x}");
+            let message = if i % 2 == 0 {
+                json!({"role":"user","content":format!("prompt {i} {filler}"),"timestamp":0})
+            } else {
+                json!({"role":"assistant","content":[{"type":"text","text":format!("reply {i} {filler}")}],"stopReason":"stop","timestamp":0})
+            };
+            let line = json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-01T00:00:00.000Z","message":message});
+            text.push_str(&format!("{line}\n"));
+            parent = json!(id);
+        }
+        std::fs::write(dir.join(format!("{sid}.jsonl")), text).unwrap();
+        let mut p = self.agent(
+            &self.bin,
+            &["--provider", "scripted", "--script", &script_s],
+            &[],
+        );
+        p.request(1, "initialize", json!({"protocolVersion":1}));
+        p.response(1);
+        let mut loads = Vec::new();
+        let cwd = self.work.display().to_string();
+        for i in 0..self.runs(20, 5) {
+            let id = 100 + 2 * i as u64;
+            let t = Instant::now();
+            p.request(
+                id,
+                "session/load",
+                json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+            );
+            p.response(id);
+            loads.push(ms(t.elapsed()));
+            p.request(id + 1, "session/close", json!({"sessionId": sid}));
+            p.response(id + 1);
+        }
+        p.finish();
+        self.report.add(
+            "session/load of 1,000 messages (replay included)",
+            "ms",
+            loads,
         );
     }
 

@@ -21,6 +21,9 @@ pub(crate) const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
 pub(crate) const SESSION_SET_MODEL: &str = "session/set_model";
 pub(crate) const SESSION_SET_MODE: &str = "session/set_mode";
 pub(crate) const CANCEL_REQUEST: &str = "$/cancel_request";
+pub(crate) const SESSION_LOAD: &str = "session/load";
+pub(crate) const SESSION_RESUME: &str = "session/resume";
+pub(crate) const SESSION_LIST: &str = "session/list";
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NewSessionParams {
@@ -115,6 +118,34 @@ pub(crate) fn parse_new_session(params: &Value) -> Result<NewSessionParams, RpcE
         Some(_) => return Err(RpcError::invalid_params("mcpServers must be an array")),
     };
     Ok(NewSessionParams { cwd, mcp_servers })
+}
+
+/// `session/load` / `session/resume` params: the session id, then what `session/new` takes.
+pub(crate) fn parse_load_session(
+    params: &Value,
+    method: &str,
+) -> Result<(String, NewSessionParams), RpcError> {
+    let obj = params_object(params, method)?;
+    let session_id = required_str(obj, "sessionId")?.to_owned();
+    Ok((session_id, parse_new_session(params)?))
+}
+
+/// `session/list` params: the optional `cwd` filter and `cursor`.
+pub(crate) fn parse_list_sessions(
+    params: &Value,
+) -> Result<(Option<String>, Option<String>), RpcError> {
+    if params.is_null() {
+        return Ok((None, None));
+    }
+    let obj = params_object(params, SESSION_LIST)?;
+    let opt = |field: &str| match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(RpcError::invalid_params(format!(
+            "{field} must be a string"
+        ))),
+    };
+    Ok((opt("cwd")?, opt("cursor")?))
 }
 
 /// `session/prompt` params: the session id and the converted prompt.

@@ -47,7 +47,11 @@ Options:
   --autonomous-timeout-ms <n>        Wall clock from enablement (default: 1800000)
   --goal <objective>                 Start the session with this goal
   --goal-token-budget <n>            Token budget of the --goal
-  --no-session                       Keep the conversation in memory only (always true today)
+  --no-session                       Keep the conversation in memory only (write no session file)
+  --session-dir <dir>                Where session files live (default <agent dir>/sessions)
+  -c, --continue                     The next session/new continues the newest session of this cwd
+  -r, --resume <id|path>             The next session/new continues this session
+  --fork <id|path>                   The next session/new continues a copy of this session
   --offline                          Make no network request except model calls
   --daemon-socket <path>             Accepted for compatibility and ignored (no daemon)
   -h, --help                         Show this help
@@ -56,6 +60,7 @@ Options:
 Environment:
   RUST_LOG                           Log filter for stderr (e.g. debug logs every frame)
   PRIME_AGENT_CODING_AGENT_DIR       Agent directory (default ~/.prime/agent)
+  PRIME_AGENT_SESSION_DIR            Sessions directory (below --session-dir)
   PRIME_AGENT_MULTI_SESSION=1        Same as --multi-session
 ";
 
@@ -81,6 +86,14 @@ pub struct Config {
     /// `--permission-mode`: the id of a valid mode (`full-access`, `ask`, `read-only`).
     pub permission_mode: Option<String>,
     pub no_session: bool,
+    /// `--session-dir`.
+    pub session_dir: Option<PathBuf>,
+    /// `-c/--continue`.
+    pub continue_session: bool,
+    /// `-r/--resume <id|path>`.
+    pub resume: Option<String>,
+    /// `--fork <id|path>`.
+    pub fork: Option<String>,
     pub offline: bool,
     pub daemon_socket: Option<PathBuf>,
     /// `-p/--print`: run one prompt, print the final assistant text.
@@ -238,6 +251,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 .push(value("--append-system-prompt")?),
             "-nc" | "--no-context-files" => cfg.no_context_files = true,
             "--no-session" => cfg.no_session = true,
+            "--session-dir" => cfg.session_dir = Some(PathBuf::from(value("--session-dir")?)),
+            "-c" | "--continue" => cfg.continue_session = true,
+            "-r" | "--resume" => cfg.resume = Some(value("--resume")?),
+            "--fork" => cfg.fork = Some(value("--fork")?),
             "--offline" => cfg.offline = true,
             "--daemon-socket" => cfg.daemon_socket = Some(PathBuf::from(value("--daemon-socket")?)),
             _ if flag.starts_with("--") => {
@@ -463,5 +480,28 @@ mod tests {
         );
         assert_eq!(cfg.warnings.len(), 2);
         assert!(cfg.thinking.is_none());
+    }
+
+    #[test]
+    fn session_selection_flags() {
+        let Ok(Command::Run(cfg)) =
+            p(&["-c", "--session-dir", "/s", "-r", "abc", "--fork=/x.jsonl"])
+        else {
+            panic!()
+        };
+        assert!(cfg.continue_session);
+        assert_eq!(cfg.session_dir, Some(PathBuf::from("/s")));
+        assert_eq!(cfg.resume.as_deref(), Some("abc"));
+        assert_eq!(cfg.fork.as_deref(), Some("/x.jsonl"));
+        let Ok(Command::Run(cfg)) = p(&["--continue"]) else {
+            panic!()
+        };
+        assert!(cfg.continue_session);
+        assert_eq!(p(&["-r"]), Err("--resume requires a value".into()));
+        assert_eq!(p(&["--fork"]), Err("--fork requires a value".into()));
+        assert_eq!(
+            p(&["--session-dir"]),
+            Err("--session-dir requires a value".into())
+        );
     }
 }

@@ -16,11 +16,12 @@ use crate::main_loop::MainLoop;
 use crate::mcp::McpHub;
 use crate::meta;
 use crate::permissions::{self, Mode};
+use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
 use crate::subagents::{Family, FamilyMsg};
-use crate::turn::{Agent, Local, TurnInput};
+use crate::turn::{Agent, Conversation, Local, TurnInput};
 
 pub(crate) const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
@@ -48,6 +49,9 @@ impl MainLoop {
                 }
                 return;
             }
+            acp::SESSION_LOAD => self.session_load(&params, true),
+            acp::SESSION_RESUME => self.session_load(&params, false),
+            acp::SESSION_LIST => self.session_list(&params),
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
                 Ok(()) => return,
@@ -99,6 +103,92 @@ impl MainLoop {
 
     fn session_new(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p = acp::parse_new_session(params)?;
+        if !self.agent.multi_session && !self.sessions.is_empty() {
+            return Err(RpcError::internal(ONE_SESSION));
+        }
+        // The session `-c`, `-r` or `--fork` picked is the one the first `session/new` gets.
+        let resumed = self.agent.store.as_ref().and_then(|s| s.take_next());
+        self.open_session(p, resumed, false)
+    }
+
+    /// `session/load` (with the replay) and `session/resume` (without): the stored session
+    /// becomes the open one, under its own id.
+    fn session_load(&mut self, params: &Value, replay: bool) -> Result<Value, RpcError> {
+        let method = if replay {
+            acp::SESSION_LOAD
+        } else {
+            acp::SESSION_RESUME
+        };
+        let (session_id, p) = acp::parse_load_session(params, method)?;
+        let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
+        let store = self.agent.store.as_ref().ok_or_else(unknown)?;
+        let path = store.path_of(&session_id).ok_or_else(unknown)?;
+        let loaded = match persist::load(&path) {
+            Ok(l) if l.header.id == session_id => l,
+            Ok(_) | Err(persist::LoadError::Missing) => return Err(unknown()),
+            Err(e) => return Err(RpcError::internal(e.to_string())),
+        };
+        if self.session_index(&session_id).is_some()
+            || (!self.agent.multi_session && !self.sessions.is_empty())
+        {
+            return Err(RpcError::internal(ONE_SESSION));
+        }
+        let updates = if replay {
+            persist::replay::replay(&loaded.entries)
+        } else {
+            Vec::new()
+        };
+        let mut result = self.open_session(p, Some(loaded), true)?;
+        if let Some(i) = self.session_index(&session_id) {
+            self.with_session_at(i, |s, _, out| s.replay(updates, out));
+        }
+        if let Some(obj) = result.as_object_mut() {
+            obj.remove("sessionId");
+        }
+        Ok(result)
+    }
+
+    /// `session/list`: the stored sessions, newest first, a page at a time.
+    fn session_list(&mut self, params: &Value) -> Result<Value, RpcError> {
+        const PAGE: usize = 50;
+        let (cwd, cursor) = acp::parse_list_sessions(params)?;
+        let rows = self
+            .agent
+            .store
+            .as_ref()
+            .map(|s| s.list())
+            .unwrap_or_default();
+        let Some((rows, next)) = persist::page(&rows, cwd.as_deref(), cursor.as_deref(), PAGE)
+        else {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid session/list cursor: {}",
+                cursor.unwrap_or_default()
+            )));
+        };
+        let sessions: Vec<Value> = rows
+            .into_iter()
+            .map(|s| {
+                let mut v = json!({ "sessionId": s.id, "cwd": s.cwd, "updatedAt": s.updated_at });
+                if let Some(t) = s.title {
+                    v["title"] = json!(t);
+                }
+                v
+            })
+            .collect();
+        let mut result = json!({ "sessions": sessions });
+        if let Some(next) = next {
+            result["nextCursor"] = json!(next);
+        }
+        Ok(result)
+    }
+
+    /// Opens a session, new or continued from `resumed`, and builds the `session/new` answer.
+    fn open_session(
+        &mut self,
+        p: acp::NewSessionParams,
+        resumed: Option<persist::Loaded>,
+        loading: bool,
+    ) -> Result<Value, RpcError> {
         let multi = self.agent.multi_session;
         if !multi && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
@@ -110,7 +200,11 @@ impl MainLoop {
         } else {
             (*self.agent).clone()
         };
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = match &resumed {
+            Some(l) => l.header.id.clone(),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let conversation = conversation_of(&agent, &id, resumed.as_ref());
         // The session's tools reach its client (approvals, files) through this.
         let mut caps = self.client_caps;
         // Client terminals only when asked for: they change where commands run.
@@ -160,6 +254,14 @@ impl MainLoop {
             p.mcp_servers,
             self.timing,
         );
+        session.restore(conversation);
+        let stored_jobs = resumed
+            .as_ref()
+            .zip(self.agent.store.as_ref())
+            .and_then(|(_, store)| store.load_jobs(&id));
+        if let Some(jobs) = stored_jobs {
+            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, persist::now_ms()));
+        }
         let unattended = unattended_of(&self.agent);
         family.set_unattended(unattended.clone());
         session.set_unattended(unattended);
@@ -169,7 +271,7 @@ impl MainLoop {
             "configOptions": session.config_options(),
         });
         self.sessions.push(session);
-        if !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
+        if !loading && !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =
                 meta::namespaced(json!({ "cwd": { "requested": p.cwd, "actual": actual } }));
@@ -183,6 +285,15 @@ impl MainLoop {
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };
+        // A `/heartbeat` command (never with images: they would be lost).
+        if let Some(command) = (prompt.typed && prompt.images.is_empty())
+            .then(|| schedule::heartbeat_command(&prompt.text))
+            .flatten()
+        {
+            let now = persist::now_ms();
+            self.with_session_at(i, |s, _, out| s.heartbeat_command(id, command, now, out));
+            return Ok(());
+        }
         if let Ok(provider) = &self.sessions[i].model().provider {
             if !prompt.images.is_empty() && !provider.accepts_images() {
                 return Err(RpcError::invalid_params(format!(
@@ -343,6 +454,20 @@ fn value_mode(config_id: &str, value: &Value) -> Result<Mode, RpcError> {
             "Invalid value for ACP config option {config_id}: {other}"
         ))),
     }
+}
+
+/// A session's conversation: the stored one when continued, and a recorder writing to its
+/// file unless sessions are in memory only.
+fn conversation_of(agent: &Agent, id: &str, resumed: Option<&persist::Loaded>) -> Conversation {
+    let mut conversation = Conversation::default();
+    if let Some(loaded) = resumed {
+        conversation.messages = loaded.messages();
+    }
+    conversation.recorder = agent.store.as_ref().map(|store| match resumed {
+        Some(loaded) => persist::Recorder::resume(loaded),
+        None => store.recorder(id, &agent.cwd),
+    });
+    conversation
 }
 
 /// A new session's autonomous mode and goal, from the start-up flags; the wall clock of

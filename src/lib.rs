@@ -29,6 +29,7 @@ mod main_loop;
 mod mcp;
 mod meta;
 mod permissions;
+mod persist;
 mod prompt;
 mod provider;
 mod refine;

@@ -106,7 +106,14 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         actions: Vec::new(),
     };
     let exit = loop {
-        let timer = match ml.sessions.iter().filter_map(Session::next_deadline).min() {
+        let heartbeat = ml.heartbeat_deadline();
+        let timer = match ml
+            .sessions
+            .iter()
+            .filter_map(Session::next_deadline)
+            .chain(heartbeat)
+            .min()
+        {
             Some(deadline) => crossbeam_channel::at(deadline),
             None => crossbeam_channel::never(),
         };
@@ -216,7 +223,29 @@ impl MainLoop {
     }
 
     /// Fires the deadlines that have passed, session by session.
+    /// When the next schedule of any session is due, as an `Instant` (the clock is read only
+    /// while some session has one).
+    fn heartbeat_deadline(&self) -> Option<Instant> {
+        let due = self
+            .sessions
+            .iter()
+            .filter_map(Session::heartbeat_due_ms)
+            .min()?;
+        let wait = due.saturating_sub(crate::persist::now_ms());
+        Some(Instant::now() + Duration::from_millis(wait))
+    }
+
     fn on_timers(&mut self, now: Instant) {
+        let now_ms = crate::persist::now_ms();
+        let fired: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|s| s.heartbeat_due_ms().is_some_and(|d| d <= now_ms))
+            .map(|s| s.id().to_owned())
+            .collect();
+        for id in fired {
+            self.with_session(&id, |s, _, out| s.on_heartbeat(now_ms, out));
+        }
         let due: Vec<String> = self
             .sessions
             .iter()
@@ -262,6 +291,13 @@ impl MainLoop {
                     }
                 }
                 Action::Closed => closed = true,
+                Action::SaveHeartbeats(jobs) => {
+                    // Rare (a `/heartbeat` command, a firing) and small: written here, so the
+                    // schedule the client saw acknowledged is on disk.
+                    if let Some(store) = &self.agent.store {
+                        store.save_jobs(self.sessions[idx].id(), &jobs);
+                    }
+                }
             }
         }
         actions.clear();

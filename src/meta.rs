@@ -114,10 +114,11 @@ pub(crate) fn initialize_result(version: &str) -> Value {
     json!({
         "protocolVersion": 1,
         "agentCapabilities": {
-            "loadSession": false,
+            "loadSession": true,
             "promptCapabilities": { "image": true, "embeddedContext": true },
             "mcpCapabilities": { "http": true },
-            "sessionCapabilities": { "close": {} },
+            // Sessions live on disk (`persist`): listed, loaded with a replay, resumed.
+            "sessionCapabilities": { "close": {}, "list": {}, "resume": {} },
         },
         "agentInfo": { "name": "prime-agent", "title": "Prime Agent", "version": version },
         "_meta": namespaced(json!({})),

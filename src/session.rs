@@ -25,6 +25,7 @@ use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::permissions::{self, Mode};
+use crate::persist::schedule::{HeartbeatCommand, Jobs};
 use crate::provider::ProviderChoice;
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
@@ -93,6 +94,8 @@ pub(crate) enum Action {
     StartTurn(TurnStart),
     /// The session is closed (its close was answered): drop it.
     Closed,
+    /// Store the session's schedules (the job records) with the session.
+    SaveHeartbeats(Value),
 }
 
 /// The part of the subagent family the state machine consults.
@@ -204,6 +207,8 @@ pub(crate) struct Session {
     closing: Option<RequestId>,
     /// The close was answered (`Action::Closed`): the owner drops the session.
     closed: bool,
+    /// The session's schedules (`/heartbeat`); the main loop's timer fires them.
+    heartbeats: Jobs,
     /// Validated at `session/new`; not yet offered to the kernel (there is no MCP client).
     #[allow(dead_code)] // Kept so the session owns what the client configured.
     mcp_servers: Vec<McpServer>,
@@ -242,6 +247,7 @@ impl Session {
             pending_terminal: None,
             closing: None,
             closed: false,
+            heartbeats: Jobs::default(),
             mcp_servers,
             unattended: Arc::new(Mutex::new(autonomy::Unattended::disabled())),
             last_worker: None,
@@ -260,6 +266,88 @@ impl Session {
 
     pub(crate) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Sets the conversation a new session starts with: empty with a recorder for its file,
+    /// or one continued from disk (`session/load`, `--continue`, …).
+    pub(crate) fn restore(&mut self, conversation: Conversation) {
+        self.conversation = Arc::new(Mutex::new(conversation));
+    }
+
+    /// Schedules stored with a continued session.
+    pub(crate) fn restore_heartbeats(&mut self, jobs: Jobs) {
+        self.heartbeats = jobs;
+    }
+
+    /// When the next schedule is due (wall-clock milliseconds).
+    pub(crate) fn heartbeat_due_ms(&self) -> Option<u64> {
+        if self.closed || self.closing.is_some() {
+            return None;
+        }
+        self.heartbeats.next_due_ms()
+    }
+
+    /// `/heartbeat …`, recognised by the handler: answered at once with what changed, and
+    /// `heartbeatsChanged` when something did.
+    pub(crate) fn heartbeat_command(
+        &mut self,
+        request: RequestId,
+        command: HeartbeatCommand,
+        now_ms: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let (text, changed) = match command {
+            HeartbeatCommand::Status => (self.heartbeats.status_text(), false),
+            HeartbeatCommand::Off => match self.heartbeats.off(now_ms) {
+                true => ("Heartbeat stopped.".to_owned(), true),
+                false => ("No heartbeat is set.".to_owned(), false),
+            },
+            HeartbeatCommand::Set { schedule, prompt } => {
+                match self.heartbeats.set_heartbeat(&schedule, &prompt, now_ms) {
+                    Ok(_) => (self.heartbeats.status_text(), true),
+                    Err(why) => (why, false),
+                }
+            }
+        };
+        let chunk = json!({ "sessionUpdate": "agent_message_chunk", "content": { "type": "text", "text": text } });
+        self.publish(chunk, 0, Phase::Event, None, out);
+        if changed {
+            self.heartbeats_changed(out);
+        }
+        out.push(Action::Respond(
+            request,
+            Ok(json!({ "stopReason": acp_stop_reason(false, None).as_str() })),
+        ));
+    }
+
+    fn heartbeats_changed(&mut self, out: &mut Vec<Action>) {
+        for update in to_session_updates(&AgentEvent::HeartbeatsChanged, &mut self.mapping) {
+            self.publish(update, 0, Phase::Event, None, out);
+        }
+        out.push(Action::SaveHeartbeats(self.heartbeats.to_json()));
+    }
+
+    /// The timer: every due schedule's prompt goes to the main agent's inbox, so it joins a
+    /// running turn at its next model call (`steer`) or starts an unsolicited one
+    /// (`promptTurnId` 0).
+    pub(crate) fn on_heartbeat(&mut self, now_ms: u64, out: &mut Vec<Action>) {
+        let prompts = self.heartbeats.take_due(now_ms);
+        if prompts.is_empty() {
+            return;
+        }
+        for prompt in prompts {
+            self.ctx.inbox.push(prompt);
+        }
+        out.push(Action::SaveHeartbeats(self.heartbeats.to_json()));
+        self.advance(out);
+    }
+
+    /// `session/load`: the stored conversation shown again, as session-scoped updates
+    /// (`promptTurnId` 0), before the load is answered.
+    pub(crate) fn replay(&mut self, updates: Vec<Value>, out: &mut Vec<Action>) {
+        for update in updates {
+            self.publish(update, 0, Phase::Event, None, out);
+        }
     }
 
     /// The model the next turn calls.
@@ -982,6 +1070,7 @@ mod tests {
                         TurnInput::Local(l) => format!("start local {l:?}"),
                     },
                     Action::Closed => "closed".to_owned(),
+                    Action::SaveHeartbeats(_) => "save heartbeats".to_owned(),
                 })
                 .collect()
         }

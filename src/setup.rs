@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cli::Config;
+use crate::persist::{self, Pick, Store};
 use crate::prompt::{build_system_prompt, today_utc, PromptInputs, PromptSpec};
 use crate::provider::config;
 use crate::provider::menu::ModelMenu;
@@ -60,6 +61,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     let system_prompt = system_prompt(&tools, &kernel_env, &spec, &cwd);
     let multi_session = cfg.multi_session
         || std::env::var("PRIME_AGENT_MULTI_SESSION").is_ok_and(|v| v.trim() == "1");
+    let store = session_store(cfg, &dir, &cwd)?;
     Ok(Agent {
         provider,
         tools,
@@ -77,9 +79,38 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
             .and_then(crate::permissions::Mode::parse)
             .unwrap_or_default(),
         host: Arc::new(crate::tools::host::LocalHost),
+        store,
         autonomy: cfg.autonomy.clone(),
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
     })
+}
+
+/// The sessions directory (none with `--no-session`), with the session `-c`, `-r` or
+/// `--fork` picked for the first `session/new`.
+fn session_store(cfg: &Config, agent_dir: &Path, cwd: &Path) -> Result<Option<Arc<Store>>, String> {
+    let pick = if let Some(arg) = &cfg.fork {
+        Some(Pick::Fork(arg.clone()))
+    } else if let Some(arg) = &cfg.resume {
+        Some(Pick::Resume(arg.clone()))
+    } else {
+        cfg.continue_session.then_some(Pick::Continue)
+    };
+    if cfg.no_session {
+        if pick.is_some() {
+            return Err(
+                "--no-session cannot be combined with --continue, --resume or --fork".to_owned(),
+            );
+        }
+        return Ok(None);
+    }
+    let store = Store::new(
+        persist::sessions_dir(cfg.session_dir.as_deref(), agent_dir),
+        agent_dir.join("session-artifacts"),
+    );
+    if let Some(pick) = pick {
+        store.pick(&pick, cwd)?;
+    }
+    Ok(Some(Arc::new(store)))
 }
 
 fn system_prompt(tools: &ToolChoice, env: &KernelEnv, spec: &PromptSpec, cwd: &Path) -> String {

@@ -67,6 +67,8 @@ pub struct Agent {
     /// Approvals and client files for this session's tools (`LocalHost` until a session
     /// gives the agent its `ClientHost`).
     pub(crate) host: Arc<dyn ToolHost>,
+    /// Where sessions are kept on disk (`None`: `--no-session`, memory only).
+    pub(crate) store: Option<Arc<crate::persist::Store>>,
     /// Autonomous mode as configured at start-up (each session starts with it).
     pub(crate) autonomy: autonomy::Config,
     /// `--goal` and its token budget: each new session starts with this goal.
@@ -98,6 +100,7 @@ impl Agent {
             client_terminal: false,
             permission_mode: Mode::FullAccess,
             host: Arc::new(LocalHost),
+            store: None,
             autonomy: autonomy::Config::default(),
             goal: None,
         }
@@ -121,6 +124,7 @@ impl Agent {
             client_terminal: false,
             permission_mode: Mode::FullAccess,
             host: Arc::new(LocalHost),
+            store: None,
             autonomy: autonomy::Config::default(),
             goal: None,
         })
@@ -221,6 +225,18 @@ pub(crate) struct Conversation {
     pub notices_shown: Vec<String>,
     /// Accounting and the latest compaction's summary.
     pub compaction: compaction::History,
+    /// Writes the conversation to the session file as it grows (`None`: memory only, and
+    /// every subagent).
+    pub recorder: Option<crate::persist::Recorder>,
+}
+
+impl Conversation {
+    /// Appends the messages not yet in the session file (a no-op without a recorder).
+    pub(crate) fn persist(&mut self) {
+        if let Some(r) = self.recorder.as_mut() {
+            r.sync(&self.messages);
+        }
+    }
 }
 
 /// A message from a turn worker to the main loop; `turn` routes it (stale turns are dropped).
@@ -317,6 +333,9 @@ pub(crate) fn spawn_turn(
                     kind: TurnMsgKind::Event(event),
                 });
             };
+            if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
+                r.note_model(&p.label(), model.thinking.as_str());
+            }
             let outcome = match &unattended {
                 Some(u) if matches!(input, TurnInput::Prompt(_)) => {
                     run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
@@ -328,6 +347,9 @@ pub(crate) fn spawn_turn(
                 }
                 _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
             };
+            // Before the outcome is reported: what the client sees acknowledged is written
+            // (one `write` per line, no user-space buffer, so a killed process loses nothing).
+            conv.persist();
             drop(conv);
             finished(outcome);
         })
@@ -710,6 +732,7 @@ impl Worker<'_> {
             conv.messages.push(Message::Assistant(reply.message));
             conv.compaction.record_reply(used, conv.messages.len());
             self.report_usage(conv, &*provider);
+            conv.persist();
             if calls.is_empty() {
                 return TurnOutcome::Completed(match reply.finish {
                     FinishReason::Length => StopReason::MaxTokens,
@@ -735,7 +758,15 @@ impl Worker<'_> {
                     );
                     return TurnOutcome::Cancelled;
                 }
-                let output = self.run_tool(call);
+                let (output, locations) = self.run_tool(call);
+                if let Some(r) = conv.recorder.as_mut() {
+                    let details = crate::persist::entry::tool_details(
+                        &locations,
+                        output.diff.as_ref(),
+                        output.ipython.as_ref(),
+                    );
+                    r.note_tool_details(&call.id, details);
+                }
                 conv.messages.push(Message::ToolResult {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
@@ -743,6 +774,7 @@ impl Worker<'_> {
                     is_error: output.is_error,
                     images: output.images,
                 });
+                conv.persist();
                 if self.abort.is_aborted() {
                     close_calls(
                         &mut conv.messages,
@@ -807,6 +839,17 @@ impl Worker<'_> {
             cancelled,
         });
         if keep {
+            if let Some(r) = conv.recorder.as_mut() {
+                r.note_bash(
+                    conv.messages.len(),
+                    crate::persist::entry::BashRun {
+                        command: command.to_owned(),
+                        output: result_text.clone(),
+                        exit_code,
+                        cancelled,
+                    },
+                );
+            }
             conv.messages.push(Message::User {
                 text: format!("Ran `{command}`\n{result_text}"),
                 images: Vec::new(),
@@ -819,7 +862,8 @@ impl Worker<'_> {
         })
     }
 
-    fn run_tool(&self, call: &ToolCall) -> ToolOutput {
+    /// Runs one call; also returns its locations (the session file keeps them).
+    fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Vec<String>) {
         let mut tool = self.ctx.tools.get(&call.name);
         // The session's MCP servers' tools, when no built-in has the name.
         let mcp_tool = match (&self.ctx.mcp, tool) {
@@ -864,7 +908,7 @@ impl Worker<'_> {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 args: call.arguments.clone(),
-                locations,
+                locations: locations.clone(),
                 display,
             });
         } else if approval == Approval::Allowed {
@@ -925,7 +969,7 @@ impl Worker<'_> {
                 terminal: output.terminal.clone(),
             },
         });
-        output
+        (output, locations)
     }
 }
 
@@ -1035,9 +1079,7 @@ pub(crate) enum AgentEvent {
         target: Option<String>,
         delivery_status: Option<String>,
     },
-    /// Connection-level: the heartbeat/cron schedule changed. Not produced yet: schedules
-    /// (issue 13) emit it.
-    #[allow(dead_code)] // Produced once issue 13 lands.
+    /// Connection-level: the heartbeat/cron schedule changed (`/heartbeat`).
     HeartbeatsChanged,
     /// A model call starts a new assistant message (its chunks share one `messageId`).
     AssistantMessageStart,

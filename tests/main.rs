@@ -16,6 +16,7 @@ mod headless;
 mod kernel;
 mod mcp;
 mod permissions;
+mod persist;
 mod protocol;
 mod provider;
 mod refine;

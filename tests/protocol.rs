@@ -23,9 +23,9 @@ fn initialize_shape_and_version() {
     );
     assert_eq!(
         res["agentCapabilities"]["sessionCapabilities"],
-        json!({"close":{}})
+        json!({"close":{},"list":{},"resume":{}})
     );
-    assert_eq!(res["agentCapabilities"]["loadSession"], false);
+    assert_eq!(res["agentCapabilities"]["loadSession"], true);
     assert_eq!(res["_meta"], json!({NS:{}}));
     assert!(a.finish().success());
 }

@@ -27,8 +27,10 @@
 //! `{"expect": [s, ...]}` (fail the call unless the request's last message contains each s;
 //! this lets a script assert that tool results really went back to the model),
 //! `{"expect_first": [s, ...]}` (the same for the request's first message),
-//! `{"expect_system": [s, ...]}` (the same for its system prompt), and
-//! `{"expect_none": [s, ...]}` (no message of the request contains any s).
+//! `{"expect_system": [s, ...]}` (the same for its system prompt),
+//! `{"expect_none": [s, ...]}` (no message of the request contains any s), and
+//! `{"expect_history": [s, ...]}` (fail unless the whole request, every message in order,
+//! rendered one per line, contains each s: a resumed session's history reached the model).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -286,6 +288,9 @@ fn run_step(
                 )));
             }
         }
+    } else if let Some(expect) = step.get("expect_history").and_then(Value::as_array) {
+        let all: Vec<String> = request.messages.iter().map(describe).collect();
+        expect_in("history", &all.join("\n"), expect)?;
     } else if let Some(expect) = step.get("expect_first").and_then(Value::as_array) {
         let first = request.messages.first().map(describe).unwrap_or_default();
         expect_in("first message", &first, expect)?;

@@ -61,6 +61,8 @@ impl Worker<'_> {
             abort: self.abort,
         };
         let (tools, abort) = (&self.ctx.tools, self.abort);
+        // The file holds every message the compaction may keep before it records it.
+        conv.persist();
         let result = compaction::compact(
             &job,
             &mut conv.messages,
@@ -75,6 +77,14 @@ impl Worker<'_> {
         };
         match result {
             Ok(done) => {
+                if let Some(r) = conv.recorder.as_mut() {
+                    r.compacted(
+                        &conv.messages,
+                        done.first_kept_old,
+                        done.tokens_before,
+                        &done.summary,
+                    );
+                }
                 log::info!(
                     "compacted ({}): {} tokens before, {} messages summarised",
                     reason.as_str(),

@@ -65,10 +65,8 @@ impl TempDir {
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // Fixed width: the cwd is part of the system prompt, so its length shows up in the
         // context estimate that transcripts record (`usage_update.used`).
-        let dir = std::env::temp_dir().join(format!(
-            "pa-test-{tag}-{:010}-{n:06}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("pa-test-{tag}-{:010}-{n:06}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(std::fs::canonicalize(&dir).unwrap())

@@ -1,0 +1,571 @@
+//! The session file format (behaviour spec §5.6), as pure conversions between JSON lines and
+//! Rust data: the v3 header, the entry envelope (`type`, 8-hex `id`, `parentId`, ISO
+//! `timestamp`) and the message shapes upstream tooling reads (user, assistant with
+//! `text`/`thinking`/`toolCall` blocks, `toolResult`, `bashExecution`).
+//!
+//! Entry types this binary does not act on (`compaction`, `custom`, `label`, `branch_summary`,
+//! …) are kept as `EntryKind::Other` with their JSON, so a file written upstream loads, and the
+//! engineers adding compaction and goals give them a variant of their own next to the others.
+
+use serde_json::{json, Map, Value};
+
+use crate::content::Image;
+use crate::provider::{AssistantMessage, Message, ReasoningBlock, ToolCall};
+
+pub(crate) const VERSION: u64 = 3;
+
+/// Line 1 of a session file.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Header {
+    pub id: String,
+    pub timestamp: String,
+    pub cwd: String,
+    /// The file this one was forked from (`--fork`).
+    pub parent_session: Option<String>,
+}
+
+/// One line after the header.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Entry {
+    pub id: String,
+    pub parent_id: Option<String>,
+    pub timestamp: String,
+    pub kind: EntryKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum EntryKind {
+    Message(Record),
+    ModelChange {
+        provider: String,
+        model_id: String,
+    },
+    ThinkingLevelChange(String),
+    /// `session_info {name}`: the session's title.
+    SessionInfo {
+        name: String,
+    },
+    /// Any other entry type (`compaction`, `custom`, `label`, …), kept verbatim.
+    Other(Value),
+}
+
+/// A `message` entry's `message`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Record {
+    /// A message the model sees, as the conversation holds it.
+    Chat(Message),
+    /// A user shell command (`!cmd`) kept in context: `bashExecution`.
+    Bash(BashRun),
+    /// A tool result with what the client was shown of it (`details`: locations, diff, …).
+    ToolResult {
+        message: Message,
+        details: Option<Value>,
+    },
+    /// Another role (`custom`, `branchSummary`, `compactionSummary`), kept verbatim.
+    Other(Value),
+}
+
+/// A user shell run as stored (`bashExecution`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BashRun {
+    pub command: String,
+    pub output: String,
+    pub exit_code: Option<i32>,
+    pub cancelled: bool,
+}
+
+impl BashRun {
+    /// What the model sees of the run (the text `!cmd` puts into the conversation).
+    pub(crate) fn context_text(&self) -> String {
+        format!("Ran `{}`\n{}", self.command, self.output)
+    }
+}
+
+pub(crate) fn header_line(h: &Header) -> Value {
+    let mut v = json!({
+        "type": "session",
+        "version": VERSION,
+        "id": h.id,
+        "timestamp": h.timestamp,
+        "cwd": h.cwd,
+    });
+    if let Some(p) = &h.parent_session {
+        v["parentSession"] = json!(p);
+    }
+    v
+}
+
+pub(crate) fn parse_header(v: &Value) -> Result<Header, String> {
+    if v["type"] != "session" {
+        return Err("the first line is not a session header".to_owned());
+    }
+    let s = |k: &str| v[k].as_str().map(str::to_owned);
+    Ok(Header {
+        id: s("id").ok_or("the session header has no id")?,
+        timestamp: s("timestamp").unwrap_or_default(),
+        cwd: s("cwd").unwrap_or_default(),
+        parent_session: s("parentSession"),
+    })
+}
+
+pub(crate) fn entry_line(e: &Entry) -> Value {
+    let mut v = match &e.kind {
+        EntryKind::Message(r) => {
+            json!({ "type": "message", "message": record_json(r, &e.timestamp) })
+        }
+        EntryKind::ModelChange { provider, model_id } => {
+            json!({ "type": "model_change", "provider": provider, "modelId": model_id })
+        }
+        EntryKind::ThinkingLevelChange(level) => {
+            json!({ "type": "thinking_level_change", "thinkingLevel": level })
+        }
+        EntryKind::SessionInfo { name } => json!({ "type": "session_info", "name": name }),
+        EntryKind::Other(v) => v.clone(),
+    };
+    v["id"] = json!(e.id);
+    v["parentId"] = e.parent_id.as_ref().map_or(Value::Null, |p| json!(p));
+    v["timestamp"] = json!(e.timestamp);
+    v
+}
+
+pub(crate) fn parse_entry(v: &Value) -> Result<Entry, String> {
+    let id = v["id"].as_str().ok_or("an entry has no id")?.to_owned();
+    let parent_id = v["parentId"].as_str().map(str::to_owned);
+    let timestamp = v["timestamp"].as_str().unwrap_or_default().to_owned();
+    let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    let kind = match v["type"].as_str() {
+        Some("message") => EntryKind::Message(parse_record(&v["message"])?),
+        Some("model_change") => EntryKind::ModelChange {
+            provider: s("provider"),
+            model_id: s("modelId"),
+        },
+        Some("thinking_level_change") => EntryKind::ThinkingLevelChange(s("thinkingLevel")),
+        Some("session_info") => EntryKind::SessionInfo { name: s("name") },
+        Some(_) => EntryKind::Other(v.clone()),
+        None => return Err("an entry has no type".to_owned()),
+    };
+    Ok(Entry {
+        id,
+        parent_id,
+        timestamp,
+        kind,
+    })
+}
+
+/// Milliseconds since the epoch of an ISO timestamp we wrote (messages carry numbers).
+fn millis_of(iso: &str) -> u64 {
+    crate::persist::parse_iso_millis(iso).unwrap_or(0)
+}
+
+fn images_json(images: &[Image]) -> impl Iterator<Item = Value> + '_ {
+    images
+        .iter()
+        .map(|i| json!({ "type": "image", "data": i.data, "mimeType": i.mime_type }))
+}
+
+fn text_and_images(text: &str, images: &[Image]) -> Value {
+    let mut blocks = vec![json!({ "type": "text", "text": text })];
+    blocks.extend(images_json(images));
+    Value::Array(blocks)
+}
+
+fn record_json(r: &Record, timestamp: &str) -> Value {
+    let ts = millis_of(timestamp);
+    match r {
+        Record::Chat(Message::User { text, images }) => {
+            let content = if images.is_empty() {
+                json!(text)
+            } else {
+                text_and_images(text, images)
+            };
+            json!({ "role": "user", "content": content, "timestamp": ts })
+        }
+        Record::Chat(Message::Assistant(m)) => assistant_json(m, ts),
+        Record::Chat(m @ Message::ToolResult { .. }) => tool_result_json(m, None, ts),
+        Record::ToolResult { message, details } => tool_result_json(message, details.as_ref(), ts),
+        Record::Bash(b) => json!({
+            "role": "bashExecution",
+            "command": b.command,
+            "output": b.output,
+            "exitCode": b.exit_code,
+            "cancelled": b.cancelled,
+            "truncated": false,
+            "timestamp": ts,
+        }),
+        Record::Other(v) => v.clone(),
+    }
+}
+
+fn tool_result_json(m: &Message, details: Option<&Value>, ts: u64) -> Value {
+    let Message::ToolResult {
+        call_id,
+        name,
+        text,
+        is_error,
+        images,
+    } = m
+    else {
+        return Value::Null;
+    };
+    let mut v = json!({
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "toolName": name,
+        "content": text_and_images(text, images),
+        "isError": is_error,
+        "timestamp": ts,
+    });
+    if let Some(d) = details {
+        v["details"] = d.clone();
+    }
+    v
+}
+
+fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
+    let mut content = Vec::new();
+    if m.reasoning_blocks.is_empty() {
+        if !m.thinking.is_empty() {
+            content.push(json!({ "type": "thinking", "thinking": m.thinking }));
+        }
+    } else {
+        for b in &m.reasoning_blocks {
+            content.push(match b {
+                ReasoningBlock::Signed {
+                    thinking,
+                    signature,
+                } => json!({ "type": "thinking", "thinking": thinking, "thinkingSignature": signature }),
+                ReasoningBlock::Redacted { data } => json!({
+                    "type": "thinking", "thinking": "", "thinkingSignature": data, "redacted": true,
+                }),
+                // An OpenAI Responses output item, replayed verbatim to the model that made it.
+                ReasoningBlock::ResponsesItem { model, item } => json!({
+                    "type": "primeAgentResponsesItem", "model": model, "item": item,
+                }),
+            });
+        }
+    }
+    if !m.text.is_empty() {
+        content.push(json!({ "type": "text", "text": m.text }));
+    }
+    for c in &m.tool_calls {
+        content.push(
+            json!({ "type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments }),
+        );
+    }
+    let zero = json!({
+        "input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0,
+        "cost": { "input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0 },
+    });
+    let mut v = json!({
+        "role": "assistant",
+        "content": content,
+        "api": "prime-agent",
+        "provider": "",
+        "model": "",
+        "usage": zero,
+        "stopReason": if m.tool_calls.is_empty() { "stop" } else { "toolUse" },
+        "timestamp": ts,
+    });
+    // The visible thinking differs from the signed blocks only if a provider streamed text it
+    // did not sign; keep it so the round trip is exact.
+    let signed: String = m
+        .reasoning_blocks
+        .iter()
+        .filter_map(|b| match b {
+            ReasoningBlock::Signed { thinking, .. } => Some(thinking.as_str()),
+            ReasoningBlock::Redacted { .. } | ReasoningBlock::ResponsesItem { .. } => None,
+        })
+        .collect();
+    if !m.reasoning_blocks.is_empty() && signed != m.thinking {
+        v["primeAgentThinking"] = json!(m.thinking);
+    }
+    v
+}
+
+/// Text blocks joined (images apart), the way `content` may be a string or a block list.
+fn content_parts(content: &Value) -> (String, Vec<Image>) {
+    match content {
+        Value::String(s) => (s.clone(), Vec::new()),
+        Value::Array(blocks) => {
+            let mut texts = Vec::new();
+            let mut images = Vec::new();
+            for b in blocks {
+                match b["type"].as_str() {
+                    Some("text") => texts.push(b["text"].as_str().unwrap_or_default()),
+                    Some("image") => images.push(Image {
+                        data: b["data"].as_str().unwrap_or_default().to_owned(),
+                        mime_type: b["mimeType"].as_str().unwrap_or_default().to_owned(),
+                    }),
+                    _ => {}
+                }
+            }
+            (texts.join("\n"), images)
+        }
+        _ => (String::new(), Vec::new()),
+    }
+}
+
+fn parse_record(v: &Value) -> Result<Record, String> {
+    let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    Ok(match v["role"].as_str() {
+        Some("user") => {
+            let (text, images) = content_parts(&v["content"]);
+            Record::Chat(Message::User { text, images })
+        }
+        Some("assistant") => Record::Chat(Message::Assistant(parse_assistant(v))),
+        Some("toolResult") => {
+            let (text, images) = content_parts(&v["content"]);
+            let message = Message::ToolResult {
+                call_id: s("toolCallId"),
+                name: s("toolName"),
+                text,
+                is_error: v["isError"].as_bool().unwrap_or(false),
+                images,
+            };
+            Record::ToolResult {
+                message,
+                details: v.get("details").filter(|d| !d.is_null()).cloned(),
+            }
+        }
+        Some("bashExecution") => Record::Bash(BashRun {
+            command: s("command"),
+            output: s("output"),
+            exit_code: v["exitCode"].as_i64().and_then(|c| i32::try_from(c).ok()),
+            cancelled: v["cancelled"].as_bool().unwrap_or(false),
+        }),
+        Some(_) => Record::Other(v.clone()),
+        None => return Err("a message has no role".to_owned()),
+    })
+}
+
+fn parse_assistant(v: &Value) -> AssistantMessage {
+    let mut m = AssistantMessage::default();
+    let mut texts = Vec::new();
+    for b in v["content"].as_array().into_iter().flatten() {
+        let s = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+        match b["type"].as_str() {
+            Some("text") => texts.push(s("text")),
+            Some("thinking") => {
+                let signature = b["thinkingSignature"].as_str().filter(|s| !s.is_empty());
+                match (signature, b["redacted"].as_bool().unwrap_or(false)) {
+                    (Some(data), true) => m.reasoning_blocks.push(ReasoningBlock::Redacted {
+                        data: data.to_owned(),
+                    }),
+                    (Some(sig), false) => {
+                        m.thinking.push_str(&s("thinking"));
+                        m.reasoning_blocks.push(ReasoningBlock::Signed {
+                            thinking: s("thinking"),
+                            signature: sig.to_owned(),
+                        });
+                    }
+                    (None, _) => m.thinking.push_str(&s("thinking")),
+                }
+            }
+            Some("primeAgentResponsesItem") => {
+                m.reasoning_blocks.push(ReasoningBlock::ResponsesItem {
+                    model: s("model"),
+                    item: b["item"].clone(),
+                })
+            }
+            Some("toolCall") => m.tool_calls.push(ToolCall {
+                id: s("id"),
+                name: s("name"),
+                arguments: b.get("arguments").cloned().unwrap_or(json!({})),
+            }),
+            _ => {}
+        }
+    }
+    m.text = texts.join("");
+    if let Some(t) = v["primeAgentThinking"].as_str() {
+        m.thinking = t.to_owned();
+    }
+    m
+}
+
+/// The details stored with a tool result: what the client was shown beyond the text.
+pub(crate) fn tool_details(
+    locations: &[String],
+    diff: Option<&crate::content::FileDiff>,
+    ipython: Option<&crate::content::IpythonDetails>,
+) -> Option<Value> {
+    let mut d = Map::new();
+    if !locations.is_empty() {
+        d.insert("locations".into(), json!(locations));
+    }
+    if let Some(f) = diff {
+        d.insert(
+            "diff".into(),
+            json!({ "path": f.path, "oldText": f.old_text, "newText": f.new_text }),
+        );
+    }
+    if let Some(ip) = ipython {
+        let attachments: Vec<Value> = ip
+            .attachments
+            .iter()
+            .map(|a| json!({ "mimeType": a.mime_type, "path": a.path, "data": a.data }))
+            .collect();
+        d.insert(
+            "ipython".into(),
+            json!({ "attachments": attachments, "diffCount": ip.diff_count }),
+        );
+    }
+    (!d.is_empty()).then_some(Value::Object(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(kind: EntryKind) -> Entry {
+        Entry {
+            id: "0a1b2c3d".into(),
+            parent_id: Some("ffffffff".into()),
+            timestamp: "2026-12-01T10:00:00.250Z".into(),
+            kind,
+        }
+    }
+
+    fn assistant(text: &str, thinking: &str, calls: Vec<ToolCall>) -> Message {
+        Message::Assistant(AssistantMessage {
+            text: text.into(),
+            thinking: thinking.into(),
+            reasoning_blocks: vec![],
+            tool_calls: calls,
+        })
+    }
+
+    #[test]
+    fn every_entry_kind_round_trips_through_its_line() {
+        let image = Image {
+            data: "aGk=".into(),
+            mime_type: "image/png".into(),
+        };
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "ipython".into(),
+            arguments: json!({"code": "1+1"}),
+        };
+        let signed = Message::Assistant(AssistantMessage {
+            text: "t".into(),
+            thinking: "ab".into(),
+            reasoning_blocks: vec![
+                ReasoningBlock::Signed {
+                    thinking: "ab".into(),
+                    signature: "sig".into(),
+                },
+                ReasoningBlock::Redacted { data: "xx".into() },
+                ReasoningBlock::ResponsesItem {
+                    model: "gpt-5".into(),
+                    item: json!({"type": "reasoning", "encrypted_content": "e"}),
+                },
+            ],
+            tool_calls: vec![],
+        });
+        let cases = vec![
+            EntryKind::Message(Record::Chat(Message::User {
+                text: "hi".into(),
+                images: vec![],
+            })),
+            EntryKind::Message(Record::Chat(Message::User {
+                text: "look".into(),
+                images: vec![image.clone()],
+            })),
+            EntryKind::Message(Record::Chat(assistant("done", "hmm", vec![call]))),
+            EntryKind::Message(Record::Chat(signed)),
+            EntryKind::Message(Record::ToolResult {
+                message: Message::ToolResult {
+                    call_id: "call_1".into(),
+                    name: "ipython".into(),
+                    text: "2".into(),
+                    is_error: false,
+                    images: vec![image],
+                },
+                details: Some(json!({"locations": ["a.txt"]})),
+            }),
+            EntryKind::Message(Record::Bash(BashRun {
+                command: "ls".into(),
+                output: "a\n".into(),
+                exit_code: Some(0),
+                cancelled: false,
+            })),
+            EntryKind::ModelChange {
+                provider: "openai".into(),
+                model_id: "gpt-5".into(),
+            },
+            EntryKind::ThinkingLevelChange("high".into()),
+            EntryKind::SessionInfo {
+                name: "Title".into(),
+            },
+        ];
+        for kind in cases {
+            let e = entry(kind);
+            let line = entry_line(&e);
+            assert_eq!(parse_entry(&line).unwrap(), e, "{line}");
+        }
+    }
+
+    #[test]
+    fn lines_have_the_upstream_shapes() {
+        let line = entry_line(&entry(EntryKind::Message(Record::Chat(assistant(
+            "ok",
+            "",
+            vec![ToolCall {
+                id: "c".into(),
+                name: "bash".into(),
+                arguments: json!({"command": "ls"}),
+            }],
+        )))));
+        assert_eq!(line["type"], "message");
+        assert_eq!(line["id"], "0a1b2c3d");
+        assert_eq!(line["parentId"], "ffffffff");
+        assert_eq!(line["timestamp"], "2026-12-01T10:00:00.250Z");
+        let m = &line["message"];
+        assert_eq!(m["role"], "assistant");
+        assert_eq!(m["stopReason"], "toolUse");
+        assert_eq!(
+            m["content"],
+            json!([{"type": "text", "text": "ok"}, {"type": "toolCall", "id": "c", "name": "bash", "arguments": {"command": "ls"}}])
+        );
+        assert_eq!(m["usage"]["totalTokens"], 0);
+        assert!(m["timestamp"].as_u64().unwrap() > 1_700_000_000_000);
+        let user = entry_line(&entry(EntryKind::Message(Record::Chat(Message::User {
+            text: "hi".into(),
+            images: vec![],
+        }))));
+        assert_eq!(user["message"]["content"], "hi");
+        let h = Header {
+            id: "u".into(),
+            timestamp: "t".into(),
+            cwd: "/w".into(),
+            parent_session: Some("/s/p.jsonl".into()),
+        };
+        assert_eq!(
+            header_line(&h),
+            json!({"type": "session", "version": 3, "id": "u", "timestamp": "t", "cwd": "/w", "parentSession": "/s/p.jsonl"})
+        );
+        assert_eq!(parse_header(&header_line(&h)).unwrap(), h);
+        let mut root = entry(EntryKind::SessionInfo { name: "x".into() });
+        root.parent_id = None;
+        assert_eq!(entry_line(&root)["parentId"], Value::Null);
+    }
+
+    #[test]
+    fn upstream_entries_we_do_not_act_on_are_kept_verbatim_and_bad_ones_refused() {
+        let compaction = json!({"type": "compaction", "id": "11111111", "parentId": null, "timestamp": "t", "summary": "s", "firstKeptEntryId": "x", "tokensBefore": 9});
+        let e = parse_entry(&compaction).unwrap();
+        assert!(matches!(e.kind, EntryKind::Other(_)));
+        assert_eq!(entry_line(&e), compaction);
+        let custom = json!({"type": "message", "id": "22222222", "parentId": "11111111", "timestamp": "t", "message": {"role": "custom", "customType": "goal", "content": "c"}});
+        let e = parse_entry(&custom).unwrap();
+        assert!(matches!(e.kind, EntryKind::Message(Record::Other(_))));
+        assert_eq!(entry_line(&e)["message"], custom["message"]);
+        for bad in [
+            json!({"type": "message"}),
+            json!({"id": "1"}),
+            json!({"id": "1", "type": "message", "message": {}}),
+        ] {
+            assert!(parse_entry(&bad).is_err(), "{bad}");
+        }
+        assert!(parse_header(&json!({"type": "message"})).is_err());
+    }
+}

@@ -1,0 +1,362 @@
+//! `session/load` replay: the pure mapping from a loaded session's entries to the
+//! `session/update`s (before the `_meta` envelope) that show the client the conversation again.
+//!
+//! Tool calls go through the live mapping (`events::to_session_updates` of the same
+//! `ToolStart`/`ToolEnd` events), so a replayed call has the title, kind, `rawInput`,
+//! locations, content, diff and final status the client saw while it ran. Ids differ from the
+//! live ones only where the live ones were per-process: assistant messages are
+//! `prime-agent-replay-assistant-<n>`, user messages `prime-agent-replay-user-<n>`, user shell
+//! runs `prime-agent-replay-bash-<n>`.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::entry::{Entry, EntryKind, Record};
+use crate::content::{Attachment, FileDiff, IpythonDetails};
+use crate::events::{to_session_updates, MappingState};
+use crate::provider::Message;
+use crate::turn::{AgentEvent, ToolResultView};
+
+fn text_block(text: &str) -> Value {
+    json!({ "type": "text", "text": text })
+}
+
+fn diff_of(details: &Value) -> Option<FileDiff> {
+    let d = details.get("diff")?;
+    Some(FileDiff {
+        path: d["path"].as_str()?.to_owned(),
+        old_text: d["oldText"].as_str().map(str::to_owned),
+        new_text: d["newText"].as_str().unwrap_or_default().to_owned(),
+    })
+}
+
+fn ipython_of(details: &Value) -> Option<IpythonDetails> {
+    let ip = details.get("ipython")?;
+    let s = |v: &Value, k: &str| v[k].as_str().map(str::to_owned);
+    Some(IpythonDetails {
+        attachments: ip["attachments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| Attachment {
+                mime_type: s(a, "mimeType"),
+                path: s(a, "path"),
+                data: s(a, "data"),
+            })
+            .collect(),
+        diff_count: ip["diffCount"].as_u64().unwrap_or(0) as usize,
+    })
+}
+
+/// Every update that replays `entries`, in order.
+pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut state = MappingState::default();
+    let (mut users, mut assistants, mut bashes) = (0u64, 0u64, 0u64);
+    // Calls the model made whose results have not come yet: id → (name, arguments).
+    let mut open: Vec<(String, String, Value)> = Vec::new();
+    let events = |event: AgentEvent, out: &mut Vec<Value>, state: &mut MappingState| {
+        out.extend(to_session_updates(&event, state));
+    };
+    for entry in entries {
+        let EntryKind::Message(record) = &entry.kind else {
+            if let EntryKind::SessionInfo { name } = &entry.kind {
+                out.push(json!({ "sessionUpdate": "session_info_update", "title": name }));
+            }
+            if let EntryKind::Other(v) = &entry.kind {
+                if v["type"] == "compaction" {
+                    events(
+                        AgentEvent::CompactionEnd {
+                            tokens_before: v["tokensBefore"].as_u64(),
+                            summary: v["summary"].as_str().map(str::to_owned),
+                            reason: None,
+                        },
+                        &mut out,
+                        &mut state,
+                    );
+                }
+            }
+            continue;
+        };
+        match record {
+            Record::Chat(Message::User { text, images }) => {
+                users += 1;
+                let id = format!("prime-agent-replay-user-{users}");
+                let mut blocks = vec![text_block(text)];
+                blocks.extend(
+                    images.iter().map(
+                        |i| json!({ "type": "image", "data": i.data, "mimeType": i.mime_type }),
+                    ),
+                );
+                for content in blocks {
+                    out.push(json!({ "sessionUpdate": "user_message_chunk", "content": content, "messageId": id }));
+                }
+            }
+            Record::Chat(Message::Assistant(m)) => {
+                assistants += 1;
+                let id = format!("prime-agent-replay-assistant-{assistants}");
+                for (kind, text) in [
+                    ("agent_thought_chunk", &m.thinking),
+                    ("agent_message_chunk", &m.text),
+                ] {
+                    if !text.is_empty() {
+                        out.push(json!({ "sessionUpdate": kind, "content": text_block(text), "messageId": id }));
+                    }
+                }
+                open.extend(
+                    m.tool_calls
+                        .iter()
+                        .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone())),
+                );
+            }
+            Record::Chat(message @ Message::ToolResult { .. }) => {
+                tool_result(message, None, &mut open, &mut out, &mut state);
+            }
+            Record::ToolResult { message, details } => {
+                tool_result(message, details.as_ref(), &mut open, &mut out, &mut state);
+            }
+            Record::Bash(run) => {
+                bashes += 1;
+                let id = format!("prime-agent-replay-bash-{bashes}");
+                let ok = run.exit_code == Some(0) && !run.cancelled;
+                out.push(json!({
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": id,
+                    "title": run.command,
+                    "kind": "execute",
+                    "status": "in_progress",
+                    "rawInput": { "command": run.command },
+                }));
+                let mut end = json!({
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": id,
+                    "status": if ok { "completed" } else { "failed" },
+                });
+                if !run.output.is_empty() {
+                    end["content"] =
+                        json!([{ "type": "content", "content": text_block(&run.output) }]);
+                }
+                out.push(end);
+            }
+            Record::Other(_) => {}
+        }
+    }
+    // Calls cut off by a crash before their result: shown, and shown as not finished well.
+    let mut by_id: HashMap<String, ()> = HashMap::new();
+    for (id, name, args) in open {
+        if by_id.insert(id.clone(), ()).is_some() {
+            continue;
+        }
+        events(
+            AgentEvent::ToolStart {
+                id: id.clone(),
+                name: name.clone(),
+                args,
+                locations: Vec::new(),
+                display: None,
+            },
+            &mut out,
+            &mut state,
+        );
+        out.push(
+            json!({ "sessionUpdate": "tool_call_update", "toolCallId": id, "status": "failed" }),
+        );
+    }
+    out
+}
+
+fn tool_result(
+    message: &Message,
+    details: Option<&Value>,
+    open: &mut Vec<(String, String, Value)>,
+    out: &mut Vec<Value>,
+    state: &mut MappingState,
+) {
+    let Message::ToolResult {
+        call_id,
+        name,
+        text,
+        is_error,
+        images,
+    } = message
+    else {
+        return;
+    };
+    let args = match open.iter().position(|(id, _, _)| id == call_id) {
+        Some(i) => open.remove(i).2,
+        None => json!({}),
+    };
+    let none = Value::Null;
+    let details = details.unwrap_or(&none);
+    let locations = details["locations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_str().map(str::to_owned))
+        .collect();
+    for event in [
+        AgentEvent::ToolStart {
+            id: call_id.clone(),
+            name: name.clone(),
+            args,
+            locations,
+            display: None,
+        },
+        AgentEvent::ToolEnd {
+            id: call_id.clone(),
+            name: name.clone(),
+            result: ToolResultView {
+                text: Some(text.clone()),
+                is_error: *is_error,
+                ipython: ipython_of(details),
+                diff: diff_of(details),
+                images: images.clone(),
+                terminal: None,
+            },
+        },
+    ] {
+        out.extend(to_session_updates(&event, state));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::entry::BashRun;
+    use crate::provider::{AssistantMessage, ToolCall};
+
+    fn e(kind: EntryKind) -> Entry {
+        Entry {
+            id: "00000000".into(),
+            parent_id: None,
+            timestamp: String::new(),
+            kind,
+        }
+    }
+
+    fn chat(m: Message) -> Entry {
+        e(EntryKind::Message(Record::Chat(m)))
+    }
+
+    #[test]
+    fn a_conversation_replays_as_the_updates_the_client_saw() {
+        let call = |id: &str, name: &str, args: Value| ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: args,
+        };
+        let entries = vec![
+            e(EntryKind::ModelChange {
+                provider: "p".into(),
+                model_id: "m".into(),
+            }),
+            chat(Message::User {
+                text: "edit it".into(),
+                images: vec![],
+            }),
+            chat(Message::Assistant(AssistantMessage {
+                text: "On it.".into(),
+                thinking: "plan".into(),
+                tool_calls: vec![
+                    call("c1", "edit", json!({"path": "a.txt"})),
+                    call("c2", "ipython", json!({"code": "# sum\n1+1"})),
+                ],
+                ..Default::default()
+            })),
+            e(EntryKind::Message(Record::ToolResult {
+                message: Message::ToolResult {
+                    call_id: "c1".into(),
+                    name: "edit".into(),
+                    text: "Edited".into(),
+                    is_error: false,
+                    images: vec![],
+                },
+                details: Some(
+                    json!({"locations": ["/w/a.txt"], "diff": {"path": "/w/a.txt", "oldText": "x", "newText": "y"}}),
+                ),
+            })),
+            chat(Message::ToolResult {
+                call_id: "c2".into(),
+                name: "ipython".into(),
+                text: "boom".into(),
+                is_error: true,
+                images: vec![],
+            }),
+            e(EntryKind::SessionInfo { name: "t".into() }),
+            e(EntryKind::Message(Record::Bash(BashRun {
+                command: "ls".into(),
+                output: "a.txt\n".into(),
+                exit_code: Some(0),
+                cancelled: false,
+            }))),
+            chat(Message::Assistant(AssistantMessage {
+                text: "Done.".into(),
+                tool_calls: vec![call("c3", "bash", json!({"command": "sleep 9"}))],
+                ..Default::default()
+            })),
+        ];
+        let got = replay(&entries);
+        let want = vec![
+            json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "edit it"}, "messageId": "prime-agent-replay-user-1"}),
+            json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "plan"}, "messageId": "prime-agent-replay-assistant-1"}),
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "On it."}, "messageId": "prime-agent-replay-assistant-1"}),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Edit a.txt", "kind": "edit", "status": "in_progress", "rawInput": {"path": "a.txt"}, "locations": [{"path": "/w/a.txt"}]}),
+            got[4].clone(),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "sum", "kind": "execute", "status": "in_progress", "rawInput": {"code": "# sum\n1+1"}}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "failed", "content": [{"type": "content", "content": {"type": "text", "text": "boom"}}]}),
+            json!({"sessionUpdate": "session_info_update", "title": "t"}),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "prime-agent-replay-bash-1", "title": "ls", "kind": "execute", "status": "in_progress", "rawInput": {"command": "ls"}}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "prime-agent-replay-bash-1", "status": "completed", "content": [{"type": "content", "content": {"type": "text", "text": "a.txt\n"}}]}),
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Done."}, "messageId": "prime-agent-replay-assistant-2"}),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c3", "title": "sleep 9", "kind": "execute", "status": "in_progress", "rawInput": {"command": "sleep 9"}}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c3", "status": "failed"}),
+        ];
+        assert_eq!(got, want);
+        // The edit's end carries its text and its diff, as live.
+        let end = &got[4];
+        assert_eq!(end["status"], "completed");
+        let content = end["content"].as_array().unwrap();
+        assert!(
+            content
+                .iter()
+                .any(|c| c["type"] == "diff" && c["newText"] == "y" && c["oldText"] == "x"),
+            "{end}"
+        );
+        assert!(
+            content.iter().any(|c| c["content"]["text"] == "Edited"),
+            "{end}"
+        );
+    }
+
+    #[test]
+    fn images_other_roles_and_compactions() {
+        let entries = vec![
+            chat(Message::User {
+                text: "see".into(),
+                images: vec![crate::content::Image {
+                    data: "aGk=".into(),
+                    mime_type: "image/png".into(),
+                }],
+            }),
+            e(EntryKind::Message(Record::Other(json!({"role": "custom"})))),
+            e(EntryKind::Other(
+                json!({"type": "compaction", "summary": "s", "tokensBefore": 5}),
+            )),
+            e(EntryKind::Other(json!({"type": "label"}))),
+        ];
+        let got = replay(&entries);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(
+            got[1]["content"],
+            json!({"type": "image", "data": "aGk=", "mimeType": "image/png"})
+        );
+        assert_eq!(got[1]["messageId"], "prime-agent-replay-user-1");
+        assert_eq!(got[2]["sessionUpdate"], "session_info_update");
+        assert_eq!(
+            got[2]["_meta"]["ai.primeintellect.prime-agent"]["compaction"],
+            json!({"summary": "s", "tokensBefore": 5})
+        );
+        assert!(replay(&[]).is_empty());
+    }
+}
