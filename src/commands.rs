@@ -48,7 +48,7 @@ const GOAL_USAGE: &str =
     "Usage: /goal [--token-budget N] <objective>, or /goal status|pause|resume|clear";
 
 /// The commands with their descriptions and input hints (`available_commands_update`).
-pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 5] = [
+pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 7] = [
     (
         "autonomous",
         "Turn autonomous mode on or off, or show its counters",
@@ -68,6 +68,18 @@ pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 5] = [
         "compact",
         "Summarise the conversation to free context",
         Some("[instructions]"),
+    ),
+    // Parsed where they run (`refine::command` in the turn, `schedule::heartbeat_command` in
+    // the handlers); listed here so clients and `/help` show them.
+    (
+        "refine",
+        "Improve the agent's harness from this session, or roll a refinement back",
+        Some("[--global] [instructions] | rollback <id>"),
+    ),
+    (
+        "heartbeat",
+        "Schedule a recurring prompt, or show or stop it",
+        Some("[every 5m | in 10m] [prompt] | off | status"),
     ),
     ("help", "List these commands", None),
 ];
@@ -360,9 +372,9 @@ mod tests {
         let u = available_commands_update();
         assert_eq!(u["sessionUpdate"], "available_commands_update");
         let list = u["availableCommands"].as_array().unwrap();
-        assert_eq!(list.len(), 5);
+        assert_eq!(list.len(), 7);
         assert_eq!(list[0]["name"], "autonomous");
         assert_eq!(list[0]["input"], json!({"hint": "on | off | status"}));
-        assert!(list[4].get("input").is_none());
+        assert!(list[6].get("input").is_none());
     }
 }

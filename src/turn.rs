@@ -560,9 +560,6 @@ impl Worker<'_> {
                     if let Some(outcome) = self.user_shell(conv, &prompt.text) {
                         return outcome;
                     }
-                    if let Some(instructions) = compaction::manual_command(&prompt.text) {
-                        return self.manual_compact(conv, instructions.as_deref());
-                    }
                     match crate::refine::command(&prompt.text) {
                         Some(Ok(command)) => return self.refine(conv, command, "manual"),
                         Some(Err(usage)) => {

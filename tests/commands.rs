@@ -34,7 +34,18 @@ fn commands_are_advertised_right_after_session_new() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["autonomous", "goal", "model", "compact", "help"]);
+    assert_eq!(
+        names,
+        [
+            "autonomous",
+            "goal",
+            "model",
+            "compact",
+            "refine",
+            "heartbeat",
+            "help"
+        ]
+    );
 }
 
 #[test]

@@ -340,19 +340,6 @@ pub(crate) fn host_request(control: &Control, kind: &str, payload: &Value) -> Va
     }
 }
 
-/// `/compact` or `/compact <instructions>`: `Some(instructions)` when `text` is that command.
-/// (The slash-command parser of the unattended-runs work supersedes this check when it lands.)
-pub(crate) fn manual_command(text: &str) -> Option<Option<String>> {
-    let rest = text.trim().strip_prefix("/compact")?;
-    if rest.is_empty() {
-        return Some(None);
-    }
-    if !rest.starts_with(char::is_whitespace) {
-        return None;
-    }
-    Some(Some(rest.trim().to_owned()).filter(|s| !s.is_empty()))
-}
-
 /// What one compaction asks of the model.
 pub(crate) struct Job<'a> {
     pub provider: &'a dyn Provider,

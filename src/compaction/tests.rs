@@ -301,20 +301,6 @@ fn accounting_settings_and_commands() {
         (false, 5, 20_000)
     );
     assert!(!s.over_threshold(1_000_000, Some(10)));
-
-    for (text, want) in [
-        ("/compact", Some(None)),
-        ("  /compact  ", Some(None)),
-        (
-            "/compact focus on the parser",
-            Some(Some("focus on the parser".to_owned())),
-        ),
-        ("/compaction", None),
-        ("please /compact", None),
-        ("/refine", None),
-    ] {
-        assert_eq!(manual_command(text), want, "{text}");
-    }
 }
 
 #[test]
