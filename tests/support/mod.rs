@@ -167,6 +167,9 @@ pub struct Agent {
     /// Every frame received so far, in order.
     pub seen: Vec<Value>,
     pub stderr: Arc<Mutex<String>>,
+    /// Disconnected once the stderr reader has seen EOF: after an exit, `wait_exit` waits on it
+    /// so the last words the agent wrote are in `stderr` before a test reads them.
+    stderr_done: Receiver<()>,
     next_id: u64,
     pub session_id: Option<String>,
     /// Writes to stdin so far (frames, raw bytes): the "inputs" of a reliability line.
@@ -225,7 +228,9 @@ impl Agent {
         });
         let err_buf = Arc::new(Mutex::new(String::new()));
         let sink = err_buf.clone();
+        let (done_tx, stderr_done) = unbounded::<()>();
         thread::spawn(move || {
+            let _done = done_tx;
             let mut r = BufReader::new(stderr);
             let mut buf = [0u8; 8192];
             loop {
@@ -248,6 +253,7 @@ impl Agent {
             methods: HashMap::new(),
             seen: Vec::new(),
             stderr: err_buf,
+            stderr_done,
             next_id: 0,
             session_id: None,
             inputs: 0,
@@ -536,6 +542,9 @@ impl Agent {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                // The reader thread may not have drained the pipe yet. Bounded: a grandchild
+                // that outlived the agent could hold the pipe open.
+                let _ = self.stderr_done.recv_timeout(Duration::from_secs(2));
                 return Some(status);
             }
             if Instant::now() > deadline {
