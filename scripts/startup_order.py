@@ -18,6 +18,7 @@ toolchain update (symbol hashes change then).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,8 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     binary = os.path.abspath(sys.argv[1])
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed; startup.order is unchanged")
     out = sys.argv[2] if len(sys.argv) > 2 else "startup.order"
     # Start-up first (the budget's path, packed densely), then what a first prompt turn adds.
     names = []
