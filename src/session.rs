@@ -214,6 +214,9 @@ pub(crate) struct Session {
     mcp_servers: Vec<McpServer>,
     /// Autonomous mode and goal state, shared with this session's prompt turns.
     unattended: autonomy::Shared,
+    /// Warnings for the client once the response that opened the session is written (a
+    /// stored model this agent cannot run).
+    opening_notices: Vec<String>,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
     /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
     pub(crate) last_worker: Option<JoinHandle<()>>,
@@ -250,6 +253,7 @@ impl Session {
             heartbeats: Jobs::default(),
             mcp_servers,
             unattended: Arc::new(Mutex::new(autonomy::Unattended::disabled())),
+            opening_notices: Vec::new(),
             last_worker: None,
         }
     }
@@ -513,6 +517,26 @@ impl Session {
     pub(crate) fn announce(&mut self, commands: Value, out: &mut Vec<Action>) {
         self.publish(commands, 0, Phase::Event, None, out);
         self.publish_goal(0, out);
+    }
+
+    /// A warning to show once the session is open (`publish_opening_notices`).
+    pub(crate) fn notice_when_open(&mut self, title: String) {
+        self.opening_notices.push(title);
+    }
+
+    /// Right after the response that opened the session (`session/new`, `load`, `resume`):
+    /// its warnings, as `_meta…notice` (what provider notices use).
+    pub(crate) fn publish_opening_notices(&mut self, out: &mut Vec<Action>) {
+        for title in std::mem::take(&mut self.opening_notices) {
+            let notice = AgentEvent::Notice {
+                severity: "warning".to_owned(),
+                title,
+                description: None,
+            };
+            for update in to_session_updates(&notice, &mut self.mapping) {
+                self.publish(update, 0, Phase::Event, None, out);
+            }
+        }
     }
 
     /// `_meta…goal`, if the goal changed since it was last shown.

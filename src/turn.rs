@@ -56,6 +56,10 @@ pub struct Agent {
     pub(crate) prompt_spec: Option<PromptSpec>,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
+    /// `--model` / `--thinking` were given: a continued session keeps them instead of the
+    /// model and level its file names (`config_options::restore_model`).
+    pub(crate) model_explicit: bool,
+    pub(crate) thinking_explicit: bool,
     /// The models a session may switch to (`None`: only its own, e.g. the scripted provider).
     pub(crate) models: Option<Arc<ModelMenu>>,
     /// Several sessions per connection, each in its own cwd (`--multi-session`).
@@ -95,6 +99,8 @@ impl Agent {
             prompt_spec: None,
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
+            model_explicit: false,
+            thinking_explicit: false,
             models: None,
             multi_session: false,
             client_terminal: false,
@@ -119,6 +125,8 @@ impl Agent {
             prompt_spec: None,
             cwd,
             thinking: Thinking::Off,
+            model_explicit: false,
+            thinking_explicit: false,
             models: None,
             multi_session: false,
             client_terminal: false,

@@ -187,6 +187,22 @@ impl Loaded {
         out
     }
 
+    /// The model the session last ran (`model_change`: provider, model id) and its
+    /// reasoning level (`thinking_level_change`), each the newest on the branch.
+    pub(crate) fn model(&self) -> (Option<(String, String)>, Option<String>) {
+        let (mut model, mut thinking) = (None, None);
+        for e in &self.entries {
+            match &e.kind {
+                EntryKind::ModelChange { provider, model_id } => {
+                    model = Some((provider.clone(), model_id.clone()))
+                }
+                EntryKind::ThinkingLevelChange(t) => thinking = Some(t.clone()),
+                _ => {}
+            }
+        }
+        (model, thinking)
+    }
+
     pub(crate) fn title(&self) -> Option<String> {
         self.entries.iter().rev().find_map(|e| match &e.kind {
             EntryKind::SessionInfo { name } if !name.is_empty() => Some(name.clone()),
@@ -427,15 +443,7 @@ impl Recorder {
         r.written = r.ids.len();
         r.last_id = loaded.entries.last().map(|e| e.id.clone());
         r.titled = loaded.title().is_some();
-        for e in &loaded.entries {
-            match &e.kind {
-                EntryKind::ModelChange { provider, model_id } => {
-                    r.model = Some((provider.clone(), model_id.clone()))
-                }
-                EntryKind::ThinkingLevelChange(t) => r.thinking = Some(t.clone()),
-                _ => {}
-            }
-        }
+        (r.model, r.thinking) = loaded.model();
         let opened = OpenOptions::new()
             .write(true)
             .open(&loaded.path)
