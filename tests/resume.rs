@@ -257,3 +257,165 @@ fn a_continued_session_runs_the_model_and_level_it_last_ran() {
         .unwrap();
     assert_eq!(newest_model["modelId"], "cold/test-model");
 }
+
+/// The child's task, its answer, and the main agent's turns around them.
+fn rlm_script(dir: &TempDir) -> String {
+    script_file(
+        dir,
+        &[
+            json!({"steps":[{"tool_call":{"name":"ipython","arguments":{"code":"h = await rlm(\"Summarise the notes\", name=\"scribe\")\nprint(h.name, h.session_dir)"}}}]}),
+            json!({"steps":[{"expect":["scribe "]},{"text":"Spawned the scribe."}]}),
+            json!({"agent":"scribe","steps":[{"expect":["[task from parent]\n\nSummarise the notes"]},{"thinking":"Reading."},{"text":"The notes say 42."}]}),
+            json!({"steps":[{"expect":["scribe"]},{"text":"The scribe is done."}]}),
+        ],
+    )
+}
+
+/// A scripted agent in `dir` with its agent dir `dir/agent` and sessions in `dir/sessions`.
+fn scripted(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
+    let sessions = dir.path().join("sessions").display().to_string();
+    let mut args = vec!["--session-dir", sessions.as_str()];
+    args.extend_from_slice(extra);
+    let mut spawn = Spawn::scripted(script, &args);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    spawn.env = vec![
+        (
+            "PRIME_AGENT_CODING_AGENT_DIR".into(),
+            dir.path().join("agent").display().to_string(),
+        ),
+        ("RLM_MAX_DEPTH".into(), "1".into()),
+        ("PRIME_AGENT_QUIESCENCE_WAIT_MS".into(), "60000".into()),
+    ];
+    Agent::spawn(spawn)
+}
+
+/// Waits until the child named `name` reports `done`.
+fn child_done(a: &mut Agent, name: &str) {
+    let done = |f: &Value| {
+        let sub = &ns(&f["params"]["update"])["subagents"][0];
+        sub["sessionName"] == name && sub["status"] == "done"
+    };
+    if !a.seen.iter().any(done) {
+        a.wait_for("the child's done", done);
+    }
+}
+
+/// See: spec §5.6 (artifacts `sub-xxxxxxxx/…`). An `rlm(...)` child records its own
+/// conversation as a session file under the session's artifact directory, written by its own
+/// thread as it goes, so it is there even when the agent is killed; `--no-session` writes none.
+#[test]
+fn a_subagent_records_its_conversation_under_the_session_artifacts() {
+    let dir = TempDir::new("resume-subagent");
+    let script = rlm_script(&dir);
+    let mut a = scripted(&dir, &script, &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("delegate"), "end_turn");
+    child_done(&mut a, "scribe");
+    // Killed, not closed: what the child wrote must already be on disk.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let artifacts = dir.path().join("agent/session-artifacts").join(&sid);
+    let subs: Vec<PathBuf> = std::fs::read_dir(&artifacts)
+        .unwrap_or_else(|e| panic!("{}: {e}", artifacts.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(subs.len(), 1, "{subs:?}");
+    let sub = &subs[0];
+    let name = sub.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with("sub-") && name.len() == 12,
+        "sub-xxxxxxxx: {name}"
+    );
+    // The directory is the child's `session_dir`, as the kernel was told.
+    let main = lines_of(&session_file(&dir, &sid));
+    let told = main
+        .iter()
+        .find(|l| l["message"]["role"] == "toolResult")
+        .map(|l| {
+            l["message"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .unwrap();
+    assert!(told.contains(&sub.display().to_string()), "{told}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(sub), 0o700);
+
+    let files: Vec<PathBuf> = std::fs::read_dir(sub)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(mode(&files[0]), 0o600);
+    let lines = lines_of(&files[0]);
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines[0]["version"], 3);
+    assert_ne!(lines[0]["id"], sid.as_str(), "a session of its own");
+    assert_eq!(
+        files[0].file_stem().unwrap().to_str().unwrap(),
+        lines[0]["id"].as_str().unwrap()
+    );
+    assert_eq!(
+        lines[0]["parentSession"],
+        session_file(&dir, &sid).display().to_string()
+    );
+    let messages: Vec<(String, String)> = lines
+        .iter()
+        .filter(|l| l["type"] == "message")
+        .map(|l| {
+            let m = &l["message"];
+            let text = match &m["content"] {
+                Value::String(s) => s.clone(),
+                blocks => blocks
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| {
+                        b["text"]
+                            .as_str()
+                            .or(b["thinking"].as_str())
+                            .unwrap_or_default()
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            };
+            (m["role"].as_str().unwrap().to_owned(), text)
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            (
+                "user".to_owned(),
+                "[task from parent]\n\nSummarise the notes".to_owned()
+            ),
+            (
+                "assistant".to_owned(),
+                "Reading.|The notes say 42.".to_owned()
+            ),
+        ],
+        "the child's conversation, not the main agent's"
+    );
+    assert!(
+        lines.iter().any(|l| l["type"] == "model_change"),
+        "the child's model is recorded"
+    );
+
+    // Without sessions on disk, nothing is written for the child either.
+    let other = TempDir::new("resume-subagent-none");
+    let script = rlm_script(&other);
+    let mut b = scripted(&other, &script, &["--no-session"]);
+    b.handshake();
+    assert_eq!(b.prompt_stop("delegate"), "end_turn");
+    child_done(&mut b, "scribe");
+    assert!(b.finish().success());
+    assert!(!other.path().join("agent/session-artifacts").exists());
+    assert!(!other.path().join("sessions").exists());
+}

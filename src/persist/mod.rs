@@ -94,7 +94,7 @@ fn entry_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
-fn create_dir_private(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dir_private(dir: &Path) -> std::io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -719,6 +719,31 @@ impl Store {
             parent_session: None,
         };
         Recorder::create(self.dir.join(format!("{id}.jsonl")), header)
+    }
+
+    /// `<agent dir>/session-artifacts/<session id>/`: what belongs to a session beside its
+    /// conversation (schedules, its subagents' conversations).
+    pub(crate) fn artifacts_of(&self, session_id: &str) -> PathBuf {
+        self.artifacts.join(session_id)
+    }
+
+    /// A recorder for a subagent of session `root_id`: a session file of its own (same
+    /// format, a new id, `parentSession` naming the root's file) in `dir`, the child's
+    /// directory under the root's artifacts.
+    pub(crate) fn child_recorder(&self, root_id: &str, dir: &Path, cwd: &Path) -> Recorder {
+        let id = uuid::Uuid::new_v4().to_string();
+        let header = Header {
+            id: id.clone(),
+            timestamp: now_iso(),
+            cwd: cwd.display().to_string(),
+            parent_session: Some(
+                self.dir
+                    .join(format!("{root_id}.jsonl"))
+                    .display()
+                    .to_string(),
+            ),
+        };
+        Recorder::create(dir.join(format!("{id}.jsonl")), header)
     }
 
     /// The session the command line picked, taken by the first `session/new`.

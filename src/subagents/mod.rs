@@ -125,6 +125,9 @@ struct Node {
     error: Option<String>,
     token_count: u64,
     session_dir: PathBuf,
+    /// `session_dir` is under the session's artifacts (sessions on disk): it outlives the
+    /// child. Otherwise it is a temp dir, removed with the child.
+    kept: bool,
     conversation: Arc<Mutex<Conversation>>,
     /// Kept between runs so a revived child keeps its kernel.
     ctx: Option<Arc<AgentCtx>>,
@@ -287,7 +290,7 @@ impl Family {
             state.order.clear();
             state.nodes.drain().map(|(_, n)| n).collect()
         };
-        for node in nodes {
+        for node in nodes.iter().filter(|n| !n.kept) {
             let _ = std::fs::remove_dir_all(&node.session_dir);
         }
         let _ = std::fs::remove_dir(subagent_root());
