@@ -299,7 +299,14 @@ mod tests {
     fn a_continued_session_restores_its_model_unless_told_otherwise() {
         let m = menu();
         let cur = m[0].clone();
-        let cases: Vec<(Option<&[MenuModel]>, Option<(&str, &str)>, bool, Restore)> = vec![
+        // (menu, stored model, --model given, decision)
+        type Case<'a> = (
+            Option<&'a [MenuModel]>,
+            Option<(&'a str, &'a str)>,
+            bool,
+            Restore,
+        );
+        let cases: Vec<Case<'_>> = vec![
             (
                 Some(&m),
                 Some(("b", "two")),

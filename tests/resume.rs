@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::support::deps;
 use crate::support::llm_server::{Canned, LlmServer};
 use crate::support::model::*;
 use crate::support::*;
@@ -418,4 +419,71 @@ fn a_subagent_records_its_conversation_under_the_session_artifacts() {
     assert!(b.finish().success());
     assert!(!other.path().join("agent/session-artifacts").exists());
     assert!(!other.path().join("sessions").exists());
+}
+
+/// `(toolCallId, title, kind)` of every `tool_call` among `updates`.
+fn tool_calls(updates: &[Value]) -> Vec<(String, String, String)> {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .map(|u| {
+            let s = |k: &str| u[k].as_str().unwrap_or_default().to_owned();
+            (s("toolCallId"), s("title"), s("kind"))
+        })
+        .collect()
+}
+
+/// A `session/load` shows an MCP call (direct and through `mcp_call_<server>`) with the title
+/// and kind the live call had, though the server is not configured for the loaded session.
+#[test]
+fn a_replayed_mcp_call_looks_as_it_did_live() {
+    let test = "resume::a_replayed_mcp_call_looks_as_it_did_live";
+    let Some(python) = deps::python(test) else {
+        return;
+    };
+    let dir = TempDir::new("resume-mcp");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"n1","name":"mcp__py__noop","arguments":{}}},
+                {"tool_call":{"id":"p1","name":"mcp_call_py","arguments":{"tool":"pid"}}}]}),
+            json!({"text":"done"}),
+        ],
+    );
+    let mut a = scripted(&dir, &script, &[]);
+    initialize(&mut a);
+    let server = json!({"name": "py", "command": python.display().to_string(),
+        "args": [fixture("mcp/server.py").display().to_string(), "stdio"], "env": []});
+    let r = a.call(
+        "session/new",
+        json!({"cwd": cwd_of(&dir), "mcpServers": [server]}),
+    );
+    let sid = r["result"]["sessionId"].as_str().expect("sid").to_owned();
+    a.session_id = Some(sid.clone());
+    a.wait_for("the server ready", |f| {
+        ns(&f["params"]["update"])["mcp"][0]["status"] == "ready"
+    });
+    assert_eq!(a.prompt_stop("use the server"), "end_turn");
+    let live = tool_calls(&a.updates());
+    assert_eq!(
+        live.iter().map(|(_, t, _)| t.as_str()).collect::<Vec<_>>(),
+        ["py: noop", "py: pid"],
+        "{live:?}"
+    );
+    assert!(a.finish().success());
+
+    let mut b = scripted(&dir, &script, &[]);
+    initialize(&mut b);
+    let before = b.seen.len();
+    let r = b.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd_of(&dir), "mcpServers": []}),
+    );
+    assert!(r["result"].is_object(), "{r}");
+    let replay: Vec<Value> = b.seen[before..]
+        .iter()
+        .filter(|f| f["method"] == "session/update")
+        .map(|f| f["params"]["update"].clone())
+        .collect();
+    assert_eq!(tool_calls(&replay), live);
 }
