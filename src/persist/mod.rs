@@ -643,7 +643,8 @@ pub(crate) struct Summary {
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: PathBuf,
-    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json`.
+    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json` and its
+    /// subagents' conversations (`sub-xxxxxxxx/`).
     artifacts: PathBuf,
     next: Mutex<Option<Loaded>>,
 }
@@ -667,7 +668,7 @@ impl Store {
 
     fn jobs_file(&self, session_id: &str) -> Option<PathBuf> {
         self.path_of(session_id)?;
-        Some(self.artifacts.join(session_id).join("scheduled-jobs.json"))
+        Some(self.artifacts_of(session_id).join("scheduled-jobs.json"))
     }
 
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
@@ -1101,6 +1102,11 @@ mod tests {
         let loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
         assert_eq!(loaded.title().as_deref(), Some("hello there"));
+        assert_eq!(
+            loaded.model(),
+            (Some(("scripted".into(), "test".into())), Some("off".into())),
+            "what a continued session restores"
+        );
         assert_eq!(loaded.header.cwd, "/w");
         let mut again = Recorder::resume(&loaded);
         messages.push(Message::User {
