@@ -233,14 +233,19 @@ fn a_continued_session_runs_the_model_and_level_it_last_ran() {
         json!({"severity": "warning", "title": want})
     );
     assert_eq!(ns(update)["promptTurnId"], 0);
-    let answered = e.seen.iter().position(|f| {
-        f.get("result")
-            .is_some_and(|r| r.get("configOptions").is_some())
-    });
+    let answered = e
+        .seen
+        .iter()
+        .position(|f| {
+            f.get("result")
+                .is_some_and(|r| r.get("configOptions").is_some())
+        })
+        .expect("the answer");
     let noticed = e
         .seen
         .iter()
-        .position(|f| !ns(&f["params"]["update"])["notice"].is_null());
+        .position(|f| !ns(&f["params"]["update"])["notice"].is_null())
+        .expect("the notice");
     assert!(answered < noticed, "the notice follows the response");
     assert!(stderr_eventually(&e, want), "{}", e.stderr_text());
     e.session_id = Some(sid.clone());
