@@ -26,7 +26,6 @@ use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::permissions::{self, Mode};
 use crate::persist::schedule::{HeartbeatCommand, Jobs};
-use crate::provider::ProviderChoice;
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
@@ -109,8 +108,8 @@ pub(crate) trait Workers: Send {
     fn cancel_all(&self);
     /// Ends every child.
     fn close(&self);
-    /// The session switched models: children take it from their next run on.
-    fn set_provider(&self, provider: ProviderChoice);
+    /// The session switched models or levels: children take them from their next run on.
+    fn set_model(&self, model: &TurnModel);
 }
 
 /// The real family of a session and its main agent's inbox.
@@ -135,8 +134,9 @@ impl Workers for FamilyWorkers {
     fn close(&self) {
         self.family.close();
     }
-    fn set_provider(&self, provider: ProviderChoice) {
-        self.family.set_provider(provider);
+    fn set_model(&self, model: &TurnModel) {
+        self.family
+            .set_model(model.provider.clone(), model.thinking);
     }
 }
 
@@ -362,7 +362,7 @@ impl Session {
     /// Switches the model from the next model turn on (main agent and children); the running
     /// turn keeps its own.
     pub(crate) fn set_model(&mut self, model: TurnModel) {
-        self.workers.set_provider(model.provider.clone());
+        self.workers.set_model(&model);
         self.model = model;
     }
 
@@ -997,7 +997,7 @@ mod tests {
         fn close(&self) {
             self.closed.store(true, Ordering::SeqCst);
         }
-        fn set_provider(&self, _: ProviderChoice) {
+        fn set_model(&self, _: &TurnModel) {
             self.provider_switches.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -492,3 +492,42 @@ fn a_replayed_mcp_call_looks_as_it_did_live() {
         .collect();
     assert_eq!(tool_calls(&replay), live);
 }
+
+/// The one session file of the child under `sid`'s artifacts.
+fn child_file(dir: &TempDir, sid: &str) -> PathBuf {
+    let artifacts = dir.path().join("agent/session-artifacts").join(sid);
+    let files: Vec<PathBuf> = std::fs::read_dir(&artifacts)
+        .unwrap_or_else(|e| panic!("{}: {e}", artifacts.display()))
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("sub-"))
+        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+/// A child started after a resume thinks at the session's restored level ("else the
+/// parent's", §4.3), not at the start-up default.
+#[test]
+fn a_subagent_of_a_continued_session_thinks_at_the_restored_level() {
+    let dir = TempDir::new("resume-subagent-level");
+    let first = dir.write("first.jsonl", "{\"text\":\"ok\"}\n");
+    let mut a = scripted(&dir, &first.display().to_string(), &["--thinking", "low"]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("remember low"), "end_turn");
+    assert!(a.finish().success());
+
+    let script = rlm_script(&dir);
+    let mut b = scripted(&dir, &script, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("delegate"), "end_turn");
+    child_done(&mut b, "scribe");
+    assert!(b.finish().success());
+    let levels: Vec<Value> = lines_of(&child_file(&dir, &sid))
+        .into_iter()
+        .filter(|l| l["type"] == "thinking_level_change")
+        .map(|l| l["thinkingLevel"].clone())
+        .collect();
+    assert_eq!(levels, ["low"]);
+}

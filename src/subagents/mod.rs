@@ -75,8 +75,10 @@ pub(crate) const MAIN_NAME: &str = "main";
 pub(crate) struct Family {
     generation: u64,
     agent: Arc<Agent>,
-    /// The session's current model (`session/set_config_option` replaces it).
+    /// The session's current model and reasoning level (`session/set_config_option`, a
+    /// restored session, replace them).
     provider: Mutex<ProviderChoice>,
+    thinking: Mutex<Thinking>,
     main_id: String,
     main_inbox: Arc<Inbox>,
     main_busy: AtomicBool,
@@ -146,6 +148,7 @@ impl Family {
         Arc::new_cyclic(|me| Family {
             generation,
             provider: Mutex::new(agent.provider.clone()),
+            thinking: Mutex::new(agent.thinking),
             agent,
             main_id,
             main_inbox: Arc::default(),
@@ -343,9 +346,17 @@ impl Family {
             .clone()
     }
 
-    /// The session switched models: children take the new one from their next run on.
-    pub(crate) fn set_provider(&self, provider: ProviderChoice) {
+    /// The session's current reasoning level: a top-level child's unless `rlm(...,
+    /// thinking=)` names one.
+    pub(crate) fn thinking(&self) -> Thinking {
+        *self.thinking.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session switched models or levels: children take the model from their next run
+    /// on, new children the level.
+    pub(crate) fn set_model(&self, provider: ProviderChoice, thinking: Thinking) {
         *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = provider;
+        *self.thinking.lock().unwrap_or_else(|e| e.into_inner()) = thinking;
     }
 
     fn depth_of(&self, state: &State, id: &str) -> u32 {

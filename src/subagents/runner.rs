@@ -72,6 +72,12 @@ impl Family {
             recorder: store.map(|s| s.child_recorder(&self.main_id, &session_dir, &self.agent.cwd)),
             ..Conversation::default()
         };
+        // "Else the parent's" (§4.3): the session's level for a top-level child, its
+        // parent's own for a nested one.
+        let inherited = state
+            .nodes
+            .get(parent)
+            .map_or_else(|| self.thinking(), |n| n.thinking);
         let node = Node {
             id: id.clone(),
             name: name.clone(),
@@ -92,7 +98,7 @@ impl Family {
                 .get("thinking")
                 .and_then(Value::as_str)
                 .and_then(Thinking::parse)
-                .unwrap_or(self.agent.thinking),
+                .unwrap_or(inherited),
         };
         self.notify_child(&node);
         state.order.push(id.clone());
