@@ -53,11 +53,9 @@ impl MainLoop {
                 return;
             }
             acp::SESSION_LOAD | acp::SESSION_RESUME => {
-                let (result, sid) = match self.session_load(&params, method == acp::SESSION_LOAD) {
-                    Ok((result, sid)) => (Ok(result), Some(sid)),
-                    Err(e) => (Err(e), None),
-                };
-                self.respond(&id, result);
+                let result = self.session_load(&params, method == acp::SESSION_LOAD);
+                let sid = result.as_ref().ok().map(|(_, sid)| sid.clone());
+                self.respond(&id, result.map(|(answer, _)| answer));
                 if let Some(sid) = sid {
                     self.with_session(&sid, |s, _, out| s.publish_opening_notices(out));
                 }
@@ -322,15 +320,14 @@ impl MainLoop {
             );
             let built = match decided {
                 config_options::Restore::Keep => None,
-                config_options::Restore::Switch(m) => {
-                    let built = self.agent.models.as_ref().and_then(|menu| menu.build(&m));
-                    if built.is_none() {
-                        // On the menu but not buildable: the same as not on it.
-                        Some(Err(m.value()))
-                    } else {
-                        built.map(Ok)
-                    }
-                }
+                // On the menu but not buildable: the same as not on it.
+                config_options::Restore::Switch(m) => Some(
+                    self.agent
+                        .models
+                        .as_ref()
+                        .and_then(|menu| menu.build(&m))
+                        .ok_or_else(|| m.value()),
+                ),
                 config_options::Restore::Unknown(label) => Some(Err(label)),
             };
             match built {
