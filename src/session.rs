@@ -26,7 +26,6 @@ use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::permissions::{self, Mode};
 use crate::persist::schedule::{HeartbeatCommand, Jobs};
-use crate::provider::ProviderChoice;
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
@@ -109,8 +108,8 @@ pub(crate) trait Workers: Send {
     fn cancel_all(&self);
     /// Ends every child.
     fn close(&self);
-    /// The session switched models: children take it from their next run on.
-    fn set_provider(&self, provider: ProviderChoice);
+    /// The session switched models or levels: children take them from their next run on.
+    fn set_model(&self, model: &TurnModel);
 }
 
 /// The real family of a session and its main agent's inbox.
@@ -135,8 +134,9 @@ impl Workers for FamilyWorkers {
     fn close(&self) {
         self.family.close();
     }
-    fn set_provider(&self, provider: ProviderChoice) {
-        self.family.set_provider(provider);
+    fn set_model(&self, model: &TurnModel) {
+        self.family
+            .set_model(model.provider.clone(), model.thinking);
     }
 }
 
@@ -214,6 +214,9 @@ pub(crate) struct Session {
     mcp_servers: Vec<McpServer>,
     /// Autonomous mode and goal state, shared with this session's prompt turns.
     unattended: autonomy::Shared,
+    /// Warnings for the client once the response that opened the session is written (a
+    /// stored model this agent cannot run).
+    opening_notices: Vec<String>,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
     /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
     pub(crate) last_worker: Option<JoinHandle<()>>,
@@ -250,6 +253,7 @@ impl Session {
             heartbeats: Jobs::default(),
             mcp_servers,
             unattended: Arc::new(Mutex::new(autonomy::Unattended::disabled())),
+            opening_notices: Vec::new(),
             last_worker: None,
         }
     }
@@ -358,7 +362,7 @@ impl Session {
     /// Switches the model from the next model turn on (main agent and children); the running
     /// turn keeps its own.
     pub(crate) fn set_model(&mut self, model: TurnModel) {
-        self.workers.set_provider(model.provider.clone());
+        self.workers.set_model(&model);
         self.model = model;
     }
 
@@ -513,6 +517,26 @@ impl Session {
     pub(crate) fn announce(&mut self, commands: Value, out: &mut Vec<Action>) {
         self.publish(commands, 0, Phase::Event, None, out);
         self.publish_goal(0, out);
+    }
+
+    /// A warning to show once the session is open (`publish_opening_notices`).
+    pub(crate) fn notice_when_open(&mut self, title: String) {
+        self.opening_notices.push(title);
+    }
+
+    /// Right after the response that opened the session (`session/new`, `load`, `resume`):
+    /// its warnings, as `_meta…notice` (what provider notices use).
+    pub(crate) fn publish_opening_notices(&mut self, out: &mut Vec<Action>) {
+        for title in std::mem::take(&mut self.opening_notices) {
+            let notice = AgentEvent::Notice {
+                severity: "warning".to_owned(),
+                title,
+                description: None,
+            };
+            for update in to_session_updates(&notice, &mut self.mapping) {
+                self.publish(update, 0, Phase::Event, None, out);
+            }
+        }
     }
 
     /// `_meta…goal`, if the goal changed since it was last shown.
@@ -973,7 +997,7 @@ mod tests {
         fn close(&self) {
             self.closed.store(true, Ordering::SeqCst);
         }
-        fn set_provider(&self, _: ProviderChoice) {
+        fn set_model(&self, _: &TurnModel) {
             self.provider_switches.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -22,6 +22,7 @@ mod provider;
 mod refine;
 mod reliability;
 mod responses;
+mod resume;
 mod secrets;
 mod sessions;
 mod subagents;

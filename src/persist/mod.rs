@@ -94,7 +94,7 @@ fn entry_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
-fn create_dir_private(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dir_private(dir: &Path) -> std::io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -185,6 +185,22 @@ impl Loaded {
             }
         }
         out
+    }
+
+    /// The model the session last ran (`model_change`: provider, model id) and its
+    /// reasoning level (`thinking_level_change`), each the newest on the branch.
+    pub(crate) fn model(&self) -> (Option<(String, String)>, Option<String>) {
+        let (mut model, mut thinking) = (None, None);
+        for e in &self.entries {
+            match &e.kind {
+                EntryKind::ModelChange { provider, model_id } => {
+                    model = Some((provider.clone(), model_id.clone()))
+                }
+                EntryKind::ThinkingLevelChange(t) => thinking = Some(t.clone()),
+                _ => {}
+            }
+        }
+        (model, thinking)
     }
 
     pub(crate) fn title(&self) -> Option<String> {
@@ -427,15 +443,7 @@ impl Recorder {
         r.written = r.ids.len();
         r.last_id = loaded.entries.last().map(|e| e.id.clone());
         r.titled = loaded.title().is_some();
-        for e in &loaded.entries {
-            match &e.kind {
-                EntryKind::ModelChange { provider, model_id } => {
-                    r.model = Some((provider.clone(), model_id.clone()))
-                }
-                EntryKind::ThinkingLevelChange(t) => r.thinking = Some(t.clone()),
-                _ => {}
-            }
-        }
+        (r.model, r.thinking) = loaded.model();
         let opened = OpenOptions::new()
             .write(true)
             .open(&loaded.path)
@@ -635,7 +643,8 @@ pub(crate) struct Summary {
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: PathBuf,
-    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json`.
+    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json` and its
+    /// subagents' conversations (`sub-xxxxxxxx/`).
     artifacts: PathBuf,
     next: Mutex<Option<Loaded>>,
 }
@@ -659,7 +668,7 @@ impl Store {
 
     fn jobs_file(&self, session_id: &str) -> Option<PathBuf> {
         self.path_of(session_id)?;
-        Some(self.artifacts.join(session_id).join("scheduled-jobs.json"))
+        Some(self.artifacts_of(session_id).join("scheduled-jobs.json"))
     }
 
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
@@ -711,6 +720,31 @@ impl Store {
             parent_session: None,
         };
         Recorder::create(self.dir.join(format!("{id}.jsonl")), header)
+    }
+
+    /// `<agent dir>/session-artifacts/<session id>/`: what belongs to a session beside its
+    /// conversation (schedules, its subagents' conversations).
+    pub(crate) fn artifacts_of(&self, session_id: &str) -> PathBuf {
+        self.artifacts.join(session_id)
+    }
+
+    /// A recorder for a subagent of session `root_id`: a session file of its own (same
+    /// format, a new id, `parentSession` naming the root's file) in `dir`, the child's
+    /// directory under the root's artifacts.
+    pub(crate) fn child_recorder(&self, root_id: &str, dir: &Path, cwd: &Path) -> Recorder {
+        let id = uuid::Uuid::new_v4().to_string();
+        let header = Header {
+            id: id.clone(),
+            timestamp: now_iso(),
+            cwd: cwd.display().to_string(),
+            parent_session: Some(
+                self.dir
+                    .join(format!("{root_id}.jsonl"))
+                    .display()
+                    .to_string(),
+            ),
+        };
+        Recorder::create(dir.join(format!("{id}.jsonl")), header)
     }
 
     /// The session the command line picked, taken by the first `session/new`.
@@ -1068,6 +1102,11 @@ mod tests {
         let loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
         assert_eq!(loaded.title().as_deref(), Some("hello there"));
+        assert_eq!(
+            loaded.model(),
+            (Some(("scripted".into(), "test".into())), Some("off".into())),
+            "what a continued session restores"
+        );
         assert_eq!(loaded.header.cwd, "/w");
         let mut again = Recorder::resume(&loaded);
         messages.push(Message::User {

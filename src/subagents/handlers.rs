@@ -305,7 +305,10 @@ impl Family {
             if let Some(t) = node.thread.take() {
                 join_by(t, deadline);
             }
-            let _ = std::fs::remove_dir_all(&node.session_dir);
+            // A recorded conversation stays: deleting ends the child, not its history.
+            if !node.kept {
+                let _ = std::fs::remove_dir_all(&node.session_dir);
+            }
         }
         Ok(json!({ "subagent": view }))
     }

@@ -75,8 +75,10 @@ pub(crate) const MAIN_NAME: &str = "main";
 pub(crate) struct Family {
     generation: u64,
     agent: Arc<Agent>,
-    /// The session's current model (`session/set_config_option` replaces it).
+    /// The session's current model and reasoning level (`session/set_config_option`, a
+    /// restored session, replace them).
     provider: Mutex<ProviderChoice>,
+    thinking: Mutex<Thinking>,
     main_id: String,
     main_inbox: Arc<Inbox>,
     main_busy: AtomicBool,
@@ -125,6 +127,9 @@ struct Node {
     error: Option<String>,
     token_count: u64,
     session_dir: PathBuf,
+    /// `session_dir` is under the session's artifacts (sessions on disk): it outlives the
+    /// child. Otherwise it is a temp dir, removed with the child.
+    kept: bool,
     conversation: Arc<Mutex<Conversation>>,
     /// Kept between runs so a revived child keeps its kernel.
     ctx: Option<Arc<AgentCtx>>,
@@ -143,6 +148,7 @@ impl Family {
         Arc::new_cyclic(|me| Family {
             generation,
             provider: Mutex::new(agent.provider.clone()),
+            thinking: Mutex::new(agent.thinking),
             agent,
             main_id,
             main_inbox: Arc::default(),
@@ -287,7 +293,7 @@ impl Family {
             state.order.clear();
             state.nodes.drain().map(|(_, n)| n).collect()
         };
-        for node in nodes {
+        for node in nodes.iter().filter(|n| !n.kept) {
             let _ = std::fs::remove_dir_all(&node.session_dir);
         }
         let _ = std::fs::remove_dir(subagent_root());
@@ -340,9 +346,17 @@ impl Family {
             .clone()
     }
 
-    /// The session switched models: children take the new one from their next run on.
-    pub(crate) fn set_provider(&self, provider: ProviderChoice) {
+    /// The session's current reasoning level: a top-level child's unless `rlm(...,
+    /// thinking=)` names one.
+    pub(crate) fn thinking(&self) -> Thinking {
+        *self.thinking.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session switched models or levels: children take the model from their next run
+    /// on, new children the level.
+    pub(crate) fn set_model(&self, provider: ProviderChoice, thinking: Thinking) {
         *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = provider;
+        *self.thinking.lock().unwrap_or_else(|e| e.into_inner()) = thinking;
     }
 
     fn depth_of(&self, state: &State, id: &str) -> u32 {

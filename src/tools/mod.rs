@@ -111,6 +111,35 @@ pub(crate) struct ToolDisplay {
     pub kind: &'static str,
 }
 
+/// The ACP `ToolKind` values; a stored kind is read back as one of them (else `other`).
+const ACP_KINDS: [&str; 10] = [
+    "read",
+    "edit",
+    "delete",
+    "move",
+    "search",
+    "execute",
+    "think",
+    "fetch",
+    "switch_mode",
+    "other",
+];
+
+impl ToolDisplay {
+    /// A display read back from the session file: the kind as one of ACP's, `other` when
+    /// the file names none we know.
+    pub(crate) fn stored(title: &str, kind: &str) -> ToolDisplay {
+        ToolDisplay {
+            title: title.to_owned(),
+            kind: ACP_KINDS
+                .iter()
+                .find(|k| **k == kind)
+                .copied()
+                .unwrap_or("other"),
+        }
+    }
+}
+
 /// The tools offered in this process.
 #[derive(Default)]
 pub(crate) struct ToolSet {
