@@ -273,8 +273,24 @@ impl MainLoop {
             .zip(self.agent.store.as_ref())
             .and_then(|(_, store)| store.load_jobs(&id));
         if let Some(jobs) = stored_jobs {
-            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, persist::now_ms()));
+            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, schedule::now_ms()));
         }
+        {
+            let session_file = match &resumed {
+                Some(l) => Some(l.path.clone()),
+                None => self.agent.store.as_ref().and_then(|s| s.path_of(&id)),
+            };
+            let mut jobs = session
+                .heartbeats()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            jobs.owner = schedule::Owner {
+                session_id: id.clone(),
+                session_file: session_file.map(|p| p.display().to_string()),
+                cwd: family.cwd().display().to_string(),
+            };
+        }
+        family.set_heartbeats(session.heartbeats().clone());
         let unattended = unattended_of(&self.agent);
         family.set_unattended(unattended.clone());
         session.set_unattended(unattended);
@@ -354,7 +370,7 @@ impl MainLoop {
             .then(|| schedule::heartbeat_command(&prompt.text))
             .flatten()
         {
-            let now = persist::now_ms();
+            let now = schedule::now_ms();
             self.with_session_at(i, |s, _, out| s.heartbeat_command(id, command, now, out));
             return Ok(());
         }

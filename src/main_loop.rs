@@ -231,12 +231,11 @@ impl MainLoop {
             .iter()
             .filter_map(Session::heartbeat_due_ms)
             .min()?;
-        let wait = due.saturating_sub(crate::persist::now_ms());
-        Some(Instant::now() + Duration::from_millis(wait))
+        Some(Instant::now() + crate::persist::schedule::wait_until(due))
     }
 
     fn on_timers(&mut self, now: Instant) {
-        let now_ms = crate::persist::now_ms();
+        let now_ms = crate::persist::schedule::now_ms();
         let fired: Vec<String> = self
             .sessions
             .iter()

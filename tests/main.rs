@@ -13,6 +13,7 @@ mod faults;
 mod fuzz;
 mod goals;
 mod headless;
+mod heartbeats;
 mod kernel;
 mod mcp;
 mod permissions;

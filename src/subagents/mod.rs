@@ -28,6 +28,7 @@ use serde_json::Value;
 use crate::abort::AbortFlag;
 use crate::family::{ChildStatus, TokenBucket};
 use crate::mcp::McpHub;
+use crate::persist::schedule::Jobs;
 use crate::provider::{ProviderChoice, Thinking};
 use crate::tools::KernelHost;
 use crate::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
@@ -54,6 +55,9 @@ pub(crate) enum FamilyMsg {
     /// The main agent's kernel changed the goal (`goal.create` / `goal.complete`): shown now,
     /// not at the end of the turn.
     Goal { generation: u64 },
+    /// The main agent's kernel changed the schedules (`rlm_heartbeat.create|update|delete`):
+    /// the main loop re-arms its timer, stores them and sends `heartbeatsChanged`.
+    Heartbeats { generation: u64 },
 }
 
 impl FamilyMsg {
@@ -64,7 +68,8 @@ impl FamilyMsg {
             | FamilyMsg::MainInbox { generation }
             | FamilyMsg::SentByMain { generation, .. }
             | FamilyMsg::Mcp { generation, .. }
-            | FamilyMsg::Goal { generation } => *generation,
+            | FamilyMsg::Goal { generation }
+            | FamilyMsg::Heartbeats { generation } => *generation,
         }
     }
 }
@@ -92,6 +97,9 @@ pub(crate) struct Family {
     unattended: Mutex<Option<crate::autonomy::Shared>>,
     /// The session's MCP servers (set once at `session/new`), shared by every agent.
     mcp: OnceLock<Arc<McpHub>>,
+    /// The session's schedules (set once at `session/new`), for the main agent's
+    /// `rlm_heartbeat`.
+    heartbeats: OnceLock<Arc<Mutex<Jobs>>>,
 }
 
 #[derive(Default)]
@@ -161,6 +169,7 @@ impl Family {
             me: me.clone(),
             unattended: Mutex::new(None),
             mcp: OnceLock::new(),
+            heartbeats: OnceLock::new(),
         })
     }
 
@@ -193,6 +202,40 @@ impl Family {
             });
         }
         result
+    }
+
+    /// Hands the family the session's schedules, for the main agent's `rlm_heartbeat`.
+    pub(crate) fn set_heartbeats(&self, jobs: Arc<Mutex<Jobs>>) {
+        let _ = self.heartbeats.set(jobs);
+    }
+
+    /// The main agent's `rlm_heartbeat.list|create|update|delete`. Schedules belong to the
+    /// session and fire into the main agent's inbox, so a subagent (whose life is one task)
+    /// gets the spec's "not available" refusal, as upstream where only the session's own
+    /// agent has the heartbeat controller. The lock is held for the pure update only; the
+    /// main loop hears of a change as `FamilyMsg::Heartbeats`.
+    pub(crate) fn heartbeat_request(
+        &self,
+        node: &str,
+        kind: &str,
+        payload: &Value,
+    ) -> Result<Value, String> {
+        let jobs = self
+            .heartbeats
+            .get()
+            .filter(|_| node == self.main_id)
+            .ok_or_else(|| crate::kernel::host::unavailable(kind))?;
+        let now = crate::persist::schedule::now_ms();
+        let (result, changed) = jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .host_request(kind, payload, now)?;
+        if changed {
+            self.notify(FamilyMsg::Heartbeats {
+                generation: self.generation,
+            });
+        }
+        Ok(result)
     }
 
     /// The main agent's context: its tools answer host requests through this family.
