@@ -14,6 +14,7 @@ mod fuzz;
 mod goals;
 mod headless;
 mod kernel;
+mod kernel_state;
 mod mcp;
 mod permissions;
 mod persist;
