@@ -458,7 +458,10 @@ def main():
                 restored = state.restore(user.__dict__, baseline, state_dir)
             snapshots = state.Snapshotter(user.__dict__, baseline, state_dir, lambda: bool(_exec_queue), send_log)
         except Exception as e:  # The kernel works without snapshots; the host logs why.
-            restored = {"error": "the snapshot code failed: %s: %s" % (type(e).__name__, e)}
+            if want_restore:
+                restored = {"error": "the snapshot code failed: %s: %s" % (type(e).__name__, e)}
+            else:
+                send_log("warn", "kernel state snapshots are off: %s: %s" % (type(e).__name__, e))
 
     threading.Thread(target=_reader, args=(proto_in,), name="host-reader", daemon=True).start()
     WIRE.send({"op": "ready", "pid": os.getpid(), "engine": engine.name, "python": sys.version.split()[0], "restore": restored})

@@ -36,6 +36,9 @@ REASON_CHARS = 200
 CELL_DEFINED = "%s (pickle keeps functions and classes by name only)"
 
 
+_GONE = object()
+
+
 class Preempted(Exception):
     """A cell is waiting: the snapshot gives way and is tried again later."""
 
@@ -153,9 +156,9 @@ def snapshot(ns, baseline, directory, preempt):
     total = 0
     with _Alarm(TIME_LIMIT + 0.5):
         for name in user_names(ns, baseline):
-            if name not in ns:
-                continue
-            value = ns[name]
+            value = ns.get(name, _GONE)
+            if value is _GONE:
+                continue  # A background thread of a cell removed it meanwhile.
             kind = type(value).__name__
             if isinstance(value, types.ModuleType):
                 skipped.append((name, kind, "a module; import it again"))
