@@ -380,3 +380,30 @@ fn a_cell_just_before_the_exit_is_saved_on_the_way_out() {
     assert_eq!(b.prompt_stop("again"), "end_turn");
     assert_eq!(results(&b), ["42 True\n"]);
 }
+
+#[test]
+fn a_snapshot_that_cannot_be_written_is_a_log_line_and_cells_go_on() {
+    let dir = TempDir::new("kstate-unwritable");
+    // A file where the artifacts directory would go: no snapshot can be written.
+    dir.write("agent/session-artifacts", "not a directory");
+    let s = script(
+        &dir,
+        "unwritable.jsonl",
+        &[
+            json!({"steps": [cell("c1", "x = 41")]}),
+            json!({"text": "One."}),
+            json!({"steps": [cell("c2", "print(x + 1)")]}),
+            json!({"text": "Two."}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[]);
+    a.handshake();
+    assert_eq!(a.prompt_stop("first"), "end_turn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !a.stderr_text().contains("cannot save the kernel state") {
+        assert!(Instant::now() < deadline, "{}", a.stderr_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.prompt_stop("second"), "end_turn");
+    assert_eq!(results(&a), ["", "42\n"]);
+}

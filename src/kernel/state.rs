@@ -321,6 +321,38 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(back), 'x': back.
     }
 
     #[test]
+    fn a_value_that_hangs_its_pickling_is_cut_off_at_the_time_limit() {
+        let out = run_python(&format!(
+            "{PRELUDE}
+open('slow.py', 'w').write('import time\\nclass Slow:\\n    def __reduce__(self):\\n        time.sleep(60)\\n')
+import slow
+state.TIME_LIMIT = 0.2
+ns['a'] = 1
+ns['hang'] = slow.Slow()
+ns['z'] = 2
+m = state.snapshot(ns, baseline, 'out', lambda: False)
+print(json.dumps(m))
+"
+        ));
+        let names = |k: &str| -> Vec<String> {
+            out[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(names("saved"), ["a"]);
+        assert_eq!(names("skipped"), ["hang", "z"]);
+        for row in out["skipped"].as_array().unwrap() {
+            assert_eq!(
+                row["reason"], "the 0.2 s snapshot time limit was reached",
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
     fn the_total_limit_a_waiting_cell_and_a_bad_file() {
         let out = run_python(&format!(
             "{PRELUDE}
