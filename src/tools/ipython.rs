@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::Notice;
-use super::{KernelEnv, KernelHost, Tool, ToolContext, ToolOutput};
+use super::{KernelEnv, KernelHost, Notice, Tool, ToolContext, ToolOutput};
 use crate::abort::AbortFlag;
 use crate::content::{Attachment, FileDiff, Image, IpythonDetails, ToolSpec};
 use crate::kernel::state::{self, RestoreReport};
