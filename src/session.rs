@@ -643,6 +643,12 @@ impl Session {
     }
 
     /// Ends everything at once (the process is exiting): aborts the turn, ends the family.
+    /// The process is exiting: the main agent's tools save what must survive it (a pending
+    /// kernel namespace snapshot), waiting at most until `deadline`.
+    pub(crate) fn save_state(&self, deadline: Instant) {
+        self.ctx.tools.save_state(deadline);
+    }
+
     pub(crate) fn shut_down(&mut self) {
         if let Some(active) = self.active.take() {
             active.abort.abort();

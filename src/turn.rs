@@ -640,6 +640,18 @@ impl Worker<'_> {
                     images: Vec::new(),
                 });
             }
+            // What the tools have to tell the model alone (a restored kernel state), after the
+            // results of the calls that produced it; recorded as hidden, so no replay shows it.
+            for notice in self.ctx.tools.take_notices() {
+                let at = conv.messages.len();
+                if let Some(r) = conv.recorder.as_mut() {
+                    r.note_hidden(at, notice.custom_type);
+                }
+                conv.messages.push(Message::User {
+                    text: notice.text,
+                    images: Vec::new(),
+                });
+            }
             let request = ChatRequest {
                 system: &system,
                 messages: &conv.messages,

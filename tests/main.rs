@@ -15,6 +15,7 @@ mod goals;
 mod headless;
 mod heartbeats;
 mod kernel;
+mod kernel_state;
 mod mcp;
 mod permissions;
 mod persist;

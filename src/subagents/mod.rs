@@ -241,10 +241,14 @@ impl Family {
     /// The main agent's context: its tools answer host requests through this family.
     pub(crate) fn main_ctx(&self) -> AgentCtx {
         let compaction = Arc::<crate::compaction::Control>::default();
-        let tools = self.agent.tools.build(
-            &self.agent.kernel_env,
-            Some(self.kernel_host(&self.main_id, self.root_depth, &compaction)),
-        );
+        let mut host = self.kernel_host(&self.main_id, self.root_depth, &compaction);
+        // Only the main agent's namespace survives the process (behaviour spec §4.1).
+        host.state_dir = self
+            .agent
+            .store
+            .as_ref()
+            .and_then(|s| s.artifacts_of(&self.main_id));
+        let tools = self.agent.tools.build(&self.agent.kernel_env, Some(host));
         AgentCtx {
             agent: self.agent.clone(),
             tools,
@@ -286,6 +290,7 @@ impl Family {
                 compaction: compaction.clone(),
             }),
             depth,
+            state_dir: None,
         }
     }
 

@@ -57,11 +57,12 @@ impl Family {
         // and holds its conversation, kept after the session ends (a crashed run's subagent
         // work can be read there); without, a temp dir that goes with the family.
         let store = self.agent.store.as_ref();
-        let session_dir = match store {
-            Some(store) => store.artifacts_of(&self.main_id).join(&id),
+        let artifacts = store.and_then(|s| s.artifacts_of(&self.main_id));
+        let session_dir = match &artifacts {
+            Some(dir) => dir.join(&id),
             None => subagent_root().join(&id),
         };
-        let created = match store {
+        let created = match artifacts {
             Some(_) => crate::persist::create_dir_private(&session_dir),
             None => std::fs::create_dir_all(&session_dir),
         };
