@@ -114,6 +114,58 @@ pub(crate) fn choose(
     }
 }
 
+/// What a continued session (`-c`, `-r`, `--fork`, `session/load`, `session/resume`) does
+/// with the model its file last names.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Restore {
+    /// Run the current model: it is the stored one, the file names none, `--model` chose it
+    /// explicitly (the command line wins, as upstream), or this agent cannot switch models.
+    Keep,
+    /// Switch to the stored model, which is on the menu.
+    Switch(MenuModel),
+    /// The stored model (`provider/id`) is not one this agent can run: keep the current one
+    /// and say so.
+    Unknown(String),
+}
+
+/// Decides `Restore` for the stored `(provider, id)`. `menu` is `None` for an agent without
+/// a model menu (the scripted provider: its script is the only model).
+pub(crate) fn restore_model(
+    menu: Option<&[MenuModel]>,
+    current: &MenuModel,
+    stored: Option<(&str, &str)>,
+    explicit: bool,
+) -> Restore {
+    let (Some((provider, id)), Some(menu), false) = (stored, menu, explicit) else {
+        return Restore::Keep;
+    };
+    if current.provider == provider && current.id == id {
+        return Restore::Keep;
+    }
+    match menu.iter().find(|m| m.provider == provider && m.id == id) {
+        Some(m) => Restore::Switch(m.clone()),
+        None => Restore::Unknown(format!("{provider}/{id}")),
+    }
+}
+
+/// The reasoning level of a continued session: `--thinking` when given, else the stored one
+/// when it is a level, else `current`.
+pub(crate) fn restore_thinking(
+    stored: Option<&str>,
+    explicit: bool,
+    current: Thinking,
+) -> Thinking {
+    match stored.and_then(Thinking::parse) {
+        Some(t) if !explicit => t,
+        _ => current,
+    }
+}
+
+/// The warning for `Restore::Unknown` (upstream's words).
+pub(crate) fn not_restored(stored: &str, current: &str) -> String {
+    format!("Could not restore model {stored}. Using {current}")
+}
+
 pub(crate) fn unknown_option(config_id: &str) -> String {
     format!("Unknown ACP config option: {config_id}")
 }
@@ -241,6 +293,76 @@ mod tests {
         }
         let list = options(&m, &m[1], Thinking::Off);
         assert_eq!(list[0]["options"][1]["options"][0]["name"], "TWO (b)");
+    }
+
+    #[test]
+    fn a_continued_session_restores_its_model_unless_told_otherwise() {
+        let m = menu();
+        let cur = m[0].clone();
+        // (menu, stored model, --model given, decision)
+        type Case<'a> = (
+            Option<&'a [MenuModel]>,
+            Option<(&'a str, &'a str)>,
+            bool,
+            Restore,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            (
+                Some(&m),
+                Some(("b", "two")),
+                false,
+                Restore::Switch(m[1].clone()),
+            ),
+            (
+                Some(&m),
+                Some(("a", "three/x")),
+                false,
+                Restore::Switch(m[2].clone()),
+            ),
+            (Some(&m), Some(("a", "one")), false, Restore::Keep),
+            (Some(&m), None, false, Restore::Keep),
+            // `--model` on the command line wins over the file.
+            (Some(&m), Some(("b", "two")), true, Restore::Keep),
+            (
+                Some(&m),
+                Some(("gone", "old")),
+                false,
+                Restore::Unknown("gone/old".into()),
+            ),
+            (
+                Some(&m),
+                Some(("b", "one")),
+                false,
+                Restore::Unknown("b/one".into()),
+            ),
+            (Some(&m), Some(("gone", "old")), true, Restore::Keep),
+            // No menu: the agent cannot switch (a scripted run).
+            (None, Some(("b", "two")), false, Restore::Keep),
+        ];
+        for (menu, stored, explicit, want) in cases {
+            assert_eq!(
+                restore_model(menu, &cur, stored, explicit),
+                want,
+                "{stored:?} explicit={explicit}"
+            );
+        }
+        let levels = [
+            (Some("high"), false, Thinking::High),
+            (Some("high"), true, Thinking::Low),
+            (Some("extreme"), false, Thinking::Low),
+            (None, false, Thinking::Low),
+        ];
+        for (stored, explicit, want) in levels {
+            assert_eq!(
+                restore_thinking(stored, explicit, Thinking::Low),
+                want,
+                "{stored:?}"
+            );
+        }
+        assert_eq!(
+            not_restored("gone/old", "a/one"),
+            "Could not restore model gone/old. Using a/one"
+        );
     }
 
     #[test]

@@ -45,12 +45,22 @@ impl MainLoop {
                 // After the response, so the client knows the session the update names.
                 if let Some(sid) = sid {
                     let commands = commands::available_commands_update();
-                    self.with_session(&sid, |s, _, out| s.announce(commands, out));
+                    self.with_session(&sid, |s, _, out| {
+                        s.announce(commands, out);
+                        s.publish_opening_notices(out);
+                    });
                 }
                 return;
             }
-            acp::SESSION_LOAD => self.session_load(&params, true),
-            acp::SESSION_RESUME => self.session_load(&params, false),
+            acp::SESSION_LOAD | acp::SESSION_RESUME => {
+                let result = self.session_load(&params, method == acp::SESSION_LOAD);
+                let sid = result.as_ref().ok().map(|(_, sid)| sid.clone());
+                self.respond(&id, result.map(|(answer, _)| answer));
+                if let Some(sid) = sid {
+                    self.with_session(&sid, |s, _, out| s.publish_opening_notices(out));
+                }
+                return;
+            }
             acp::SESSION_LIST => self.session_list(&params),
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
@@ -112,8 +122,8 @@ impl MainLoop {
     }
 
     /// `session/load` (with the replay) and `session/resume` (without): the stored session
-    /// becomes the open one, under its own id.
-    fn session_load(&mut self, params: &Value, replay: bool) -> Result<Value, RpcError> {
+    /// becomes the open one, under its own id. Returns the answer and that id.
+    fn session_load(&mut self, params: &Value, replay: bool) -> Result<(Value, String), RpcError> {
         let method = if replay {
             acp::SESSION_LOAD
         } else {
@@ -145,7 +155,7 @@ impl MainLoop {
         if let Some(obj) = result.as_object_mut() {
             obj.remove("sessionId");
         }
-        Ok(result)
+        Ok((result, session_id))
     }
 
     /// `session/list`: the stored sessions, newest first, a page at a time.
@@ -255,13 +265,32 @@ impl MainLoop {
             self.timing,
         );
         session.restore(conversation);
+        if let Some(loaded) = &resumed {
+            self.restore_model(&mut session, loaded);
+        }
         let stored_jobs = resumed
             .as_ref()
             .zip(self.agent.store.as_ref())
             .and_then(|(_, store)| store.load_jobs(&id));
         if let Some(jobs) = stored_jobs {
-            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, persist::now_ms()));
+            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, schedule::now_ms()));
         }
+        {
+            let session_file = match &resumed {
+                Some(l) => Some(l.path.clone()),
+                None => self.agent.store.as_ref().and_then(|s| s.path_of(&id)),
+            };
+            let mut jobs = session
+                .heartbeats()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            jobs.owner = schedule::Owner {
+                session_id: id.clone(),
+                session_file: session_file.map(|p| p.display().to_string()),
+                cwd: family.cwd().display().to_string(),
+            };
+        }
+        family.set_heartbeats(session.heartbeats().clone());
         let unattended = unattended_of(&self.agent);
         family.set_unattended(unattended.clone());
         session.set_unattended(unattended);
@@ -279,6 +308,57 @@ impl MainLoop {
         Ok(result)
     }
 
+    /// A continued session runs the model and reasoning level its file last names
+    /// (`config_options::restore_model`: unless `--model` / `--thinking` said otherwise); a
+    /// model this agent cannot run is kept out with a warning, logged and shown to the client
+    /// after the response.
+    fn restore_model(&self, session: &mut Session, loaded: &persist::Loaded) {
+        let mut model = session.model().clone();
+        let (stored, thinking) = loaded.model();
+        model.thinking = config_options::restore_thinking(
+            thinking.as_deref(),
+            self.agent.thinking_explicit,
+            model.thinking,
+        );
+        if let Ok(provider) = &model.provider {
+            let menu = self.agent.models.as_ref().map(|m| m.models());
+            let current = config_options::current_model(
+                &provider.label(),
+                provider.reasoning(),
+                menu.as_deref().unwrap_or_default(),
+            );
+            let stored = stored.as_ref().map(|(p, id)| (p.as_str(), id.as_str()));
+            let decided = config_options::restore_model(
+                menu.as_deref(),
+                &current,
+                stored,
+                self.agent.model_explicit,
+            );
+            let built = match decided {
+                config_options::Restore::Keep => None,
+                // On the menu but not buildable: the same as not on it.
+                config_options::Restore::Switch(m) => Some(
+                    self.agent
+                        .models
+                        .as_ref()
+                        .and_then(|menu| menu.build(&m))
+                        .ok_or_else(|| m.value()),
+                ),
+                config_options::Restore::Unknown(label) => Some(Err(label)),
+            };
+            match built {
+                Some(Ok(provider)) => model.provider = Ok(provider),
+                Some(Err(label)) => {
+                    let why = config_options::not_restored(&label, &current.value());
+                    log::warn!("session {}: {why}", session.id());
+                    session.notice_when_open(why);
+                }
+                None => {}
+            }
+        }
+        session.set_model(model);
+    }
+
     /// The session answers the prompt; an error here is answered by the caller.
     fn session_prompt(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
         let (session_id, prompt) = acp::parse_prompt(params)?;
@@ -290,7 +370,7 @@ impl MainLoop {
             .then(|| schedule::heartbeat_command(&prompt.text))
             .flatten()
         {
-            let now = persist::now_ms();
+            let now = schedule::now_ms();
             self.with_session_at(i, |s, _, out| s.heartbeat_command(id, command, now, out));
             return Ok(());
         }

@@ -26,6 +26,9 @@ const TURN_QUEUE: usize = 1024;
 
 /// How long the loop waits for an aborted worker on the way out.
 const EXIT_JOIN: Duration = Duration::from_millis(500);
+/// At exit, how long the kernels may take to write a pending namespace snapshot (its own
+/// limit is 5 s of pickling, plus the write).
+const STATE_SAVE: Duration = Duration::from_secs(7);
 
 /// How the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,12 +234,11 @@ impl MainLoop {
             .iter()
             .filter_map(Session::heartbeat_due_ms)
             .min()?;
-        let wait = due.saturating_sub(crate::persist::now_ms());
-        Some(Instant::now() + Duration::from_millis(wait))
+        Some(Instant::now() + crate::persist::schedule::wait_until(due))
     }
 
     fn on_timers(&mut self, now: Instant) {
-        let now_ms = crate::persist::now_ms();
+        let now_ms = crate::persist::schedule::now_ms();
         let fired: Vec<String> = self
             .sessions
             .iter()
@@ -420,12 +422,20 @@ impl MainLoop {
     fn shutdown(&mut self) {
         let deadline = Instant::now() + EXIT_JOIN;
         let mut workers = Vec::new();
-        for mut session in self.sessions.drain(..) {
+        let mut sessions: Vec<Session> = self.sessions.drain(..).collect();
+        for session in &mut sessions {
             session.shut_down();
             workers.extend(session.last_worker.take());
         }
         for worker in workers {
             crate::subagents::join_by(worker, deadline);
+        }
+        // With the turns stopped, a kernel snapshot still waiting for its quiet moment is
+        // written now (bounded by the snapshot's own time limit), so a cell that ran just
+        // before the exit is not lost.
+        let deadline = Instant::now() + STATE_SAVE;
+        for session in &sessions {
+            session.save_state(deadline);
         }
     }
 }

@@ -8,6 +8,7 @@
 //! terminal update with a fake clock. The subagent family is behind the small `Workers` trait
 //! for the same reason.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,8 +26,7 @@ use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::permissions::{self, Mode};
-use crate::persist::schedule::{HeartbeatCommand, Jobs};
-use crate::provider::ProviderChoice;
+use crate::persist::schedule::{Delivery, HeartbeatCommand, Jobs};
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
@@ -109,8 +109,8 @@ pub(crate) trait Workers: Send {
     fn cancel_all(&self);
     /// Ends every child.
     fn close(&self);
-    /// The session switched models: children take it from their next run on.
-    fn set_provider(&self, provider: ProviderChoice);
+    /// The session switched models or levels: children take them from their next run on.
+    fn set_model(&self, model: &TurnModel);
 }
 
 /// The real family of a session and its main agent's inbox.
@@ -135,8 +135,9 @@ impl Workers for FamilyWorkers {
     fn close(&self) {
         self.family.close();
     }
-    fn set_provider(&self, provider: ProviderChoice) {
-        self.family.set_provider(provider);
+    fn set_model(&self, model: &TurnModel) {
+        self.family
+            .set_model(model.provider.clone(), model.thinking);
     }
 }
 
@@ -207,13 +208,21 @@ pub(crate) struct Session {
     closing: Option<RequestId>,
     /// The close was answered (`Action::Closed`): the owner drops the session.
     closed: bool,
-    /// The session's schedules (`/heartbeat`); the main loop's timer fires them.
-    heartbeats: Jobs,
+    /// The session's schedules (`/heartbeat`, and the main agent's `rlm_heartbeat` from its
+    /// kernel thread, through the family; each lock is held for a pure update only); the
+    /// main loop's timer fires them.
+    heartbeats: Arc<Mutex<Jobs>>,
+    /// `follow_up` firings waiting for the main agent to be idle; each runs as its own
+    /// unsolicited turn.
+    follow_ups: VecDeque<String>,
     /// Validated at `session/new`; not yet offered to the kernel (there is no MCP client).
     #[allow(dead_code)] // Kept so the session owns what the client configured.
     mcp_servers: Vec<McpServer>,
     /// Autonomous mode and goal state, shared with this session's prompt turns.
     unattended: autonomy::Shared,
+    /// Warnings for the client once the response that opened the session is written (a
+    /// stored model this agent cannot run).
+    opening_notices: Vec<String>,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
     /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
     pub(crate) last_worker: Option<JoinHandle<()>>,
@@ -247,9 +256,11 @@ impl Session {
             pending_terminal: None,
             closing: None,
             closed: false,
-            heartbeats: Jobs::default(),
+            heartbeats: Arc::default(),
+            follow_ups: VecDeque::new(),
             mcp_servers,
             unattended: Arc::new(Mutex::new(autonomy::Unattended::disabled())),
+            opening_notices: Vec::new(),
             last_worker: None,
         }
     }
@@ -274,17 +285,27 @@ impl Session {
         self.conversation = Arc::new(Mutex::new(conversation));
     }
 
-    /// Schedules stored with a continued session.
+    /// Schedules stored with a continued session (the owner fields stay the session's).
     pub(crate) fn restore_heartbeats(&mut self, jobs: Jobs) {
-        self.heartbeats = jobs;
+        let mut mine = self.jobs();
+        mine.jobs = jobs.jobs;
     }
 
-    /// When the next schedule is due (wall-clock milliseconds).
+    /// The session's schedules, to share with its family (the kernel's `rlm_heartbeat`).
+    pub(crate) fn heartbeats(&self) -> &Arc<Mutex<Jobs>> {
+        &self.heartbeats
+    }
+
+    fn jobs(&self) -> std::sync::MutexGuard<'_, Jobs> {
+        self.heartbeats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When the next schedule is due (schedule-clock milliseconds).
     pub(crate) fn heartbeat_due_ms(&self) -> Option<u64> {
         if self.closed || self.closing.is_some() {
             return None;
         }
-        self.heartbeats.next_due_ms()
+        self.jobs().next_due_ms()
     }
 
     /// `/heartbeat …`, recognised by the handler: answered at once with what changed, and
@@ -296,16 +317,19 @@ impl Session {
         now_ms: u64,
         out: &mut Vec<Action>,
     ) {
-        let (text, changed) = match command {
-            HeartbeatCommand::Status => (self.heartbeats.status_text(), false),
-            HeartbeatCommand::Off => match self.heartbeats.off(now_ms) {
-                true => ("Heartbeat stopped.".to_owned(), true),
-                false => ("No heartbeat is set.".to_owned(), false),
-            },
-            HeartbeatCommand::Set { schedule, prompt } => {
-                match self.heartbeats.set_heartbeat(&schedule, &prompt, now_ms) {
-                    Ok(_) => (self.heartbeats.status_text(), true),
-                    Err(why) => (why, false),
+        let (text, changed) = {
+            let mut jobs = self.jobs();
+            match command {
+                HeartbeatCommand::Status => (jobs.status_text(), false),
+                HeartbeatCommand::Off => match jobs.off(now_ms) {
+                    true => ("Heartbeat stopped.".to_owned(), true),
+                    false => ("No heartbeat is set.".to_owned(), false),
+                },
+                HeartbeatCommand::Set { schedule, prompt } => {
+                    match jobs.set_heartbeat(&schedule, &prompt, now_ms) {
+                        Ok(_) => (jobs.status_text(), true),
+                        Err(why) => (why, false),
+                    }
                 }
             }
         };
@@ -324,21 +348,34 @@ impl Session {
         for update in to_session_updates(&AgentEvent::HeartbeatsChanged, &mut self.mapping) {
             self.publish(update, 0, Phase::Event, None, out);
         }
-        out.push(Action::SaveHeartbeats(self.heartbeats.to_json()));
+        let jobs = self.jobs().to_json();
+        out.push(Action::SaveHeartbeats(jobs));
     }
 
-    /// The timer: every due schedule's prompt goes to the main agent's inbox, so it joins a
-    /// running turn at its next model call (`steer`) or starts an unsolicited one
-    /// (`promptTurnId` 0).
+    /// The timer: a due `steer` schedule's prompt goes to the main agent's inbox, so it
+    /// joins a running turn at its next model call or starts an unsolicited one
+    /// (`promptTurnId` 0); a `follow_up` one waits for the main agent to be idle and then
+    /// runs as its own unsolicited turn.
     pub(crate) fn on_heartbeat(&mut self, now_ms: u64, out: &mut Vec<Action>) {
-        let prompts = self.heartbeats.take_due(now_ms);
-        if prompts.is_empty() {
+        let (due, saved) = {
+            let mut jobs = self.jobs();
+            let due = jobs.take_due(now_ms);
+            // Under the jobs lock: a cell that sees `runCount` go up finds the prompt
+            // already delivered.
+            for d in due.iter().filter(|d| d.delivery == Delivery::Steer) {
+                self.ctx.inbox.push(d.prompt.clone());
+            }
+            (due, jobs.to_json())
+        };
+        if due.is_empty() {
             return;
         }
-        for prompt in prompts {
-            self.ctx.inbox.push(prompt);
-        }
-        out.push(Action::SaveHeartbeats(self.heartbeats.to_json()));
+        self.follow_ups.extend(
+            due.into_iter()
+                .filter(|d| d.delivery == Delivery::FollowUp)
+                .map(|d| d.prompt),
+        );
+        out.push(Action::SaveHeartbeats(saved));
         self.advance(out);
     }
 
@@ -358,7 +395,7 @@ impl Session {
     /// Switches the model from the next model turn on (main agent and children); the running
     /// turn keeps its own.
     pub(crate) fn set_model(&mut self, model: TurnModel) {
-        self.workers.set_provider(model.provider.clone());
+        self.workers.set_model(&model);
         self.model = model;
     }
 
@@ -515,6 +552,26 @@ impl Session {
         self.publish_goal(0, out);
     }
 
+    /// A warning to show once the session is open (`publish_opening_notices`).
+    pub(crate) fn notice_when_open(&mut self, title: String) {
+        self.opening_notices.push(title);
+    }
+
+    /// Right after the response that opened the session (`session/new`, `load`, `resume`):
+    /// its warnings, as `_meta…notice` (what provider notices use).
+    pub(crate) fn publish_opening_notices(&mut self, out: &mut Vec<Action>) {
+        for title in std::mem::take(&mut self.opening_notices) {
+            let notice = AgentEvent::Notice {
+                severity: "warning".to_owned(),
+                title,
+                description: None,
+            };
+            for update in to_session_updates(&notice, &mut self.mapping) {
+                self.publish(update, 0, Phase::Event, None, out);
+            }
+        }
+    }
+
     /// `_meta…goal`, if the goal changed since it was last shown.
     fn publish_goal(&mut self, turn: u64, out: &mut Vec<Action>) {
         let goal = autonomy::lock(&self.unattended).take_goal_meta();
@@ -529,7 +586,9 @@ impl Session {
     /// settles), cancel every subagent, drop queued agent messages, answer a queued prompt
     /// `cancelled`, and publish no terminal update for the interrupted turn.
     pub(crate) fn cancel(&mut self, now: Instant, out: &mut Vec<Action>) {
+        // As the inbox: what was waiting for the main agent is dropped.
         self.workers.cancel_all();
+        self.follow_ups.clear();
         self.pending_terminal = None;
         if let Some(active) = self.active.as_mut() {
             if active.cancel_deadline.is_none() {
@@ -584,6 +643,12 @@ impl Session {
     }
 
     /// Ends everything at once (the process is exiting): aborts the turn, ends the family.
+    /// The process is exiting: the main agent's tools save what must survive it (a pending
+    /// kernel namespace snapshot), waiting at most until `deadline`.
+    pub(crate) fn save_state(&self, deadline: Instant) {
+        self.ctx.tools.save_state(deadline);
+    }
+
     pub(crate) fn shut_down(&mut self) {
         if let Some(active) = self.active.take() {
             active.abort.abort();
@@ -661,7 +726,7 @@ impl Session {
         // finished putting its completion notice in the inbox.
         let outstanding = self.workers.outstanding();
         let inbox_waiting = self.workers.inbox_waiting();
-        if outstanding == 0 && !inbox_waiting {
+        if outstanding == 0 && !inbox_waiting && self.follow_ups.is_empty() {
             if let Some(pending) = self.pending_terminal.take() {
                 self.publish_terminal(pending, out);
             }
@@ -676,6 +741,13 @@ impl Session {
         }
         if inbox_waiting {
             self.start_turn(None, TurnInput::Inbox, out);
+        } else if let Some(text) = self.follow_ups.pop_front() {
+            let prompt = UserPrompt {
+                text,
+                images: Vec::new(),
+                typed: false,
+            };
+            self.start_turn(None, TurnInput::Prompt(prompt), out);
         }
     }
 
@@ -817,6 +889,10 @@ impl Session {
             FamilyMsg::Goal { generation } if generation == self.generation => {
                 let turn = self.active.as_ref().map_or(0, |a| a.prompt_turn_id);
                 self.publish_goal(turn, out);
+            }
+            // The kernel changed the schedules: the loop re-arms its timer before it waits.
+            FamilyMsg::Heartbeats { generation } if generation == self.generation => {
+                self.heartbeats_changed(out)
             }
             _ => return, // News from a closed session's family.
         }
@@ -973,7 +1049,7 @@ mod tests {
         fn close(&self) {
             self.closed.store(true, Ordering::SeqCst);
         }
-        fn set_provider(&self, _: ProviderChoice) {
+        fn set_model(&self, _: &TurnModel) {
             self.provider_switches.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -1300,6 +1376,52 @@ mod tests {
         // sends nothing.
         h.session.set_model(h.session.model().clone());
         assert!(h.take().is_empty());
+    }
+
+    #[test]
+    fn a_steer_firing_joins_the_running_turn_and_a_follow_up_runs_after_it() {
+        const NOW: u64 = 1_764_583_200_000;
+        let mut h = Harness::new();
+        for (prompt, mode) in [("steer me", "steer"), ("after", "follow_up")] {
+            let payload =
+                json!({"instruction": prompt, "interval": "in 1m", "delivery_mode": mode});
+            h.session
+                .jobs()
+                .host_request("rlm_heartbeat.create", &payload, NOW)
+                .unwrap();
+        }
+        h.prompt(1, "work");
+        h.take();
+        let t = h.running();
+        h.session.on_heartbeat(NOW + 60_000, &mut h.out);
+        // Nothing starts while the turn runs: the steer prompt waits in the inbox the turn
+        // drains before its next model call, the follow-up in the session.
+        assert_eq!(h.take(), ["save heartbeats"]);
+        assert_eq!(h.session.ctx.inbox.drain(), ["steer me"]);
+        h.turn(t, done());
+        let tail = h.take();
+        assert_eq!(tail.len(), 4, "{tail:?}");
+        assert!(tail[2].starts_with("respond 1"), "{tail:?}");
+        assert_eq!(tail[3], "start after", "its own turn, after the answer");
+        let follow_up = h.session.active.as_ref().unwrap();
+        assert_eq!(follow_up.prompt_turn_id, 0);
+        assert!(follow_up.request.is_none());
+        // Prompt 1's terminal update waits for the follow-up, as for inbox work.
+        let t = h.running();
+        h.turn(t, done());
+        assert_eq!(
+            h.take(),
+            ["update session_info_update terminalQuiescence turn=1 seq=4"]
+        );
+        // Fired while idle, a follow-up starts at once.
+        let payload =
+            json!({"instruction": "idle", "interval": "in 1m", "delivery_mode": "follow_up"});
+        h.session
+            .jobs()
+            .host_request("rlm_heartbeat.create", &payload, NOW)
+            .unwrap();
+        h.session.on_heartbeat(NOW + 60_000, &mut h.out);
+        assert_eq!(h.take(), ["save heartbeats", "start idle"]);
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         prompt_spec: Some(spec),
         cwd,
         thinking: cfg.thinking.unwrap_or(Thinking::Medium),
+        model_explicit: cfg.model.is_some(),
+        thinking_explicit: cfg.thinking.is_some(),
         models,
         multi_session,
         client_terminal: cfg.client_terminal,

@@ -56,6 +56,10 @@ pub struct Agent {
     pub(crate) prompt_spec: Option<PromptSpec>,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
+    /// `--model` / `--thinking` were given: a continued session keeps them instead of the
+    /// model and level its file names (`config_options::restore_model`).
+    pub(crate) model_explicit: bool,
+    pub(crate) thinking_explicit: bool,
     /// The models a session may switch to (`None`: only its own, e.g. the scripted provider).
     pub(crate) models: Option<Arc<ModelMenu>>,
     /// Several sessions per connection, each in its own cwd (`--multi-session`).
@@ -95,6 +99,8 @@ impl Agent {
             prompt_spec: None,
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
+            model_explicit: false,
+            thinking_explicit: false,
             models: None,
             multi_session: false,
             client_terminal: false,
@@ -119,6 +125,8 @@ impl Agent {
             prompt_spec: None,
             cwd,
             thinking: Thinking::Off,
+            model_explicit: false,
+            thinking_explicit: false,
             models: None,
             multi_session: false,
             client_terminal: false,
@@ -632,6 +640,18 @@ impl Worker<'_> {
                     images: Vec::new(),
                 });
             }
+            // What the tools have to tell the model alone (a restored kernel state), after the
+            // results of the calls that produced it; recorded as hidden, so no replay shows it.
+            for notice in self.ctx.tools.take_notices() {
+                let at = conv.messages.len();
+                if let Some(r) = conv.recorder.as_mut() {
+                    r.note_hidden(at, notice.custom_type);
+                }
+                conv.messages.push(Message::User {
+                    text: notice.text,
+                    images: Vec::new(),
+                });
+            }
             let request = ChatRequest {
                 system: &system,
                 messages: &conv.messages,
@@ -755,12 +775,13 @@ impl Worker<'_> {
                     );
                     return TurnOutcome::Cancelled;
                 }
-                let (output, locations) = self.run_tool(call);
+                let (output, shown) = self.run_tool(call);
                 if let Some(r) = conv.recorder.as_mut() {
                     let details = crate::persist::entry::tool_details(
-                        &locations,
+                        &shown.locations,
                         output.diff.as_ref(),
                         output.ipython.as_ref(),
+                        shown.display.as_ref(),
                     );
                     r.note_tool_details(&call.id, details);
                 }
@@ -859,8 +880,8 @@ impl Worker<'_> {
         })
     }
 
-    /// Runs one call; also returns its locations (the session file keeps them).
-    fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Vec<String>) {
+    /// Runs one call; also returns how it was shown (the session file keeps that).
+    fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Shown) {
         let mut tool = self.ctx.tools.get(&call.name);
         // The session's MCP servers' tools, when no built-in has the name.
         let mcp_tool = match (&self.ctx.mcp, tool) {
@@ -906,7 +927,7 @@ impl Worker<'_> {
                 name: call.name.clone(),
                 args: call.arguments.clone(),
                 locations: locations.clone(),
-                display,
+                display: display.clone(),
             });
         } else if approval == Approval::Allowed {
             self.emit(AgentEvent::ToolApproved {
@@ -966,8 +987,14 @@ impl Worker<'_> {
                 terminal: output.terminal.clone(),
             },
         });
-        (output, locations)
+        (output, Shown { locations, display })
     }
+}
+
+/// How a tool call was shown to the client beyond its name and arguments.
+struct Shown {
+    locations: Vec<String>,
+    display: Option<ToolDisplay>,
 }
 
 /// Gives every unanswered tool call a result, so the conversation stays valid for the next

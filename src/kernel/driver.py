@@ -4,7 +4,8 @@ The host (src/kernel/mod.rs) starts `python3 -u driver.py` in its own process gr
 owns the kernel side of the wire protocol described there: it moves the protocol pipes off the
 fds that user code can see, runs one cell at a time with IPython's InteractiveShell when it is
 installed (else a plain-exec engine that supports top-level `await`), and reports results,
-displays, errors and the end of each cell as NDJSON frames. Standard library only.
+displays, errors and the end of each cell as NDJSON frames. In a persistent session it also
+saves the namespace between cells and loads it at start-up (state.py). Standard library only.
 """
 
 import ast
@@ -139,7 +140,7 @@ def _reader(fd):
             except ValueError:
                 continue
             op = msg.get("op")
-            if op == "execute":
+            if op in ("execute", "flush"):
                 with _exec_cond:
                     _exec_queue.append(msg)
                     _exec_cond.notify()
@@ -155,11 +156,20 @@ def _reader(fd):
         os._exit(0)
 
 
-def _next_execute():
+def _next_execute(timeout=None):
+    """The next queued `execute`, or None once `timeout` seconds passed without one."""
     with _exec_cond:
-        while not _exec_queue:
-            _exec_cond.wait()
-        return _exec_queue.pop(0)
+        if timeout is None:
+            while not _exec_queue:
+                _exec_cond.wait()
+        elif not _exec_queue:
+            _exec_cond.wait(timeout)
+        return _exec_queue.pop(0) if _exec_queue else None
+
+
+def send_log(level, message):
+    """A line for the host's log (`warn`, `info` or `debug`), outside any cell."""
+    WIRE.send({"op": "log", "level": level, "message": message})
 
 
 # --- engines -----------------------------------------------------------------------------------
@@ -453,16 +463,48 @@ def main():
         engine = PlainEngine(user.__dict__)
     STATE["engine"] = engine.name
 
+    # A persistent session's main kernel saves its namespace after successful cells and, on
+    # its first start in a resumed session, loads what was saved (see state.py).
+    state_dir = os.environ.pop("PRIME_AGENT_KERNEL_STATE_DIR", "")
+    want_restore = os.environ.pop("PRIME_AGENT_KERNEL_STATE_RESTORE", "") == "1"
+    snapshots = None
+    restored = None
+    if state_dir:
+        DRIVER_FILES.add(os.path.join(HERE, "state.py"))
+        try:
+            state = _load_module("_prime_agent_state", "state.py")
+            # Everything the bootstrap and the engine put into the namespace is theirs.
+            baseline = frozenset(user.__dict__)
+            if want_restore:
+                restored = state.restore(user.__dict__, baseline, state_dir)
+            snapshots = state.Snapshotter(user.__dict__, baseline, state_dir, lambda: bool(_exec_queue), send_log)
+        except Exception as e:  # The kernel works without snapshots; the host logs why.
+            if want_restore:
+                restored = {"error": "the snapshot code failed: %s: %s" % (type(e).__name__, e)}
+            else:
+                send_log("warn", "kernel state snapshots are off: %s: %s" % (type(e).__name__, e))
+
     threading.Thread(target=_reader, args=(proto_in,), name="host-reader", daemon=True).start()
-    WIRE.send({"op": "ready", "pid": os.getpid(), "engine": engine.name, "python": sys.version.split()[0]})
+    WIRE.send({"op": "ready", "pid": os.getpid(), "engine": engine.name, "python": sys.version.split()[0], "restore": restored})
 
     while True:
-        msg = _next_execute()
+        msg = _next_execute(snapshots.due_in() if snapshots is not None else None)
+        if msg is None:
+            # A quiet moment after successful cells: save the namespace (off the turn's path;
+            # it gives way to the next cell as soon as one is queued).
+            snapshots.run()
+            continue
+        if msg.get("op") == "flush":
+            # The agent is exiting: a snapshot still waiting for its quiet moment is due now.
+            saved = snapshots.flush() if snapshots is not None else False
+            WIRE.send({"op": "flushed", "saved": saved})
+            continue
         cell = msg.get("id")
         code = msg.get("code", "")
         STATE["cell"] = cell
         WIRE.pending_interrupt = False
         status = "error"
+        body = None
         try:
             body = bash_body(code)
             status = run_bash(body) if body is not None else engine.run(code)
@@ -487,6 +529,8 @@ def main():
                     pass  # user code closed it; the host stops waiting for the marker
             STATE["cell"] = None
             WIRE.send({"op": "done", "id": cell, "status": status})
+        if snapshots is not None and status == "ok" and body is None:
+            snapshots.touch()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@
 //! - `agent_message.list_agents` `{}` → `{current, entries}`
 //! - `agent_message.send` `{message, receiver_role, receiver_name?}` or `{target: "all", message}`
 //!   → a receipt, or `{receipts: [...]}`
+//! - `rlm_heartbeat.list` `{include_inactive}` → `{jobs: [job record]}`;
+//!   `rlm_heartbeat.create` `{instruction, interval?, label?, delivery_mode?}`,
+//!   `rlm_heartbeat.update` `{id, instruction?, interval?, label?, status?, delivery_mode?}`,
+//!   `rlm_heartbeat.delete` `{id}` → `{job}` (the main agent only; `persist/schedule.rs`)
 //! - `mcp.config` `{}` / `mcp.refresh` `{}` → `{servers: [{name, type, status, tools?, error?}]}`
 //! - `mcp.list_tools` `{server}` → `{tools: [{name, description, inputSchema}]}`
 //! - `mcp.call_tool` `{server, tool, arguments}` → the MCP `tools/call` result

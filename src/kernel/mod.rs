@@ -8,9 +8,12 @@
 //! the binary and written to a private `0700` temp dir), started in its own process group with
 //! cwd = session cwd. Three channels, all pipes:
 //!
-//! - **fd 0 (host → kernel)**: NDJSON frames `execute {id, code}` and
-//!   `host_reply {rid, status: "ok", result} | {rid, status: "error", error}`.
-//! - **fd 3 (kernel → host)**: NDJSON frames tagged by `op`: `ready {pid, engine, python}`,
+//! - **fd 0 (host → kernel)**: NDJSON frames `execute {id, code}`,
+//!   `host_reply {rid, status: "ok", result} | {rid, status: "error", error}` and `flush`
+//!   (write a pending namespace snapshot now; answered `flushed {saved}`).
+//! - **fd 3 (kernel → host)**: NDJSON frames tagged by `op`: `ready {pid, engine, python,
+//!   restore}` (`restore`: what loading a namespace snapshot gave, see `state`), `log {level,
+//!   message}` (the driver's own log lines, between cells), `flushed {saved}`,
 //!   `result {id, text}` (repr of the last expression), `error {id, ename, evalue, traceback}`,
 //!   `display {id, data: {mime: payload}}` (diff / attachment / agent-message / image MIME
 //!   types), `child_group {id, pgid}` (a `%%bash` process group), `done {id, status}`, and
@@ -33,6 +36,7 @@
 //! cleaning up takes its kernel with it.
 
 pub(crate) mod host;
+pub(crate) mod state;
 pub(crate) mod wire;
 
 use std::io::{BufReader, Read, Write};
@@ -59,6 +63,7 @@ use wire::{Chunk, KernelFrame, MarkerScanner};
 const DRIVER_PY: &str = include_str!("driver.py");
 const RLM_PY: &str = include_str!("rlm.py");
 const HARNESS_PY: &str = include_str!("harness.py");
+const STATE_PY: &str = include_str!("state.py");
 
 /// How long the driver may take to start (IPython imports can be slow on a cold disk).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -205,6 +210,8 @@ pub struct Kernel {
     child_groups: Vec<i32>,
     dir: PathBuf,
     engine: String,
+    /// The `restore` report of the `ready` frame, until `take_restore_report`.
+    restore: Option<Value>,
     exited: Option<ExitStatus>,
 }
 
@@ -235,6 +242,7 @@ impl Kernel {
             ("driver.py", DRIVER_PY),
             ("rlm.py", RLM_PY),
             ("harness.py", HARNESS_PY),
+            ("state.py", STATE_PY),
         ] {
             write_private(&dir.join(name), text)
                 .map_err(|e| format!("cannot write the kernel driver: {e}"))?;
@@ -292,6 +300,7 @@ impl Kernel {
             child_groups: Vec::new(),
             dir: dir.to_path_buf(),
             engine: String::new(),
+            restore: None,
             exited: None,
         };
         if let Err(e) = spawned {
@@ -316,9 +325,15 @@ impl Kernel {
                 return Err(format!("no answer within {}s", START_TIMEOUT.as_secs()));
             }
             match self.events.recv_timeout(left.min(LIVENESS_TICK)) {
-                Ok(Event::Frame(KernelFrame::Ready { engine, python, .. })) => {
+                Ok(Event::Frame(KernelFrame::Ready {
+                    engine,
+                    python,
+                    restore,
+                    ..
+                })) => {
                     log::debug!("kernel {} ready: {engine} on Python {python}", self.pid);
                     self.engine = engine;
+                    self.restore = restore.filter(|r| !r.is_null());
                     self.wanted.store(NO_CELL, Ordering::SeqCst);
                     return Ok(());
                 }
@@ -350,6 +365,37 @@ impl Kernel {
 
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Has the kernel write a pending namespace snapshot now and waits for it until
+    /// `deadline`; whether one was written. Only between cells (the agent is exiting).
+    pub(crate) fn flush_state(&mut self, deadline: Instant) -> bool {
+        while self.events.try_recv().is_ok() {}
+        if !self.send_line(&wire::flush_frame()) {
+            return false;
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                log::warn!("kernel {}: no answer to flush in time", self.pid);
+                return false;
+            }
+            match self.events.recv_timeout(left.min(LIVENESS_TICK)) {
+                Ok(Event::Frame(KernelFrame::Flushed { saved })) => return saved,
+                Ok(Event::FramesClosed) | Err(RecvTimeoutError::Disconnected) => return false,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.reap().is_some() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the start loaded from a namespace snapshot (`state::RestoreReport`), once.
+    pub(crate) fn take_restore_report(&mut self) -> Option<Value> {
+        self.restore.take()
     }
 
     /// Whether the process is still running (a dead kernel must be replaced).
@@ -700,6 +746,11 @@ fn spawn_frame_reader(
                             log::warn!("cannot answer host request {rid}: {e}");
                         }
                     }
+                    Ok(KernelFrame::Log { level, message }) => match level.as_str() {
+                        "warn" => log::warn!("kernel: {message}"),
+                        "info" => log::info!("kernel: {message}"),
+                        _ => log::debug!("kernel: {message}"),
+                    },
                     // A display from outside any cell (a background thread between cells)
                     // has no cell to go to; queueing it would only grow memory.
                     Ok(KernelFrame::Display { id: None, .. }) => {}

@@ -3,7 +3,7 @@
 Module `rlm` (itself callable: `await rlm(prompt)` == `await rlm.run(prompt)`): the host bridge
 (`host_request`), subagent calls (`run`, `find_models`, `list_subagents`, `delete_subagent`)
 and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `compact`, `refine`, `goal`,
-and a stub for `rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
+`rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
 so the model gets Python errors with exact texts. Standard library only.
 """
 
@@ -43,6 +43,7 @@ def _install(send_display, new_request, namespace):
     sys.modules["attach_image"] = attach_image
     sys.modules["agent_message"] = agent_message
     sys.modules["goal"] = goal
+    sys.modules["rlm_heartbeat"] = rlm_heartbeat
     namespace.update(
         rlm=this,
         edit=edit,
@@ -51,7 +52,7 @@ def _install(send_display, new_request, namespace):
         mcp=mcp,
         goal=goal,
         compact=_Unavailable("compact"),
-        rlm_heartbeat=_Unavailable("rlm_heartbeat"),
+        rlm_heartbeat=rlm_heartbeat,
     )
     namespace.update(compact=compact, refine=refine)
     global _BASELINE
@@ -450,6 +451,82 @@ goal = types.ModuleType("goal", "The session's goal, through the host.")
 goal.get = _goal_get
 goal.create = _goal_create
 goal.complete = _goal_complete
+
+
+# --- rlm_heartbeat -----------------------------------------------------------------------------
+# The session's schedules (behaviour spec §5.5): the host keeps the jobs and fires them into
+# the main agent's turns; the interval grammar and its error texts are the host's.
+
+_DELIVERY_MODES = ("steer", "follow_up")
+
+
+def _optional_str(op, name, value):
+    if value is not None and not isinstance(value, str):
+        raise TypeError("rlm_heartbeat.%s %s must be a string or None" % (op, name))
+
+
+def _check_delivery(op, delivery_mode):
+    if delivery_mode is not None and delivery_mode not in _DELIVERY_MODES:
+        raise ValueError('rlm_heartbeat.%s delivery_mode must be "steer" or "follow_up"' % op)
+
+
+def _check_id(op, id):
+    if not isinstance(id, str) or not id.strip():
+        raise ValueError("rlm_heartbeat.%s id must be a non-empty string" % op)
+
+
+async def _heartbeat_list(include_inactive=False):
+    """The session's schedules (job records); finished and deleted ones too if asked."""
+    if not isinstance(include_inactive, bool):
+        raise TypeError("rlm_heartbeat.list include_inactive must be a bool")
+    reply = await host_request("rlm_heartbeat.list", {"include_inactive": include_inactive})
+    return reply.get("jobs", [])
+
+
+async def _heartbeat_create(instruction, interval=None, label=None, delivery_mode=None):
+    """Schedules `instruction` as a prompt for this session: `interval` is `every 10m`,
+    `in 5m`, `at <ISO date>` or a cron expression (default `every 5m`); `delivery_mode`
+    `steer` (default: joins a running turn) or `follow_up` (waits for it to end)."""
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise ValueError("rlm_heartbeat.create instruction must be a non-empty string")
+    _optional_str("create", "interval", interval)
+    _optional_str("create", "label", label)
+    _check_delivery("create", delivery_mode)
+    payload = {"instruction": instruction, "interval": interval, "label": label,
+               "delivery_mode": delivery_mode}
+    return (await host_request("rlm_heartbeat.create", payload))["job"]
+
+
+async def _heartbeat_update(id, instruction=None, interval=None, label=None, status=None,
+                            delivery_mode=None):
+    """Changes a schedule this agent created; `status` is "pause" or "resume"."""
+    _check_id("update", id)
+    if instruction is not None and (not isinstance(instruction, str) or not instruction.strip()):
+        raise ValueError("rlm_heartbeat.update instruction must be a non-empty string")
+    _optional_str("update", "interval", interval)
+    _optional_str("update", "label", label)
+    if status is not None and status not in ("pause", "resume"):
+        raise ValueError('rlm_heartbeat.update status must be "pause" or "resume"')
+    _check_delivery("update", delivery_mode)
+    if all(v is None for v in (instruction, interval, label, status, delivery_mode)):
+        raise ValueError("rlm_heartbeat.update needs at least one of instruction, interval, "
+                         "label, status, delivery_mode")
+    payload = {"id": id, "instruction": instruction, "interval": interval, "label": label,
+               "status": status, "delivery_mode": delivery_mode}
+    return (await host_request("rlm_heartbeat.update", payload))["job"]
+
+
+async def _heartbeat_delete(id):
+    """Deletes a schedule this agent created; returns its record (status `cancelled`)."""
+    _check_id("delete", id)
+    return (await host_request("rlm_heartbeat.delete", {"id": id}))["job"]
+
+
+rlm_heartbeat = types.ModuleType("rlm_heartbeat", "The session's schedules, through the host.")
+rlm_heartbeat.list = _heartbeat_list
+rlm_heartbeat.create = _heartbeat_create
+rlm_heartbeat.update = _heartbeat_update
+rlm_heartbeat.delete = _heartbeat_delete
 
 
 # --- mcp ------------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ pub(crate) enum KernelFrame {
         engine: String,
         #[serde(default)]
         python: String,
+        /// What loading the session's saved namespace gave (`kernel::state`), when asked to.
+        #[serde(default)]
+        restore: Option<Value>,
     },
     /// The value of the cell's last expression (`repr`, like IPython's `execute_result`).
     Result { id: u64, text: String },
@@ -33,6 +36,18 @@ pub(crate) enum KernelFrame {
     ChildGroup { id: u64, pgid: i64 },
     /// The cell finished; `status` is `ok` or `error`.
     Done { id: u64, status: String },
+    /// The answer to `flush`: `saved` says whether a pending snapshot was written.
+    Flushed {
+        #[serde(default)]
+        saved: bool,
+    },
+    /// A line for the agent's log from the driver itself (e.g. a failed namespace snapshot).
+    Log {
+        #[serde(default)]
+        level: String,
+        #[serde(default)]
+        message: String,
+    },
     /// A host-bridge request from Python; answered with a `host_reply` carrying the same `rid`.
     HostRequest {
         rid: u64,
@@ -52,6 +67,11 @@ impl KernelFrame {
 /// `execute {id, code}`: runs one cell.
 pub(crate) fn execute_frame(id: u64, code: &str) -> String {
     json!({ "op": "execute", "id": id, "code": code }).to_string()
+}
+
+/// `flush`: write a pending namespace snapshot now (the agent is exiting).
+pub(crate) fn flush_frame() -> String {
+    json!({ "op": "flush" }).to_string()
 }
 
 /// `host_reply {rid, status: "ok", result}` or `{rid, status: "error", error}`.

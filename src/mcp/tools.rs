@@ -80,6 +80,26 @@ pub(crate) fn find(hub: &Arc<McpHub>, builtin: &[String], name: &str) -> Option<
         .map(|t| Box::new(t) as Box<dyn Tool>)
 }
 
+/// How a call of the native MCP tool `name` was shown, read back from the name alone (for a
+/// replayed call whose result stored no display, e.g. one a crash cut off): the title the live
+/// tool gives, kind `other` (the annotations are the server's, not in the name). Names fitted
+/// or suffixed when they were made keep that form in the title.
+pub(crate) fn display_from_name(name: &str, args: &Value) -> Option<ToolDisplay> {
+    let title = if let Some(server) = name.strip_prefix("mcp_list_tools_") {
+        format!("{server}: list tools")
+    } else if let Some(server) = name.strip_prefix("mcp_call_") {
+        let tool = args.get("tool").and_then(Value::as_str).unwrap_or("?");
+        format!("{server}: {tool}")
+    } else {
+        let (server, tool) = name.strip_prefix("mcp__")?.split_once("__")?;
+        format!("{server}: {tool}")
+    };
+    Some(ToolDisplay {
+        title,
+        kind: "other",
+    })
+}
+
 /// A tool list as the model reads it: name, description, input schema.
 fn listing(server: &str, tools: &[ToolInfo]) -> String {
     if tools.is_empty() {
@@ -204,5 +224,34 @@ impl Tool for McpTool {
                 kind: info.kind,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn displays_read_back_from_native_tool_names() {
+        let args = json!({"tool": "echo", "arguments": {}});
+        let cases = [
+            ("mcp__fx__echo", json!({}), Some("fx: echo")),
+            (
+                "mcp__my-srv__get_weather_2",
+                json!({}),
+                Some("my-srv: get_weather_2"),
+            ),
+            ("mcp_call_fx", args, Some("fx: echo")),
+            ("mcp_call_fx", json!({}), Some("fx: ?")),
+            ("mcp_list_tools_fx", json!({}), Some("fx: list tools")),
+            ("mcp__nodelimiter", json!({}), None),
+            ("bash", json!({}), None),
+            ("ipython", json!({}), None),
+        ];
+        for (name, args, want) in cases {
+            let got = display_from_name(name, &args);
+            assert_eq!(got.as_ref().map(|d| d.title.as_str()), want, "{name}");
+            assert!(got.is_none_or(|d| d.kind == "other"), "{name}");
+        }
     }
 }

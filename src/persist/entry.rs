@@ -387,8 +387,17 @@ pub(crate) fn tool_details(
     locations: &[String],
     diff: Option<&crate::content::FileDiff>,
     ipython: Option<&crate::content::IpythonDetails>,
+    display: Option<&crate::tools::ToolDisplay>,
 ) -> Option<Value> {
     let mut d = Map::new();
+    // A tool that shows itself its own way (MCP: `<server>: <tool>`, kind from annotations):
+    // the replay cannot ask it again, the server may be gone.
+    if let Some(shown) = display {
+        d.insert(
+            "display".into(),
+            json!({ "title": shown.title, "kind": shown.kind }),
+        );
+    }
     if !locations.is_empty() {
         d.insert("locations".into(), json!(locations));
     }

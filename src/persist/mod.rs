@@ -94,7 +94,7 @@ fn entry_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
-fn create_dir_private(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dir_private(dir: &Path) -> std::io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -160,6 +160,14 @@ impl Loaded {
                         images: Vec::new(),
                     },
                 )),
+                // Hidden context (the restored kernel state): the model sees it, a replay not.
+                EntryKind::Other(v) if v["type"] == "custom_message" => out.push((
+                    id,
+                    Message::User {
+                        text: custom_message_text(&v["content"]),
+                        images: Vec::new(),
+                    },
+                )),
                 EntryKind::Other(v) if v["type"] == "compaction" => {
                     let kept = v["firstKeptEntryId"].as_str();
                     let from = kept
@@ -187,6 +195,22 @@ impl Loaded {
         out
     }
 
+    /// The model the session last ran (`model_change`: provider, model id) and its
+    /// reasoning level (`thinking_level_change`), each the newest on the branch.
+    pub(crate) fn model(&self) -> (Option<(String, String)>, Option<String>) {
+        let (mut model, mut thinking) = (None, None);
+        for e in &self.entries {
+            match &e.kind {
+                EntryKind::ModelChange { provider, model_id } => {
+                    model = Some((provider.clone(), model_id.clone()))
+                }
+                EntryKind::ThinkingLevelChange(t) => thinking = Some(t.clone()),
+                _ => {}
+            }
+        }
+        (model, thinking)
+    }
+
     pub(crate) fn title(&self) -> Option<String> {
         self.entries.iter().rev().find_map(|e| match &e.kind {
             EntryKind::SessionInfo { name } if !name.is_empty() => Some(name.clone()),
@@ -199,6 +223,19 @@ impl Loaded {
             .last()
             .map(|e| e.timestamp.clone())
             .unwrap_or_else(|| self.header.timestamp.clone())
+    }
+}
+
+/// A `custom_message`'s content (a string, or text blocks) as one text.
+fn custom_message_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
     }
 }
 
@@ -378,6 +415,8 @@ pub(crate) struct Recorder {
     details: HashMap<String, Value>,
     /// Message index → the user shell run it holds.
     bash: HashMap<usize, BashRun>,
+    /// Message index → the custom type of a hidden user message (`custom_message`).
+    hidden: HashMap<usize, &'static str>,
     model: Option<(String, String)>,
     thinking: Option<String>,
     titled: bool,
@@ -409,6 +448,7 @@ impl Recorder {
             pending: Vec::new(),
             details: HashMap::new(),
             bash: HashMap::new(),
+            hidden: HashMap::new(),
             model: None,
             thinking: None,
             titled: false,
@@ -427,15 +467,7 @@ impl Recorder {
         r.written = r.ids.len();
         r.last_id = loaded.entries.last().map(|e| e.id.clone());
         r.titled = loaded.title().is_some();
-        for e in &loaded.entries {
-            match &e.kind {
-                EntryKind::ModelChange { provider, model_id } => {
-                    r.model = Some((provider.clone(), model_id.clone()))
-                }
-                EntryKind::ThinkingLevelChange(t) => r.thinking = Some(t.clone()),
-                _ => {}
-            }
-        }
+        (r.model, r.thinking) = loaded.model();
         let opened = OpenOptions::new()
             .write(true)
             .open(&loaded.path)
@@ -503,6 +535,12 @@ impl Recorder {
         self.bash.insert(index, run);
     }
 
+    /// The user message about to be pushed at `index` is hidden context for the model: it is
+    /// written as a `custom_message` with `display: false`, which a replay skips.
+    pub(crate) fn note_hidden(&mut self, index: usize, custom_type: &'static str) {
+        self.hidden.insert(index, custom_type);
+    }
+
     fn append(&mut self, kind: EntryKind) {
         let entry = Entry {
             id: entry_id(),
@@ -551,6 +589,16 @@ impl Recorder {
             self.append(kind);
         }
         for (i, m) in messages.iter().enumerate().skip(self.written) {
+            if let (Some(custom_type), Message::User { text, .. }) = (self.hidden.remove(&i), m) {
+                self.append(EntryKind::Other(serde_json::json!({
+                    "type": "custom_message",
+                    "customType": custom_type,
+                    "content": text,
+                    "display": false,
+                })));
+                self.ids.push(self.last_id.clone());
+                continue;
+            }
             let record = if let Some(run) = self.bash.remove(&i) {
                 Record::Bash(run)
             } else if let Message::ToolResult { call_id, .. } = m {
@@ -617,6 +665,7 @@ impl Recorder {
         self.ids = std::iter::once(self.last_id.clone()).chain(kept).collect();
         self.written = self.ids.len();
         self.bash.clear();
+        self.hidden.clear();
     }
 }
 
@@ -635,7 +684,8 @@ pub(crate) struct Summary {
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: PathBuf,
-    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json`.
+    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json` and its
+    /// subagents' conversations (`sub-xxxxxxxx/`).
     artifacts: PathBuf,
     next: Mutex<Option<Loaded>>,
 }
@@ -658,8 +708,7 @@ impl Store {
     }
 
     fn jobs_file(&self, session_id: &str) -> Option<PathBuf> {
-        self.path_of(session_id)?;
-        Some(self.artifacts.join(session_id).join("scheduled-jobs.json"))
+        Some(self.artifacts_of(session_id)?.join("scheduled-jobs.json"))
     }
 
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
@@ -702,6 +751,34 @@ impl Store {
         plain.then(|| self.dir.join(format!("{id}.jsonl")))
     }
 
+    /// `<agent dir>/session-artifacts/<id>/`: what belongs to a session beside its
+    /// conversation (schedules, the kernel's namespace snapshot, its subagents'
+    /// conversations); `None` for an id that cannot name a session.
+    pub(crate) fn artifacts_of(&self, id: &str) -> Option<PathBuf> {
+        self.path_of(id)?;
+        Some(self.artifacts.join(id))
+    }
+
+    /// A fork starts with its parent's kernel state (a copy: the two go their own ways).
+    fn copy_kernel_state(&self, from: &str, to: &str) {
+        let (Some(src), Some(dst)) = (self.artifacts_of(from), self.artifacts_of(to)) else {
+            return;
+        };
+        for name in [
+            crate::kernel::state::PICKLE_FILE,
+            crate::kernel::state::MANIFEST_FILE,
+        ] {
+            let from = src.join(name);
+            if !from.is_file() {
+                continue;
+            }
+            let copied = create_dir_private(&dst).and_then(|_| fs::copy(&from, dst.join(name)));
+            if let Err(e) = copied {
+                log::warn!("--fork: cannot copy {}: {e}", from.display());
+            }
+        }
+    }
+
     /// A recorder for a new session in `cwd`.
     pub(crate) fn recorder(&self, id: &str, cwd: &Path) -> Recorder {
         let header = Header {
@@ -711,6 +788,25 @@ impl Store {
             parent_session: None,
         };
         Recorder::create(self.dir.join(format!("{id}.jsonl")), header)
+    }
+
+    /// A recorder for a subagent of session `root_id`: a session file of its own (same
+    /// format, a new id, `parentSession` naming the root's file) in `dir`, the child's
+    /// directory under the root's artifacts.
+    pub(crate) fn child_recorder(&self, root_id: &str, dir: &Path, cwd: &Path) -> Recorder {
+        let id = uuid::Uuid::new_v4().to_string();
+        let header = Header {
+            id: id.clone(),
+            timestamp: now_iso(),
+            cwd: cwd.display().to_string(),
+            parent_session: Some(
+                self.dir
+                    .join(format!("{root_id}.jsonl"))
+                    .display()
+                    .to_string(),
+            ),
+        };
+        Recorder::create(dir.join(format!("{id}.jsonl")), header)
     }
 
     /// The session the command line picked, taken by the first `session/new`.
@@ -786,6 +882,7 @@ impl Store {
             f.sync_data()
         };
         write().map_err(|e| format!("Cannot fork into {}: {e}", path.display()))?;
+        self.copy_kernel_state(&original.header.id, &header.id);
         self.read(&path)
     }
 
@@ -1068,6 +1165,11 @@ mod tests {
         let loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
         assert_eq!(loaded.title().as_deref(), Some("hello there"));
+        assert_eq!(
+            loaded.model(),
+            (Some(("scripted".into(), "test".into())), Some("off".into())),
+            "what a continued session restores"
+        );
         assert_eq!(loaded.header.cwd, "/w");
         let mut again = Recorder::resume(&loaded);
         messages.push(Message::User {
@@ -1083,6 +1185,62 @@ mod tests {
         assert_eq!(listed[0].id, "s1");
         assert_eq!(listed[0].title.as_deref(), Some("hello there"));
         fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_hidden_message_is_a_custom_message_the_model_gets_back_on_load() {
+        let dir = tmp("hidden");
+        let store = Store::new(dir.clone(), dir.join("artifacts"));
+        let mut r = store.recorder("h1", Path::new("/w"));
+        let user = |t: &str| Message::User {
+            text: t.into(),
+            images: vec![],
+        };
+        let mut messages = vec![
+            user("q"),
+            Message::Assistant(AssistantMessage {
+                text: "a".into(),
+                ..Default::default()
+            }),
+        ];
+        r.note_hidden(2, "ipython_state_restored");
+        messages.push(user(
+            "<ipython_state_restored>\nx\n</ipython_state_restored>",
+        ));
+        messages.push(user("next"));
+        r.sync(&messages);
+        let path = dir.join("h1.jsonl");
+        let lines: Vec<Value> = fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let hidden: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l["type"] == "custom_message")
+            .collect();
+        assert_eq!(hidden.len(), 1);
+        assert_eq!(hidden[0]["customType"], "ipython_state_restored");
+        assert_eq!(hidden[0]["display"], false);
+        assert_eq!(
+            hidden[0]["content"],
+            "<ipython_state_restored>\nx\n</ipython_state_restored>"
+        );
+        let loaded = load(&path).unwrap();
+        assert_eq!(loaded.messages(), messages);
+        // Resuming continues after it: the ids line up with the messages.
+        let mut again = Recorder::resume(&loaded);
+        messages.push(user("more"));
+        again.sync(&messages);
+        assert_eq!(load(&path).unwrap().messages(), messages);
+        // Upstream's text blocks read too.
+        assert_eq!(
+            custom_message_text(
+                &serde_json::json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+            ),
+            "a\nb"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

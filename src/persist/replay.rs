@@ -16,6 +16,7 @@ use super::entry::{Entry, EntryKind, Record};
 use crate::content::{Attachment, FileDiff, IpythonDetails};
 use crate::events::{to_session_updates, MappingState};
 use crate::provider::Message;
+use crate::tools::ToolDisplay;
 use crate::turn::{AgentEvent, ToolResultView};
 
 fn text_block(text: &str) -> Value {
@@ -47,6 +48,19 @@ fn ipython_of(details: &Value) -> Option<IpythonDetails> {
             .collect(),
         diff_count: ip["diffCount"].as_u64().unwrap_or(0) as usize,
     })
+}
+
+/// How the live call was shown when its tool decided that itself: stored with the result
+/// (`details.display`), else read back from an MCP tool's name; `None` lets the mapping
+/// derive it from the name, as live.
+fn display_of(name: &str, args: &Value, details: &Value) -> Option<ToolDisplay> {
+    let stored = details.get("display").and_then(|d| {
+        Some(ToolDisplay::stored(
+            d.get("title")?.as_str()?,
+            d.get("kind").and_then(Value::as_str).unwrap_or("other"),
+        ))
+    });
+    stored.or_else(|| crate::mcp::tools::display_from_name(name, args))
 }
 
 /// Every update that replays `entries`, in order.
@@ -148,13 +162,14 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
         if by_id.insert(id.clone(), ()).is_some() {
             continue;
         }
+        let display = display_of(&name, &args, &Value::Null);
         events(
             AgentEvent::ToolStart {
                 id: id.clone(),
                 name: name.clone(),
                 args,
                 locations: Vec::new(),
-                display: None,
+                display,
             },
             &mut out,
             &mut state,
@@ -195,13 +210,14 @@ fn tool_result(
         .flatten()
         .filter_map(|l| l.as_str().map(str::to_owned))
         .collect();
+    let display = display_of(name, &args, details);
     for event in [
         AgentEvent::ToolStart {
             id: call_id.clone(),
             name: name.clone(),
             args,
             locations,
-            display: None,
+            display,
         },
         AgentEvent::ToolEnd {
             id: call_id.clone(),
@@ -327,6 +343,82 @@ mod tests {
             content.iter().any(|c| c["content"]["text"] == "Edited"),
             "{end}"
         );
+    }
+
+    /// An MCP call replays with the title and kind its live tool gave (stored with the
+    /// result), and one a crash cut off with the title its name gives.
+    #[test]
+    fn mcp_calls_replay_as_they_were_shown_live() {
+        let shown = ToolDisplay {
+            title: "fx: lookup".into(),
+            kind: "read",
+        };
+        let args = json!({"q": "x"});
+        let mut live_state = MappingState::default();
+        let mut live = Vec::new();
+        for event in [
+            AgentEvent::ToolStart {
+                id: "m1".into(),
+                name: "mcp__fx__lookup".into(),
+                args: args.clone(),
+                locations: Vec::new(),
+                display: Some(shown.clone()),
+            },
+            AgentEvent::ToolEnd {
+                id: "m1".into(),
+                name: "mcp__fx__lookup".into(),
+                result: ToolResultView {
+                    text: Some("found".into()),
+                    is_error: false,
+                    ipython: None,
+                    diff: None,
+                    images: vec![],
+                    terminal: None,
+                },
+            },
+        ] {
+            live.extend(to_session_updates(&event, &mut live_state));
+        }
+        let entries = vec![
+            chat(Message::Assistant(AssistantMessage {
+                tool_calls: vec![
+                    ToolCall {
+                        id: "m1".into(),
+                        name: "mcp__fx__lookup".into(),
+                        arguments: args.clone(),
+                    },
+                    ToolCall {
+                        id: "m2".into(),
+                        name: "mcp_call_fx".into(),
+                        arguments: json!({"tool": "slow"}),
+                    },
+                ],
+                ..Default::default()
+            })),
+            e(EntryKind::Message(Record::ToolResult {
+                message: Message::ToolResult {
+                    call_id: "m1".into(),
+                    name: "mcp__fx__lookup".into(),
+                    text: "found".into(),
+                    is_error: false,
+                    images: vec![],
+                },
+                details: crate::persist::entry::tool_details(&[], None, None, Some(&shown)),
+            })),
+        ];
+        let got = replay(&entries);
+        assert_eq!(got[..2], live[..], "the replay is the live stream");
+        assert_eq!(got[0]["title"], "fx: lookup");
+        assert_eq!(got[0]["kind"], "read");
+        assert_eq!(got[2]["title"], "fx: slow", "{:?}", got[2]);
+        assert_eq!(got[2]["kind"], "other");
+        // A file naming a kind ACP lacks reads back as `other`.
+        let odd = display_of(
+            "t",
+            &json!({}),
+            &json!({"display": {"title": "T", "kind": "zap"}}),
+        );
+        assert_eq!(odd, Some(ToolDisplay::stored("T", "other")));
     }
 
     #[test]

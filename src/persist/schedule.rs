@@ -5,6 +5,34 @@
 
 pub(crate) const MIN_INTERVAL: &str = "Recurring interval must be at least 10 seconds";
 
+/// How much faster than the wall clock schedules run: `PRIME_AGENT_SCHEDULE_TIME_SCALE`
+/// (a test hook, default 1), read once, counted from the first reading, so a test can see an
+/// `every 10s` job fire without waiting ten seconds while the grammar and its limits stay
+/// the real ones.
+fn clock() -> (u64, u64) {
+    static CLOCK: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+    *CLOCK.get_or_init(|| {
+        let scale = std::env::var("PRIME_AGENT_SCHEDULE_TIME_SCALE")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|s| (1..=1000).contains(s))
+            .unwrap_or(1);
+        (super::now_ms(), scale)
+    })
+}
+
+/// The time schedules are set and fired by (milliseconds since the epoch).
+pub(crate) fn now_ms() -> u64 {
+    let (start, scale) = clock();
+    start + super::now_ms().saturating_sub(start) * scale
+}
+
+/// The real wait until schedule time `due_ms`.
+pub(crate) fn wait_until(due_ms: u64) -> std::time::Duration {
+    let (_, scale) = clock();
+    std::time::Duration::from_millis(due_ms.saturating_sub(now_ms()).div_ceil(scale))
+}
+
 /// A parsed schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Schedule {
@@ -250,10 +278,62 @@ pub(crate) fn heartbeat_command(text: &str) -> Option<HeartbeatCommand> {
     })
 }
 
-/// One scheduled job (the spec's job record, `source: "heartbeat"`).
+/// Who set a job: the user's `/heartbeat` (one per session) or the agent's `rlm_heartbeat`
+/// (many).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Source {
+    Heartbeat,
+    RlmHeartbeat,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Heartbeat => "heartbeat",
+            Source::RlmHeartbeat => "rlm_heartbeat",
+        }
+    }
+}
+
+/// How a firing reaches the main agent.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) enum Delivery {
+    /// Into the running turn (its next model call), else an unsolicited turn of its own.
+    #[default]
+    Steer,
+    /// After the running turn ends, as an unsolicited turn of its own.
+    FollowUp,
+}
+
+impl Delivery {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Steer => "steer",
+            Delivery::FollowUp => "follow_up",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Delivery> {
+        match text {
+            "steer" => Some(Delivery::Steer),
+            "follow_up" => Some(Delivery::FollowUp),
+            _ => None,
+        }
+    }
+}
+
+/// The schedule a `rlm_heartbeat.create` without an interval gets (as `/heartbeat`).
+pub(crate) const DEFAULT_INTERVAL: &str = DEFAULT_HEARTBEAT;
+/// Finished and deleted jobs kept for `list(include_inactive=True)`, newest last.
+const KEEP_INACTIVE: usize = 20;
+
+/// One scheduled job (the spec's job record).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Job {
     pub id: String,
+    pub source: Source,
+    pub delivery: Delivery,
+    pub label: Option<String>,
     pub prompt: String,
     pub expression: String,
     pub schedule: Schedule,
@@ -261,31 +341,22 @@ pub(crate) struct Job {
     pub status: String,
     pub created_ms: u64,
     pub updated_ms: u64,
+    /// Kept while paused, so a resumed one-shot still knows its time.
     pub next_run_ms: Option<u64>,
     pub last_run_ms: Option<u64>,
     pub run_count: u64,
 }
 
-/// A session's schedules.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Jobs {
-    pub jobs: Vec<Job>,
-}
-
-impl Jobs {
-    /// The session's one `/heartbeat` (set again, it replaces the old one).
-    pub(crate) fn set_heartbeat(
-        &mut self,
-        expression: &str,
-        prompt: &str,
-        now_ms: u64,
-    ) -> Result<&Job, String> {
+impl Job {
+    fn new(source: Source, expression: &str, prompt: &str, now_ms: u64) -> Result<Job, String> {
         let schedule = parse(expression, now_ms)?;
-        self.jobs.retain(|j| j.status != "active");
-        self.jobs.push(Job {
+        Ok(Job {
             id: format!("hb-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            source,
+            delivery: Delivery::Steer,
+            label: None,
             prompt: prompt.to_owned(),
-            expression: expression.to_owned(),
+            expression: expression.trim().to_owned(),
             next_run_ms: schedule.next_after(now_ms),
             schedule,
             status: "active".to_owned(),
@@ -293,21 +364,82 @@ impl Jobs {
             updated_ms: now_ms,
             last_run_ms: None,
             run_count: 0,
-        });
+        })
+    }
+
+    fn live(&self) -> bool {
+        matches!(self.status.as_str(), "active" | "paused")
+    }
+}
+
+/// The session a job belongs to: the session fields of its record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Owner {
+    pub session_id: String,
+    /// `None` with `--no-session`.
+    pub session_file: Option<String>,
+    pub cwd: String,
+}
+
+/// A due job's delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Due {
+    pub prompt: String,
+    pub delivery: Delivery,
+}
+
+/// A session's schedules.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Jobs {
+    pub jobs: Vec<Job>,
+    pub owner: Owner,
+}
+
+impl Jobs {
+    /// The session's one `/heartbeat` (set again, it replaces the old one; the agent's
+    /// `rlm_heartbeat` jobs stay).
+    pub(crate) fn set_heartbeat(
+        &mut self,
+        expression: &str,
+        prompt: &str,
+        now_ms: u64,
+    ) -> Result<&Job, String> {
+        let job = Job::new(Source::Heartbeat, expression, prompt, now_ms)?;
+        self.jobs
+            .retain(|j| !(j.source == Source::Heartbeat && j.live()));
+        self.jobs.push(job);
         Ok(self.jobs.last().expect("just pushed"))
     }
 
-    /// Cancels the active jobs; whether there was one.
+    /// Cancels the `/heartbeat`; whether there was one.
     pub(crate) fn off(&mut self, now_ms: u64) -> bool {
         let mut any = false;
-        for j in self.jobs.iter_mut().filter(|j| j.status == "active") {
+        for j in self
+            .jobs
+            .iter_mut()
+            .filter(|j| j.source == Source::Heartbeat && j.live())
+        {
             j.status = "cancelled".to_owned();
             j.next_run_ms = None;
             j.updated_ms = now_ms;
             any = true;
         }
-        self.jobs.retain(|j| j.status == "active");
+        self.prune();
         any
+    }
+
+    /// Drops the oldest finished jobs beyond `KEEP_INACTIVE` (the user's finished
+    /// heartbeats at once: `/heartbeat` shows only the live one).
+    fn prune(&mut self) {
+        self.jobs
+            .retain(|j| j.live() || j.source == Source::RlmHeartbeat);
+        let inactive = self.jobs.iter().filter(|j| !j.live()).count();
+        let mut drop = inactive.saturating_sub(KEEP_INACTIVE);
+        self.jobs.retain(|j| {
+            let gone = drop > 0 && !j.live();
+            drop -= usize::from(gone);
+            !gone
+        });
     }
 
     pub(crate) fn active(&self) -> impl Iterator<Item = &Job> {
@@ -320,12 +452,15 @@ impl Jobs {
     }
 
     /// Claims every job due at `now_ms` (once each, however many ticks were missed) and
-    /// returns their prompts; a one-shot job is completed.
-    pub(crate) fn take_due(&mut self, now_ms: u64) -> Vec<String> {
-        let mut prompts = Vec::new();
+    /// returns their deliveries; a one-shot job is completed.
+    pub(crate) fn take_due(&mut self, now_ms: u64) -> Vec<Due> {
+        let mut due = Vec::new();
         for j in self.jobs.iter_mut().filter(|j| j.status == "active") {
             if j.next_run_ms.is_some_and(|t| t <= now_ms) {
-                prompts.push(j.prompt.clone());
+                due.push(Due {
+                    prompt: j.prompt.clone(),
+                    delivery: j.delivery,
+                });
                 j.run_count += 1;
                 j.last_run_ms = Some(now_ms);
                 j.updated_ms = now_ms;
@@ -335,28 +470,45 @@ impl Jobs {
                 }
             }
         }
-        self.jobs.retain(|j| j.status == "active");
-        prompts
+        if !due.is_empty() {
+            self.prune();
+        }
+        due
+    }
+
+    /// One job record (behaviour spec §5.5).
+    fn record(&self, j: &Job) -> serde_json::Value {
+        let mut schedule =
+            serde_json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
+        if let Schedule::Interval { ms } = j.schedule {
+            schedule["intervalMs"] = serde_json::json!(ms);
+        }
+        let mut r = serde_json::json!({
+            "id": j.id, "status": j.status, "source": j.source.as_str(),
+            "deliveryMode": j.delivery.as_str(),
+            "activeSessionId": self.owner.session_id, "sessionId": self.owner.session_id,
+            "sessionFile": self.owner.session_file, "cwd": self.owner.cwd,
+            "prompt": j.prompt, "schedule": schedule,
+            "createdAt": super::iso_of_millis(j.created_ms),
+            "updatedAt": super::iso_of_millis(j.updated_ms),
+            "runCount": j.run_count,
+        });
+        let optional = [
+            ("label", j.label.clone()),
+            ("nextRunAt", j.next_run_ms.map(super::iso_of_millis)),
+            ("lastRunAt", j.last_run_ms.map(super::iso_of_millis)),
+        ];
+        for (key, value) in optional {
+            if let Some(v) = value {
+                r[key] = serde_json::json!(v);
+            }
+        }
+        r
     }
 
     /// The job records, as stored with the session.
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        let iso = |ms: Option<u64>| ms.map(super::iso_of_millis);
-        self.jobs
-            .iter()
-            .map(|j| {
-                let mut schedule = serde_json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
-                if let Schedule::Interval { ms } = j.schedule {
-                    schedule["intervalMs"] = serde_json::json!(ms);
-                }
-                serde_json::json!({
-                    "id": j.id, "status": j.status, "source": "heartbeat", "deliveryMode": "steer",
-                    "prompt": j.prompt, "schedule": schedule,
-                    "createdAt": iso(Some(j.created_ms)), "updatedAt": iso(Some(j.updated_ms)),
-                    "nextRunAt": iso(j.next_run_ms), "lastRunAt": iso(j.last_run_ms), "runCount": j.run_count,
-                })
-            })
-            .collect()
+        self.jobs.iter().map(|j| self.record(j)).collect()
     }
 
     /// Jobs read back from a session file (entries that no longer parse are dropped).
@@ -366,25 +518,43 @@ impl Jobs {
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|j| j["status"] == "active")
             .filter_map(|j| {
+                let status = j["status"].as_str()?;
+                if !matches!(status, "active" | "paused" | "completed" | "cancelled") {
+                    return None;
+                }
                 let expression = j["schedule"]["expression"].as_str()?.to_owned();
                 let created = ms(j, "createdAt").unwrap_or(now_ms);
                 let schedule = match j["schedule"]["kind"].as_str()? {
-                    "once" => Schedule::Once {
-                        at_ms: ms(j, "nextRunAt")?,
+                    // A finished one-shot has no next run: its time no longer matters.
+                    "once" => match ms(j, "nextRunAt").or(ms(j, "lastRunAt")) {
+                        Some(at_ms) => Schedule::Once { at_ms },
+                        None if !matches!(status, "active" | "paused") => {
+                            Schedule::Once { at_ms: 0 }
+                        }
+                        None => return None,
                     },
                     "interval" => Schedule::Interval {
                         ms: j["schedule"]["intervalMs"].as_u64()?,
                     },
                     _ => Schedule::Cron(parse_cron(&expression).ok()?),
                 };
+                let source = match j["source"].as_str() {
+                    Some("rlm_heartbeat") => Source::RlmHeartbeat,
+                    _ => Source::Heartbeat,
+                };
                 Some(Job {
                     id: j["id"].as_str()?.to_owned(),
+                    source,
+                    delivery: j["deliveryMode"]
+                        .as_str()
+                        .and_then(Delivery::parse)
+                        .unwrap_or_default(),
+                    label: j["label"].as_str().map(str::to_owned),
                     prompt: j["prompt"].as_str()?.to_owned(),
                     expression,
                     schedule,
-                    status: "active".to_owned(),
+                    status: status.to_owned(),
                     created_ms: created,
                     updated_ms: ms(j, "updatedAt").unwrap_or(created),
                     next_run_ms: ms(j, "nextRunAt"),
@@ -393,20 +563,30 @@ impl Jobs {
                 })
             })
             .collect();
-        Jobs { jobs }
+        Jobs {
+            jobs,
+            owner: Owner::default(),
+        }
     }
 
-    /// What `/heartbeat status` says.
+    /// What `/heartbeat status` says: the user's heartbeat, then the agent's live schedules.
     pub(crate) fn status_text(&self) -> String {
         let lines: Vec<String> = self
-            .active()
+            .jobs
+            .iter()
+            .filter(|j| j.live())
             .map(|j| {
-                let next = j
-                    .next_run_ms
-                    .map(super::iso_of_millis)
-                    .unwrap_or_else(|| "never".into());
+                let next = match (j.status.as_str(), j.next_run_ms) {
+                    ("paused", _) => "paused".to_owned(),
+                    (_, Some(t)) => format!("next at {}", super::iso_of_millis(t)),
+                    (_, None) => "next at never".to_owned(),
+                };
+                let who = match j.source {
+                    Source::Heartbeat => "Heartbeat",
+                    Source::RlmHeartbeat => "Agent heartbeat",
+                };
                 format!(
-                    "Heartbeat {} ({}), next at {next}, ran {} time(s): {}",
+                    "{who} {} ({}), {next}, ran {} time(s): {}",
                     j.id, j.expression, j.run_count, j.prompt
                 )
             })
@@ -416,6 +596,128 @@ impl Jobs {
         } else {
             lines.join("\n")
         }
+    }
+
+    /// The kernel's `rlm_heartbeat.list|create|update|delete` (behaviour spec §5.5) on these
+    /// jobs: the result, and whether the jobs changed. The payload was checked in Python; it
+    /// is checked again here, since any kernel code can send a host request.
+    pub(crate) fn host_request(
+        &mut self,
+        kind: &str,
+        payload: &serde_json::Value,
+        now_ms: u64,
+    ) -> Result<(serde_json::Value, bool), String> {
+        use serde_json::json;
+        let text = |key: &str| -> Result<Option<&str>, String> {
+            match &payload[key] {
+                serde_json::Value::Null => Ok(None),
+                serde_json::Value::String(s) => Ok(Some(s.as_str())),
+                _ => Err(format!("{kind} {key} must be a string")),
+            }
+        };
+        let delivery = match text("delivery_mode")? {
+            None => None,
+            Some(d) => Some(Delivery::parse(d).ok_or_else(|| {
+                format!("{kind} delivery_mode must be \"steer\" or \"follow_up\"")
+            })?),
+        };
+        match kind {
+            "rlm_heartbeat.list" => {
+                let all = payload["include_inactive"].as_bool().unwrap_or(false);
+                let jobs: Vec<serde_json::Value> = self
+                    .jobs
+                    .iter()
+                    .filter(|j| all || j.live())
+                    .map(|j| self.record(j))
+                    .collect();
+                Ok((json!({ "jobs": jobs }), false))
+            }
+            "rlm_heartbeat.create" => {
+                let instruction = text("instruction")?
+                    .filter(|s| !s.trim().is_empty())
+                    .ok_or(format!("{kind} instruction must be a non-empty string"))?;
+                let interval = text("interval")?.unwrap_or(DEFAULT_INTERVAL);
+                let mut job = Job::new(Source::RlmHeartbeat, interval, instruction, now_ms)?;
+                job.label = text("label")?.filter(|l| !l.is_empty()).map(str::to_owned);
+                job.delivery = delivery.unwrap_or_default();
+                self.jobs.push(job);
+                let record = self.record(self.jobs.last().expect("just pushed"));
+                Ok((json!({ "job": record }), true))
+            }
+            "rlm_heartbeat.update" | "rlm_heartbeat.delete" => {
+                let id = text("id")?.unwrap_or("");
+                let i = self.agent_job(id)?;
+                let j = &mut self.jobs[i];
+                if kind == "rlm_heartbeat.delete" {
+                    j.status = "cancelled".to_owned();
+                    j.next_run_ms = None;
+                    j.updated_ms = now_ms;
+                    let record = self.record(&self.jobs[i]);
+                    self.prune();
+                    return Ok((json!({ "job": record }), true));
+                }
+                if let Some(instruction) = text("instruction")? {
+                    if instruction.trim().is_empty() {
+                        return Err(format!("{kind} instruction must be a non-empty string"));
+                    }
+                    j.prompt = instruction.to_owned();
+                }
+                if let Some(interval) = text("interval")? {
+                    j.schedule = parse(interval, now_ms)?;
+                    j.expression = interval.trim().to_owned();
+                    j.next_run_ms = j.schedule.next_after(now_ms);
+                }
+                if let Some(label) = text("label")? {
+                    j.label = (!label.is_empty()).then(|| label.to_owned());
+                }
+                if let Some(d) = delivery {
+                    j.delivery = d;
+                }
+                match text("status")? {
+                    None => {}
+                    Some("pause") => j.status = "paused".to_owned(),
+                    Some("resume") if j.status == "paused" => {
+                        // A one-shot keeps its time (a missed one runs at once); a
+                        // recurring job counts from now.
+                        j.next_run_ms = match j.schedule {
+                            Schedule::Once { at_ms } => Some(at_ms),
+                            _ => j.schedule.next_after(now_ms),
+                        };
+                        j.status = "active".to_owned();
+                    }
+                    Some("resume") => {}
+                    Some(_) => {
+                        return Err(format!("{kind} status must be \"pause\" or \"resume\""))
+                    }
+                }
+                j.updated_ms = now_ms;
+                let record = self.record(&self.jobs[i]);
+                Ok((json!({ "job": record }), true))
+            }
+            _ => Err(crate::kernel::host::unavailable(kind)),
+        }
+    }
+
+    /// The index of the agent's own live job `id`: the user's `/heartbeat` is theirs to change.
+    fn agent_job(&self, id: &str) -> Result<usize, String> {
+        let i = self
+            .jobs
+            .iter()
+            .position(|j| j.id == id)
+            .ok_or_else(|| format!("No heartbeat with id \"{id}\""))?;
+        let j = &self.jobs[i];
+        if j.source != Source::RlmHeartbeat {
+            return Err(format!(
+                "Heartbeat \"{id}\" was set by the user with /heartbeat; only they can change it"
+            ));
+        }
+        if !j.live() {
+            return Err(format!(
+                "Heartbeat \"{id}\" is {} and cannot be changed",
+                j.status
+            ));
+        }
+        Ok(i)
     }
 }
 
@@ -567,6 +869,254 @@ mod tests {
         }
     }
 
+    fn steer(prompt: &str) -> Due {
+        Due {
+            prompt: prompt.into(),
+            delivery: Delivery::Steer,
+        }
+    }
+
+    fn request(
+        jobs: &mut Jobs,
+        kind: &str,
+        payload: serde_json::Value,
+        now: u64,
+    ) -> Result<(serde_json::Value, bool), String> {
+        jobs.host_request(&format!("rlm_heartbeat.{kind}"), &payload, now)
+    }
+
+    #[test]
+    fn rlm_heartbeat_requests_create_list_update_and_delete_jobs() {
+        use serde_json::json;
+        let mut jobs = Jobs {
+            owner: Owner {
+                session_id: "s1".into(),
+                session_file: Some("/tmp/s1.jsonl".into()),
+                cwd: "/w".into(),
+            },
+            ..Jobs::default()
+        };
+        jobs.set_heartbeat("every 1h", "user's", NOW).unwrap();
+        let (created, changed) = request(
+            &mut jobs,
+            "create",
+            json!({"instruction": "check CI", "interval": "every 10s", "label": "ci", "delivery_mode": "follow_up"}),
+            NOW,
+        )
+        .unwrap();
+        assert!(changed);
+        let job = &created["job"];
+        let id = job["id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            job,
+            &json!({
+                "id": id, "status": "active", "source": "rlm_heartbeat", "deliveryMode": "follow_up",
+                "activeSessionId": "s1", "sessionId": "s1", "sessionFile": "/tmp/s1.jsonl", "cwd": "/w",
+                "label": "ci", "prompt": "check CI",
+                "schedule": {"kind": "interval", "expression": "every 10s", "intervalMs": 10000},
+                "createdAt": iso_of_millis(NOW), "updatedAt": iso_of_millis(NOW),
+                "nextRunAt": iso_of_millis(NOW + 10_000), "runCount": 0,
+            })
+        );
+        // Defaults: every 5m, steer, no label.
+        let (plain, _) = request(&mut jobs, "create", json!({"instruction": "x"}), NOW).unwrap();
+        assert_eq!(plain["job"]["schedule"]["expression"], DEFAULT_INTERVAL);
+        assert_eq!(plain["job"]["deliveryMode"], "steer");
+        assert!(plain["job"].get("label").is_none());
+        let plain_id = plain["job"]["id"].as_str().unwrap().to_owned();
+        // The user's heartbeat is listed with the agent's, and it is the user's.
+        let (listed, changed) = request(&mut jobs, "list", json!({}), NOW).unwrap();
+        assert!(!changed);
+        let sources: Vec<&str> = listed["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["source"].as_str().unwrap())
+            .collect();
+        assert_eq!(sources, ["heartbeat", "rlm_heartbeat", "rlm_heartbeat"]);
+        let user_id = listed["jobs"][0]["id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            request(&mut jobs, "delete", json!({"id": user_id}), NOW),
+            Err(format!("Heartbeat \"{user_id}\" was set by the user with /heartbeat; only they can change it"))
+        );
+        // Pause: not due, kept with its time; resume counts from then.
+        let (paused, _) = request(
+            &mut jobs,
+            "update",
+            json!({"id": id, "status": "pause"}),
+            NOW + 1,
+        )
+        .unwrap();
+        assert_eq!(paused["job"]["status"], "paused");
+        assert!(jobs
+            .take_due(NOW + 20_000)
+            .iter()
+            .all(|d| d.prompt != "check CI"));
+        assert!(
+            jobs.status_text().contains("paused"),
+            "{}",
+            jobs.status_text()
+        );
+        let (resumed, _) = request(
+            &mut jobs,
+            "update",
+            json!({"id": id, "status": "resume", "instruction": "check CI again", "interval": "every 1m", "delivery_mode": "steer", "label": ""}),
+            NOW + 30_000,
+        )
+        .unwrap();
+        let r = &resumed["job"];
+        assert_eq!(
+            (
+                r["status"].as_str(),
+                r["prompt"].as_str(),
+                r["deliveryMode"].as_str()
+            ),
+            (Some("active"), Some("check CI again"), Some("steer"))
+        );
+        assert_eq!(r["nextRunAt"], iso_of_millis(NOW + 90_000));
+        assert!(r.get("label").is_none());
+        // Errors keep the grammar's texts.
+        let cases = [
+            (
+                "create",
+                json!({"instruction": "x", "interval": "every 5s"}),
+                MIN_INTERVAL.to_owned(),
+            ),
+            (
+                "create",
+                json!({"instruction": " "}),
+                "rlm_heartbeat.create instruction must be a non-empty string".into(),
+            ),
+            (
+                "create",
+                json!({"instruction": "x", "delivery_mode": "later"}),
+                "rlm_heartbeat.create delivery_mode must be \"steer\" or \"follow_up\"".into(),
+            ),
+            (
+                "create",
+                json!({"instruction": "x", "interval": 10}),
+                "rlm_heartbeat.create interval must be a string".into(),
+            ),
+            (
+                "update",
+                json!({"id": id, "status": "stop"}),
+                "rlm_heartbeat.update status must be \"pause\" or \"resume\"".into(),
+            ),
+            (
+                "update",
+                json!({"id": id, "interval": "soon"}),
+                "Invalid schedule: soon".into(),
+            ),
+            (
+                "update",
+                json!({"id": "hb-nope"}),
+                "No heartbeat with id \"hb-nope\"".into(),
+            ),
+            (
+                "delete",
+                json!({"id": "hb-nope"}),
+                "No heartbeat with id \"hb-nope\"".into(),
+            ),
+        ];
+        for (kind, payload, want) in cases {
+            assert_eq!(
+                request(&mut jobs, kind, payload.clone(), NOW),
+                Err(want),
+                "{kind} {payload}"
+            );
+        }
+        // Delete cancels; the record stays for include_inactive, and cannot change again.
+        let (deleted, changed) =
+            request(&mut jobs, "delete", json!({"id": plain_id}), NOW).unwrap();
+        assert!(changed);
+        assert_eq!(deleted["job"]["status"], "cancelled");
+        assert!(deleted["job"].get("nextRunAt").is_none());
+        assert_eq!(
+            request(
+                &mut jobs,
+                "update",
+                json!({"id": plain_id, "status": "resume"}),
+                NOW
+            ),
+            Err(format!(
+                "Heartbeat \"{plain_id}\" is cancelled and cannot be changed"
+            ))
+        );
+        let count = |jobs: &mut Jobs, all: bool| {
+            request(jobs, "list", json!({"include_inactive": all}), NOW)
+                .unwrap()
+                .0["jobs"]
+                .as_array()
+                .unwrap()
+                .len()
+        };
+        assert_eq!((count(&mut jobs, false), count(&mut jobs, true)), (2, 3));
+        // Everything (paused status, runCount, delivery, label, inactive records) survives
+        // the file.
+        request(
+            &mut jobs,
+            "update",
+            json!({"id": id, "status": "pause", "label": "ci"}),
+            NOW,
+        )
+        .unwrap();
+        jobs.jobs[1].run_count = 3;
+        let mut back = Jobs::from_json(&jobs.to_json(), NOW);
+        back.owner = jobs.owner.clone();
+        assert_eq!(back, jobs);
+        assert_eq!(
+            request(&mut jobs, "run", json!({}), NOW),
+            Err("host request type \"rlm_heartbeat.run\" is not available in this session".into())
+        );
+    }
+
+    #[test]
+    fn a_follow_up_job_is_due_as_a_follow_up_and_finished_jobs_are_bounded() {
+        let mut jobs = Jobs::default();
+        for i in 0..(KEEP_INACTIVE + 5) {
+            let payload = serde_json::json!({"instruction": format!("p{i}"), "interval": "in 1m", "delivery_mode": "follow_up"});
+            request(&mut jobs, "create", payload, NOW).unwrap();
+        }
+        let due = jobs.take_due(NOW + 60_000);
+        assert_eq!(due.len(), KEEP_INACTIVE + 5);
+        assert!(due.iter().all(|d| d.delivery == Delivery::FollowUp));
+        assert_eq!(
+            jobs.jobs.len(),
+            KEEP_INACTIVE,
+            "the oldest finished jobs go"
+        );
+        assert_eq!(jobs.jobs[0].prompt, "p5");
+        assert!(jobs
+            .jobs
+            .iter()
+            .all(|j| j.status == "completed" && j.run_count == 1));
+        // A paused one-shot resumed after its time runs at once (missed ticks coalesce).
+        let (created, _) = request(
+            &mut jobs,
+            "create",
+            serde_json::json!({"instruction": "late", "interval": "in 1m"}),
+            NOW,
+        )
+        .unwrap();
+        let id = created["job"]["id"].clone();
+        request(
+            &mut jobs,
+            "update",
+            serde_json::json!({"id": id, "status": "pause"}),
+            NOW,
+        )
+        .unwrap();
+        assert!(jobs.take_due(NOW + 120_000).is_empty());
+        request(
+            &mut jobs,
+            "update",
+            serde_json::json!({"id": id, "status": "resume"}),
+            NOW + 120_000,
+        )
+        .unwrap();
+        assert_eq!(jobs.take_due(NOW + 120_000), vec![steer("late")]);
+    }
+
     #[test]
     fn jobs_fire_once_per_due_tick_and_survive_a_round_trip() {
         let mut jobs = Jobs::default();
@@ -578,14 +1128,14 @@ mod tests {
         assert_eq!(jobs.next_due_ms(), Some(NOW + 10_000));
         assert!(jobs.take_due(NOW + 9_999).is_empty());
         // An hour late: one firing, then the next tick counts from now.
-        assert_eq!(jobs.take_due(NOW + 3_600_000), vec!["tick".to_owned()]);
+        assert_eq!(jobs.take_due(NOW + 3_600_000), vec![steer("tick")]);
         assert_eq!(jobs.next_due_ms(), Some(NOW + 3_610_000));
         let back = Jobs::from_json(&jobs.to_json(), NOW);
         assert_eq!(back, jobs);
         assert!(jobs.status_text().contains("every 10s"));
         jobs.set_heartbeat("in 1m", "once", NOW).unwrap();
         assert_eq!(jobs.active().count(), 1, "one /heartbeat per session");
-        assert_eq!(jobs.take_due(NOW + 60_000), vec!["once".to_owned()]);
+        assert_eq!(jobs.take_due(NOW + 60_000), vec![steer("once")]);
         assert_eq!(jobs.next_due_ms(), None);
         jobs.set_heartbeat("@hourly", "cron", NOW).unwrap();
         assert_eq!(Jobs::from_json(&jobs.to_json(), NOW), jobs);

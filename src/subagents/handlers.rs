@@ -36,6 +36,10 @@ impl HostHandler for NodeHandler {
             "goal.get" | "goal.create" | "goal.complete" => {
                 family.goal_request(&self.node, kind, &payload)
             }
+            "rlm_heartbeat.list"
+            | "rlm_heartbeat.create"
+            | "rlm_heartbeat.update"
+            | "rlm_heartbeat.delete" => family.heartbeat_request(&self.node, kind, &payload),
             "mcp.config" | "mcp.refresh" | "mcp.list_tools" | "mcp.call_tool" => {
                 crate::mcp::host_request(family.mcp().as_deref(), kind, &payload)
             }
@@ -305,7 +309,10 @@ impl Family {
             if let Some(t) = node.thread.take() {
                 join_by(t, deadline);
             }
-            let _ = std::fs::remove_dir_all(&node.session_dir);
+            // A recorded conversation stays: deleting ends the child, not its history.
+            if !node.kept {
+                let _ = std::fs::remove_dir_all(&node.session_dir);
+            }
         }
         Ok(json!({ "subagent": view }))
     }

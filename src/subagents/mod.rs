@@ -28,6 +28,7 @@ use serde_json::Value;
 use crate::abort::AbortFlag;
 use crate::family::{ChildStatus, TokenBucket};
 use crate::mcp::McpHub;
+use crate::persist::schedule::Jobs;
 use crate::provider::{ProviderChoice, Thinking};
 use crate::tools::KernelHost;
 use crate::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
@@ -54,6 +55,9 @@ pub(crate) enum FamilyMsg {
     /// The main agent's kernel changed the goal (`goal.create` / `goal.complete`): shown now,
     /// not at the end of the turn.
     Goal { generation: u64 },
+    /// The main agent's kernel changed the schedules (`rlm_heartbeat.create|update|delete`):
+    /// the main loop re-arms its timer, stores them and sends `heartbeatsChanged`.
+    Heartbeats { generation: u64 },
 }
 
 impl FamilyMsg {
@@ -64,7 +68,8 @@ impl FamilyMsg {
             | FamilyMsg::MainInbox { generation }
             | FamilyMsg::SentByMain { generation, .. }
             | FamilyMsg::Mcp { generation, .. }
-            | FamilyMsg::Goal { generation } => *generation,
+            | FamilyMsg::Goal { generation }
+            | FamilyMsg::Heartbeats { generation } => *generation,
         }
     }
 }
@@ -75,8 +80,10 @@ pub(crate) const MAIN_NAME: &str = "main";
 pub(crate) struct Family {
     generation: u64,
     agent: Arc<Agent>,
-    /// The session's current model (`session/set_config_option` replaces it).
+    /// The session's current model and reasoning level (`session/set_config_option`, a
+    /// restored session, replace them).
     provider: Mutex<ProviderChoice>,
+    thinking: Mutex<Thinking>,
     main_id: String,
     main_inbox: Arc<Inbox>,
     main_busy: AtomicBool,
@@ -90,6 +97,9 @@ pub(crate) struct Family {
     unattended: Mutex<Option<crate::autonomy::Shared>>,
     /// The session's MCP servers (set once at `session/new`), shared by every agent.
     mcp: OnceLock<Arc<McpHub>>,
+    /// The session's schedules (set once at `session/new`), for the main agent's
+    /// `rlm_heartbeat`.
+    heartbeats: OnceLock<Arc<Mutex<Jobs>>>,
 }
 
 #[derive(Default)]
@@ -125,6 +135,9 @@ struct Node {
     error: Option<String>,
     token_count: u64,
     session_dir: PathBuf,
+    /// `session_dir` is under the session's artifacts (sessions on disk): it outlives the
+    /// child. Otherwise it is a temp dir, removed with the child.
+    kept: bool,
     conversation: Arc<Mutex<Conversation>>,
     /// Kept between runs so a revived child keeps its kernel.
     ctx: Option<Arc<AgentCtx>>,
@@ -143,6 +156,7 @@ impl Family {
         Arc::new_cyclic(|me| Family {
             generation,
             provider: Mutex::new(agent.provider.clone()),
+            thinking: Mutex::new(agent.thinking),
             agent,
             main_id,
             main_inbox: Arc::default(),
@@ -155,6 +169,7 @@ impl Family {
             me: me.clone(),
             unattended: Mutex::new(None),
             mcp: OnceLock::new(),
+            heartbeats: OnceLock::new(),
         })
     }
 
@@ -189,13 +204,51 @@ impl Family {
         result
     }
 
+    /// Hands the family the session's schedules, for the main agent's `rlm_heartbeat`.
+    pub(crate) fn set_heartbeats(&self, jobs: Arc<Mutex<Jobs>>) {
+        let _ = self.heartbeats.set(jobs);
+    }
+
+    /// The main agent's `rlm_heartbeat.list|create|update|delete`. Schedules belong to the
+    /// session and fire into the main agent's inbox, so a subagent (whose life is one task)
+    /// gets the spec's "not available" refusal, as upstream where only the session's own
+    /// agent has the heartbeat controller. The lock is held for the pure update only; the
+    /// main loop hears of a change as `FamilyMsg::Heartbeats`.
+    pub(crate) fn heartbeat_request(
+        &self,
+        node: &str,
+        kind: &str,
+        payload: &Value,
+    ) -> Result<Value, String> {
+        let jobs = self
+            .heartbeats
+            .get()
+            .filter(|_| node == self.main_id)
+            .ok_or_else(|| crate::kernel::host::unavailable(kind))?;
+        let now = crate::persist::schedule::now_ms();
+        let (result, changed) = jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .host_request(kind, payload, now)?;
+        if changed {
+            self.notify(FamilyMsg::Heartbeats {
+                generation: self.generation,
+            });
+        }
+        Ok(result)
+    }
+
     /// The main agent's context: its tools answer host requests through this family.
     pub(crate) fn main_ctx(&self) -> AgentCtx {
         let compaction = Arc::<crate::compaction::Control>::default();
-        let tools = self.agent.tools.build(
-            &self.agent.kernel_env,
-            Some(self.kernel_host(&self.main_id, self.root_depth, &compaction)),
-        );
+        let mut host = self.kernel_host(&self.main_id, self.root_depth, &compaction);
+        // Only the main agent's namespace survives the process (behaviour spec §4.1).
+        host.state_dir = self
+            .agent
+            .store
+            .as_ref()
+            .and_then(|s| s.artifacts_of(&self.main_id));
+        let tools = self.agent.tools.build(&self.agent.kernel_env, Some(host));
         AgentCtx {
             agent: self.agent.clone(),
             tools,
@@ -237,6 +290,7 @@ impl Family {
                 compaction: compaction.clone(),
             }),
             depth,
+            state_dir: None,
         }
     }
 
@@ -287,7 +341,7 @@ impl Family {
             state.order.clear();
             state.nodes.drain().map(|(_, n)| n).collect()
         };
-        for node in nodes {
+        for node in nodes.iter().filter(|n| !n.kept) {
             let _ = std::fs::remove_dir_all(&node.session_dir);
         }
         let _ = std::fs::remove_dir(subagent_root());
@@ -340,9 +394,17 @@ impl Family {
             .clone()
     }
 
-    /// The session switched models: children take the new one from their next run on.
-    pub(crate) fn set_provider(&self, provider: ProviderChoice) {
+    /// The session's current reasoning level: a top-level child's unless `rlm(...,
+    /// thinking=)` names one.
+    pub(crate) fn thinking(&self) -> Thinking {
+        *self.thinking.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session switched models or levels: children take the model from their next run
+    /// on, new children the level.
+    pub(crate) fn set_model(&self, provider: ProviderChoice, thinking: Thinking) {
         *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = provider;
+        *self.thinking.lock().unwrap_or_else(|e| e.into_inner()) = thinking;
     }
 
     fn depth_of(&self, state: &State, id: &str) -> u32 {

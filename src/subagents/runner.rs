@@ -11,7 +11,7 @@ use crate::abort::AbortFlag;
 use crate::content::UserPrompt;
 use crate::family::{self, ChildStatus};
 use crate::provider::{Message, Thinking};
-use crate::turn::{run_turn, AgentCtx, TurnInput, TurnModel, TurnOutcome};
+use crate::turn::{run_turn, AgentCtx, Conversation, TurnInput, TurnModel, TurnOutcome};
 
 impl Family {
     /// `rlm.run`: admits a child and returns its handle at once (never its answer).
@@ -53,10 +53,32 @@ impl Family {
             Some(name) => family::validate_child_name(name, &siblings)?,
             None => family::default_child_name(prompt, &id),
         };
-        let session_dir = subagent_root().join(&id);
-        if let Err(e) = std::fs::create_dir_all(&session_dir) {
+        // With sessions on disk the child's directory is under the root session's artifacts
+        // and holds its conversation, kept after the session ends (a crashed run's subagent
+        // work can be read there); without, a temp dir that goes with the family.
+        let store = self.agent.store.as_ref();
+        let artifacts = store.and_then(|s| s.artifacts_of(&self.main_id));
+        let session_dir = match &artifacts {
+            Some(dir) => dir.join(&id),
+            None => subagent_root().join(&id),
+        };
+        let created = match artifacts {
+            Some(_) => crate::persist::create_dir_private(&session_dir),
+            None => std::fs::create_dir_all(&session_dir),
+        };
+        if let Err(e) = created {
             log::warn!("cannot create subagent dir {}: {e}", session_dir.display());
         }
+        let conversation = Conversation {
+            recorder: store.map(|s| s.child_recorder(&self.main_id, &session_dir, &self.agent.cwd)),
+            ..Conversation::default()
+        };
+        // "Else the parent's" (§4.3): the session's level for a top-level child, its
+        // parent's own for a nested one.
+        let inherited = state
+            .nodes
+            .get(parent)
+            .map_or_else(|| self.thinking(), |n| n.thinking);
         let node = Node {
             id: id.clone(),
             name: name.clone(),
@@ -70,13 +92,14 @@ impl Family {
             error: None,
             token_count: 0,
             session_dir: session_dir.clone(),
-            conversation: Arc::default(),
+            kept: store.is_some(),
+            conversation: Arc::new(std::sync::Mutex::new(conversation)),
             ctx: None,
             thinking: payload
                 .get("thinking")
                 .and_then(Value::as_str)
                 .and_then(Thinking::parse)
-                .unwrap_or(self.agent.thinking),
+                .unwrap_or(inherited),
         };
         self.notify_child(&node);
         state.order.push(id.clone());
@@ -167,7 +190,13 @@ impl Family {
                 loop {
                     let (outcome, last_text, tokens) = {
                         let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
+                        // The child's own session file, written by this thread as the main
+                        // agent's is by its turn worker.
+                        if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
+                            r.note_model(&p.label(), model.thinking.as_str());
+                        }
                         let outcome = run_turn(&ctx, &model, &mut conv, input, &abort, &|_| {});
+                        conv.persist();
                         let last_text = conv
                             .messages
                             .iter()

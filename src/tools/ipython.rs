@@ -5,6 +5,12 @@
 //! Policy lives here, mechanism in `kernel`: the kernel starts lazily on the first cell, a
 //! kernel that died or had to be killed is replaced on the next cell, and that cell's result
 //! starts with the kernel-reset notice so the model knows its variables are gone.
+//!
+//! In a persistent session the main agent's kernel saves its namespace after successful cells
+//! (`kernel/state.py`), and the first kernel this tool starts loads it back. The model learns
+//! what came back from a hidden `<ipython_state_restored>` message (`take_notices`), which the
+//! turn adds before its next model call, right after the result of the cell that started the
+//! kernel. A kernel started again after a crash or a kill starts empty, as the reset notice says.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,16 +19,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::{KernelEnv, KernelHost, Tool, ToolContext, ToolOutput};
+use super::{KernelEnv, KernelHost, Notice, Tool, ToolContext, ToolOutput};
 use crate::abort::AbortFlag;
 use crate::content::{Attachment, FileDiff, Image, IpythonDetails, ToolSpec};
+use crate::kernel::state::{self, RestoreReport};
 use crate::kernel::{
     find_python, Capture, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
 };
 
 pub(crate) const NAME: &str = "ipython";
 
-const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls within this session; they are not saved, so a new session or a restarted kernel starts empty. Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
+/// Behaviour spec §3.2, verbatim.
+const DESCRIPTION: &str = "Execute Python scratchpad code and `%%bash` shell cells in a persistent IPython kernel. Variables, imports, and loaded data persist across calls, and are revived on a best-effort basis when a session is resumed (objects that cannot be serialized are dropped and reported). Project imports, tests, scripts, CLIs, and dependency checks should run through the target project's own environment.";
 
 const CODE_DESCRIPTION: &str = "Python scratchpad code or `%%bash` shell cells to execute in the agent kernel. Use the target project's own environment for project imports, tests, scripts, CLIs, and dependency checks instead of direct kernel imports.";
 
@@ -49,6 +57,8 @@ struct Slot {
     kernel: Option<Kernel>,
     /// The previous kernel died or was killed: the next start is a restart.
     lost: bool,
+    /// A kernel was started before: only the first start loads the saved namespace.
+    started: bool,
 }
 
 pub(crate) struct IpythonTool {
@@ -61,6 +71,10 @@ pub(crate) struct IpythonTool {
     harness_dir: PathBuf,
     /// The agent dir, the depth limit and the harness overrides, as start-up resolved them.
     env: KernelEnv,
+    /// Where the namespace is saved and loaded from (`KernelHost::state_dir`).
+    state_dir: Option<PathBuf>,
+    /// The restored-state notice, until the turn takes it.
+    notices: Mutex<Vec<Notice>>,
 }
 
 impl IpythonTool {
@@ -83,6 +97,8 @@ impl IpythonTool {
             slot: Mutex::new(Slot::default()),
             harness_dir: harness_dir.join("harness"),
             env: env.clone(),
+            state_dir: None,
+            notices: Mutex::new(Vec::new()),
         }
     }
 
@@ -91,15 +107,20 @@ impl IpythonTool {
     /// installed.
     pub(crate) fn detect(env: &KernelEnv, host: Option<KernelHost>) -> Option<IpythonTool> {
         static WARNED: AtomicBool = AtomicBool::new(false);
-        let (handler, depth) = match host {
-            Some(h) => (h.handler, h.depth),
+        let (handler, depth, state_dir) = match host {
+            Some(h) => (h.handler, h.depth, h.state_dir),
             None => (
                 Arc::new(DefaultHostHandler::default()) as Arc<dyn HostHandler>,
                 env.root_depth,
+                None,
             ),
         };
         match find_python() {
-            Some(python) => Some(IpythonTool::new(python, handler, depth, env)),
+            Some(python) => {
+                let mut tool = IpythonTool::new(python, handler, depth, env);
+                tool.state_dir = state_dir;
+                Some(tool)
+            }
             None => {
                 if !WARNED.swap(true, Ordering::Relaxed) {
                     log::warn!("No python3 found (PRIME_AGENT_KERNEL_PYTHON, python3, python on PATH): the ipython tool is not offered.");
@@ -109,10 +130,10 @@ impl IpythonTool {
         }
     }
 
-    fn config(&self, cwd: &Path) -> KernelConfig {
+    fn config(&self, cwd: &Path, restore: bool) -> KernelConfig {
         let env = &self.env;
         let path = |p: &Path| p.display().to_string();
-        KernelConfig {
+        let mut cfg = KernelConfig {
             python: self.python.clone(),
             cwd: cwd.to_path_buf(),
             env: vec![
@@ -133,6 +154,57 @@ impl IpythonTool {
                 ("PRIME_AGENT_CODING_AGENT_DIR".into(), path(&env.agent_dir)),
                 ("NO_COLOR".into(), "1".into()),
             ],
+        };
+        if let Some(dir) = &self.state_dir {
+            cfg.env.push((state::STATE_DIR_ENV.into(), path(dir)));
+            cfg.env.push((
+                state::RESTORE_ENV.into(),
+                if restore { "1" } else { "0" }.into(),
+            ));
+        }
+        cfg
+    }
+
+    /// Starts the kernel for `slot` (loading the saved namespace at the tool's first start) and
+    /// keeps the notice of what came back for the turn.
+    fn start(&self, slot: &mut Slot, cwd: &Path, abort: &AbortFlag) -> Result<(), String> {
+        let restore = !slot.started;
+        let mut kernel = Kernel::start(&self.config(cwd, restore), self.handler.clone(), abort)?;
+        slot.started = true;
+        if let Some(report) = kernel.take_restore_report() {
+            self.note_restored(&report);
+        }
+        slot.kernel = Some(kernel);
+        Ok(())
+    }
+
+    fn note_restored(&self, report: &Value) {
+        let Some(report) = RestoreReport::from_json(report) else {
+            return;
+        };
+        let dir = self
+            .state_dir
+            .as_deref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        match &report.error {
+            Some(error) => log::warn!(
+                "the saved kernel state in {dir} cannot be read ({error}); the kernel starts with an empty namespace"
+            ),
+            None => log::info!(
+                "kernel state restored from {dir}: {} name(s) back, {} not",
+                report.restored.len(),
+                report.missing().count()
+            ),
+        }
+        if let Some(text) = state::notice(&report) {
+            self.notices
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Notice {
+                    custom_type: state::NOTICE_TYPE,
+                    text,
+                });
         }
     }
 }
@@ -171,17 +243,14 @@ impl Tool for IpythonTool {
             slot.lost = true;
         }
         let mut restarted = false;
-        let kernel = match &mut slot.kernel {
-            Some(kernel) => kernel,
-            None => match Kernel::start(&self.config(ctx.cwd), self.handler.clone(), ctx.abort) {
-                Ok(kernel) => {
-                    restarted = std::mem::take(&mut slot.lost);
-                    slot.kernel.insert(kernel)
-                }
-                Err(e) => {
-                    return ToolOutput::error(format!("Failed to start the Python kernel: {e}"))
-                }
-            },
+        if slot.kernel.is_none() {
+            if let Err(e) = self.start(&mut slot, ctx.cwd, ctx.abort) {
+                return ToolOutput::error(format!("Failed to start the Python kernel: {e}"));
+            }
+            restarted = std::mem::take(&mut slot.lost);
+        }
+        let Some(kernel) = slot.kernel.as_mut() else {
+            return ToolOutput::error("Failed to start the Python kernel: no kernel");
         };
         let abort = ctx.abort;
         let progress = &mut *ctx.progress;
@@ -247,6 +316,27 @@ impl Tool for IpythonTool {
             .last()
             .and_then(|line| serde_json::from_str(line).ok())
             .unwrap_or_default()
+    }
+
+    fn save_state(&self, deadline: Instant) {
+        if self.state_dir.is_none() {
+            return;
+        }
+        // A turn still holding the kernel (stuck past its cancel) keeps it; no waiting here.
+        let mut slot = match self.slot.try_lock() {
+            Ok(slot) => slot,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        if let Some(kernel) = slot.kernel.as_mut() {
+            if kernel.is_alive() && kernel.flush_state(deadline) {
+                log::debug!("kernel state saved on exit");
+            }
+        }
+    }
+
+    fn take_notices(&self) -> Vec<Notice> {
+        std::mem::take(&mut *self.notices.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -453,8 +543,7 @@ mod tests {
         assert!(spec
             .description
             .starts_with("Execute Python scratchpad code and `%%bash`"));
-        // Sessions are not resumed: the description must not promise revived state.
-        assert!(!spec.description.contains("resum"), "{}", spec.description);
+        assert!(spec.description.contains("and are revived on a best-effort basis when a session is resumed (objects that cannot be serialized are dropped and reported)."));
         assert_eq!(spec.parameters["required"], json!(["code"]));
         assert_eq!(
             spec.parameters["properties"]["code"]["description"],

@@ -86,6 +86,16 @@ pub(crate) trait Tool: Send + Sync {
         Vec::new()
     }
 
+    /// The agent is exiting: save what must survive it (the ipython tool's pending namespace
+    /// snapshot), waiting at most until `deadline`.
+    fn save_state(&self, _deadline: std::time::Instant) {}
+
+    /// Hidden messages the tool has for the model, taken once (the ipython tool's notice of a
+    /// restored kernel state). The turn adds them before its next model call.
+    fn take_notices(&self) -> Vec<Notice> {
+        Vec::new()
+    }
+
     /// Runs host-written `code` in this tool's kernel (started if need be) and returns what
     /// it printed, or why it failed; `None` for tools without a kernel. Refine uses it: the
     /// kernel owns the harness store.
@@ -104,11 +114,48 @@ pub(crate) trait Tool: Send + Sync {
     }
 }
 
+/// A message for the model that the client does not see (a `custom_message` entry with
+/// `display: false` in the session file).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Notice {
+    pub custom_type: &'static str,
+    pub text: String,
+}
+
 /// A tool call's ACP `title` and `kind`, decided by the tool itself.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ToolDisplay {
     pub title: String,
     pub kind: &'static str,
+}
+
+/// The ACP `ToolKind` values; a stored kind is read back as one of them (else `other`).
+const ACP_KINDS: [&str; 10] = [
+    "read",
+    "edit",
+    "delete",
+    "move",
+    "search",
+    "execute",
+    "think",
+    "fetch",
+    "switch_mode",
+    "other",
+];
+
+impl ToolDisplay {
+    /// A display read back from the session file: the kind as one of ACP's, `other` when
+    /// the file names none we know.
+    pub(crate) fn stored(title: &str, kind: &str) -> ToolDisplay {
+        ToolDisplay {
+            title: title.to_owned(),
+            kind: ACP_KINDS
+                .iter()
+                .find(|k| **k == kind)
+                .copied()
+                .unwrap_or("other"),
+        }
+    }
 }
 
 /// The tools offered in this process.
@@ -151,6 +198,18 @@ impl ToolSet {
             .iter()
             .flat_map(|t| t.kernel_names(abort))
             .collect()
+    }
+
+    /// Every tool's `save_state`.
+    pub(crate) fn save_state(&self, deadline: std::time::Instant) {
+        for t in &self.tools {
+            t.save_state(deadline);
+        }
+    }
+
+    /// Every tool's `take_notices`, in tool order.
+    pub(crate) fn take_notices(&self) -> Vec<Notice> {
+        self.tools.iter().flat_map(|t| t.take_notices()).collect()
     }
 
     pub(crate) fn names(&self) -> Vec<String> {
@@ -291,6 +350,9 @@ pub(crate) enum ToolChoice {
 pub(crate) struct KernelHost {
     pub handler: std::sync::Arc<dyn crate::kernel::host::HostHandler>,
     pub depth: u32,
+    /// Where the kernel saves its namespace and loads it from at its first start (the main
+    /// agent of a persistent session: `<agent dir>/session-artifacts/<id>`; `None`: never).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// What the agents' kernels take from the process environment, read once at start-up

@@ -1,0 +1,365 @@
+//! The kernel's `rlm_heartbeat` API end to end (behaviour spec §5.5, §4.2): the real binary, a
+//! real Python kernel, scripted model replies. A cell creates, lists, pauses and deletes
+//! schedules; a firing runs an unsolicited turn that streams to the client; every change sends
+//! `heartbeatsChanged`; `steer` joins the running turn while `follow_up` waits for it; the jobs
+//! are stored with the session and come back on `--continue`.
+//!
+//! `PRIME_AGENT_SCHEDULE_TIME_SCALE` runs the schedule clock faster, so `every 10s` fires
+//! without waiting ten seconds; no test asserts a duration, each waits (bounded) for an event.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// An agent with its sessions and agent dir in `dir`, on `script` (a file in `dir`).
+fn agent(dir: &TempDir, script: &str, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+    let sessions = dir.path().join("sessions").display().to_string();
+    let mut args = vec!["--session-dir", sessions.as_str()];
+    args.extend_from_slice(extra);
+    let mut spawn = Spawn::scripted(script, &args);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    spawn.env = vec![
+        (
+            "PRIME_AGENT_CODING_AGENT_DIR".into(),
+            dir.path().join("agent").display().to_string(),
+        ),
+        (
+            "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
+            dir.path().join("global-harness").display().to_string(),
+        ),
+    ];
+    spawn
+        .env
+        .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Agent::spawn(spawn)
+}
+
+/// A script file named `name` in `dir`, one reply per line.
+fn script(dir: &TempDir, name: &str, replies: &[Value]) -> String {
+    let text: String = replies.iter().map(|l| format!("{l}\n")).collect();
+    dir.write(name, &text).display().to_string()
+}
+
+fn cell(code: &str) -> Value {
+    json!({"tool_call": {"name": "ipython", "arguments": {"code": code}}})
+}
+
+/// The `heartbeatsChanged` updates so far (each checked to be session-scoped, turn 0).
+fn changes(a: &Agent) -> usize {
+    a.updates()
+        .iter()
+        .filter(|u| ns(u)["heartbeatsChanged"] == true)
+        .inspect(|u| assert_eq!(ns(u)["promptTurnId"], 0, "{u}"))
+        .count()
+}
+
+/// Where in `a.seen` the first frame matching `pred` is.
+fn position(a: &Agent, what: &str, pred: impl Fn(&Value) -> bool) -> usize {
+    a.seen
+        .iter()
+        .position(pred)
+        .unwrap_or_else(|| panic!("no {what} in {:#?}", a.seen))
+}
+
+fn chunk_with(frame: &Value, text: &str) -> bool {
+    frame["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        && frame["params"]["update"]["content"]["text"] == text
+}
+
+fn jobs_file(dir: &TempDir, sid: &str) -> PathBuf {
+    dir.path()
+        .join("agent/session-artifacts")
+        .join(sid)
+        .join("scheduled-jobs.json")
+}
+
+#[test]
+fn an_every_10s_heartbeat_from_a_cell_fires_an_unsolicited_turn_then_is_paused_and_deleted() {
+    let dir = TempDir::new("heartbeats-every");
+    let create = "j = await rlm_heartbeat.create('TICK' + ' FROM THE KERNEL', interval='every 10s', label='ci')\n\
+                  print(j['source'], j['status'], j['schedule'], j['deliveryMode'], j['label'], j['runCount'])";
+    // The firing's turn pauses the job (so no second tick joins it), then deletes it.
+    let manage = "jobs = await rlm_heartbeat.list()\n\
+                  j = jobs[0]\n\
+                  print(len(jobs), j['runCount'] >= 1, j['status'], 'lastRunAt' in j)\n\
+                  p = await rlm_heartbeat.update(j['id'], status='pause')\n\
+                  print(p['status'], len(await rlm_heartbeat.list()))\n\
+                  d = await rlm_heartbeat.delete(j['id'])\n\
+                  print(d['status'], len(await rlm_heartbeat.list()), len(await rlm_heartbeat.list(include_inactive=True)))";
+    let s = script(
+        &dir,
+        "every.jsonl",
+        &[
+            json!({"steps": [cell(create)]}),
+            json!({"steps": [
+                {"expect_history": ["error=false: rlm_heartbeat active {'expression': 'every 10s', 'intervalMs': 10000, 'kind': 'interval'} steer ci 0"]},
+                {"text": "created"}
+            ]}),
+            json!({"steps": [{"expect_history": ["user: TICK FROM THE KERNEL"]}, cell(manage)]}),
+            json!({"steps": [
+                {"expect_history": ["error=false: 1 True active True\npaused 1\ncancelled 0 1"]},
+                {"text": "tick handled"}
+            ]}),
+        ],
+    );
+    // 10 s of schedule time in 2 s of real time.
+    let mut a = agent(&dir, &s, &[], &[("PRIME_AGENT_SCHEDULE_TIME_SCALE", "5")]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("set up a heartbeat"), "end_turn");
+    assert_eq!(changes(&a), 1, "create");
+    // Nobody prompts the firing's turn: it streams at promptTurnId 0.
+    let tick = a.wait_for("the heartbeat's turn", |f| chunk_with(f, "tick handled"));
+    assert_eq!(ns(&tick["params"]["update"])["promptTurnId"], 0);
+    let calls: Vec<Value> = a
+        .updates_of("tool_call_update")
+        .into_iter()
+        .filter(|u| u["status"] == "completed")
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(ns(&calls[1])["promptTurnId"], 0);
+    assert_eq!(changes(&a), 3, "create, pause, delete");
+    // The deleted job is stored as cancelled, with the session's fields.
+    let stored: Value =
+        serde_json::from_str(&std::fs::read_to_string(jobs_file(&dir, &sid)).unwrap()).unwrap();
+    let job = &stored["jobs"][0];
+    assert_eq!(job["status"], "cancelled");
+    assert_eq!(job["source"], "rlm_heartbeat");
+    assert_eq!(
+        (&job["sessionId"], &job["activeSessionId"]),
+        (&json!(sid), &json!(sid))
+    );
+    let session_file = dir.path().join("sessions").join(format!("{sid}.jsonl"));
+    assert_eq!(job["sessionFile"], session_file.display().to_string());
+    assert_eq!(job["cwd"], dir.path().display().to_string());
+    assert!(job["runCount"].as_u64().unwrap() >= 1, "{job}");
+}
+
+#[test]
+fn bad_arguments_and_the_users_heartbeat_get_clear_errors() {
+    let dir = TempDir::new("heartbeats-errors");
+    let code = "async def err(coro):\n    try:\n        await coro\n        print('no error')\n    except Exception as e:\n        print(type(e).__name__ + ': ' + str(e))\n\
+                await err(rlm_heartbeat.create('x', interval='every 9s'))\n\
+                await err(rlm_heartbeat.create('x', interval='in forever'))\n\
+                await err(rlm_heartbeat.create(''))\n\
+                await err(rlm_heartbeat.create('x', delivery_mode='later'))\n\
+                await err(rlm_heartbeat.update('hb-nope', status='pause'))\n\
+                await err(rlm_heartbeat.update('hb-nope', status='stop'))\n\
+                await err(rlm_heartbeat.update('hb-nope'))\n\
+                await err(rlm_heartbeat.delete('hb-nope'))\n\
+                await err(rlm.host_request('rlm_heartbeat.create', {'instruction': 'x', 'interval': 'every 9s'}))\n\
+                await err(rlm.host_request('rlm_heartbeat.run', {}))\n\
+                mine = (await rlm_heartbeat.list())[0]\n\
+                print(mine['source'], mine['prompt'])\n\
+                await err(rlm_heartbeat.delete(mine['id']))";
+    let want = [
+        "RuntimeError: Recurring interval must be at least 10 seconds",
+        "RuntimeError: Invalid duration: forever",
+        "ValueError: rlm_heartbeat.create instruction must be a non-empty string",
+        "ValueError: rlm_heartbeat.create delivery_mode must be \"steer\" or \"follow_up\"",
+        "RuntimeError: No heartbeat with id \"hb-nope\"",
+        "ValueError: rlm_heartbeat.update status must be \"pause\" or \"resume\"",
+        "ValueError: rlm_heartbeat.update needs at least one of instruction, interval, label, status, delivery_mode",
+        "RuntimeError: No heartbeat with id \"hb-nope\"",
+        "RuntimeError: Recurring interval must be at least 10 seconds",
+        "RuntimeError: host request type \"rlm_heartbeat.run\" is not available in this session",
+        "heartbeat look at the logs",
+        "RuntimeError: Heartbeat \"",
+        "was set by the user with /heartbeat; only they can change it",
+    ];
+    let s = script(
+        &dir,
+        "errors.jsonl",
+        &[
+            json!({"steps": [cell(code)]}),
+            json!({"steps": [{"expect": want}, {"text": "errors seen"}]}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[], &[]);
+    a.handshake();
+    assert_eq!(
+        a.prompt_stop("/heartbeat every 1h look at the logs"),
+        "end_turn"
+    );
+    assert_eq!(changes(&a), 1);
+    let id = a.prompt("try the API");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    assert!(a.text().ends_with("errors seen"), "{}", a.text());
+    assert_eq!(changes(&a), 1, "nothing the cell tried changed a schedule");
+}
+
+#[test]
+fn a_subagent_has_no_heartbeats() {
+    let dir = TempDir::new("heartbeats-child");
+    // The parent waits (bounded) for the kid to finish, so the kid's message is in its inbox
+    // before its next model call.
+    let spawn = "import asyncio\nh = await rlm('try a heartbeat', name='kid')\n\
+                 for _ in range(400):\n    if all(c.status != 'running' for c in await rlm.list_subagents()):\n        break\n    await asyncio.sleep(0.05)\n\
+                 print(h.name, [c.status for c in await rlm.list_subagents()])";
+    let kid = "try:\n    await rlm_heartbeat.list()\nexcept RuntimeError as e:\n    await agent_message.send(str(e), receiver_role='parent')";
+    let s = script(
+        &dir,
+        "child.jsonl",
+        &[
+            json!({"steps": [cell(spawn)]}),
+            json!({"steps": [
+                {"expect_history": ["error=false: kid ['completed']", "host request type \"rlm_heartbeat.list\" is not available in this session"]},
+                {"text": "the kid has none"}
+            ]}),
+            json!({"agent": "kid", "steps": [cell(kid)]}),
+            json!({"agent": "kid", "text": "reported"}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[], &[("RLM_MAX_DEPTH", "1")]);
+    a.handshake();
+    let id = a.prompt("spawn");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    assert!(a.text().ends_with("the kid has none"), "{}", a.text());
+    assert_eq!(changes(&a), 0);
+}
+
+#[test]
+fn steer_joins_the_running_turn_and_follow_up_runs_after_it() {
+    let dir = TempDir::new("heartbeats-delivery");
+    // Both fire while the cell waits for them (bounded); the prompts are built at run time so
+    // the cell's own source never contains them.
+    let code = "import asyncio\n\
+                await rlm_heartbeat.create('STEER' + ' PROMPT', interval='in 1s')\n\
+                await rlm_heartbeat.create('FOLLOW' + ' PROMPT', interval='in 1s', delivery_mode='follow_up')\n\
+                for _ in range(400):\n    fired = [j for j in await rlm_heartbeat.list(include_inactive=True) if j['runCount'] >= 1]\n    if len(fired) == 2:\n        break\n    await asyncio.sleep(0.05)\n\
+                print('fired', len(fired), sorted(j['status'] for j in fired))";
+    let s = script(
+        &dir,
+        "delivery.jsonl",
+        &[
+            json!({"steps": [cell(code)]}),
+            // Steer: the prompt reached this turn's next model call; follow-up: not yet.
+            json!({"steps": [
+                {"expect_history": ["fired 2 ['completed', 'completed']", "user: STEER PROMPT"]},
+                {"expect_none": ["FOLLOW PROMPT"]},
+                {"text": "turn one done"}
+            ]}),
+            json!({"steps": [{"expect": ["FOLLOW PROMPT"]}, {"text": "follow-up answered"}]}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[], &[]);
+    a.handshake();
+    let id = a.prompt("go");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    a.wait_for("the follow-up turn", |f| {
+        chunk_with(f, "follow-up answered")
+    });
+    let answered = position(&a, "the prompt's response", |f| f.get("id") == Some(&id));
+    let one = position(&a, "turn one's text", |f| chunk_with(f, "turn one done"));
+    let follow = position(&a, "the follow-up's text", |f| {
+        chunk_with(f, "follow-up answered")
+    });
+    assert!(
+        one < answered && answered < follow,
+        "{one} {answered} {follow}"
+    );
+    assert_eq!(ns(&a.seen[one]["params"]["update"])["promptTurnId"], 1);
+    assert_eq!(ns(&a.seen[follow]["params"]["update"])["promptTurnId"], 0);
+    assert_eq!(changes(&a), 2);
+}
+
+#[test]
+fn jobs_survive_a_resume_with_their_status_count_and_delivery() {
+    let dir = TempDir::new("heartbeats-resume");
+    let plan = "import asyncio\n\
+                await rlm_heartbeat.create('HOURLY', interval='every 1h', label='hourly')\n\
+                b = await rlm_heartbeat.create('PAUSED', interval='every 2h', delivery_mode='follow_up')\n\
+                await rlm_heartbeat.update(b['id'], status='pause')\n\
+                await rlm_heartbeat.create('LATER', interval='in 1m', delivery_mode='follow_up')\n\
+                await rlm_heartbeat.create('ONCE', interval='in 1s')\n\
+                for _ in range(400):\n    if any(j['runCount'] for j in await rlm_heartbeat.list(include_inactive=True)):\n        break\n    await asyncio.sleep(0.05)\n\
+                print('planned')";
+    let first = script(
+        &dir,
+        "first.jsonl",
+        &[
+            json!({"steps": [cell(plan)]}),
+            json!({"steps": [{"expect_history": ["error=false: planned", "user: ONCE"]}, {"text": "planned"}]}),
+        ],
+    );
+    let mut a = agent(&dir, &first, &[], &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("plan"), "end_turn");
+    assert_eq!(changes(&a), 5);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let stored: Value =
+        serde_json::from_str(&std::fs::read_to_string(jobs_file(&dir, &sid)).unwrap()).unwrap();
+    let summary: Vec<String> = stored["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            format!(
+                "{} {} {} {}",
+                j["prompt"].as_str().unwrap(),
+                j["status"].as_str().unwrap(),
+                j["runCount"],
+                j["deliveryMode"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "HOURLY active 0 steer",
+            "PAUSED paused 0 follow_up",
+            "LATER active 0 follow_up",
+            "ONCE completed 1 steer"
+        ]
+    );
+
+    // Continued with a clock 60 times faster: the minute LATER waits for passes in about a
+    // second, and it fires in the new process as its own unsolicited turn.
+    let list = "for j in sorted(await rlm_heartbeat.list(include_inactive=True), key=lambda j: j['prompt']):\n    print(j['prompt'], j['status'], j['runCount'], j['deliveryMode'], j.get('label'))";
+    let second = script(
+        &dir,
+        "second.jsonl",
+        &[
+            json!({"steps": [{"expect": ["LATER"]}, cell(list)]}),
+            json!({"steps": [
+                {"expect": ["HOURLY active 0 steer hourly\nLATER completed 1 follow_up None\nONCE completed 1 steer None\nPAUSED paused 0 follow_up None"]},
+                {"text": "resumed fine"}
+            ]}),
+        ],
+    );
+    let mut b = agent(
+        &dir,
+        &second,
+        &["-c"],
+        &[("PRIME_AGENT_SCHEDULE_TIME_SCALE", "60")],
+    );
+    assert_eq!(b.handshake(), sid);
+    let done = b.wait_for("the resumed job's turn", |f| chunk_with(f, "resumed fine"));
+    assert_eq!(ns(&done["params"]["update"])["promptTurnId"], 0);
+    assert_eq!(b.prompt_stop("/heartbeat status"), "end_turn");
+    let status = b.text();
+    assert!(
+        status.contains("Agent heartbeat") && status.contains("(every 2h), paused"),
+        "{status}"
+    );
+}

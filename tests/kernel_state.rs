@@ -1,0 +1,409 @@
+//! The kernel namespace across processes (behaviour spec §4.1, §5.6, issue 13): the main
+//! agent's kernel saves its namespace after successful cells into the session's artifacts
+//! directory, and the first kernel of a resumed (or forked) session loads it back, telling the
+//! model in a hidden `<ipython_state_restored>` message what came back and what did not.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// An agent in `dir` with its sessions in `dir/sessions` and its agent dir `dir/agent`.
+fn agent(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
+    let sessions = dir.path().join("sessions").display().to_string();
+    let mut args = vec!["--session-dir", sessions.as_str(), "--tools", "ipython"];
+    args.extend_from_slice(extra);
+    let mut spawn = Spawn::scripted(script, &args);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    spawn.env = vec![
+        (
+            "PRIME_AGENT_CODING_AGENT_DIR".into(),
+            dir.path().join("agent").display().to_string(),
+        ),
+        (
+            "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
+            dir.path().join("global-harness").display().to_string(),
+        ),
+    ];
+    Agent::spawn(spawn)
+}
+
+/// A script of its own in `dir` (several agents of one test each need one).
+fn script(dir: &TempDir, name: &str, lines: &[Value]) -> String {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    dir.write(name, &text).display().to_string()
+}
+
+fn cell(id: &str, code: &str) -> Value {
+    json!({"tool_call": {"id": id, "name": "ipython", "arguments": {"code": code}}})
+}
+
+fn artifacts(dir: &TempDir, sid: &str) -> PathBuf {
+    dir.path().join("agent").join("session-artifacts").join(sid)
+}
+
+/// Waits (bounded) until the manifest lists `name` as saved, and returns it.
+fn wait_for_snapshot(dir: &Path, name: &str) -> Value {
+    let path = dir.join("kernel-state.json");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(m) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        {
+            if m["saved"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|e| e["name"] == name))
+            {
+                return m;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no snapshot with {name} in {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn reason_of(manifest: &Value, name: &str) -> String {
+    manifest["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not among the skipped: {manifest}"))["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The final result text of every ipython call, in order.
+fn results(a: &Agent) -> Vec<String> {
+    a.updates()
+        .into_iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "tool_call_update"
+                && matches!(u["status"].as_str(), Some("completed" | "failed"))
+        })
+        .map(|u| {
+            u["content"][0]["content"]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The first session: a number, a lambda, an instance of a class defined in a cell, a module.
+fn define(dir: &TempDir) -> (String, Value, Agent) {
+    let first = script(
+        dir,
+        "define.jsonl",
+        &[
+            json!({"steps": [cell("c1", "import json\nx = 41\nsquare = lambda v: v * v\nclass Point:\n    pass\np = Point()\nnames = ['a', 'b']")]}),
+            json!({"steps": [{"expect": ["tool_result ipython error=false"]}, {"text": "Defined."}]}),
+        ],
+    );
+    let mut a = agent(dir, &first, &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("define things"), "end_turn");
+    let manifest = wait_for_snapshot(&artifacts(dir, &sid), "x");
+    (sid, manifest, a)
+}
+
+/// The resumed session's script: the cell that needs `x`, then a reply that checks the model
+/// got the cell's output and, as the last message, the notice.
+fn resumed_script(dir: &TempDir, name: &str) -> String {
+    script(
+        dir,
+        name,
+        &[
+            json!({"steps": [cell("c2", "print(x + 1, names)")]}),
+            json!({"steps": [
+                {"expect": ["<ipython_state_restored>", "These names are available again: names, x."]},
+                {"expect_history": [
+                    "tool_result ipython error=false: 42 ['a', 'b']",
+                    "These could not be restored: ",
+                    "square (defined in a cell",
+                    "p (refers to Point, defined in a cell",
+                    "json (a module; import it again)",
+                ]},
+                {"text": "It is 42."}
+            ]}),
+        ],
+    )
+}
+
+fn assert_restored(b: &Agent) {
+    // (A load's replay shows the earlier calls first.)
+    assert_eq!(
+        results(b).last().map(String::as_str),
+        Some("42 ['a', 'b']\n")
+    );
+    // Hidden: the notice reaches the model, never the client.
+    assert!(
+        b.seen
+            .iter()
+            .all(|f| !f.to_string().contains("ipython_state_restored")),
+        "the client saw the notice"
+    );
+}
+
+#[test]
+fn a_stopped_session_gets_its_namespace_back_on_continue() {
+    let dir = TempDir::new("kstate-stop");
+    let (sid, manifest, a) = define(&dir);
+    drop(a);
+    let art = artifacts(&dir, &sid);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&art), 0o700);
+    assert_eq!(mode(&art.join("kernel-state.pkl")), 0o600);
+    assert_eq!(mode(&art.join("kernel-state.json")), 0o600);
+    let saved: Vec<&str> = manifest["saved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(saved, ["names", "x"], "{manifest}");
+    assert!(manifest["saved"][1]["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(manifest["saved"][1]["type"], "int");
+    assert!(reason_of(&manifest, "square").starts_with("defined in a cell"));
+    assert!(reason_of(&manifest, "Point").starts_with("defined in a cell"));
+    assert!(reason_of(&manifest, "p").starts_with("refers to Point, defined in a cell"));
+    assert_eq!(reason_of(&manifest, "json"), "a module; import it again");
+    // Nothing the bootstrap put there is the model's.
+    for injected in ["rlm", "mcp", "goal", "edit", "In", "Out", "get_ipython"] {
+        assert!(
+            !manifest.to_string().contains(&format!("\"{injected}\"")),
+            "{injected} in {manifest}"
+        );
+    }
+
+    let next = resumed_script(&dir, "resume.jsonl");
+    let mut b = agent(&dir, &next, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("what is x + 1?"), "end_turn");
+    assert_restored(&b);
+    drop(b);
+    // In the file the notice is hidden context: a custom_message the replay does not show.
+    let lines: Vec<Value> =
+        std::fs::read_to_string(dir.path().join("sessions").join(format!("{sid}.jsonl")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let hidden: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "custom_message")
+        .collect();
+    assert_eq!(hidden.len(), 1, "{lines:?}");
+    assert_eq!(hidden[0]["customType"], "ipython_state_restored");
+    assert_eq!(hidden[0]["display"], false);
+
+    // A load replays without it, the model still has it in its context, and the loaded
+    // session's kernel gets the namespace back too.
+    let third = script(
+        &dir,
+        "third.jsonl",
+        &[
+            json!({"steps": [{"expect_history": ["<ipython_state_restored>", "It is 42."]}, cell("c3", "print(x + 1, names)")]}),
+            json!({"steps": [{"expect": ["These names are available again: names, x."]}, {"text": "Still."}]}),
+        ],
+    );
+    let mut c = agent(&dir, &third, &[]);
+    c.call("initialize", json!({"protocolVersion": 1}));
+    let cwd = dir.path().display().to_string();
+    let r = c.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    assert!(r["result"].is_object(), "{r}");
+    c.session_id = Some(sid.clone());
+    assert_eq!(c.prompt_stop("still there?"), "end_turn");
+    assert_restored(&c);
+    drop(c);
+
+    // A fork starts from a copy of its parent's state.
+    let fork = resumed_script(&dir, "fork.jsonl");
+    let mut d = agent(&dir, &fork, &["--fork", &sid]);
+    let forked = d.handshake();
+    assert_ne!(forked, sid);
+    assert_eq!(d.prompt_stop("what is x + 1?"), "end_turn");
+    assert_restored(&d);
+}
+
+#[test]
+fn a_killed_agent_gets_its_namespace_back_and_the_next_snapshot_replaces_it() {
+    let dir = TempDir::new("kstate-kill");
+    let (sid, _, mut a) = define(&dir);
+    // SIGKILL: no clean-up of any kind; the snapshot on disk is all there is.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let next = script(
+        &dir,
+        "resume.jsonl",
+        &[
+            json!({"steps": [cell("c2", "print(x + 1, names)\ny = x * 2")]}),
+            json!({"steps": [
+                {"expect": ["These names are available again: names, x."]},
+                {"expect_history": ["tool_result ipython error=false: 42 ['a', 'b']", "square (defined in a cell"]},
+                {"text": "Done."}
+            ]}),
+        ],
+    );
+    let mut b = agent(&dir, &next, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("what is x + 1?"), "end_turn");
+    assert_restored(&b);
+    // The resumed kernel snapshots too: restored and new names alike.
+    let manifest = wait_for_snapshot(&artifacts(&dir, &sid), "y");
+    let saved: Vec<&str> = manifest["saved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(saved, ["names", "x", "y"], "{manifest}");
+}
+
+#[test]
+fn without_a_session_nothing_is_saved() {
+    let dir = TempDir::new("kstate-none");
+    let s = script(
+        &dir,
+        "none.jsonl",
+        &[
+            json!({"steps": [cell("c1", "x = 41")]}),
+            json!({"steps": [cell("c2", "import sys\nprint('_prime_agent_state' in sys.modules)")]}),
+            json!({"text": "Done."}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &["--no-session"]);
+    a.handshake();
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    // The snapshot code is not even loaded into the kernel.
+    assert_eq!(results(&a), ["", "False\n"]);
+    // Past the debounce, so a snapshot would have been written by now (a lower bound for
+    // the absence below, not a timing assertion).
+    std::thread::sleep(Duration::from_secs(2));
+    drop(a);
+    assert!(!dir.path().join("agent").join("session-artifacts").exists());
+    assert!(!dir.path().join("sessions").exists());
+}
+
+#[test]
+fn a_corrupt_snapshot_is_a_warning_and_a_fresh_namespace() {
+    let dir = TempDir::new("kstate-corrupt");
+    let (sid, _, a) = define(&dir);
+    drop(a);
+    std::fs::write(
+        artifacts(&dir, &sid).join("kernel-state.pkl"),
+        b"\x80\x05not a pickle at all",
+    )
+    .unwrap();
+    let next = script(
+        &dir,
+        "resume.jsonl",
+        &[
+            json!({"steps": [cell("c2", "print('x' in dir())")]}),
+            json!({"steps": [
+                {"expect": ["<ipython_state_restored>", "could not be read", "empty namespace"]},
+                {"text": "Gone."}
+            ]}),
+        ],
+    );
+    let mut b = agent(&dir, &next, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("is x there?"), "end_turn");
+    assert_eq!(results(&b), ["False\n"]);
+    assert!(
+        b.stderr_text().contains("cannot be read") && b.stderr_text().contains("WARN"),
+        "{}",
+        b.stderr_text()
+    );
+}
+
+#[test]
+fn a_cell_just_before_the_exit_is_saved_on_the_way_out() {
+    let dir = TempDir::new("kstate-exit");
+    let s = script(
+        &dir,
+        "exit.jsonl",
+        &[
+            json!({"steps": [cell("c1", "x = 41")]}),
+            json!({"text": "One."}),
+            json!({"steps": [cell("c2", "x = 42\nlate = True")]}),
+            json!({"text": "Two."}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("first"), "end_turn");
+    let art = artifacts(&dir, &sid);
+    wait_for_snapshot(&art, "x");
+    // The second cell's snapshot would wait for a quiet 1.5 s; the exit comes first and
+    // writes it. Once the agent has exited its kernel is gone, so what is on disk is final.
+    assert_eq!(a.prompt_stop("second"), "end_turn");
+    a.close_stdin();
+    let status = a
+        .wait_exit(Duration::from_secs(30))
+        .expect("the agent exits");
+    assert!(status.success(), "{status:?}");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(art.join("kernel-state.json")).unwrap())
+            .unwrap();
+    let saved: Vec<&str> = manifest["saved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(saved, ["late", "x"], "{manifest}");
+
+    let next = script(
+        &dir,
+        "resume.jsonl",
+        &[
+            json!({"steps": [cell("c3", "print(x, late)")]}),
+            json!({"steps": [{"expect": ["These names are available again: late, x."]}, {"text": "Done."}]}),
+        ],
+    );
+    let mut b = agent(&dir, &next, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("again"), "end_turn");
+    assert_eq!(results(&b), ["42 True\n"]);
+}
+
+#[test]
+fn a_snapshot_that_cannot_be_written_is_a_log_line_and_cells_go_on() {
+    let dir = TempDir::new("kstate-unwritable");
+    // A file where the artifacts directory would go: no snapshot can be written.
+    dir.write("agent/session-artifacts", "not a directory");
+    let s = script(
+        &dir,
+        "unwritable.jsonl",
+        &[
+            json!({"steps": [cell("c1", "x = 41")]}),
+            json!({"text": "One."}),
+            json!({"steps": [cell("c2", "print(x + 1)")]}),
+            json!({"text": "Two."}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[]);
+    a.handshake();
+    assert_eq!(a.prompt_stop("first"), "end_turn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !a.stderr_text().contains("cannot save the kernel state") {
+        assert!(Instant::now() < deadline, "{}", a.stderr_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.prompt_stop("second"), "end_turn");
+    assert_eq!(results(&a), ["", "42\n"]);
+}
