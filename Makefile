@@ -5,7 +5,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 BIN := target/release/prime-agent
 STATIC_BIN := target/$(MUSL_TARGET)/release/prime-agent
 
-.PHONY: build release test test-deps static-smoke static-setup image demo static lint fmt fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test test-deps static-smoke static-setup image demo static lint fmt fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -76,6 +76,13 @@ fixtures:
 	UPDATE_FIXTURES=1 $(CARGO) test --test integration transcripts
 
 ## Benchmarks over stdio against the release binary: prints a table, writes target/bench.json.
+## Regenerates startup.order (see build.rs) from an unstripped release binary run under
+## valgrind through initialize and session/new; then rebuilds the release binary with it.
+startup-order:
+	$(CARGO) rustc --release --bin prime-agent -- -C strip=none
+	python3 scripts/startup_order.py $(BIN) startup.order
+	$(CARGO) build --release
+
 bench: release
 	-@$(MAKE) --no-print-directory static >/dev/null 2>&1
 	$(CARGO) bench --bench acp

@@ -174,6 +174,14 @@ def send_log(level, message):
 
 # --- engines -----------------------------------------------------------------------------------
 
+def _internal_frame(frame):
+    """A frame of the driver or of IPython itself, not of the cell."""
+    path = os.path.abspath(frame.f_code.co_filename)
+    ipython = sys.modules.get("IPython")
+    root = os.path.dirname(os.path.abspath(ipython.__file__)) if ipython is not None else None
+    return path in DRIVER_FILES or (root is not None and path.startswith(root + os.sep))
+
+
 def _clean_traceback(etype, value, tb):
     """Formats an exception without the driver's own frames."""
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in DRIVER_FILES:
@@ -281,6 +289,19 @@ def make_ipython_engine(ns_module):
 
         def _showtraceback(self, etype, evalue, stb):
             report_error(getattr(etype, "__name__", str(etype)), str(evalue), list(stb))
+
+        def showtraceback(self, exc_tuple=None, *args, **kwargs):
+            etype, value, tb = exc_tuple or sys.exc_info()
+            if etype is None or not issubclass(etype, KeyboardInterrupt):
+                return super().showtraceback(exc_tuple, *args, **kwargs)
+            # The host's interrupt. IPython's first traceback parses source files (stack_data):
+            # about 0.2 s of CPU, which a loaded machine stretches past the host's 1 s grace,
+            # and the host then kills and resets the kernel. The stdlib's format costs ~1 ms.
+            sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb
+            while tb is not None and _internal_frame(tb.tb_frame):
+                tb = tb.tb_next
+            text = "".join(traceback.format_exception(etype, value, tb)).rstrip("\n")
+            report_error(etype.__name__, str(value), [text])
 
         def enable_gui(self, gui=None):
             pass

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
 
-use crate::abort::AbortFlag;
+use crate::abort::{AbortFlag, HookGuard};
 use crate::content::tail_bytes;
 use crate::spawn;
 use crate::tools::truncate::{format_size, truncate_tail, MAX_BYTES, MAX_LINES};
@@ -38,6 +38,8 @@ const READ_CHUNK: usize = 64 * 1024;
 const CHANNEL_DEPTH: usize = 16;
 /// How often the runner wakes to check the child, the deadline and the abort flag.
 const POLL: Duration = Duration::from_millis(10);
+/// The same once every pipe is closed and only the exit status is missing.
+const CLOSED_POLL: Duration = Duration::from_millis(1);
 /// Just above the turn's 100 ms progress throttle, so every report we make gets through, and
 /// output that arrives before a quiet spell is still shown during the spell.
 pub(crate) const REPORT_INTERVAL: Duration = Duration::from_millis(110);
@@ -118,17 +120,7 @@ impl Captured {
 
     fn push(&mut self, bytes: &[u8]) {
         self.total_bytes += bytes.len() as u64;
-        let mut line_start = 0;
-        for (i, _) in bytes.iter().enumerate().filter(|(_, &b)| b == b'\n') {
-            let line = self.last_line_bytes + (i - line_start) as u64;
-            if line > 0 {
-                self.last_full_line_bytes = line;
-            }
-            self.last_line_bytes = 0;
-            self.newlines += 1;
-            line_start = i + 1;
-        }
-        self.last_line_bytes += (bytes.len() - line_start) as u64;
+        self.count_lines(bytes);
         self.tail.extend_from_slice(bytes);
         if self.full.is_none() && !self.no_spill && self.over_limit() {
             // Nothing was trimmed yet (trimming starts far above the limit), so the buffer
@@ -152,6 +144,41 @@ impl Captured {
             let cut = self.tail.len() - TAIL_KEEP;
             self.tail.drain(..cut);
         }
+    }
+
+    /// Line counts from one chunk. Every byte of a command's output passes here, so the
+    /// newlines are counted a word at a time and only the chunk's last lines are walked
+    /// (a per-byte loop cost 10 s per 200 MB in a debug build, most of a flood test's time).
+    fn count_lines(&mut self, bytes: &[u8]) {
+        let newlines = count_newlines(bytes);
+        let Some(last) = (newlines > 0)
+            .then(|| bytes.iter().rposition(|&b| b == b'\n'))
+            .flatten()
+        else {
+            self.last_line_bytes += bytes.len() as u64;
+            return;
+        };
+        self.newlines += newlines;
+        // The last non-empty line that ends in this chunk, walking back over empty ones; the
+        // first line of the chunk continues the previous chunk's last line.
+        let mut end = last;
+        loop {
+            let start = bytes[..end]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1);
+            let carried = if start == 0 { self.last_line_bytes } else { 0 };
+            let line = carried + (end - start) as u64;
+            if line > 0 {
+                self.last_full_line_bytes = line;
+                break;
+            }
+            if start == 0 {
+                break;
+            }
+            end = start - 1;
+        }
+        self.last_line_bytes = (bytes.len() - last - 1) as u64;
     }
 
     fn finish(&mut self) {
@@ -237,6 +264,24 @@ impl Captured {
         }
         out
     }
+}
+
+/// How many bytes of `bytes` are `\n`, eight at a time.
+fn count_newlines(bytes: &[u8]) -> u64 {
+    const LOW7: u64 = u64::from_ne_bytes([0x7f; 8]);
+    const NL: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    let mut words = bytes.chunks_exact(8);
+    let mut n = 0;
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let x = u64::from_ne_bytes(w) ^ NL;
+        // Bit 7 of a byte ends up set exactly when that byte of `x` is zero (a `\n` byte):
+        // the sum cannot carry into the next byte.
+        let zero = !(((x & LOW7) + LOW7) | x | LOW7);
+        n += u64::from(zero.count_ones());
+    }
+    n + words.remainder().iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 /// A finished text capped like command output: the tail within the limits, the spec's notice
@@ -401,10 +446,52 @@ fn launch(
             output: captured,
         });
     }
+    let mut cmd = shell_command(program, spec.command, spec.cwd, with_stderr);
+    let mut started =
+        Started::spawn(&mut cmd, spec.abort).map_err(|e| format!("Cannot run {program}: {e}"))?;
+    // One channel for both pipes: the output interleaves as it arrives, like a terminal's.
+    let (tx, rx) = bounded(CHANNEL_DEPTH);
+    let mut drains = Vec::new();
+    if let Some(out) = started.child.stdout.take() {
+        drains.extend(drain("bash-stdout", out, tx.clone()));
+    }
+    if let Some(err) = started.child.stderr.take() {
+        drains.extend(drain("bash-stderr", err, tx.clone()));
+    }
+    drop(tx);
+    let mut sink = Combined {
+        rx,
+        // A drain thread that failed to start dropped its pipe; the count must not wait for it.
+        open_pipes: drains.len(),
+        captured,
+        pending: Vec::new(),
+        skipped: 0,
+        last_report: None,
+        on_report,
+    };
+    let exit = supervise(&mut started, spec.timeout, spec.abort, &mut sink);
+    started.end(drains);
+    sink.flush_report();
+    sink.captured.finish();
+    let ending = match exit.stop {
+        Some(Stop::TimedOut) => Ending::TimedOut,
+        Some(Stop::Aborted) => Ending::Aborted,
+        None => Ending::Exited(exit.status.map_or(0, |s| {
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+        })),
+    };
+    Ok(RunResult {
+        ending,
+        output: sink.captured,
+    })
+}
+
+/// `program -c command` in `cwd`, stdin from `/dev/null`, stdout (and stderr) piped.
+fn shell_command(program: &str, command: &str, cwd: &Path, with_stderr: bool) -> Command {
     let mut cmd = Command::new(program);
     cmd.arg("-c")
-        .arg(spec.command)
-        .current_dir(spec.cwd)
+        .arg(command)
+        .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(if with_stderr {
@@ -412,149 +499,193 @@ fn launch(
         } else {
             Stdio::null()
         });
-    // Its own group: one signal reaches the shell and everything it started.
-    let (mut child, pgid) =
-        spawn::spawn_group(&mut cmd, None).map_err(|e| format!("Cannot run {program}: {e}"))?;
-    let group = GroupGuard(pgid);
-    // Cancel kills at once, from the thread that sets the flag, instead of at our next poll.
-    let hook = spec.abort.on_abort(move || kill_group(pgid));
-
-    let (tx, rx) = bounded(CHANNEL_DEPTH);
-    let mut drains = Vec::new();
-    let mut open_pipes = 0;
-    if let Some(out) = child.stdout.take() {
-        drains.extend(drain("bash-stdout", out, tx.clone()));
-        open_pipes += 1;
-    }
-    if let Some(err) = child.stderr.take() {
-        drains.extend(drain("bash-stderr", err, tx.clone()));
-        open_pipes += 1;
-    }
-    // A drain thread that failed to start dropped its pipe; the count must not wait for it.
-    open_pipes = open_pipes.min(drains.len());
-    drop(tx);
-
-    let mut state = Loop {
-        captured,
-        pending: Vec::new(),
-        skipped: 0,
-        last_report: None,
-    };
-    let ending = state.wait(spec, &mut child, &rx, open_pipes, pgid, on_report);
-    drop(hook);
-    // Whatever is left of the group goes with the call (see `Loop::wait` for who is left).
-    drop(group);
-    state.flush_report(on_report);
-    state.captured.finish();
-    drop(rx);
-    for d in drains {
-        if d.is_finished() {
-            let _ = d.join();
-        }
-        // Otherwise a process outside our group holds the pipe; the thread ends when it
-        // closes, and a dropped handle detaches it.
-    }
-    Ok(RunResult {
-        ending,
-        output: state.captured,
-    })
+    cmd
 }
 
-struct Loop {
+/// A child in its own process group, with what kills that group: the guard when the run
+/// ends (or unwinds) and the abort hook at once on cancel.
+struct Started {
+    child: Child,
+    pgid: i32,
+    group: GroupGuard,
+    hook: HookGuard,
+}
+
+impl Started {
+    fn spawn(cmd: &mut Command, abort: &AbortFlag) -> std::io::Result<Started> {
+        // Its own group: one signal reaches the shell and everything it started.
+        let (child, pgid) = spawn::spawn_group(cmd, None)?;
+        let group = GroupGuard(pgid);
+        // Cancel kills at once, from the thread that sets the flag, instead of at our next poll.
+        let hook = abort.on_abort(move || kill_group(pgid));
+        Ok(Started {
+            child,
+            pgid,
+            group,
+            hook,
+        })
+    }
+
+    /// Kills whatever is left of the group (see `supervise` for who is left) and joins the
+    /// drain threads that are done.
+    fn end(self, drains: Vec<JoinHandle<()>>) {
+        drop(self.hook);
+        drop(self.group);
+        for d in drains {
+            if d.is_finished() {
+                let _ = d.join();
+            }
+            // Otherwise a process outside our group holds the pipe; the thread ends when it
+            // closes, and a dropped handle detaches it.
+        }
+    }
+}
+
+/// Why `supervise` ended a run before the command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    TimedOut,
+    Aborted,
+}
+
+/// How a supervised child ended: its status (if it was reaped) and whether we stopped it.
+struct Exit {
+    status: Option<ExitStatus>,
+    stop: Option<Stop>,
+}
+
+/// Where a supervised child's output goes: `Combined` (one capture of both pipes, with
+/// progress reports) or `Split` (each pipe kept apart, capped).
+trait Sink {
+    /// Whether some pipe is still open.
+    fn open(&self) -> bool;
+    /// Waits at most `poll` for one chunk or end of a pipe, and takes it.
+    fn receive(&mut self, poll: Duration);
+    /// Called once per round of the loop (progress reports).
+    fn tick(&mut self) {}
+    /// Takes the chunks already queued when the loop ends: they are part of the output.
+    fn take_queued(&mut self);
+}
+
+/// The one supervision loop: waits for the child and its pipes, and kills its group on
+/// abort, on timeout, and when the shell has exited but something it left behind still holds
+/// the pipes. Returns once the child is reaped and its pipes are closed, or, after a kill, once
+/// `PIPE_GRACE` has passed for pipes held by a process outside the group.
+fn supervise(
+    started: &mut Started,
+    timeout: Option<Duration>,
+    abort: &AbortFlag,
+    sink: &mut dyn Sink,
+) -> Exit {
+    let pgid = started.pgid;
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let mut status: Option<ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut killed_at: Option<Instant> = None;
+    let mut stop: Option<Stop> = None;
+    loop {
+        let open = sink.open();
+        if status.is_some() && !open {
+            break;
+        }
+        if open {
+            sink.receive(POLL);
+        } else {
+            // Only the exit status is missing: poll quickly, the run's end is on the path to
+            // the next model call.
+            thread::sleep(CLOSED_POLL);
+        }
+        if status.is_none() {
+            match started.child.try_wait() {
+                Ok(Some(s)) => {
+                    status = Some(s);
+                    exited_at = Some(Instant::now());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    log::warn!("waiting for the shell failed: {e}");
+                    kill_group(pgid);
+                    let _ = started.child.wait();
+                    // Unknown status: report a failure (exit 255), never a success.
+                    status = Some(ExitStatus::from_raw(255 << 8));
+                    killed_at = Some(Instant::now());
+                }
+            }
+        }
+        if stop.is_none() {
+            if abort.is_aborted() {
+                stop = Some(Stop::Aborted);
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                stop = Some(Stop::TimedOut);
+            }
+            if stop.is_some() {
+                kill_group(pgid);
+                killed_at = Some(Instant::now());
+            }
+        }
+        // The shell is gone but something it started keeps our pipes open (e.g.
+        // `sleep 30 &`): waiting for EOF would hang the turn, so the group goes.
+        if killed_at.is_none()
+            && sink.open()
+            && exited_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE)
+        {
+            log::debug!("shell exited but its pipes stay open; killing group {pgid}");
+            kill_group(pgid);
+            killed_at = Some(Instant::now());
+        }
+        // Killed, yet the pipes are still open: a process that left our group holds them.
+        if status.is_some() && killed_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE) {
+            break;
+        }
+        sink.tick();
+    }
+    sink.take_queued();
+    Exit { status, stop }
+}
+
+/// Both pipes into one `Captured`, with throttled progress reports (`run`, `run_stdout`).
+struct Combined<'r> {
+    rx: Receiver<Msg>,
+    open_pipes: usize,
     captured: Captured,
     /// New bytes not yet reported (capped at `REPORT_NEW_MAX`).
     pending: Vec<u8>,
     skipped: u64,
     last_report: Option<Instant>,
+    on_report: &'r mut dyn FnMut(&Report<'_>),
 }
 
-impl Loop {
-    fn wait(
-        &mut self,
-        spec: &RunSpec<'_>,
-        child: &mut Child,
-        rx: &Receiver<Msg>,
-        mut open_pipes: usize,
-        pgid: i32,
-        on_report: &mut dyn FnMut(&Report<'_>),
-    ) -> Ending {
-        let deadline = spec.timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut status: Option<ExitStatus> = None;
-        let mut exited_at: Option<Instant> = None;
-        let mut killed_at: Option<Instant> = None;
-        let mut reason: Option<Ending> = None;
-        loop {
-            if status.is_some() && open_pipes == 0 {
-                break;
-            }
-            match rx.recv_timeout(POLL) {
-                Ok(Msg::Data(bytes)) => self.take(&bytes),
-                Ok(Msg::Eof) => open_pipes = open_pipes.saturating_sub(1),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => open_pipes = 0,
-            }
-            if status.is_none() {
-                match child.try_wait() {
-                    Ok(Some(s)) => {
-                        status = Some(s);
-                        exited_at = Some(Instant::now());
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        log::warn!("waiting for the shell failed: {e}");
-                        kill_group(pgid);
-                        let _ = child.wait();
-                        // Unknown status: report a failure (exit 255), never a success.
-                        status = Some(ExitStatus::from_raw(255 << 8));
-                        killed_at = Some(Instant::now());
-                    }
-                }
-            }
-            if reason.is_none() {
-                if spec.abort.is_aborted() {
-                    reason = Some(Ending::Aborted);
-                } else if deadline.is_some_and(|d| Instant::now() >= d) {
-                    reason = Some(Ending::TimedOut);
-                }
-                if reason.is_some() {
-                    kill_group(pgid);
-                    killed_at = Some(Instant::now());
-                }
-            }
-            // The shell is gone but something it started keeps our pipes open (e.g.
-            // `sleep 30 &`): waiting for EOF would hang the turn, so the group goes.
-            if killed_at.is_none()
-                && open_pipes > 0
-                && exited_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE)
-            {
-                log::debug!("shell exited but its pipes stay open; killing group {pgid}");
-                kill_group(pgid);
-                killed_at = Some(Instant::now());
-            }
-            // Killed, yet the pipes are still open: a process that left our group holds them.
-            if status.is_some() && killed_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE) {
-                break;
-            }
-            if self
-                .last_report
-                .is_none_or(|t| t.elapsed() >= REPORT_INTERVAL)
-            {
-                self.flush_report(on_report);
-            }
-        }
-        // Late chunks already queued are part of the output.
-        while let Ok(Msg::Data(bytes)) = rx.try_recv() {
-            self.take(&bytes);
-        }
-        if let Some(r) = reason {
-            return r;
-        }
-        let code = status.map_or(0, |s| {
-            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
-        });
-        Ending::Exited(code)
+impl Sink for Combined<'_> {
+    fn open(&self) -> bool {
+        self.open_pipes > 0
     }
 
+    fn receive(&mut self, poll: Duration) {
+        match self.rx.recv_timeout(poll) {
+            Ok(Msg::Data(bytes)) => self.take(&bytes),
+            Ok(Msg::Eof) => self.open_pipes = self.open_pipes.saturating_sub(1),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => self.open_pipes = 0,
+        }
+    }
+
+    fn tick(&mut self) {
+        if self
+            .last_report
+            .is_none_or(|t| t.elapsed() >= REPORT_INTERVAL)
+        {
+            self.flush_report();
+        }
+    }
+
+    fn take_queued(&mut self) {
+        while let Ok(Msg::Data(bytes)) = self.rx.try_recv() {
+            self.take(&bytes);
+        }
+    }
+}
+
+impl Combined<'_> {
     fn take(&mut self, bytes: &[u8]) {
         self.captured.push(bytes);
         self.pending.extend_from_slice(bytes);
@@ -567,7 +698,7 @@ impl Loop {
 
     /// Reports pending output, if any. An incomplete UTF-8 sequence at the end waits for the
     /// next chunk so that a character split across reads is not mangled.
-    fn flush_report(&mut self, on_report: &mut dyn FnMut(&Report<'_>)) {
+    fn flush_report(&mut self) {
         if self.pending.is_empty() {
             return;
         }
@@ -588,7 +719,60 @@ impl Loop {
             skipped: std::mem::take(&mut self.skipped),
             tail: tail_bytes(&tail_text, REPORT_TAIL_MAX),
         };
-        on_report(&report);
+        (self.on_report)(&report);
+    }
+}
+
+/// Each pipe on its own channel into its own buffer, the first `keep` bytes of each
+/// (`run_split`).
+struct Split {
+    streams: [SplitStream; 2],
+    keep: usize,
+}
+
+struct SplitStream {
+    rx: Receiver<Msg>,
+    kept: Vec<u8>,
+    closed: bool,
+}
+
+impl SplitStream {
+    fn take(&mut self, bytes: &[u8], keep: usize) {
+        let room = keep.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+}
+
+impl Sink for Split {
+    fn open(&self) -> bool {
+        self.streams.iter().any(|s| !s.closed)
+    }
+
+    fn receive(&mut self, poll: Duration) {
+        let never = crossbeam_channel::never();
+        let [out, err] = &self.streams;
+        let rx0 = if out.closed { &never } else { &out.rx };
+        let rx1 = if err.closed { &never } else { &err.rx };
+        let got = select! {
+            recv(rx0) -> m => Some((0, m.ok())),
+            recv(rx1) -> m => Some((1, m.ok())),
+            default(poll) => None,
+        };
+        if let Some((i, m)) = got {
+            let stream = &mut self.streams[i];
+            match m {
+                Some(Msg::Data(bytes)) => stream.take(&bytes, self.keep),
+                Some(Msg::Eof) | None => stream.closed = true,
+            }
+        }
+    }
+
+    fn take_queued(&mut self) {
+        for stream in &mut self.streams {
+            while let Ok(Msg::Data(bytes)) = stream.rx.try_recv() {
+                stream.take(&bytes, self.keep);
+            }
+        }
     }
 }
 
@@ -622,139 +806,60 @@ pub(crate) fn run_split(
     keep: usize,
     abort: &AbortFlag,
 ) -> Result<SplitRun, String> {
-    let mut run = SplitRun {
-        ending: SplitEnding::Aborted,
-        stdout: String::new(),
-        stderr: String::new(),
-    };
     if abort.is_aborted() {
-        return Ok(run);
+        return Ok(SplitRun {
+            ending: SplitEnding::Aborted,
+            stdout: String::new(),
+            stderr: String::new(),
+        });
     }
-    let mut cmd = Command::new(shell());
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let (mut child, pgid) = spawn::spawn_group(&mut cmd, None).map_err(|e| e.to_string())?;
-    let group = GroupGuard(pgid);
-    let hook = abort.on_abort(move || kill_group(pgid));
-    // Each stream on its own channel, so the two stay apart.
-    let mut streams = Vec::new();
+    let mut cmd = shell_command(shell(), command, cwd, true);
+    let mut started = Started::spawn(&mut cmd, abort).map_err(|e| e.to_string())?;
     let mut drains = Vec::new();
-    for pipe in [
-        child
+    let pipes = [
+        started
+            .child
             .stdout
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
+        started
+            .child
             .stderr
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ] {
+    ];
+    let streams = pipes.map(|pipe| {
         let (tx, rx) = bounded(CHANNEL_DEPTH);
         if let Some(pipe) = pipe {
             drains.extend(drain("gate-output", pipe, tx));
         }
-        streams.push((rx, Vec::<u8>::new(), false));
-    }
-    let deadline = Instant::now().checked_add(timeout);
-    let mut status: Option<ExitStatus> = None;
-    let mut exited_at: Option<Instant> = None;
-    let mut killed_at: Option<Instant> = None;
-    let mut reason: Option<SplitEnding> = None;
-    let take = |buf: &mut Vec<u8>, bytes: &[u8]| {
-        let room = keep.saturating_sub(buf.len());
-        buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
-    };
-    loop {
-        // Wait for output (or the poll interval); once both pipes are closed only the exit
-        // status is missing, so poll quickly: a gate's end is on the path to the next call.
-        let open_now = streams.iter().filter(|s| !s.2).count();
-        let poll = if open_now == 0 {
-            Duration::from_millis(1)
-        } else {
-            POLL
-        };
-        let never = crossbeam_channel::never();
-        let rx0 = if streams[0].2 { &never } else { &streams[0].0 };
-        let rx1 = if streams[1].2 { &never } else { &streams[1].0 };
-        let got = select! {
-            recv(rx0) -> m => Some((0, m.ok())),
-            recv(rx1) -> m => Some((1, m.ok())),
-            default(poll) => None,
-        };
-        if let Some((i, m)) = got {
-            match m {
-                Some(Msg::Data(bytes)) => take(&mut streams[i].1, &bytes),
-                Some(Msg::Eof) | None => streams[i].2 = true,
-            }
+        SplitStream {
+            rx,
+            kept: Vec::new(),
+            closed: false,
         }
-        let open = streams.iter().filter(|s| !s.2).count();
-        if status.is_some() && open == 0 {
-            break;
-        }
-        if status.is_none() {
-            match child.try_wait() {
-                Ok(Some(s)) => {
-                    status = Some(s);
-                    exited_at = Some(Instant::now());
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    log::warn!("waiting for the gate command failed: {e}");
-                    kill_group(pgid);
-                    let _ = child.wait();
-                    status = Some(ExitStatus::from_raw(255 << 8));
-                    killed_at = Some(Instant::now());
-                }
-            }
-        }
-        if reason.is_none() {
-            if abort.is_aborted() {
-                reason = Some(SplitEnding::Aborted);
-            } else if deadline.is_some_and(|d| Instant::now() >= d) {
-                reason = Some(SplitEnding::TimedOut);
-            }
-            if reason.is_some() {
-                kill_group(pgid);
-                killed_at = Some(Instant::now());
-            }
-        }
-        if killed_at.is_none() && open > 0 && exited_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE) {
-            kill_group(pgid);
-            killed_at = Some(Instant::now());
-        }
-        if status.is_some() && killed_at.is_some_and(|t| t.elapsed() >= PIPE_GRACE) {
-            break;
-        }
-    }
-    // Late chunks already queued are part of the output.
-    for (rx, buf, _) in &mut streams {
-        while let Ok(Msg::Data(bytes)) = rx.try_recv() {
-            take(buf, &bytes);
-        }
-    }
-    drop(hook);
-    drop(group);
-    for d in drains {
-        if d.is_finished() {
-            let _ = d.join();
-        }
-    }
-    run.ending = reason.unwrap_or_else(|| match status {
-        Some(s) => match (s.code(), s.signal()) {
+    });
+    let mut sink = Split { streams, keep };
+    let exit = supervise(&mut started, Some(timeout), abort, &mut sink);
+    started.end(drains);
+    let ending = match (exit.stop, exit.status) {
+        (Some(Stop::TimedOut), _) => SplitEnding::TimedOut,
+        (Some(Stop::Aborted), _) => SplitEnding::Aborted,
+        (None, Some(s)) => match (s.code(), s.signal()) {
             (Some(code), _) => SplitEnding::Exited(code),
             (None, Some(sig)) => SplitEnding::Signaled(sig),
             (None, None) => SplitEnding::Exited(255),
         },
-        None => SplitEnding::Exited(255),
-    });
-    let [out, err] = [0, 1].map(|i| String::from_utf8_lossy(&streams[i].1).into_owned());
-    run.stdout = out;
-    run.stderr = err;
-    Ok(run)
+        (None, None) => SplitEnding::Exited(255),
+    };
+    let [stdout, stderr] = sink
+        .streams
+        .map(|s| String::from_utf8_lossy(&s.kept).into_owned());
+    Ok(SplitRun {
+        ending,
+        stdout,
+        stderr,
+    })
 }
 
 /// Length of the longest prefix of `bytes` that does not end inside a UTF-8 sequence.
@@ -838,6 +943,62 @@ mod tests {
         .expect("run ends");
         assert_eq!(r.output.whole().map(<[u8]>::len), Some(100_000));
         assert!(r.output.full_output_path().is_none());
+    }
+
+    #[test]
+    fn line_counts_match_a_byte_by_byte_count_over_any_chunking() {
+        // The reference: the per-byte walk `count_lines` replaces.
+        fn reference(chunks: &[&[u8]]) -> (u64, u64, u64) {
+            let (mut newlines, mut last, mut full) = (0, 0, 0);
+            for &b in chunks.iter().flat_map(|c| c.iter()) {
+                if b == b'\n' {
+                    if last > 0 {
+                        full = last;
+                    }
+                    newlines += 1;
+                    last = 0;
+                } else {
+                    last += 1;
+                }
+            }
+            (newlines, last, full)
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..300 {
+            let len = (next() % 200) as usize;
+            // Dense, sparse and no newlines; empty lines and runs of them included.
+            let every = [2, 3, 9, 70, u64::MAX][round % 5];
+            let data: Vec<u8> = (0..len)
+                .map(|_| if next() % every == 0 { b'\n' } else { b'x' })
+                .collect();
+            let mut chunks: Vec<&[u8]> = Vec::new();
+            let mut rest = data.as_slice();
+            while !rest.is_empty() {
+                let n = ((next() % 20) as usize).min(rest.len());
+                let (a, b) = rest.split_at(n);
+                chunks.push(a);
+                rest = b;
+            }
+            let mut c = Captured::default();
+            for chunk in &chunks {
+                c.count_lines(chunk);
+            }
+            let got = (c.newlines, c.last_line_bytes, c.last_full_line_bytes);
+            assert_eq!(
+                got,
+                reference(&chunks),
+                "{:?}",
+                String::from_utf8_lossy(&data)
+            );
+        }
+        assert_eq!(count_newlines(b"\n\n\n\n\n\n\n\n\n"), 9);
+        assert_eq!(count_newlines(&[0x8a; 16]), 0);
     }
 
     #[test]
