@@ -76,11 +76,11 @@ fixtures:
 	UPDATE_FIXTURES=1 $(CARGO) test --test integration transcripts
 
 ## Benchmarks over stdio against the release binary: prints a table, writes target/bench.json.
-## Regenerates startup.order (see build.rs) from an unstripped release binary run under
+## Regenerates scripts/startup.order (see build.rs) from an unstripped release binary run under
 ## valgrind through initialize and session/new; then rebuilds the release binary with it.
 startup-order:
 	$(CARGO) rustc --release --bin prime-agent -- -C strip=none
-	python3 scripts/startup_order.py $(BIN) startup.order
+	python3 scripts/startup_order.py $(BIN) scripts/startup.order
 	$(CARGO) build --release
 
 bench: release

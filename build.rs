@@ -1,5 +1,5 @@
 //! Release builds for x86_64 glibc link the functions the start-up path runs next to each other
-//! (`startup.order`, written by `make startup-order`), so `initialize` + `session/new` fault in
+//! (`scripts/startup.order`, written by `make startup-order`), so `initialize` + `session/new` fault in
 //! a few 64 KiB windows of the binary's text instead of most of them: about 1.5 MiB less peak
 //! RSS. Only where the linker is lld (Rust's default for this target from 1.90) and no other
 //! linker is configured; elsewhere the build is as before. A name the file has and the binary
@@ -14,7 +14,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=startup.order");
+    println!("cargo:rerun-if-changed=scripts/startup.order");
     println!("cargo:rerun-if-env-changed=PRIME_AGENT_NO_STARTUP_ORDER");
     let var = |name: &str| env::var(name).unwrap_or_default();
     if var("TARGET") != "x86_64-unknown-linux-gnu"
@@ -27,7 +27,7 @@ fn main() {
     {
         return;
     }
-    let order = Path::new(&var("CARGO_MANIFEST_DIR")).join("startup.order");
+    let order = Path::new(&var("CARGO_MANIFEST_DIR")).join("scripts").join("startup.order");
     if !order.is_file() {
         return;
     }

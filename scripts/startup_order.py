@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes `startup.order`: the functions an unstripped release binary runs from spawn through
+"""Writes `scripts/startup.order`: the functions an unstripped release binary runs from spawn through
 `initialize` and `session/new` (as the benchmark drives it), then those a first scripted prompt
 turn adds, for lld's --symbol-ordering-file.
 
@@ -89,7 +89,7 @@ def main():
     binary = os.path.abspath(sys.argv[1])
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed; startup.order is unchanged")
-    out = sys.argv[2] if len(sys.argv) > 2 else "startup.order"
+    out = sys.argv[2] if len(sys.argv) > 2 else "scripts/startup.order"
     # Start-up first (the budget's path, packed densely), then what a first prompt turn adds.
     names = []
     for prompt in (False, True):
