@@ -136,14 +136,25 @@ impl ClientLink {
             Some(at) => crossbeam_channel::at(at),
             None => crossbeam_channel::never(),
         };
-        select! {
+        let reply = select! {
             recv(reply_rx) -> reply => reply.unwrap_or(Err(ClientError::Gone)),
             recv(wake_rx) -> _ => Err(ClientError::Cancelled),
             recv(timer) -> _ => {
                 let _ = self.tx.send(ClientMsg::Cancel { id });
                 Err(ClientError::TimedOut)
             }
-        }
+        };
+        settle(reply, abort.is_aborted())
+    }
+}
+
+/// The loop drops the reply channel when it handles the hook's `Cancel`; if that happens before
+/// the waiting thread's `select!`, a disconnected reply and the wake-up are both ready and either
+/// may win. An aborted wait is `Cancelled` whichever did.
+fn settle(reply: Reply, aborted: bool) -> Reply {
+    match reply {
+        Err(ClientError::Gone) if aborted => Err(ClientError::Cancelled),
+        reply => reply,
     }
 }
 
@@ -279,6 +290,21 @@ mod tests {
             link.request("x", json!({}), &abort),
             Err(ClientError::Cancelled)
         );
+    }
+
+    #[test]
+    fn an_aborted_wait_is_cancelled_even_if_the_disconnect_won_the_select() {
+        use ClientError::*;
+        let cases: [(Reply, bool, Reply); 5] = [
+            (Err(Gone), true, Err(Cancelled)),
+            (Err(Gone), false, Err(Gone)),
+            (Ok(json!({})), true, Ok(json!({}))),
+            (Err(TimedOut), true, Err(TimedOut)),
+            (Err(Cancelled), true, Err(Cancelled)),
+        ];
+        for (reply, aborted, want) in cases {
+            assert_eq!(settle(reply.clone(), aborted), want, "{reply:?} {aborted}");
+        }
     }
 
     #[test]
