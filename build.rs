@@ -27,7 +27,9 @@ fn main() {
     {
         return;
     }
-    let order = Path::new(&var("CARGO_MANIFEST_DIR")).join("scripts").join("startup.order");
+    let order = Path::new(&var("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join("startup.order");
     if !order.is_file() {
         return;
     }

@@ -228,6 +228,7 @@ pub(crate) fn convert_prompt(blocks: &[Value]) -> Result<UserPrompt, RpcError> {
         text: parts.join("\n"),
         images,
         typed,
+        custom: None,
     })
 }
 

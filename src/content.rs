@@ -57,6 +57,8 @@ pub(crate) struct UserPrompt {
     /// The prompt opens with a text block the user typed: only then may `!cmd` run a shell
     /// command (never from an embedded resource or a link a client attached).
     pub typed: bool,
+    /// Kept in the session file as this `custom_message` (a heartbeat's prompt).
+    pub custom: Option<crate::persist::Custom>,
 }
 
 /// Decoded size of a base64 payload without decoding it.

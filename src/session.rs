@@ -26,7 +26,7 @@ use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::permissions::{self, Mode};
-use crate::persist::schedule::{Delivery, HeartbeatCommand, Jobs};
+use crate::persist::schedule::{Delivery, Due, HeartbeatCommand, Jobs};
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
@@ -214,7 +214,7 @@ pub(crate) struct Session {
     heartbeats: Arc<Mutex<Jobs>>,
     /// `follow_up` firings waiting for the main agent to be idle; each runs as its own
     /// unsolicited turn.
-    follow_ups: VecDeque<String>,
+    follow_ups: VecDeque<Due>,
     /// Validated at `session/new`; not yet offered to the kernel (there is no MCP client).
     #[allow(dead_code)] // Kept so the session owns what the client configured.
     mcp_servers: Vec<McpServer>,
@@ -363,19 +363,26 @@ impl Session {
             // Under the jobs lock: a cell that sees `runCount` go up finds the prompt
             // already delivered.
             for d in due.iter().filter(|d| d.delivery == Delivery::Steer) {
-                self.ctx.inbox.push(d.prompt.clone());
+                self.ctx
+                    .inbox
+                    .push_message(d.prompt.clone(), Some(d.custom()));
             }
             (due, jobs.to_json())
         };
         if due.is_empty() {
             return;
         }
-        self.follow_ups.extend(
-            due.into_iter()
-                .filter(|d| d.delivery == Delivery::FollowUp)
-                .map(|d| d.prompt),
-        );
-        out.push(Action::SaveHeartbeats(saved));
+        // A firing that finished a job changed what `list` shows: the client hears of it like
+        // any other change. A plain interval firing moves only `runCount`/`lastRunAt`/
+        // `nextRunAt`; it is saved but not announced, or every tick would also be a
+        // `heartbeatsChanged` (the turn it starts already shows that it fired).
+        if due.iter().any(|d| d.completed) {
+            self.heartbeats_changed(out);
+        } else {
+            out.push(Action::SaveHeartbeats(saved));
+        }
+        self.follow_ups
+            .extend(due.into_iter().filter(|d| d.delivery == Delivery::FollowUp));
         self.advance(out);
     }
 
@@ -741,9 +748,10 @@ impl Session {
         }
         if inbox_waiting {
             self.start_turn(None, TurnInput::Inbox, out);
-        } else if let Some(text) = self.follow_ups.pop_front() {
+        } else if let Some(due) = self.follow_ups.pop_front() {
             let prompt = UserPrompt {
-                text,
+                custom: Some(due.custom()),
+                text: due.prompt,
                 images: Vec::new(),
                 typed: false,
             };
@@ -1067,6 +1075,7 @@ mod tests {
             text: text.to_owned(),
             images: Vec::new(),
             typed: true,
+            custom: None,
         }
     }
 
@@ -1395,9 +1404,21 @@ mod tests {
         let t = h.running();
         h.session.on_heartbeat(NOW + 60_000, &mut h.out);
         // Nothing starts while the turn runs: the steer prompt waits in the inbox the turn
-        // drains before its next model call, the follow-up in the session.
-        assert_eq!(h.take(), ["save heartbeats"]);
-        assert_eq!(h.session.ctx.inbox.drain(), ["steer me"]);
+        // drains before its next model call, the follow-up in the session. Both one-shots
+        // completed: the client hears of it (turn 0) and the jobs are saved.
+        assert_eq!(
+            h.take(),
+            [
+                "update session_info_update event turn=0 seq=2",
+                "save heartbeats"
+            ]
+        );
+        let steered = h.session.ctx.inbox.drain_messages();
+        assert_eq!(steered.len(), 1);
+        assert_eq!(steered[0].0, "steer me");
+        let custom = steered[0].1.as_ref().expect("kept as a custom message");
+        assert_eq!(custom.custom_type, "heartbeat_prompt");
+        assert_eq!(custom.details.as_ref().unwrap()["status"], "completed");
         h.turn(t, done());
         let tail = h.take();
         assert_eq!(tail.len(), 4, "{tail:?}");
@@ -1411,7 +1432,7 @@ mod tests {
         h.turn(t, done());
         assert_eq!(
             h.take(),
-            ["update session_info_update terminalQuiescence turn=1 seq=4"]
+            ["update session_info_update terminalQuiescence turn=1 seq=5"]
         );
         // Fired while idle, a follow-up starts at once.
         let payload =
@@ -1421,7 +1442,14 @@ mod tests {
             .host_request("rlm_heartbeat.create", &payload, NOW)
             .unwrap();
         h.session.on_heartbeat(NOW + 60_000, &mut h.out);
-        assert_eq!(h.take(), ["save heartbeats", "start idle"]);
+        assert_eq!(
+            h.take(),
+            [
+                "update session_info_update event turn=0 seq=6",
+                "save heartbeats",
+                "start idle"
+            ]
+        );
     }
 
     #[test]

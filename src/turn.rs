@@ -25,6 +25,7 @@ use crate::autonomy::{self, Next};
 use crate::compaction;
 use crate::content::{tail_bytes, FileDiff, Image, IpythonDetails, PlanEntry, UserPrompt};
 use crate::permissions::Mode;
+use crate::persist::Custom;
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
 use crate::provider::{
@@ -175,18 +176,27 @@ impl AgentCtx {
 /// Messages waiting for an agent's next model call.
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {
-    queue: Mutex<VecDeque<String>>,
+    /// Each message, and the `custom_message` it is kept as (a heartbeat's prompt).
+    queue: Mutex<VecDeque<(String, Option<Custom>)>>,
 }
 
 impl Inbox {
     pub(crate) fn push(&self, message: String) {
+        self.push_message(message, None);
+    }
+
+    pub(crate) fn push_message(&self, message: String, custom: Option<Custom>) {
         self.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push_back(message);
+            .push_back((message, custom));
     }
 
     pub(crate) fn drain(&self) -> Vec<String> {
+        self.drain_messages().into_iter().map(|(m, _)| m).collect()
+    }
+
+    pub(crate) fn drain_messages(&self) -> Vec<(String, Option<Custom>)> {
         self.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -476,6 +486,7 @@ fn run_prompt(
                     text,
                     images: Vec::new(),
                     typed: false,
+                    custom: None,
                 });
             }
         }
@@ -579,6 +590,9 @@ impl Worker<'_> {
                 }
                 if self.model.provider.is_ok() {
                     prompt_at = Some(conv.messages.len());
+                    if let (Some(r), Some(c)) = (conv.recorder.as_mut(), prompt.custom) {
+                        r.note_custom(conv.messages.len(), c);
+                    }
                     conv.messages.push(Message::User {
                         text: prompt.text,
                         images: prompt.images,
@@ -634,7 +648,10 @@ impl Worker<'_> {
                 return TurnOutcome::Cancelled;
             }
             // Agent messages that arrived meanwhile reach the model now (mid-turn delivery).
-            for message in self.ctx.inbox.drain() {
+            for (message, custom) in self.ctx.inbox.drain_messages() {
+                if let (Some(r), Some(c)) = (conv.recorder.as_mut(), custom) {
+                    r.note_custom(conv.messages.len(), c);
+                }
                 conv.messages.push(Message::User {
                     text: message,
                     images: Vec::new(),
@@ -730,6 +747,9 @@ impl Worker<'_> {
                     // retry by the client does not send it twice.
                     if let Some(at) = prompt_at.filter(|_| calls_ok == 0) {
                         conv.messages.remove(at);
+                        if let Some(r) = conv.recorder.as_mut() {
+                            r.removed(at);
+                        }
                     }
                     return TurnOutcome::Failed(failure);
                 }
@@ -1193,6 +1213,7 @@ mod tests {
             text: text.to_owned(),
             images: Vec::new(),
             typed: true,
+            custom: None,
         };
         let start = TurnStart {
             turn: 1,

@@ -1,8 +1,10 @@
 //! The kernel's `rlm_heartbeat` API end to end (behaviour spec §5.5, §4.2): the real binary, a
 //! real Python kernel, scripted model replies. A cell creates, lists, pauses and deletes
-//! schedules; a firing runs an unsolicited turn that streams to the client; every change sends
-//! `heartbeatsChanged`; `steer` joins the running turn while `follow_up` waits for it; the jobs
-//! are stored with the session and come back on `--continue`.
+//! schedules; a firing runs an unsolicited turn that streams to the client and is kept in the
+//! session file as a `heartbeat_prompt` custom message; every change (a one-shot's completion
+//! too, but not a plain interval tick) sends `heartbeatsChanged`; `steer` joins the running turn
+//! while `follow_up` waits for it; the jobs are stored with the session and come back on
+//! `--continue`.
 //!
 //! `PRIME_AGENT_SCHEDULE_TIME_SCALE` runs the schedule clock faster, so `every 10s` fires
 //! without waiting ten seconds; no test asserts a duration, each waits (bounded) for an event.
@@ -73,6 +75,23 @@ fn jobs_file(dir: &TempDir, sid: &str) -> PathBuf {
         .join("agent/session-artifacts")
         .join(sid)
         .join("scheduled-jobs.json")
+}
+
+fn session_lines(dir: &TempDir, sid: &str) -> Vec<Value> {
+    let path = dir.path().join("sessions").join(format!("{sid}.jsonl"));
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The session file's `custom_message` entries, in order.
+fn custom_messages(dir: &TempDir, sid: &str) -> Vec<Value> {
+    session_lines(dir, sid)
+        .into_iter()
+        .filter(|l| l["type"] == "custom_message")
+        .collect()
 }
 
 #[test]
@@ -256,7 +275,7 @@ fn steer_joins_the_running_turn_and_follow_up_runs_after_it() {
         ],
     );
     let mut a = agent(&dir, &s, &[], &[]);
-    a.handshake();
+    let sid = a.handshake();
     let id = a.prompt("go");
     let r = a.response(&id);
     assert_eq!(
@@ -279,7 +298,26 @@ fn steer_joins_the_running_turn_and_follow_up_runs_after_it() {
     );
     assert_eq!(ns(&a.seen[one]["params"]["update"])["promptTurnId"], 1);
     assert_eq!(ns(&a.seen[follow]["params"]["update"])["promptTurnId"], 0);
-    assert_eq!(changes(&a), 2);
+    // Two creates, then the two completions: in one timer tick or in two.
+    let n = changes(&a);
+    assert!((3..=4).contains(&n), "{n}");
+    // Both deliveries are kept as the firing's custom message, not as a user's prompt.
+    let kept: Vec<String> = custom_messages(&dir, &sid)
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {} {}",
+                m["customType"], m["content"], m["details"]["status"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            "\"heartbeat_prompt\" \"STEER PROMPT\" \"completed\"",
+            "\"heartbeat_prompt\" \"FOLLOW PROMPT\" \"completed\""
+        ]
+    );
 }
 
 #[test]
@@ -304,7 +342,7 @@ fn jobs_survive_a_resume_with_their_status_count_and_delivery() {
     let mut a = agent(&dir, &first, &[], &[]);
     let sid = a.handshake();
     assert_eq!(a.prompt_stop("plan"), "end_turn");
-    assert_eq!(changes(&a), 5);
+    assert_eq!(changes(&a), 6, "four creates, a pause, ONCE completed");
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     let stored: Value =
@@ -356,10 +394,110 @@ fn jobs_survive_a_resume_with_their_status_count_and_delivery() {
     assert_eq!(b.handshake(), sid);
     let done = b.wait_for("the resumed job's turn", |f| chunk_with(f, "resumed fine"));
     assert_eq!(ns(&done["params"]["update"])["promptTurnId"], 0);
+    assert_eq!(changes(&b), 1, "LATER completed");
     assert_eq!(b.prompt_stop("/heartbeat status"), "end_turn");
     let status = b.text();
     assert!(
         status.contains("Agent heartbeat") && status.contains("(every 2h), paused"),
         "{status}"
     );
+}
+
+#[test]
+fn a_firing_is_kept_as_a_heartbeat_prompt_that_a_resume_gives_back_and_a_replay_does_not_show() {
+    let dir = TempDir::new("heartbeats-custom");
+    // The prompt is built at run time, so only the firing can put it in the conversation.
+    let code = "import asyncio\n\
+                j = await rlm_heartbeat.create('ONE' + ' SHOT', interval='in 1s')\n\
+                for _ in range(400):\n    if (await rlm_heartbeat.list(include_inactive=True))[0]['runCount']:\n        break\n    await asyncio.sleep(0.05)\n\
+                print('fired')";
+    let first = script(
+        &dir,
+        "first.jsonl",
+        &[
+            json!({"steps": [cell(code)]}),
+            json!({"steps": [{"expect_history": ["error=false: fired", "user: ONE SHOT"]}, {"text": "saw the beat"}]}),
+        ],
+    );
+    let mut a = agent(&dir, &first, &[], &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("beat once"), "end_turn");
+    // The create, then the firing that completed the one-shot.
+    assert_eq!(changes(&a), 2);
+    // Live, the client is shown no message for the prompt itself.
+    let shown = |updates: &[Value]| {
+        updates
+            .iter()
+            .filter(|u| u.to_string().contains("ONE SHOT"))
+            .count()
+    };
+    assert_eq!(shown(&a.updates()), 0, "{:#?}", a.updates());
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let stored: Value =
+        serde_json::from_str(&std::fs::read_to_string(jobs_file(&dir, &sid)).unwrap()).unwrap();
+    let job = &stored["jobs"][0];
+    assert_eq!(job["status"], "completed", "{stored}");
+    let custom = custom_messages(&dir, &sid);
+    assert_eq!(custom.len(), 1, "{custom:?}");
+    let m = &custom[0];
+    assert_eq!(
+        (&m["customType"], &m["content"], &m["display"]),
+        (&json!("heartbeat_prompt"), &json!("ONE SHOT"), &json!(true))
+    );
+    assert_eq!(
+        m["details"],
+        json!({
+            "jobId": job["id"], "status": "completed", "runCount": 1,
+            "schedule": {"kind": "once", "expression": "in 1s"},
+            "nextRunAt": null, "lastRunAt": job["lastRunAt"],
+        })
+    );
+    assert!(job["lastRunAt"].is_string(), "{job}");
+    // Only as that entry: no user message holds the prompt too.
+    let holding: Vec<Value> = session_lines(&dir, &sid)
+        .into_iter()
+        .filter(|l| l.to_string().contains("ONE SHOT"))
+        .collect();
+    assert_eq!(holding.len(), 1, "{holding:?}");
+
+    // `-c`: the model gets the firing back in its history, where it was.
+    let second = script(
+        &dir,
+        "second.jsonl",
+        &[json!({"steps": [
+            {"expect_history": ["user: ONE SHOT", "saw the beat", "user: and now"]},
+            {"text": "still remembered"}
+        ]})],
+    );
+    let mut b = agent(&dir, &second, &["-c"], &[]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("and now"), "end_turn");
+    assert!(
+        b.text().ends_with("still remembered"),
+        "{}",
+        b.stderr_text()
+    );
+    drop(b);
+
+    // `session/load` replays the conversation as it was shown live: the answer, not the
+    // firing's prompt.
+    let third = script(&dir, "third.jsonl", &[]);
+    let mut c = agent(&dir, &third, &[], &[]);
+    c.call("initialize", json!({"protocolVersion": 1}));
+    let cwd = dir.path().display().to_string();
+    let r = c.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    assert!(r["result"].is_object(), "{r}");
+    let replay = c.updates();
+    assert!(
+        replay
+            .iter()
+            .any(|u| chunk_with(&json!({"params": {"update": u}}), "saw the beat")),
+        "{replay:#?}"
+    );
+    assert_eq!(shown(&replay), 0, "{replay:#?}");
 }

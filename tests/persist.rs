@@ -573,7 +573,7 @@ fn a_heartbeat_fires_an_unsolicited_turn_and_survives_a_resume() {
             && ns(&f["params"]["update"])["promptTurnId"] == 0
     });
     assert_eq!(a.prompt_stop("/heartbeat every 10s tick"), "end_turn");
-    assert_eq!(changed(&a), 2);
+    assert_eq!(changed(&a), 3, "set, the one-shot completed, set again");
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     // Stored with the session, in its artifacts directory.

@@ -160,7 +160,8 @@ impl Loaded {
                         images: Vec::new(),
                     },
                 )),
-                // Hidden context (the restored kernel state): the model sees it, a replay not.
+                // Custom messages (the restored kernel state, a heartbeat's prompt): the model
+                // sees them as user messages, a replay not (live, the client saw none either).
                 EntryKind::Other(v) if v["type"] == "custom_message" => out.push((
                     id,
                     Message::User {
@@ -397,6 +398,17 @@ fn branch_to_leaf(all: Vec<Entry>) -> Vec<Entry> {
         .collect()
 }
 
+/// A user-role message the session file keeps as a `custom_message` entry rather than a
+/// plain user message: the model gets the text back on load, a replay shows nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Custom {
+    pub custom_type: &'static str,
+    /// Upstream's flag: whether its TUI shows the message (a heartbeat's prompt does, the
+    /// restored kernel state not).
+    pub display: bool,
+    pub details: Option<Value>,
+}
+
 /// Writes a session's entries as its conversation grows. Lives in the `Conversation`, so the
 /// turn worker (which owns the conversation while it runs) does the IO, never the main loop.
 pub(crate) struct Recorder {
@@ -415,8 +427,8 @@ pub(crate) struct Recorder {
     details: HashMap<String, Value>,
     /// Message index → the user shell run it holds.
     bash: HashMap<usize, BashRun>,
-    /// Message index → the custom type of a hidden user message (`custom_message`).
-    hidden: HashMap<usize, &'static str>,
+    /// Message index → how a user message is written as a `custom_message`.
+    custom: HashMap<usize, Custom>,
     model: Option<(String, String)>,
     thinking: Option<String>,
     titled: bool,
@@ -448,7 +460,7 @@ impl Recorder {
             pending: Vec::new(),
             details: HashMap::new(),
             bash: HashMap::new(),
-            hidden: HashMap::new(),
+            custom: HashMap::new(),
             model: None,
             thinking: None,
             titled: false,
@@ -538,7 +550,29 @@ impl Recorder {
     /// The user message about to be pushed at `index` is hidden context for the model: it is
     /// written as a `custom_message` with `display: false`, which a replay skips.
     pub(crate) fn note_hidden(&mut self, index: usize, custom_type: &'static str) {
-        self.hidden.insert(index, custom_type);
+        self.note_custom(
+            index,
+            Custom {
+                custom_type,
+                display: false,
+                details: None,
+            },
+        );
+    }
+
+    /// The user message about to be pushed at `index` is written as this `custom_message`.
+    pub(crate) fn note_custom(&mut self, index: usize, custom: Custom) {
+        self.custom.insert(index, custom);
+    }
+
+    /// The unwritten message at `index` was taken back out of the conversation: what was
+    /// noted of the later ones moves down with them.
+    pub(crate) fn removed(&mut self, index: usize) {
+        self.custom = std::mem::take(&mut self.custom)
+            .into_iter()
+            .filter(|(i, _)| *i != index)
+            .map(|(i, c)| (if i > index { i - 1 } else { i }, c))
+            .collect();
     }
 
     fn append(&mut self, kind: EntryKind) {
@@ -589,13 +623,17 @@ impl Recorder {
             self.append(kind);
         }
         for (i, m) in messages.iter().enumerate().skip(self.written) {
-            if let (Some(custom_type), Message::User { text, .. }) = (self.hidden.remove(&i), m) {
-                self.append(EntryKind::Other(serde_json::json!({
+            if let (Some(custom), Message::User { text, .. }) = (self.custom.remove(&i), m) {
+                let mut entry = serde_json::json!({
                     "type": "custom_message",
-                    "customType": custom_type,
+                    "customType": custom.custom_type,
                     "content": text,
-                    "display": false,
-                })));
+                    "display": custom.display,
+                });
+                if let Some(details) = custom.details {
+                    entry["details"] = details;
+                }
+                self.append(EntryKind::Other(entry));
                 self.ids.push(self.last_id.clone());
                 continue;
             }
@@ -665,7 +703,7 @@ impl Recorder {
         self.ids = std::iter::once(self.last_id.clone()).chain(kept).collect();
         self.written = self.ids.len();
         self.bash.clear();
-        self.hidden.clear();
+        self.custom.clear();
     }
 }
 
@@ -1240,6 +1278,57 @@ mod tests {
             ),
             "a\nb"
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_shown_custom_message_keeps_its_details_and_a_taken_back_prompt_moves_the_notes() {
+        let dir = tmp("custom");
+        let store = Store::new(dir.clone(), dir.join("artifacts"));
+        let mut r = store.recorder("k1", Path::new("/w"));
+        let user = |t: &str| Message::User {
+            text: t.into(),
+            images: vec![],
+        };
+        let beat = |n: u64| Custom {
+            custom_type: "heartbeat_prompt",
+            display: true,
+            details: Some(serde_json::json!({"jobId": "hb-1", "runCount": n})),
+        };
+        // A prompt at 0 that failed before any model answered is taken back out: the firing
+        // noted at 1 is now at 0, and a note for the removed one is gone.
+        r.note_custom(0, beat(0));
+        r.note_custom(1, beat(1));
+        r.removed(0);
+        let messages = vec![
+            user("BEAT"),
+            Message::Assistant(AssistantMessage {
+                text: "a".into(),
+                ..Default::default()
+            }),
+            user("plain"),
+        ];
+        r.sync(&messages);
+        let path = dir.join("k1.jsonl");
+        let lines: Vec<Value> = fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let custom: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l["type"] == "custom_message")
+            .collect();
+        assert_eq!(custom.len(), 1, "{lines:?}");
+        assert_eq!(custom[0]["customType"], "heartbeat_prompt");
+        assert_eq!(custom[0]["display"], true);
+        assert_eq!(custom[0]["content"], "BEAT");
+        assert_eq!(
+            custom[0]["details"],
+            serde_json::json!({"jobId": "hb-1", "runCount": 1})
+        );
+        assert_eq!(lines.iter().filter(|l| l["type"] == "message").count(), 2);
+        assert_eq!(load(&path).unwrap().messages(), messages);
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -381,11 +381,38 @@ pub(crate) struct Owner {
     pub cwd: String,
 }
 
+/// The `customType` a firing's prompt is kept under in the session file (upstream's).
+pub(crate) const PROMPT_TYPE: &str = "heartbeat_prompt";
+
 /// A due job's delivery.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Due {
     pub prompt: String,
     pub delivery: Delivery,
+    /// The job after this firing: `{jobId, schedule, status, runCount, nextRunAt, lastRunAt}`.
+    pub details: serde_json::Value,
+    /// The firing finished the job (a one-shot completed): its status changed.
+    pub completed: bool,
+}
+
+impl Due {
+    /// How the prompt is kept in the session file: a shown `custom_message` with the details.
+    pub(crate) fn custom(&self) -> super::Custom {
+        super::Custom {
+            custom_type: PROMPT_TYPE,
+            display: true,
+            details: Some(self.details.clone()),
+        }
+    }
+}
+
+/// A job's `schedule` field: `{kind, expression, intervalMs?}`.
+fn schedule_json(j: &Job) -> serde_json::Value {
+    let mut schedule = serde_json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
+    if let Schedule::Interval { ms } = j.schedule {
+        schedule["intervalMs"] = serde_json::json!(ms);
+    }
+    schedule
 }
 
 /// A session's schedules.
@@ -457,17 +484,25 @@ impl Jobs {
         let mut due = Vec::new();
         for j in self.jobs.iter_mut().filter(|j| j.status == "active") {
             if j.next_run_ms.is_some_and(|t| t <= now_ms) {
-                due.push(Due {
-                    prompt: j.prompt.clone(),
-                    delivery: j.delivery,
-                });
                 j.run_count += 1;
                 j.last_run_ms = Some(now_ms);
                 j.updated_ms = now_ms;
                 j.next_run_ms = j.schedule.next_after(now_ms);
-                if j.next_run_ms.is_none() {
+                let completed = j.next_run_ms.is_none();
+                if completed {
                     j.status = "completed".to_owned();
                 }
+                let iso = |ms: Option<u64>| ms.map(super::iso_of_millis);
+                due.push(Due {
+                    prompt: j.prompt.clone(),
+                    delivery: j.delivery,
+                    details: serde_json::json!({
+                        "jobId": j.id, "schedule": schedule_json(j), "status": j.status,
+                        "runCount": j.run_count, "nextRunAt": iso(j.next_run_ms),
+                        "lastRunAt": iso(j.last_run_ms),
+                    }),
+                    completed,
+                });
             }
         }
         if !due.is_empty() {
@@ -478,11 +513,7 @@ impl Jobs {
 
     /// One job record (behaviour spec §5.5).
     fn record(&self, j: &Job) -> serde_json::Value {
-        let mut schedule =
-            serde_json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
-        if let Schedule::Interval { ms } = j.schedule {
-            schedule["intervalMs"] = serde_json::json!(ms);
-        }
+        let schedule = schedule_json(j);
         let mut r = serde_json::json!({
             "id": j.id, "status": j.status, "source": j.source.as_str(),
             "deliveryMode": j.delivery.as_str(),
@@ -725,6 +756,7 @@ impl Jobs {
 mod tests {
     use super::*;
     use crate::persist::{iso_of_millis, parse_iso_millis};
+    use serde_json::{json, Value};
 
     const NOW: u64 = 1_764_583_200_000; // 2025-12-01T10:00:00Z, a Monday.
 
@@ -869,11 +901,13 @@ mod tests {
         }
     }
 
-    fn steer(prompt: &str) -> Due {
-        Due {
-            prompt: prompt.into(),
-            delivery: Delivery::Steer,
-        }
+    fn steer(prompt: &str) -> (String, Delivery) {
+        (prompt.into(), Delivery::Steer)
+    }
+
+    /// What each firing delivers, without its details.
+    fn fired(due: Vec<Due>) -> Vec<(String, Delivery)> {
+        due.into_iter().map(|d| (d.prompt, d.delivery)).collect()
     }
 
     fn request(
@@ -1114,7 +1148,7 @@ mod tests {
             NOW + 120_000,
         )
         .unwrap();
-        assert_eq!(jobs.take_due(NOW + 120_000), vec![steer("late")]);
+        assert_eq!(fired(jobs.take_due(NOW + 120_000)), vec![steer("late")]);
     }
 
     #[test]
@@ -1128,14 +1162,33 @@ mod tests {
         assert_eq!(jobs.next_due_ms(), Some(NOW + 10_000));
         assert!(jobs.take_due(NOW + 9_999).is_empty());
         // An hour late: one firing, then the next tick counts from now.
-        assert_eq!(jobs.take_due(NOW + 3_600_000), vec![steer("tick")]);
+        let tick = jobs.take_due(NOW + 3_600_000);
+        assert_eq!(fired(tick.clone()), vec![steer("tick")]);
+        // The firing's details are the job after it; an interval firing finishes nothing.
+        let job = &jobs.jobs[0];
+        assert_eq!(
+            tick[0].details,
+            json!({
+                "jobId": job.id, "status": "active", "runCount": 1,
+                "schedule": {"kind": "interval", "expression": "every 10s", "intervalMs": 10_000},
+                "lastRunAt": iso_of_millis(NOW + 3_600_000),
+                "nextRunAt": iso_of_millis(NOW + 3_610_000),
+            })
+        );
+        assert!(!tick[0].completed);
+        assert_eq!(tick[0].custom().custom_type, "heartbeat_prompt");
+        assert!(tick[0].custom().display);
         assert_eq!(jobs.next_due_ms(), Some(NOW + 3_610_000));
         let back = Jobs::from_json(&jobs.to_json(), NOW);
         assert_eq!(back, jobs);
         assert!(jobs.status_text().contains("every 10s"));
         jobs.set_heartbeat("in 1m", "once", NOW).unwrap();
         assert_eq!(jobs.active().count(), 1, "one /heartbeat per session");
-        assert_eq!(jobs.take_due(NOW + 60_000), vec![steer("once")]);
+        let once = jobs.take_due(NOW + 60_000);
+        assert_eq!(fired(once.clone()), vec![steer("once")]);
+        assert!(once[0].completed, "a one-shot's firing completes it");
+        assert_eq!(once[0].details["status"], "completed");
+        assert_eq!(once[0].details["nextRunAt"], Value::Null);
         assert_eq!(jobs.next_due_ms(), None);
         jobs.set_heartbeat("@hourly", "cron", NOW).unwrap();
         assert_eq!(Jobs::from_json(&jobs.to_json(), NOW), jobs);

@@ -113,6 +113,7 @@ impl Family {
                 images: Vec::new(),
                 // The task comes from the parent model, not a user: never a shell command.
                 typed: false,
+                custom: None,
             }),
         )?;
         Ok(json!({
