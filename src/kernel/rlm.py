@@ -51,10 +51,10 @@ def _install(send_display, new_request, namespace):
         agent_message=agent_message,
         mcp=mcp,
         goal=goal,
-        compact=_Unavailable("compact"),
+        compact=compact,
+        refine=refine,
         rlm_heartbeat=rlm_heartbeat,
     )
-    namespace.update(compact=compact, refine=refine)
     global _BASELINE
     _BASELINE = frozenset(namespace)
 
@@ -561,27 +561,6 @@ mcp.list_tools = _mcp_list_tools
 mcp.call_tool = _mcp_call_tool
 mcp.config = _mcp_config
 mcp.refresh = _mcp_refresh
-
-
-class _Unavailable:
-    """A skill name that exists so the model gets a clear error instead of a NameError."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def _fail(self, *args, **kwargs):
-        raise RuntimeError("%s is not available yet in prime-agent" % self._name)
-
-    __call__ = _fail
-
-    def __getattr__(self, attr):
-        # Dunder and private lookups (repr, IPython display probes) must behave normally.
-        if attr.startswith("_"):
-            raise AttributeError(attr)
-        return self._fail
-
-    def __repr__(self):
-        return "<%s: not available yet in prime-agent>" % self._name
 
 
 # --- compact / refine (host-side; behaviour spec §5.2, §5.4) ---------------------------------
