@@ -13,29 +13,12 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
+use crate::support::sessions;
 use crate::support::*;
 
 /// An agent with its sessions and agent dir in `dir`, on `script` (a file in `dir`).
 fn agent(dir: &TempDir, script: &str, extra: &[&str], env: &[(&str, &str)]) -> Agent {
-    let sessions = dir.path().join("sessions").display().to_string();
-    let mut args = vec!["--session-dir", sessions.as_str()];
-    args.extend_from_slice(extra);
-    let mut spawn = Spawn::scripted(script, &args);
-    spawn.cwd = Some(dir.path().to_path_buf());
-    spawn.env = vec![
-        (
-            "PRIME_AGENT_CODING_AGENT_DIR".into(),
-            dir.path().join("agent").display().to_string(),
-        ),
-        (
-            "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
-            dir.path().join("global-harness").display().to_string(),
-        ),
-    ];
-    spawn
-        .env
-        .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    Agent::spawn(spawn)
+    sessions::in_dir(dir, script, extra, env)
 }
 
 /// A script file named `name` in `dir`, one reply per line.
@@ -71,19 +54,11 @@ fn chunk_with(frame: &Value, text: &str) -> bool {
 }
 
 fn jobs_file(dir: &TempDir, sid: &str) -> PathBuf {
-    dir.path()
-        .join("agent/session-artifacts")
-        .join(sid)
-        .join("scheduled-jobs.json")
+    sessions::artifacts(dir, sid).join("scheduled-jobs.json")
 }
 
 fn session_lines(dir: &TempDir, sid: &str) -> Vec<Value> {
-    let path = dir.path().join("sessions").join(format!("{sid}.jsonl"));
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    sessions::lines_of(&sessions::session_file(dir, sid))
 }
 
 /// The session file's `custom_message` entries, in order.

@@ -4,31 +4,19 @@
 //! model in a hidden `<ipython_state_restored>` message what came back and what did not.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::sessions::{self, artifacts};
 use crate::support::*;
 
 /// An agent in `dir` with its sessions in `dir/sessions` and its agent dir `dir/agent`.
 fn agent(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
-    let sessions = dir.path().join("sessions").display().to_string();
-    let mut args = vec!["--session-dir", sessions.as_str(), "--tools", "ipython"];
+    let mut args = vec!["--tools", "ipython"];
     args.extend_from_slice(extra);
-    let mut spawn = Spawn::scripted(script, &args);
-    spawn.cwd = Some(dir.path().to_path_buf());
-    spawn.env = vec![
-        (
-            "PRIME_AGENT_CODING_AGENT_DIR".into(),
-            dir.path().join("agent").display().to_string(),
-        ),
-        (
-            "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
-            dir.path().join("global-harness").display().to_string(),
-        ),
-    ];
-    Agent::spawn(spawn)
+    sessions::in_dir(dir, script, &args, &[])
 }
 
 /// A script of its own in `dir` (several agents of one test each need one).
@@ -39,10 +27,6 @@ fn script(dir: &TempDir, name: &str, lines: &[Value]) -> String {
 
 fn cell(id: &str, code: &str) -> Value {
     json!({"tool_call": {"id": id, "name": "ipython", "arguments": {"code": code}}})
-}
-
-fn artifacts(dir: &TempDir, sid: &str) -> PathBuf {
-    dir.path().join("agent").join("session-artifacts").join(sid)
 }
 
 /// Waits (bounded) until the manifest lists `name` as saved, and returns it.

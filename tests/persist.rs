@@ -8,35 +8,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::support::sessions::{self, lines_of, session_file};
 use crate::support::*;
 
 /// An agent in `dir` keeping its sessions in `dir/sessions`, with the file tools.
 fn agent(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
-    let sessions = dir.path().join("sessions").display().to_string();
-    let mut args = vec![
-        "--session-dir",
-        sessions.as_str(),
-        "--tools",
-        "bash,edit,read,write",
-    ];
+    let mut args = vec!["--tools", "bash,edit,read,write"];
     args.extend_from_slice(extra);
-    let mut spawn = Spawn::scripted(script, &args);
-    spawn.cwd = Some(dir.path().to_path_buf());
-    let agent_dir = dir.path().join("agent").display().to_string();
-    spawn.env = vec![("PRIME_AGENT_CODING_AGENT_DIR".into(), agent_dir)];
-    Agent::spawn(spawn)
-}
-
-fn session_file(dir: &TempDir, sid: &str) -> PathBuf {
-    dir.path().join("sessions").join(format!("{sid}.jsonl"))
-}
-
-fn lines_of(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    sessions::in_dir(dir, script, &args, &[])
 }
 
 /// The first session's script: thinking, text, an edit and a bash call, then an answer.

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::support::deps;
 use crate::support::llm_server::{Canned, LlmServer};
 use crate::support::model::*;
+use crate::support::sessions::{self, lines_of, session_file};
 use crate::support::*;
 
 const COLD: &str = "intercept/cold/test-model";
@@ -84,18 +85,6 @@ fn set(a: &mut Agent, config_id: &str, value: &str) {
         json!({"sessionId": sid, "configId": config_id, "value": value}),
     );
     assert!(r.get("result").is_some(), "{r}");
-}
-
-fn session_file(dir: &TempDir, sid: &str) -> PathBuf {
-    dir.path().join("sessions").join(format!("{sid}.jsonl"))
-}
-
-fn lines_of(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// The `_meta…notice` updates seen so far.
@@ -279,20 +268,11 @@ fn rlm_script(dir: &TempDir) -> String {
 
 /// A scripted agent in `dir` with its agent dir `dir/agent` and sessions in `dir/sessions`.
 fn scripted(dir: &TempDir, script: &str, extra: &[&str]) -> Agent {
-    let sessions = dir.path().join("sessions").display().to_string();
-    let mut args = vec!["--session-dir", sessions.as_str()];
-    args.extend_from_slice(extra);
-    let mut spawn = Spawn::scripted(script, &args);
-    spawn.cwd = Some(dir.path().to_path_buf());
-    spawn.env = vec![
-        (
-            "PRIME_AGENT_CODING_AGENT_DIR".into(),
-            dir.path().join("agent").display().to_string(),
-        ),
-        ("RLM_MAX_DEPTH".into(), "1".into()),
-        ("PRIME_AGENT_QUIESCENCE_WAIT_MS".into(), "60000".into()),
+    let env = [
+        ("RLM_MAX_DEPTH", "1"),
+        ("PRIME_AGENT_QUIESCENCE_WAIT_MS", "60000"),
     ];
-    Agent::spawn(spawn)
+    sessions::in_dir(dir, script, extra, &env)
 }
 
 /// Waits until the child named `name` reports `done`.
@@ -495,7 +475,7 @@ fn a_replayed_mcp_call_looks_as_it_did_live() {
 
 /// The one session file of the child under `sid`'s artifacts.
 fn child_file(dir: &TempDir, sid: &str) -> PathBuf {
-    let artifacts = dir.path().join("agent/session-artifacts").join(sid);
+    let artifacts = sessions::artifacts(dir, sid);
     let files: Vec<PathBuf> = std::fs::read_dir(&artifacts)
         .unwrap_or_else(|e| panic!("{}: {e}", artifacts.display()))
         .flatten()

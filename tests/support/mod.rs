@@ -8,6 +8,7 @@ pub mod llm_server;
 pub mod model;
 pub mod procs;
 pub mod schema;
+pub mod sessions;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
