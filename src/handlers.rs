@@ -273,7 +273,10 @@ impl MainLoop {
             .zip(self.agent.store.as_ref())
             .and_then(|(_, store)| store.load_jobs(&id));
         if let Some(jobs) = stored_jobs {
-            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, schedule::now_ms()));
+            session.restore_heartbeats(schedule::Jobs::from_json(
+                &jobs,
+                crate::time::schedule_now_ms(),
+            ));
         }
         {
             let session_file = match &resumed {
@@ -370,7 +373,7 @@ impl MainLoop {
             .then(|| schedule::heartbeat_command(&prompt.text))
             .flatten()
         {
-            let now = schedule::now_ms();
+            let now = crate::time::schedule_now_ms();
             self.with_session_at(i, |s, _, out| s.heartbeat_command(id, command, now, out));
             return Ok(());
         }

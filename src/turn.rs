@@ -472,7 +472,7 @@ fn run_prompt(
                     (book, outcome)
                 });
                 state = autonomy::lock(unattended);
-                state.after_turn(gates, Instant::now(), &autonomy::gate::iso_now())
+                state.after_turn(gates, Instant::now(), &crate::time::now_iso())
             }
         };
         if abort.is_aborted() {

@@ -24,70 +24,7 @@ use serde_json::Value;
 use crate::provider::Message;
 use entry::{BashRun, Entry, EntryKind, Header, Record};
 
-/// The current UTC time as ISO 8601 with milliseconds (`2026-12-01T10:00:00.250Z`).
-pub(crate) fn now_iso() -> String {
-    iso_of_millis(now_ms())
-}
-
-/// Wall-clock milliseconds since the epoch.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-pub(crate) fn iso_of_millis(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (y, m, d) = crate::prompt::civil_from_days((secs / 86_400) as i64);
-    let t = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t / 3600,
-        t / 60 % 60,
-        t % 60,
-        ms % 1000
-    )
-}
-
-/// Milliseconds since the epoch of `YYYY-MM-DDTHH:MM:SS[.fff]Z` (also `+00:00`).
-pub(crate) fn parse_iso_millis(iso: &str) -> Option<u64> {
-    let b = iso.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
-        return None;
-    }
-    let n = |r: std::ops::Range<usize>| iso.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
-    let (h, mi, s) = (n(11..13)?, n(14..16)?, n(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    let mut rest = &iso[19..];
-    let mut ms = 0;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits: String = frac.chars().take_while(char::is_ascii_digit).collect();
-        rest = &frac[digits.len()..];
-        let padded = format!("{digits:0<3}");
-        ms = padded.get(..3)?.parse::<i64>().ok()?;
-    }
-    if !matches!(rest, "Z" | "+00:00" | "") {
-        return None;
-    }
-    let days = days_from_civil(y, mo as u32, d as u32);
-    let total = ((days * 86_400 + h * 3600 + mi * 60 + s) * 1000) + ms;
-    u64::try_from(total).ok()
-}
-
-/// Howard Hinnant's civil-to-days algorithm (the inverse of `prompt::civil_from_days`).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+use crate::time::now_iso;
 
 /// A fresh entry id: 8 hex digits, as upstream.
 fn entry_id() -> String {
@@ -1000,30 +937,6 @@ pub(crate) fn page(
 mod tests {
     use super::*;
     use crate::provider::{AssistantMessage, ToolCall};
-
-    #[test]
-    fn iso_timestamps_round_trip_and_bad_ones_are_refused() {
-        for ms in [0, 1_764_583_200_250, 951_782_400_000, 4_102_444_799_999] {
-            assert_eq!(parse_iso_millis(&iso_of_millis(ms)), Some(ms), "{ms}");
-        }
-        assert_eq!(iso_of_millis(1_764_583_200_250), "2025-12-01T10:00:00.250Z");
-        assert_eq!(
-            parse_iso_millis("2025-12-01T10:00:00Z"),
-            Some(1_764_583_200_000)
-        );
-        assert_eq!(
-            parse_iso_millis("2025-12-01T10:00:00.5+00:00"),
-            Some(1_764_583_200_500)
-        );
-        for bad in [
-            "",
-            "2025-13-01T10:00:00Z",
-            "yesterday",
-            "2025-12-01T10:00:00+02:00",
-        ] {
-            assert_eq!(parse_iso_millis(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn calls_cut_off_by_a_crash_get_a_result() {

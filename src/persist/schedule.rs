@@ -5,34 +5,6 @@
 
 pub(crate) const MIN_INTERVAL: &str = "Recurring interval must be at least 10 seconds";
 
-/// How much faster than the wall clock schedules run: `PRIME_AGENT_SCHEDULE_TIME_SCALE`
-/// (a test hook, default 1), read once, counted from the first reading, so a test can see an
-/// `every 10s` job fire without waiting ten seconds while the grammar and its limits stay
-/// the real ones.
-fn clock() -> (u64, u64) {
-    static CLOCK: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
-    *CLOCK.get_or_init(|| {
-        let scale = std::env::var("PRIME_AGENT_SCHEDULE_TIME_SCALE")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|s| (1..=1000).contains(s))
-            .unwrap_or(1);
-        (super::now_ms(), scale)
-    })
-}
-
-/// The time schedules are set and fired by (milliseconds since the epoch).
-pub(crate) fn now_ms() -> u64 {
-    let (start, scale) = clock();
-    start + super::now_ms().saturating_sub(start) * scale
-}
-
-/// The real wait until schedule time `due_ms`.
-pub(crate) fn wait_until(due_ms: u64) -> std::time::Duration {
-    let (_, scale) = clock();
-    std::time::Duration::from_millis(due_ms.saturating_sub(now_ms()).div_ceil(scale))
-}
-
 /// A parsed schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Schedule {
@@ -126,9 +98,9 @@ pub(crate) fn parse(text: &str, now_ms: u64) -> Result<Schedule, String> {
     }
     if let Some(rest) = t.strip_prefix("at ").or_else(|| t.strip_prefix("AT ")) {
         let rest = rest.trim();
-        let at_ms = super::parse_iso_millis(rest)
-            .or_else(|| super::parse_iso_millis(&format!("{rest}:00Z")))
-            .or_else(|| super::parse_iso_millis(&format!("{rest}T00:00:00Z")))
+        let at_ms = crate::time::parse_iso_millis(rest)
+            .or_else(|| crate::time::parse_iso_millis(&format!("{rest}:00Z")))
+            .or_else(|| crate::time::parse_iso_millis(&format!("{rest}T00:00:00Z")))
             .ok_or_else(|| format!("Invalid date: {rest}"))?;
         if at_ms <= now_ms {
             return Err(format!("Scheduled time is in the past: {rest}"));
@@ -213,7 +185,7 @@ impl Cron {
         let limit = minute + 5 * 366 * 24 * 60;
         while minute < limit {
             let days = (minute / 1440) as i64;
-            let (_, month, day) = crate::prompt::civil_from_days(days);
+            let (_, month, day) = crate::time::civil_from_days(days);
             let weekday = (days + 4).rem_euclid(7) as usize; // 1970-01-01 was a Thursday.
             let day_ok = match (self.day_or, self.days[day as usize], self.weekdays[weekday]) {
                 (true, d, w) => d || w,
@@ -492,7 +464,7 @@ impl Jobs {
                 if completed {
                     j.status = "completed".to_owned();
                 }
-                let iso = |ms: Option<u64>| ms.map(super::iso_of_millis);
+                let iso = |ms: Option<u64>| ms.map(crate::time::iso_of_millis);
                 due.push(Due {
                     prompt: j.prompt.clone(),
                     delivery: j.delivery,
@@ -520,14 +492,14 @@ impl Jobs {
             "activeSessionId": self.owner.session_id, "sessionId": self.owner.session_id,
             "sessionFile": self.owner.session_file, "cwd": self.owner.cwd,
             "prompt": j.prompt, "schedule": schedule,
-            "createdAt": super::iso_of_millis(j.created_ms),
-            "updatedAt": super::iso_of_millis(j.updated_ms),
+            "createdAt": crate::time::iso_of_millis(j.created_ms),
+            "updatedAt": crate::time::iso_of_millis(j.updated_ms),
             "runCount": j.run_count,
         });
         let optional = [
             ("label", j.label.clone()),
-            ("nextRunAt", j.next_run_ms.map(super::iso_of_millis)),
-            ("lastRunAt", j.last_run_ms.map(super::iso_of_millis)),
+            ("nextRunAt", j.next_run_ms.map(crate::time::iso_of_millis)),
+            ("lastRunAt", j.last_run_ms.map(crate::time::iso_of_millis)),
         ];
         for (key, value) in optional {
             if let Some(v) = value {
@@ -544,7 +516,8 @@ impl Jobs {
 
     /// Jobs read back from a session file (entries that no longer parse are dropped).
     pub(crate) fn from_json(v: &serde_json::Value, now_ms: u64) -> Jobs {
-        let ms = |j: &serde_json::Value, k: &str| j[k].as_str().and_then(super::parse_iso_millis);
+        let ms =
+            |j: &serde_json::Value, k: &str| j[k].as_str().and_then(crate::time::parse_iso_millis);
         let jobs = v
             .as_array()
             .into_iter()
@@ -609,7 +582,7 @@ impl Jobs {
             .map(|j| {
                 let next = match (j.status.as_str(), j.next_run_ms) {
                     ("paused", _) => "paused".to_owned(),
-                    (_, Some(t)) => format!("next at {}", super::iso_of_millis(t)),
+                    (_, Some(t)) => format!("next at {}", crate::time::iso_of_millis(t)),
                     (_, None) => "next at never".to_owned(),
                 };
                 let who = match j.source {
@@ -755,7 +728,7 @@ impl Jobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::persist::{iso_of_millis, parse_iso_millis};
+    use crate::time::{iso_of_millis, parse_iso_millis};
     use serde_json::{json, Value};
 
     const NOW: u64 = 1_764_583_200_000; // 2025-12-01T10:00:00Z, a Monday.
