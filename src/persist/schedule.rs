@@ -316,6 +316,9 @@ pub(crate) struct Job {
     /// Kept while paused, so a resumed one-shot still knows its time.
     pub next_run_ms: Option<u64>,
     pub last_run_ms: Option<u64>,
+    /// The last tick that fell due while this job's previous firing was still waiting to be
+    /// taken (`lastSkippedAt`): skipped, so firings never pile up.
+    pub last_skipped_ms: Option<u64>,
     pub run_count: u64,
 }
 
@@ -335,6 +338,7 @@ impl Job {
             created_ms: now_ms,
             updated_ms: now_ms,
             last_run_ms: None,
+            last_skipped_ms: None,
             run_count: 0,
         })
     }
@@ -359,6 +363,7 @@ pub(crate) const PROMPT_TYPE: &str = "heartbeat_prompt";
 /// A due job's delivery.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Due {
+    pub job_id: String,
     pub prompt: String,
     pub delivery: Delivery,
     /// The job after this firing: `{jobId, schedule, status, runCount, nextRunAt, lastRunAt}`.
@@ -376,6 +381,14 @@ impl Due {
             details: Some(self.details.clone()),
         }
     }
+}
+
+/// What `Jobs::take_due` claimed: the firings to deliver, and how many due ticks were skipped
+/// because their job's previous firing was still in flight (a change to save, not to announce).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Claimed {
+    pub due: Vec<Due>,
+    pub skipped: usize,
 }
 
 /// A job's `schedule` field: `{kind, expression, intervalMs?}`.
@@ -451,11 +464,23 @@ impl Jobs {
     }
 
     /// Claims every job due at `now_ms` (once each, however many ticks were missed) and
-    /// returns their deliveries; a one-shot job is completed.
-    pub(crate) fn take_due(&mut self, now_ms: u64) -> Vec<Due> {
-        let mut due = Vec::new();
+    /// returns their deliveries; a one-shot job is completed. A job whose previous firing is
+    /// still in flight (`in_flight(job id)`: waiting in the inbox or the follow-up queue) does
+    /// not fire again: the tick is recorded as skipped (`lastSkippedAt`) and its next run
+    /// moves on, so at most one firing per job is ever waiting.
+    pub(crate) fn take_due(&mut self, now_ms: u64, in_flight: &dyn Fn(&str) -> bool) -> Claimed {
+        let mut claimed = Claimed::default();
+        let due = &mut claimed.due;
         for j in self.jobs.iter_mut().filter(|j| j.status == "active") {
             if j.next_run_ms.is_some_and(|t| t <= now_ms) {
+                if in_flight(&j.id) {
+                    j.last_skipped_ms = Some(now_ms);
+                    j.updated_ms = now_ms;
+                    // A one-shot cannot be in flight twice; a recurring job moves on.
+                    j.next_run_ms = j.schedule.next_after(now_ms);
+                    claimed.skipped += 1;
+                    continue;
+                }
                 j.run_count += 1;
                 j.last_run_ms = Some(now_ms);
                 j.updated_ms = now_ms;
@@ -466,6 +491,7 @@ impl Jobs {
                 }
                 let iso = |ms: Option<u64>| ms.map(crate::time::iso_of_millis);
                 due.push(Due {
+                    job_id: j.id.clone(),
                     prompt: j.prompt.clone(),
                     delivery: j.delivery,
                     details: serde_json::json!({
@@ -477,10 +503,10 @@ impl Jobs {
                 });
             }
         }
-        if !due.is_empty() {
+        if !claimed.due.is_empty() {
             self.prune();
         }
-        due
+        claimed
     }
 
     /// One job record (behaviour spec §5.5).
@@ -500,6 +526,10 @@ impl Jobs {
             ("label", j.label.clone()),
             ("nextRunAt", j.next_run_ms.map(crate::time::iso_of_millis)),
             ("lastRunAt", j.last_run_ms.map(crate::time::iso_of_millis)),
+            (
+                "lastSkippedAt",
+                j.last_skipped_ms.map(crate::time::iso_of_millis),
+            ),
         ];
         for (key, value) in optional {
             if let Some(v) = value {
@@ -563,6 +593,7 @@ impl Jobs {
                     updated_ms: ms(j, "updatedAt").unwrap_or(created),
                     next_run_ms: ms(j, "nextRunAt"),
                     last_run_ms: ms(j, "lastRunAt"),
+                    last_skipped_ms: ms(j, "lastSkippedAt"),
                     run_count: j["runCount"].as_u64().unwrap_or(0),
                 })
             })
@@ -730,6 +761,11 @@ mod tests {
     use super::*;
     use crate::time::{iso_of_millis, parse_iso_millis};
     use serde_json::{json, Value};
+
+    /// No firing is in flight.
+    fn idle(_: &str) -> bool {
+        false
+    }
 
     const NOW: u64 = 1_764_583_200_000; // 2025-12-01T10:00:00Z, a Monday.
 
@@ -956,7 +992,8 @@ mod tests {
         .unwrap();
         assert_eq!(paused["job"]["status"], "paused");
         assert!(jobs
-            .take_due(NOW + 20_000)
+            .take_due(NOW + 20_000, &idle)
+            .due
             .iter()
             .all(|d| d.prompt != "check CI"));
         assert!(
@@ -1084,7 +1121,7 @@ mod tests {
             let payload = serde_json::json!({"instruction": format!("p{i}"), "interval": "in 1m", "delivery_mode": "follow_up"});
             request(&mut jobs, "create", payload, NOW).unwrap();
         }
-        let due = jobs.take_due(NOW + 60_000);
+        let due = jobs.take_due(NOW + 60_000, &idle).due;
         assert_eq!(due.len(), KEEP_INACTIVE + 5);
         assert!(due.iter().all(|d| d.delivery == Delivery::FollowUp));
         assert_eq!(
@@ -1113,7 +1150,7 @@ mod tests {
             NOW,
         )
         .unwrap();
-        assert!(jobs.take_due(NOW + 120_000).is_empty());
+        assert!(jobs.take_due(NOW + 120_000, &idle).due.is_empty());
         request(
             &mut jobs,
             "update",
@@ -1121,7 +1158,10 @@ mod tests {
             NOW + 120_000,
         )
         .unwrap();
-        assert_eq!(fired(jobs.take_due(NOW + 120_000)), vec![steer("late")]);
+        assert_eq!(
+            fired(jobs.take_due(NOW + 120_000, &idle).due),
+            vec![steer("late")]
+        );
     }
 
     #[test]
@@ -1133,9 +1173,9 @@ mod tests {
         );
         jobs.set_heartbeat("every 10s", "tick", NOW).unwrap();
         assert_eq!(jobs.next_due_ms(), Some(NOW + 10_000));
-        assert!(jobs.take_due(NOW + 9_999).is_empty());
+        assert!(jobs.take_due(NOW + 9_999, &idle).due.is_empty());
         // An hour late: one firing, then the next tick counts from now.
-        let tick = jobs.take_due(NOW + 3_600_000);
+        let tick = jobs.take_due(NOW + 3_600_000, &idle).due;
         assert_eq!(fired(tick.clone()), vec![steer("tick")]);
         // The firing's details are the job after it; an interval firing finishes nothing.
         let job = &jobs.jobs[0];
@@ -1157,7 +1197,7 @@ mod tests {
         assert!(jobs.status_text().contains("every 10s"));
         jobs.set_heartbeat("in 1m", "once", NOW).unwrap();
         assert_eq!(jobs.active().count(), 1, "one /heartbeat per session");
-        let once = jobs.take_due(NOW + 60_000);
+        let once = jobs.take_due(NOW + 60_000, &idle).due;
         assert_eq!(fired(once.clone()), vec![steer("once")]);
         assert!(once[0].completed, "a one-shot's firing completes it");
         assert_eq!(once[0].details["status"], "completed");
@@ -1168,5 +1208,46 @@ mod tests {
         assert!(jobs.off(NOW));
         assert!(!jobs.off(NOW));
         assert_eq!(jobs.status_text(), "No heartbeat is set.");
+    }
+
+    #[test]
+    fn a_job_whose_firing_is_still_in_flight_skips_its_ticks_and_moves_on() {
+        let mut jobs = Jobs::default();
+        jobs.set_heartbeat("every 10s", "beat", NOW).unwrap();
+        let id = jobs.jobs[0].id.clone();
+        let first = jobs.take_due(NOW + 10_000, &idle);
+        assert_eq!((first.due.len(), first.skipped), (1, 0));
+        // The firing waits (a long tool call holds the turn): 29 more ticks fall due, one at a
+        // time, and each is skipped, never delivered.
+        let waiting = |job: &str| job == id;
+        for tick in 2..=30u64 {
+            let claimed = jobs.take_due(NOW + tick * 10_000, &waiting);
+            assert_eq!((claimed.due.len(), claimed.skipped), (0, 1), "tick {tick}");
+        }
+        let j = &jobs.jobs[0];
+        assert_eq!(j.run_count, 1);
+        assert_eq!(j.last_skipped_ms, Some(NOW + 300_000));
+        assert_eq!(j.next_run_ms, Some(NOW + 310_000), "the next run moved on");
+        let record = jobs.record(&jobs.jobs[0]);
+        assert_eq!(record["lastSkippedAt"], iso_of_millis(NOW + 300_000));
+        assert_eq!(
+            Jobs::from_json(&jobs.to_json(), NOW),
+            jobs,
+            "kept in the file"
+        );
+        // Taken: the next tick fires again.
+        assert_eq!(jobs.take_due(NOW + 310_000, &idle).due.len(), 1);
+        // Other jobs are not held back by one that is in flight.
+        let (other, _) = request(
+            &mut jobs,
+            "create",
+            json!({"instruction": "other", "interval": "every 10s"}),
+            NOW + 310_000,
+        )
+        .unwrap();
+        let claimed = jobs.take_due(NOW + 320_000, &waiting);
+        assert_eq!(fired(claimed.due), vec![steer("other")]);
+        assert_eq!(claimed.skipped, 1);
+        assert!(other["job"].get("lastSkippedAt").is_none());
     }
 }
