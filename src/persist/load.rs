@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::claim::Claim;
 use super::entry::{self, Entry, EntryKind, Header, Record};
 use crate::provider::Message;
 
 /// A session read from its file: the header and the entries on the path from the root to the
 /// newest entry (the file is a tree; we continue its newest branch).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Loaded {
     pub path: PathBuf,
     pub header: Header,
@@ -23,6 +24,9 @@ pub(crate) struct Loaded {
     pub(super) good_len: u64,
     /// Whether the good part ends with a newline.
     pub(super) ends_with_newline: bool,
+    /// The lock on the file when it was opened to be continued (`Store::open`); the recorder
+    /// takes it over.
+    pub(super) claim: Option<Claim>,
 }
 
 impl Loaded {
@@ -258,6 +262,7 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
         entries: branch_to_leaf(all),
         good_len,
         ends_with_newline,
+        claim: None,
     })
 }
 

@@ -5,11 +5,13 @@
 //! - `load.rs`: reading a file back (`Loaded`: the newest branch, a torn last line skipped).
 //! - `recorder.rs`: the `Recorder` a session's conversation carries (its turn worker appends
 //!   after each message, so the main loop never waits on the disk).
+//! - `claim.rs`: one owner per session file (an advisory lock).
 //! - `store.rs`: the sessions directory (`Store`: list, resolve, open and lock, fork, and the
 //!   session `--continue` / `--resume` chose for the next `session/new`).
 //! - `replay.rs`: the pure mapping of a loaded session to `session/load`'s updates.
 //! - `schedule/`: heartbeats (the grammar, the jobs).
 
+mod claim;
 pub(crate) mod entry;
 mod load;
 mod recorder;
@@ -24,9 +26,10 @@ use std::path::Path;
 
 use serde_json::Value;
 
+pub(crate) use claim::{Claim, ClaimError};
 pub(crate) use load::{load, LoadError, Loaded};
 pub(crate) use recorder::{Custom, Recorder};
-pub(crate) use store::{page, sessions_dir, Pick, Store};
+pub(crate) use store::{page, sessions_dir, OpenError, Pick, Store};
 
 /// A fresh entry id: 8 hex digits, as upstream.
 pub(super) fn entry_id() -> String {

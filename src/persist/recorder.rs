@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::claim::Claim;
 use super::entry::{self, BashRun, Entry, EntryKind, Header, Record};
 use super::{create_dir_private, entry_id, open_append, write_line, Loaded};
 use crate::provider::Message;
@@ -51,6 +52,8 @@ pub(crate) struct Recorder {
     title: Option<String>,
     /// A write failed: logged once, then the session goes on in memory.
     failed: bool,
+    /// The lock on the file (`claim.rs`): nothing is appended without it.
+    claim: Option<Claim>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -81,13 +84,26 @@ impl Recorder {
             titled: false,
             title: None,
             failed: false,
+            claim: None,
         }
     }
 
     /// Continues a loaded session's file: a torn tail is cut off, new entries hang below the
-    /// newest one.
-    pub(crate) fn resume(loaded: &Loaded) -> Recorder {
+    /// newest one. It holds the file's lock (the one `Store::open` took, else its own); a
+    /// file another process holds is never appended to.
+    pub(crate) fn resume(loaded: &mut Loaded) -> Recorder {
         let mut r = Recorder::create(loaded.path.clone(), loaded.header.clone());
+        let claim = match loaded.claim.take() {
+            Some(c) => Ok(c),
+            None => Claim::take(&loaded.path),
+        };
+        match claim {
+            Ok(c) => r.claim = Some(c),
+            Err(e) => {
+                r.fail(&std::io::Error::other(e.text(&loaded.header.id)));
+                return r;
+            }
+        }
         // The recorder counts the conversation the session starts with (dangling calls
         // closed); the closing results are written with the next sync.
         r.ids = loaded.stored().into_iter().map(|(id, _)| id).collect();
@@ -226,11 +242,19 @@ impl Recorder {
                     return self.fail(&e);
                 }
             }
-            match open_append(&self.path, true) {
-                Ok(mut f) => match write_line(&mut f, &entry::header_line(&self.header)) {
-                    Ok(()) => self.file = Some(f),
-                    Err(e) => return self.fail(&e),
-                },
+            // Created new (an existing file is someone else's), then locked before anything
+            // but the header is written.
+            let created = open_append(&self.path, true).and_then(|mut f| {
+                write_line(&mut f, &entry::header_line(&self.header))?;
+                let claim = Claim::take(&self.path)
+                    .map_err(|e| std::io::Error::other(e.text(&self.header.id)))?;
+                Ok((f, claim))
+            });
+            match created {
+                Ok((f, claim)) => {
+                    self.file = Some(f);
+                    self.claim = Some(claim);
+                }
                 Err(e) => return self.fail(&e),
             }
         }
@@ -419,7 +443,7 @@ mod tests {
         // A crash mid-write tears the last line: it is skipped, then cut before appending.
         let mut f = open_append(&path, false).unwrap();
         f.write_all(br#"{"type":"message","id":"dead"#).unwrap();
-        let loaded = load(&path).unwrap();
+        let mut loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
         assert_eq!(loaded.title().as_deref(), Some("hello there"));
         assert_eq!(
@@ -428,7 +452,8 @@ mod tests {
             "what a continued session restores"
         );
         assert_eq!(loaded.header.cwd, "/w");
-        let mut again = Recorder::resume(&loaded);
+        drop(r);
+        let mut again = Recorder::resume(&mut loaded);
         messages.push(Message::User {
             text: "more".into(),
             images: vec![],
@@ -483,10 +508,11 @@ mod tests {
             hidden[0]["content"],
             "<ipython_state_restored>\nx\n</ipython_state_restored>"
         );
-        let loaded = load(&path).unwrap();
+        let mut loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
         // Resuming continues after it: the ids line up with the messages.
-        let mut again = Recorder::resume(&loaded);
+        drop(r);
+        let mut again = Recorder::resume(&mut loaded);
         messages.push(user("more"));
         again.sync(&messages);
         assert_eq!(load(&path).unwrap().messages(), messages);
@@ -575,7 +601,7 @@ mod tests {
         messages.push(answer("a3"));
         r.sync(&messages);
         let path = dir.join("c1.jsonl");
-        let loaded = load(&path).unwrap();
+        let mut loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
         let compaction: Vec<Value> = fs::read_to_string(&path)
             .unwrap()
@@ -587,7 +613,8 @@ mod tests {
         assert_eq!(compaction[0]["tokensBefore"], 1234);
         assert_eq!(compaction[0]["summary"], "the summary");
         // A resumed recorder continues after it, and a second compaction keeps working.
-        let mut again = Recorder::resume(&loaded);
+        drop(r);
+        let mut again = Recorder::resume(&mut loaded);
         messages.splice(0..3, std::iter::once(user("SUMMARY 2")));
         again.compacted(&messages, 3, 99, "second");
         messages.push(user("q4"));
@@ -612,6 +639,12 @@ mod tests {
             }),
         ];
         r.sync(&messages);
+        // The recorder owns the file: picking it is refused until it is gone.
+        assert_eq!(
+            store.pick(&Pick::Resume("0190a".into()), Path::new("/w")),
+            Err(crate::persist::ClaimError::InThisProcess.text("0190aaaa-0000"))
+        );
+        drop(r);
         for arg in [
             "0190aaaa-0000",
             "0190a",

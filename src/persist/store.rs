@@ -10,8 +10,12 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::entry::{self, Header};
-use super::{create_dir_private, load, open_append, write_line, Loaded, Recorder};
+use super::{create_dir_private, load, open_append, write_line, Claim, ClaimError};
+use super::{LoadError, Loaded, Recorder};
 use crate::time::now_iso;
+
+/// A session's schedules beside its conversation (`<artifacts>/<id>/`).
+const JOBS_FILE: &str = "scheduled-jobs.json";
 
 /// One row of `session/list`.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +38,17 @@ pub(crate) struct Store {
     next: Mutex<Option<Loaded>>,
 }
 
+/// Why `Store::open` could not open a session to continue it.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// No such session (no file, or its header names another id).
+    Unknown,
+    /// Its file does not read.
+    Unreadable(String),
+    /// Another owner records it (`claim.rs`).
+    Claimed(String),
+}
+
 /// How the command line chose a session.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Pick {
@@ -52,7 +67,7 @@ impl Store {
     }
 
     fn jobs_file(&self, session_id: &str) -> Option<PathBuf> {
-        Some(self.artifacts_of(session_id)?.join("scheduled-jobs.json"))
+        Some(self.artifacts_of(session_id)?.join(JOBS_FILE))
     }
 
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
@@ -103,14 +118,16 @@ impl Store {
         Some(self.artifacts.join(id))
     }
 
-    /// A fork starts with its parent's kernel state (a copy: the two go their own ways).
-    fn copy_kernel_state(&self, from: &str, to: &str) {
+    /// A fork starts with its parent's kernel state and schedules (copies: the two go their
+    /// own ways; the jobs' session fields become the fork's when it opens).
+    fn copy_artifacts(&self, from: &str, to: &str) {
         let (Some(src), Some(dst)) = (self.artifacts_of(from), self.artifacts_of(to)) else {
             return;
         };
         for name in [
             crate::kernel::state::PICKLE_FILE,
             crate::kernel::state::MANIFEST_FILE,
+            JOBS_FILE,
         ] {
             let from = src.join(name);
             if !from.is_file() {
@@ -158,20 +175,59 @@ impl Store {
         self.next.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
+    /// The session the command line picked, if it is `id`: a `session/load` of it opens that
+    /// one (it holds the claim), so a later `session/new` cannot open it a second time.
+    pub(crate) fn take_next_if(&self, id: &str) -> Option<Loaded> {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        if next.as_ref().is_some_and(|l| l.header.id == id) {
+            return next.take();
+        }
+        None
+    }
+
+    /// Opens stored session `id` to continue it (`session/load`, `session/resume`): claims
+    /// its file first (so nobody appends while it is read), then reads it.
+    pub(crate) fn open(&self, id: &str) -> Result<Loaded, OpenError> {
+        let path = self.path_of(id).ok_or(OpenError::Unknown)?;
+        let claim = Claim::take(&path).map_err(|e| match e {
+            ClaimError::Missing => OpenError::Unknown,
+            e => OpenError::Claimed(e.text(id)),
+        })?;
+        let mut loaded = match load(&path) {
+            Ok(l) if l.header.id == id => l,
+            Ok(_) | Err(LoadError::Missing) => return Err(OpenError::Unknown),
+            Err(e) => return Err(OpenError::Unreadable(e.to_string())),
+        };
+        loaded.claim = Some(claim);
+        Ok(loaded)
+    }
+
+    /// The CLI's open of the session file at `path`: claimed, then read.
+    fn open_path(&self, path: &Path) -> Result<Loaded, String> {
+        let id = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let claim = Claim::take(path).map_err(|e| e.text(&id))?;
+        let mut loaded = self.read(path)?;
+        loaded.claim = Some(claim);
+        Ok(loaded)
+    }
+
     /// Applies `-c`, `-r` or `--fork` at start-up; an `Err` is the CLI error text.
     pub(crate) fn pick(&self, pick: &Pick, cwd: &Path) -> Result<(), String> {
         let loaded = match pick {
             Pick::Continue => {
                 let cwd = cwd.display().to_string();
                 match self.list().into_iter().find(|s| s.cwd == cwd) {
-                    Some(s) => Some(self.read(&s.path)?),
+                    Some(s) => Some(self.open_path(&s.path)?),
                     None => {
                         log::info!("--continue: no earlier session for {cwd}; starting a new one");
                         None
                     }
                 }
             }
-            Pick::Resume(arg) => Some(self.read(&self.resolve(arg)?)?),
+            Pick::Resume(arg) => Some(self.open_path(&self.resolve(arg)?)?),
             Pick::Fork(arg) => Some(self.fork(&self.resolve(arg)?, cwd)?),
         };
         *self.next.lock().unwrap_or_else(|e| e.into_inner()) = loaded;
@@ -216,18 +272,22 @@ impl Store {
             cwd: cwd.display().to_string(),
             parent_session: Some(source.display().to_string()),
         };
-        let write = || -> std::io::Result<()> {
+        let write = || -> std::io::Result<Claim> {
             create_dir_private(&self.dir)?;
             let mut f = open_append(&path, true)?;
+            let claim = Claim::take(&path).map_err(|e| std::io::Error::other(e.text(&header.id)))?;
             write_line(&mut f, &entry::header_line(&header))?;
             for e in &original.entries {
                 write_line(&mut f, &entry::entry_line(e))?;
             }
-            f.sync_data()
+            f.sync_data()?;
+            Ok(claim)
         };
-        write().map_err(|e| format!("Cannot fork into {}: {e}", path.display()))?;
-        self.copy_kernel_state(&original.header.id, &header.id);
-        self.read(&path)
+        let claim = write().map_err(|e| format!("Cannot fork into {}: {e}", path.display()))?;
+        self.copy_artifacts(&original.header.id, &header.id);
+        let mut loaded = self.read(&path)?;
+        loaded.claim = Some(claim);
+        Ok(loaded)
     }
 
     /// Every readable session, newest first.
