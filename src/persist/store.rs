@@ -275,7 +275,8 @@ impl Store {
         let write = || -> std::io::Result<Claim> {
             create_dir_private(&self.dir)?;
             let mut f = open_append(&path, true)?;
-            let claim = Claim::take(&path).map_err(|e| std::io::Error::other(e.text(&header.id)))?;
+            let claim =
+                Claim::take(&path).map_err(|e| std::io::Error::other(e.text(&header.id)))?;
             write_line(&mut f, &entry::header_line(&header))?;
             for e in &original.entries {
                 write_line(&mut f, &entry::entry_line(e))?;
