@@ -38,6 +38,7 @@ mod session;
 mod setup;
 mod spawn;
 mod stop_reason;
+mod store_worker;
 mod subagents;
 mod time;
 mod tools;

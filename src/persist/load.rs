@@ -117,6 +117,7 @@ impl Loaded {
         })
     }
 
+    #[cfg(test)]
     pub(crate) fn updated_at(&self) -> String {
         self.entries
             .last()

@@ -257,6 +257,18 @@ impl Recorder {
                 }
                 Err(e) => return self.fail(&e),
             }
+            // The title goes right after the header, where a listing finds it without
+            // reading the conversation (`index.rs`).
+            if !self.titled {
+                let first = messages.iter().find_map(|m| match m {
+                    Message::User { text, .. } => Some(text),
+                    _ => None,
+                });
+                if let Some(name) = first.and_then(|t| crate::meta::session_title(t)) {
+                    self.titled = true;
+                    self.pending.push(EntryKind::SessionInfo { name });
+                }
+            }
         }
         for kind in std::mem::take(&mut self.pending) {
             self.append(kind);
@@ -425,9 +437,9 @@ mod tests {
                 "session",
                 "model_change",
                 "thinking_level_change",
+                "session_info",
                 "message:user",
                 "message:assistant",
-                "session_info",
                 "message:toolResult"
             ]
         );
