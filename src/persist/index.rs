@@ -113,7 +113,8 @@ pub(crate) fn list(dir: &Path) -> Vec<Summary> {
         else {
             continue;
         };
-        let Ok(meta) = fs::metadata(&path) else {
+        // Regular files only: opening a FIFO named `x.jsonl` would block the listing.
+        let Some(meta) = fs::metadata(&path).ok().filter(fs::Metadata::is_file) else {
             continue;
         };
         seen.push(name.clone());
