@@ -297,6 +297,10 @@ impl MainLoop {
         }
         family.set_heartbeats(session.heartbeats().clone());
         let unattended = unattended_of(&self.agent);
+        // A continued session's goal (active, paused, …) comes back as its file last said.
+        if let Some(record) = resumed.as_ref().and_then(|l| l.goal_state()) {
+            autonomy::lock(&unattended).restore_goal(record, Instant::now());
+        }
         family.set_unattended(unattended.clone());
         session.set_unattended(unattended);
         let mut result = json!({

@@ -586,6 +586,8 @@ impl Session {
                 self.publish(update, 0, Phase::Event, None, out);
             }
         }
+        // A goal a continued session restored (`session/new` showed it with `announce`).
+        self.publish_goal(0, out);
     }
 
     /// `_meta…goal`, if the goal changed since it was last shown.

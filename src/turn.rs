@@ -376,6 +376,9 @@ pub(crate) fn spawn_turn(
                 }
                 _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
             };
+            if let Some(u) = &unattended {
+                save_goal(&mut autonomy::lock(u), &mut conv);
+            }
             // Before the outcome is reported: what the client sees acknowledged is written
             // (one `write` per line, no user-space buffer, so a killed process loses nothing).
             conv.persist();
@@ -461,6 +464,7 @@ fn run_prompt(
             state.goal_failed(why, now);
         }
         report_goal(&mut state, emit);
+        save_goal(&mut state, conv);
         let TurnOutcome::Completed(stop) = outcome else {
             break outcome;
         };
@@ -504,6 +508,17 @@ fn run_prompt(
     };
     autonomy::lock(unattended).prompt_usage = Some(conv.usage.minus(usage_at_start));
     outcome
+}
+
+/// Writes the goal's state to the session file if it changed since it was last written
+/// (`thread_goal_state`), at once: a resume restores it however the process ends.
+fn save_goal(state: &mut autonomy::Unattended, conv: &mut Conversation) {
+    if let Some(r) = conv.recorder.as_mut() {
+        if let Some(record) = state.take_goal_to_save(Instant::now()) {
+            r.note_goal(record);
+            conv.persist();
+        }
+    }
 }
 
 /// Reports the goal's state if it changed since it was last reported (`_meta…goal`).

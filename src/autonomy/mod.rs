@@ -110,6 +110,8 @@ pub(crate) struct Unattended {
     /// Bumped on every goal change; `goal_reported` is the version last shown to the client.
     goal_version: u64,
     goal_reported: u64,
+    /// The version last written to the session file.
+    goal_saved: u64,
 }
 
 pub(crate) type Shared = Arc<Mutex<Unattended>>;
@@ -130,6 +132,7 @@ impl Unattended {
             goal: None,
             goal_version: 0,
             goal_reported: 0,
+            goal_saved: 0,
         }
     }
 
@@ -144,6 +147,7 @@ impl Unattended {
             goal: None,
             goal_version: 0,
             goal_reported: 0,
+            goal_saved: 0,
         }
     }
 
@@ -223,6 +227,27 @@ impl Unattended {
                 g.last_error = Some(why.to_owned());
             }
         }
+    }
+
+    /// The goal's state for the session file (`thread_goal_state`), once per change: the
+    /// record, or `idle` once cleared.
+    pub(crate) fn take_goal_to_save(&mut self, now: Instant) -> Option<Value> {
+        if self.goal_version == self.goal_saved {
+            return None;
+        }
+        self.goal_saved = self.goal_version;
+        Some(match &self.goal {
+            Some(g) => g.to_record(now),
+            None => json!({ "active": false, "status": "idle" }),
+        })
+    }
+
+    /// A continued session's goal, as its file last recorded it (shown to the client as a
+    /// change, not written again).
+    pub(crate) fn restore_goal(&mut self, record: &Value, now: Instant) {
+        self.goal = Goal::from_record(record, now);
+        self.goal_version += 1;
+        self.goal_saved = self.goal_version;
     }
 
     /// The goal's state for the client, once per change.

@@ -75,6 +75,9 @@ pub(crate) struct Recorder {
     failed: bool,
     /// The lock on the file (`claim.rs`): nothing is appended without it.
     claim: Option<Claim>,
+    /// Something that must be on disk now (the goal's state) waits: the file is created even
+    /// before the first assistant message.
+    flush: bool,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -104,6 +107,7 @@ impl Recorder {
             title: None,
             failed: false,
             claim: None,
+            flush: false,
         }
     }
 
@@ -185,6 +189,17 @@ impl Recorder {
         }
     }
 
+    /// The goal changed: its state (`thread_goal_state`) is written with the next sync, which
+    /// creates the file if need be (the spec's explicit flush).
+    pub(crate) fn note_goal(&mut self, state: Value) {
+        self.pending.push(EntryKind::Custom(entry::CustomData {
+            custom_type: entry::GOAL_STATE.to_owned(),
+            data: state,
+            rest: entry::Rest::new(),
+        }));
+        self.flush = true;
+    }
+
     /// What the client was shown of a tool result, written with the result.
     pub(crate) fn note_tool_details(&mut self, call_id: &str, details: Option<Value>) {
         if let Some(d) = details {
@@ -253,7 +268,7 @@ impl Recorder {
         }
         self.ids.truncate(self.written);
         if self.file.is_none() {
-            if !messages.iter().any(|m| matches!(m, Message::Assistant(_))) {
+            if !self.flush && !messages.iter().any(|m| matches!(m, Message::Assistant(_))) {
                 return;
             }
             if let Some(dir) = self.path.parent() {
