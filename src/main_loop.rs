@@ -81,6 +81,8 @@ pub(crate) struct MainLoop {
     pub(crate) version: String,
     /// The action buffer, reused for every event (no allocation on the streaming path).
     actions: Vec<Action>,
+    /// Closed sessions being flushed and dropped (`retire`), joined (bounded) at exit.
+    retiring: Vec<std::thread::JoinHandle<()>>,
     /// Reads the sessions directory for `session/list` (started by the first one).
     store_worker: Option<StoreWorker>,
     store_tx: Sender<StoreAnswer>,
@@ -116,6 +118,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         client_caps: ClientCaps::default(),
         version: version.to_owned(),
         actions: Vec::new(),
+        retiring: Vec::new(),
         store_worker: None,
         store_tx,
         store_rx,
@@ -182,6 +185,25 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     };
     ml.shutdown();
     exit
+}
+
+/// A closed session is dropped off the loop, on a `session-close` thread: first its main
+/// agent's tools write what must survive it (a pending kernel namespace snapshot, bounded by
+/// `STATE_SAVE`), then its kernel, family and tools go. In place only if no thread starts.
+fn retire(session: Session) -> Option<std::thread::JoinHandle<()>> {
+    let started = std::thread::Builder::new()
+        .name("session-close".to_owned())
+        .spawn(move || {
+            session.save_state(Instant::now() + STATE_SAVE);
+            drop(session);
+        });
+    match started {
+        Ok(thread) => Some(thread),
+        Err(e) => {
+            log::error!("cannot start a session-close thread ({e}); no kernel snapshot flushed");
+            None
+        }
+    }
 }
 
 impl MainLoop {
@@ -322,7 +344,9 @@ impl MainLoop {
         actions.clear();
         if closed {
             // Closed sessions keep no worker to join: an aborted one ends on its own.
-            self.sessions.remove(idx);
+            let session = self.sessions.remove(idx);
+            self.retiring.retain(|t| !t.is_finished());
+            self.retiring.extend(retire(session));
         }
     }
 
@@ -476,6 +500,10 @@ impl MainLoop {
         let deadline = Instant::now() + STATE_SAVE;
         for session in &sessions {
             session.save_state(deadline);
+        }
+        // Sessions closed just before the exit finish writing theirs.
+        for thread in self.retiring.drain(..) {
+            crate::subagents::join_by(thread, deadline);
         }
     }
 }
