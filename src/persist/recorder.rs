@@ -699,10 +699,14 @@ mod tests {
         assert!(store.take_next().is_none(), "no session for that cwd");
         store.pick(&Pick::Continue, Path::new("/w")).unwrap();
         assert_eq!(store.take_next().unwrap().messages(), messages);
+        // A fork inherits its parent's schedules (and kernel state).
+        let jobs = serde_json::json!([{"id": "hb-1", "status": "active"}]);
+        store.save_jobs("0190aaaa-0000", &jobs);
         store
             .pick(&Pick::Fork("0190aaaa-0000".into()), Path::new("/w"))
             .unwrap();
         let fork = store.take_next().unwrap();
+        assert_eq!(store.load_jobs(&fork.header.id), Some(jobs));
         assert_ne!(fork.header.id, "0190aaaa-0000");
         assert_eq!(
             fork.header.parent_session,
