@@ -360,6 +360,9 @@ fn main() {
     if on("persist") {
         b.persist();
     }
+    if on("store") {
+        b.store();
+    }
 
     for (name, path) in [
         (
@@ -524,6 +527,102 @@ impl Bench {
     /// What the session file costs: prompt round trips with it and with `--no-session` (each
     /// turn writes two messages and flushes), and `session/load` of a 1,000-message session
     /// (read, parse, replay every message to the client, answer), close and load again.
+    /// `session/list` and `-c` start-up over 1,000 stored sessions, once with small files and
+    /// once with files 100 times bigger: both should stay flat as files grow (an index and
+    /// header + tail reads, `persist/index.rs`).
+    fn store(&mut self) {
+        let sessions = 1000;
+        let script = write_script(&self.work, "store.jsonl", &[json!({"text": "hi"})]);
+        let script_s = script.display().to_string();
+        for (label, kb) in [("2 KB", 2usize), ("200 KB", 200)] {
+            let dir = self.work.join(format!("store-{kb}"));
+            let sessions_dir = dir.join("sessions");
+            std::fs::create_dir_all(&sessions_dir).unwrap();
+            let cwd = dir.display().to_string();
+            let pad = "z".repeat(1024);
+            for i in 0..sessions {
+                let id = format!("0190{i:04x}-0000-7000-8000-000000000000");
+                let mut text = format!(
+                    "{}\n",
+                    json!({"type":"session","version":3,"id":id,"timestamp":"2026-01-01T00:00:00.000Z","cwd":cwd})
+                );
+                let mut parent = "null".to_owned();
+                let mut n = 0;
+                let mut entry = |text: &mut String, body: &str, kind: &str| {
+                    n += 1;
+                    text.push_str(&format!(
+                        r#"{{"id":"{n:08x}",{body},"parentId":{parent},"timestamp":"2026-01-01T00:{:02}:{:02}.000Z","type":"{kind}"}}"#,
+                        i / 60 % 60,
+                        i % 60
+                    ));
+                    text.push('\n');
+                    parent = format!("\"{n:08x}\"");
+                };
+                entry(
+                    &mut text,
+                    &format!(r#""name":"session {i}""#),
+                    "session_info",
+                );
+                for _ in 0..kb {
+                    entry(
+                        &mut text,
+                        &format!(r#""message":{{"content":"{pad}","role":"user","timestamp":1}}"#),
+                        "message",
+                    );
+                }
+                std::fs::write(sessions_dir.join(format!("{id}.jsonl")), text).unwrap();
+            }
+            let env = [(
+                "PRIME_AGENT_SESSION_DIR",
+                sessions_dir.display().to_string(),
+            )];
+            let args = ["--provider", "scripted", "--script", script_s.as_str()];
+            // session/list: the first call builds the index (its own row), then every call.
+            let mut p = self.agent(&self.bin, &args, &env);
+            p.request(1, "initialize", json!({"protocolVersion": 1}));
+            p.response(1);
+            let t = Instant::now();
+            p.request(2, "session/list", json!({}));
+            p.response(2);
+            let first = ms(t.elapsed());
+            let mut lists = Vec::new();
+            for i in 0..self.runs(200, 40) {
+                let id = 10 + i as u64;
+                let t = Instant::now();
+                p.request(id, "session/list", json!({}));
+                p.response(id);
+                lists.push(ms(t.elapsed()));
+            }
+            p.finish();
+            self.report.add(
+                &format!("session/list, first (index built), 1,000 sessions of {label}"),
+                "ms",
+                vec![first],
+            );
+            self.report.add(
+                &format!("session/list, 1,000 sessions of {label}"),
+                "ms",
+                lists,
+            );
+            // -c: spawn to the session/new answer, the newest session of the cwd picked.
+            let mut starts = Vec::new();
+            let mut cont = vec!["-c"];
+            cont.extend_from_slice(&args);
+            for _ in 0..self.runs(40, 10) {
+                let t = Instant::now();
+                let mut p = Proc::spawn_env(&self.bin, &cont, &dir, &env);
+                p.handshake(&dir);
+                starts.push(ms(t.elapsed()));
+                p.finish();
+            }
+            self.report.add(
+                &format!("-c start-up to session/new, 1,000 sessions of {label}"),
+                "ms",
+                starts,
+            );
+        }
+    }
+
     fn persist(&mut self) {
         let turns = self.runs(200, 40);
         let lines: Vec<Value> = (0..turns)
