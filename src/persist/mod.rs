@@ -448,6 +448,11 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
+    /// The session file this recorder writes (the prompt's conversation log).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// A new session's recorder; nothing is written until the first assistant message.
     pub(crate) fn create(path: PathBuf, header: Header) -> Recorder {
         Recorder {
@@ -954,7 +959,11 @@ impl Store {
 
 /// The sessions directory: `--session-dir` > `PRIME_AGENT_SESSION_DIR` >
 /// `PRIME_AGENT_CODING_AGENT_SESSION_DIR` > `<agent dir>/sessions`.
-pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
+pub(crate) fn sessions_dir(
+    flag: Option<&Path>,
+    settings: Option<&Path>,
+    agent_dir: &Path,
+) -> PathBuf {
     if let Some(dir) = flag {
         return dir.to_path_buf();
     }
@@ -965,6 +974,10 @@ pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
         if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
             return PathBuf::from(dir);
         }
+    }
+    // Settings `sessionDir` (a relative one is the agent dir's).
+    if let Some(dir) = settings {
+        return agent_dir.join(dir);
     }
     agent_dir.join("sessions")
 }
