@@ -48,7 +48,9 @@ Your `ipython` tool runs cells in one persistent Python kernel: variables, impor
   - `await goal.get()`, `await goal.create(objective, token_budget=None)`, `await goal.complete()` read and set the session's goal; mark it complete only when it is done.
   - `await compact.run(instructions=None)` summarises older conversation to free context once this turn ends; `await compact.status()` shows the numbers.
   - `await agent_message.send(text, receiver_role=\"parent\"|\"child\"|\"sibling\", receiver_name=None)` and `await agent_message.list_agents()` talk to your agent family (parent, children, siblings) only.
-  - `await mcp.list_tools(server)` and `await mcp.call_tool(server, tool, arguments)` reach the session's MCP servers.";
+  - `await agent_observe.list()`, `await agent_observe.get(name)` and `await agent_observe.recent(name, limit=5)` show what the agents of your family are doing.
+  - `await mcp.list_tools(server)` and `await mcp.call_tool(server, tool, arguments)` reach the session's MCP servers.
+  - `print(skill_creator.INSTRUCTIONS)` explains how to write a new skill; `skill_creator.create(...)` writes one.";
 
 /// Scheduling, for the session's own agent (a child's schedules would outlive its task).
 const HEARTBEATS: &str = "  - `await rlm_heartbeat.create(instruction, interval=\"every 30m\")` (also `\"in 10m\"`, `\"at 09:00\"`, cron), `.list()`, `.update(id, ...)`, `.delete(id)` schedule prompts to yourself for later.";

@@ -201,8 +201,16 @@ fn build_provider(
     let scoped = if patterns.is_empty() {
         Vec::new()
     } else {
+        // Only models that can run are in scope (as the menu shows only those).
         let registry = config::Registry::load(agent_dir)?;
-        config::scope(&registry, &patterns, &mut |w| log::warn!("{w}"))
+        let credentials = config::Credentials::new(cfg.api_key.clone(), agent_dir.to_path_buf());
+        let mut scoped = config::scope(&registry, &patterns, &mut |w| log::warn!("{w}"));
+        scoped.retain(|(p, _, _)| {
+            registry
+                .find(p)
+                .is_some_and(|p| credentials.has_key(p) || (p.custom && p.api_key.is_none()))
+        });
+        scoped
     };
     let continuing = cfg.continue_session || cfg.resume.is_some() || cfg.fork.is_some();
     let (provider, model, level) = if cfg.provider.is_some() || cfg.model.is_some() {
