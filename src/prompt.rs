@@ -61,6 +61,8 @@ pub(crate) struct AgentFacts<'a> {
     pub cwd: &'a Path,
     /// The tools this agent is offered, by name.
     pub tool_names: &'a [String],
+    /// The `ipython` tool is one of them: the prompt explains the kernel.
+    pub kernel: bool,
     /// `RLM_DEPTH` of this agent (0 at the root).
     pub depth: u32,
     /// `RLM_MAX_DEPTH`: children may be started while `depth < max_depth`.
@@ -122,10 +124,7 @@ fn push_section(out: &mut String, text: &str) {
 
 /// Builds the prompt in §5.8's order (see the module docs).
 pub(crate) fn build(spec: &PromptSpec, f: &AgentFacts<'_>) -> String {
-    let kernel = f
-        .tool_names
-        .iter()
-        .any(|n| n == crate::tools::ipython::NAME);
+    let kernel = f.kernel;
     let log = match f.log {
         Some(p) => p.display().to_string(),
         None => "not persisted".to_owned(),
@@ -296,11 +295,6 @@ pub(crate) fn system_files(cwd: &Path, agent_dir: &Path) -> (Option<String>, Opt
     (find("SYSTEM.md"), find("APPEND_SYSTEM.md"))
 }
 
-/// The size estimate compaction uses (chars / 4), for reporting the prompt's size.
-pub(crate) fn estimate_tokens(prompt: &str) -> usize {
-    prompt.chars().count().div_ceil(4)
-}
-
 /// Context files: the global one in the agent dir, then one per directory from the root down
 /// to `cwd` (the first of `AGENTS.md`, `AGENTS.MD`, `CLAUDE.md`, `CLAUDE.MD`).
 pub(crate) fn context_files(agent_dir: &Path, cwd: &Path) -> Vec<(PathBuf, String)> {
@@ -416,6 +410,7 @@ mod tests {
         AgentFacts {
             cwd,
             tool_names: names,
+            kernel: names.iter().any(|n| n == "ipython"),
             depth: 0,
             max_depth: 1,
             log: None,

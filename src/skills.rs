@@ -76,7 +76,7 @@ fn skill_dirs(cwd: &Path, agent_dir: &Path) -> [PathBuf; 3] {
 pub(crate) fn load(src: &Sources<'_>, warn: &mut dyn FnMut(String)) -> Resources {
     let mut skill_files: Vec<PathBuf> = Vec::new();
     for path in src.skills {
-        let path = crate::tools::resolve_path(src.cwd, &path.display().to_string());
+        let path = src.cwd.join(path);
         if path.is_file() {
             skill_files.push(path);
         } else if path.join("SKILL.md").is_file() {
@@ -123,11 +123,7 @@ pub(crate) fn load(src: &Sources<'_>, warn: &mut dyn FnMut(String)) -> Resources
             Err(why) => warn(format!("Skipping skill {}: {why}", file.display())),
         }
     }
-    let mut template_files: Vec<PathBuf> = src
-        .templates
-        .iter()
-        .map(|p| crate::tools::resolve_path(src.cwd, &p.display().to_string()))
-        .collect();
+    let mut template_files: Vec<PathBuf> = src.templates.iter().map(|p| src.cwd.join(p)).collect();
     if !src.no_templates {
         for dir in [
             src.agent_dir.join("prompts"),

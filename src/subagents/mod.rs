@@ -270,6 +270,7 @@ impl Family {
         let system_prompt = self.agent.system_prompt_for(&crate::prompt::AgentFacts {
             cwd: &self.agent.cwd,
             tool_names: &names,
+            kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
             depth: self.root_depth,
             max_depth: env.max_depth,
             log,
@@ -278,8 +279,8 @@ impl Family {
         });
         log::info!(
             "system prompt: {} chars, about {} tokens (chars/4)",
-            system_prompt.len(),
-            crate::prompt::estimate_tokens(&system_prompt)
+            system_prompt.chars().count(),
+            crate::compaction::estimate::text_tokens(&system_prompt)
         );
         AgentCtx {
             agent: self.agent.clone(),

@@ -164,6 +164,7 @@ impl Family {
                 let system_prompt = self.agent.system_prompt_for(&crate::prompt::AgentFacts {
                     cwd: &self.agent.cwd,
                     tool_names: &names,
+                    kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
                     depth: node.depth,
                     max_depth: self.agent.kernel_env.max_depth,
                     log: log.as_deref(),
