@@ -454,3 +454,60 @@ fn the_harness_argv_loads_the_skill_into_the_system_prompt() {
     a.close_stdin();
     assert!(a.wait_exit(Duration::from_secs(10)).is_some());
 }
+
+/// A Python with Pillow for the kernel: `PRIME_AGENT_TEST_PILLOW_PYTHON`, else `python3` if it
+/// has it.
+fn pillow_python() -> Option<String> {
+    let candidates = std::env::var("PRIME_AGENT_TEST_PILLOW_PYTHON")
+        .ok()
+        .into_iter()
+        .chain(["python3".to_owned()]);
+    for python in candidates {
+        let ok = std::process::Command::new(&python)
+            .args(["-c", "import PIL"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(python);
+        }
+    }
+    None
+}
+
+#[test]
+fn images_auto_resize_shrinks_large_attachments_when_pillow_is_there() {
+    let Some(python) = pillow_python() else {
+        println!("skipped: no Python with Pillow (set PRIME_AGENT_TEST_PILLOW_PYTHON)");
+        return;
+    };
+    let dir = TempDir::new("auto-resize");
+    let mut a = prompt_agent(
+        &dir,
+        "auto_resize.jsonl",
+        &["--no-session"],
+        &[("PRIME_AGENT_KERNEL_PYTHON", &python)],
+    );
+    ok(&mut a, "look");
+    let image = a
+        .updates_of("tool_call_update")
+        .into_iter()
+        .flat_map(|u| u["content"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["content"]["type"] == "image")
+        .expect("the resized image in the tool call");
+    assert_eq!(image["content"]["mimeType"], "image/jpeg");
+    assert!(image["content"]["data"].as_str().unwrap().len() <= 350_000);
+    // Off in the settings: the clear refusal.
+    let dir = TempDir::new("no-resize");
+    dir.write(
+        "agent/settings.json",
+        r#"{"images": {"autoResize": false}}"#,
+    );
+    let mut b = prompt_agent(
+        &dir,
+        "no_resize.jsonl",
+        &["--no-session"],
+        &[("PRIME_AGENT_KERNEL_PYTHON", &python)],
+    );
+    ok(&mut b, "look");
+}
