@@ -2,8 +2,9 @@
 
 Module `rlm` (itself callable: `await rlm(prompt)` == `await rlm.run(prompt)`): the host bridge
 (`host_request`), subagent calls (`run`, `find_models`, `list_subagents`, `delete_subagent`)
-and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `compact`, `refine`, `goal`,
-`rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
+and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `agent_observe`, `compact`,
+`refine`, `goal`, `rlm_heartbeat`, `skill_creator`, the user's Python skills (PRIME_AGENT_PYTHON_SKILLS)
+and stubs for upstream's service-backed ones. Arguments are validated here, before anything reaches the host,
 so the model gets Python errors with exact texts. Standard library only.
 """
 
