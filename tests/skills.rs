@@ -478,7 +478,11 @@ fn pillow_python() -> Option<String> {
 #[test]
 fn images_auto_resize_shrinks_large_attachments_when_pillow_is_there() {
     let Some(python) = pillow_python() else {
-        println!("skipped: no Python with Pillow (set PRIME_AGENT_TEST_PILLOW_PYTHON)");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: images_auto_resize: no Python with Pillow (set PRIME_AGENT_TEST_PILLOW_PYTHON)"
+        );
         return;
     };
     let dir = TempDir::new("auto-resize");

@@ -242,6 +242,7 @@ impl Family {
     /// conversation right now (never waited for), its last messages. The family only, like
     /// `agent_message`: the parent, siblings and children of `me`.
     fn observe(&self, me: &str, kind: &str, payload: &Value) -> Result<Value, String> {
+        use crate::provider::Message;
         const TEXT_CHARS: usize = 2_000;
         let target = payload
             .get("target")
@@ -249,27 +250,23 @@ impl Family {
             .ok_or("agent_observe target must be an agent's name or id")?;
         let state = self.lock();
         let parent = state.nodes.get(me).map(|n| n.parent.clone());
-        let related =
-            |n: &Node| n.id != me && (n.parent == me || Some(&n.parent) == parent.as_ref());
-        if parent
-            .as_deref()
-            .is_some_and(|p| p == target || self.name_of(&state, p) == target)
-            && !state
-                .nodes
-                .contains_key(parent.as_deref().unwrap_or_default())
-        {
-            // The session's own agent: its conversation lives in the session, not here.
-            let mut view = self.entry(&state, parent.as_deref().unwrap_or_default(), "parent");
-            view["messages"] = json!([]);
-            view["observable"] = json!(false);
-            return Ok(view);
+        let named = |id: &str| id == target || self.name_of(&state, id) == target;
+        if let Some(p) = parent.as_deref().filter(|p| named(p)) {
+            if !state.nodes.contains_key(p) {
+                // The session's own agent: its conversation lives in the session, not here.
+                let mut view = self.entry(&state, p, "parent");
+                view["observable"] = json!(false);
+                view["messages"] = json!([]);
+                return Ok(view);
+            }
         }
         let id = state
-            .find(|n| related(n) && (n.id == target || n.name == target))
-            .or_else(|| {
-                parent
-                    .clone()
-                    .filter(|p| p == target || state.nodes.get(p).is_some_and(|n| n.name == target))
+            .find(|n| {
+                n.id != me
+                    && (n.parent == me
+                        || Some(&n.parent) == parent.as_ref()
+                        || Some(&n.id) == parent.as_ref())
+                    && (n.id == target || n.name == target)
             })
             .ok_or_else(|| format!("No agent of your family matches \"{target}\""))?;
         let node = state.nodes.get(&id).ok_or("unknown agent")?;
@@ -285,53 +282,43 @@ impl Family {
         view["sessionDir"] = json!(node.session_dir.display().to_string());
         view["error"] = json!(node.error);
         view["repliedSinceTask"] = json!(node.replied);
-        let limit = match kind {
-            "agent_observe.recent" => payload
+        let cut = |t: &str| -> String { t.chars().take(TEXT_CHARS).collect() };
+        let Ok(conv) = node.conversation.try_lock() else {
+            // Its turn is running: the state above is current, the messages come later.
+            view["observable"] = json!(false);
+            view["messages"] = json!([]);
+            return Ok(view);
+        };
+        view["observable"] = json!(true);
+        view["lastAssistantText"] = json!(conv.messages.iter().rev().find_map(|m| match m {
+            Message::Assistant(a) if !a.text.is_empty() => Some(cut(&a.text)),
+            _ => None,
+        }));
+        if kind == "agent_observe.recent" {
+            let limit = payload
                 .get("limit")
                 .and_then(Value::as_u64)
                 .unwrap_or(5)
-                .clamp(1, 50) as usize,
-            _ => 1,
-        };
-        let cut = |t: &str| -> String { t.chars().take(TEXT_CHARS).collect() };
-        match node.conversation.try_lock() {
-            Ok(conv) => {
-                let rendered: Vec<Value> = conv
-                    .messages
-                    .iter()
-                    .filter_map(|m| match m {
-                        crate::provider::Message::User { text, .. } => {
-                            Some(json!({"role": "user", "text": cut(text)}))
-                        }
-                        crate::provider::Message::Assistant(a) => {
-                            let calls: Vec<&str> = a.tool_calls.iter().map(|c| c.name.as_str()).collect();
-                            Some(json!({"role": "assistant", "text": cut(&a.text), "toolCalls": calls}))
-                        }
-                        crate::provider::Message::ToolResult { name, text, is_error, .. } => Some(
-                            json!({"role": "tool", "tool": name, "text": cut(text), "isError": is_error}),
-                        ),
-                    })
-                    .collect();
-                let last_text = conv.messages.iter().rev().find_map(|m| match m {
-                    crate::provider::Message::Assistant(a) if !a.text.is_empty() => {
-                        Some(cut(&a.text))
+                .clamp(1, 50) as usize;
+            let from = conv.messages.len().saturating_sub(limit);
+            let messages: Vec<Value> = conv.messages[from..]
+                .iter()
+                .map(|m| match m {
+                    Message::User { text, .. } => json!({"role": "user", "text": cut(text)}),
+                    Message::Assistant(a) => {
+                        let calls: Vec<&str> =
+                            a.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                        json!({"role": "assistant", "text": cut(&a.text), "toolCalls": calls})
                     }
-                    _ => None,
-                });
-                view["lastAssistantText"] = json!(last_text);
-                if kind == "agent_observe.recent" {
-                    let from = rendered.len().saturating_sub(limit);
-                    view["messages"] = json!(rendered[from..]);
-                }
-                view["observable"] = json!(true);
-            }
-            // Its turn is running: the state above is current, the messages come later.
-            Err(_) => {
-                view["observable"] = json!(false);
-                if kind == "agent_observe.recent" {
-                    view["messages"] = json!([]);
-                }
-            }
+                    Message::ToolResult {
+                        name,
+                        text,
+                        is_error,
+                        ..
+                    } => json!({"role": "tool", "tool": name, "text": cut(text), "isError": is_error}),
+                })
+                .collect();
+            view["messages"] = json!(messages);
         }
         Ok(view)
     }
