@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::cli::Config;
 use crate::persist::{self, Pick, Store};
-use crate::prompt::{today_utc, PromptSpec};
+use crate::prompt::PromptSpec;
 use crate::provider::config;
 use crate::provider::menu::ModelMenu;
 use crate::provider::remote::RemoteProvider;
@@ -16,6 +16,7 @@ use crate::provider::scripted::ScriptedProvider;
 use crate::provider::{Provider, ProviderChoice, Thinking};
 use crate::settings::{self, Settings};
 use crate::skills::{self, Resources};
+use crate::time::today_utc;
 use crate::tools::{KernelEnv, PythonSkill, ToolChoice};
 use crate::turn::Agent;
 
