@@ -45,7 +45,8 @@ impl MainLoop {
                 self.respond(&id, result);
                 // After the response, so the client knows the session the update names.
                 if let Some(sid) = sid {
-                    let commands = commands::available_commands_update();
+                    let extra = self.agent.resources.commands(&commands::names());
+                    let commands = commands::available_commands_update(&extra);
                     self.with_session(&sid, |s, _, out| {
                         s.announce(commands, out);
                         s.publish_opening_notices(out);
@@ -252,7 +253,11 @@ impl MainLoop {
             );
             family.set_mcp(hub);
         }
-        let ctx = Arc::new(family.main_ctx());
+        let log = conversation
+            .recorder
+            .as_ref()
+            .map(|r| r.path().to_path_buf());
+        let ctx = Arc::new(family.main_ctx(log.as_deref()));
         let workers = Box::new(FamilyWorkers {
             family: family.clone(),
             ctx: ctx.clone(),
@@ -370,7 +375,18 @@ impl MainLoop {
 
     /// The session answers the prompt; an error here is answered by the caller.
     fn session_prompt(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
-        let (session_id, prompt) = acp::parse_prompt(params)?;
+        let (session_id, mut prompt) = acp::parse_prompt(params)?;
+        // `/skill:<name> args` and `/<template> args` become the message they stand for (a
+        // name of one of our commands stays ours).
+        if prompt.typed && commands::parse(&prompt.text).is_none() {
+            if let Some(text) = self
+                .agent
+                .resources
+                .expand(&prompt.text, &commands::names())
+            {
+                prompt.text = text;
+            }
+        }
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };

@@ -29,6 +29,7 @@ mod responses;
 mod resume;
 mod secrets;
 mod sessions;
+mod skills;
 mod subagents;
 mod tools;
 mod transcripts;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -90,6 +90,11 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
+    /// The session file this recorder writes (the prompt's conversation log).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// A new session's recorder; nothing is written until the first assistant message.
     pub(crate) fn create(path: PathBuf, header: Header) -> Recorder {
         Recorder {

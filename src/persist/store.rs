@@ -290,7 +290,11 @@ impl Store {
 
 /// The sessions directory: `--session-dir` > `PRIME_AGENT_SESSION_DIR` >
 /// `PRIME_AGENT_CODING_AGENT_SESSION_DIR` > `<agent dir>/sessions`.
-pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
+pub(crate) fn sessions_dir(
+    flag: Option<&Path>,
+    settings: Option<&Path>,
+    agent_dir: &Path,
+) -> PathBuf {
     if let Some(dir) = flag {
         return dir.to_path_buf();
     }
@@ -301,6 +305,10 @@ pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
         if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
             return PathBuf::from(dir);
         }
+    }
+    // Settings `sessionDir` (a relative one is the agent dir's).
+    if let Some(dir) = settings {
+        return agent_dir.join(dir);
     }
     agent_dir.join("sessions")
 }
