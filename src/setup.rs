@@ -18,7 +18,7 @@ use crate::tools::{KernelEnv, ToolChoice};
 use crate::turn::Agent;
 
 /// The agent directory: `PRIME_AGENT_CODING_AGENT_DIR`, else `~/.prime/agent`.
-fn agent_dir() -> PathBuf {
+pub(crate) fn agent_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PRIME_AGENT_CODING_AGENT_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
@@ -177,7 +177,8 @@ fn build_provider(
 }
 
 fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
-    if cfg.no_tools {
+    // `-nbt` leaves only the tools `--tools` names (MCP tools are not built-ins and stay).
+    if cfg.no_tools || (cfg.no_builtin_tools && cfg.tools.is_none()) {
         return Ok(ToolChoice::None);
     }
     let Some(list) = &cfg.tools else {
