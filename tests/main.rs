@@ -28,5 +28,6 @@ mod resume;
 mod secrets;
 mod sessions;
 mod subagents;
+mod subcommands;
 mod tools;
 mod transcripts;

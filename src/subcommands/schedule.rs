@@ -23,7 +23,13 @@ fn jobs_of(store: &Store, loaded: &Loaded) -> Jobs {
         .unwrap_or_default();
     jobs.owner = Owner {
         session_id: loaded.header.id.clone(),
-        session_file: Some(loaded.path.display().to_string()),
+        // Absolute: the record outlives this command's working directory.
+        session_file: Some(
+            std::fs::canonicalize(&loaded.path)
+                .unwrap_or_else(|_| loaded.path.clone())
+                .display()
+                .to_string(),
+        ),
         cwd: loaded.header.cwd.clone(),
     };
     jobs
