@@ -114,7 +114,10 @@ fn model_list_prints_the_models_that_have_credentials() {
     matches_fixture("model-list-search.txt", &r.stdout);
 
     let r = run_in(&dir, &["model", "list", "zzz"], &[("GEMINI_API_KEY", "k")]);
-    assert_eq!((r.code, r.stdout.as_str()), (0, "No models matching \"zzz\"\n"));
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "No models matching \"zzz\"\n")
+    );
 
     let empty = TempDir::new("model-list-none");
     let r = run_in(&empty, &["model", "list"], &[]);
@@ -136,7 +139,14 @@ fn session_export_writes_one_self_contained_escaped_page() {
     // A unique id prefix names the session, as for --resume.
     let r = run_in(
         &dir,
-        &["session", "export", "0193a1b2", "out.html", "--session-dir", "sessions"],
+        &[
+            "session",
+            "export",
+            "0193a1b2",
+            "out.html",
+            "--session-dir",
+            "sessions",
+        ],
         &[],
     );
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
@@ -160,23 +170,38 @@ fn session_export_writes_one_self_contained_escaped_page() {
         assert!(html.contains(needle), "missing {needle:?}");
     }
     assert!(!html.contains("<b>"), "unescaped markup from the session");
-    assert!(!html.contains("<script") && !html.contains("http"), "not self-contained");
+    assert!(
+        !html.contains("<script") && !html.contains("http"),
+        "not self-contained"
+    );
 
     // By path, to the default name in the current directory.
     let path = dir.path().join(format!("sessions/{SESSION_ID}.jsonl"));
-    let r = run_in(&dir, &["session", "export", &path.display().to_string()], &[]);
+    let r = run_in(
+        &dir,
+        &["session", "export", &path.display().to_string()],
+        &[],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let default = dir.path().join(format!("{SESSION_ID}.html"));
-    assert_eq!(std::fs::read_to_string(default).expect("default output"), html);
+    assert_eq!(
+        std::fs::read_to_string(default).expect("default output"),
+        html
+    );
 
-    let r = run_in(&dir, &["session", "export", "nope", "--session-dir", "sessions"], &[]);
+    let r = run_in(
+        &dir,
+        &["session", "export", "nope", "--session-dir", "sessions"],
+        &[],
+    );
     assert_eq!(r.code, 1);
     assert_eq!(r.stderr, "Error: No session found matching 'nope'\n");
 }
 
 fn jobs_file(dir: &TempDir) -> std::path::PathBuf {
-    dir.path()
-        .join(format!("agent/session-artifacts/{SESSION_ID}/scheduled-jobs.json"))
+    dir.path().join(format!(
+        "agent/session-artifacts/{SESSION_ID}/scheduled-jobs.json"
+    ))
 }
 
 fn stored_jobs(dir: &TempDir) -> Vec<Value> {
@@ -224,10 +249,16 @@ fn schedule_add_list_and_remove_the_jobs_of_a_stored_session() {
     // The grammar's own errors, and nothing stored for them.
     for (when, error) in [
         ("every 5s", "Recurring interval must be at least 10 seconds"),
-        ("at 2001-01-01T00:00:00Z", "Scheduled time is in the past: 2001-01-01T00:00:00Z"),
+        (
+            "at 2001-01-01T00:00:00Z",
+            "Scheduled time is in the past: 2001-01-01T00:00:00Z",
+        ),
     ] {
         let r = add(when, "x");
-        assert_eq!((r.code, r.stderr.trim_end()), (1, format!("Error: {error}").as_str()));
+        assert_eq!(
+            (r.code, r.stderr.trim_end()),
+            (1, format!("Error: {error}").as_str())
+        );
     }
     let r = add("0 9 * * 1-5", "weekday standup");
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -239,19 +270,43 @@ fn schedule_add_list_and_remove_the_jobs_of_a_stored_session() {
     assert_eq!(r.code, 0);
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{}", r.stdout);
-    assert!(lines[0].starts_with(&format!("{id}  active  session {SESSION_ID}  every 10m, next at ")));
-    assert!(lines[0].ends_with("ran 0 time(s): -- check the <build>"), "{}", lines[0]);
+    assert!(lines[0].starts_with(&format!(
+        "{id}  active  session {SESSION_ID}  every 10m, next at "
+    )));
+    assert!(
+        lines[0].ends_with("ran 0 time(s): -- check the <build>"),
+        "{}",
+        lines[0]
+    );
     assert!(lines[1].contains("0 9 * * 1-5") && lines[1].ends_with("weekday standup"));
     // Named by its id prefix, the same.
-    let r = run_in(&dir, &["schedule", "list", "0193", "--session-dir", "sessions"], &[]);
+    let r = run_in(
+        &dir,
+        &["schedule", "list", "0193", "--session-dir", "sessions"],
+        &[],
+    );
     assert_eq!(r.stdout.lines().count(), 2);
 
-    let r = run_in(&dir, &["schedule", "remove", &id, "--session-dir", "sessions"], &[]);
-    assert_eq!((r.code, r.stdout.clone()), (0, format!("Removed {id} from session {SESSION_ID}\n")));
+    let r = run_in(
+        &dir,
+        &["schedule", "remove", &id, "--session-dir", "sessions"],
+        &[],
+    );
+    assert_eq!(
+        (r.code, r.stdout.clone()),
+        (0, format!("Removed {id} from session {SESSION_ID}\n"))
+    );
     assert_eq!(stored_jobs(&dir).len(), 1);
-    let r = run_in(&dir, &["schedule", "remove", &id, "--session-dir", "sessions"], &[]);
+    let r = run_in(
+        &dir,
+        &["schedule", "remove", &id, "--session-dir", "sessions"],
+        &[],
+    );
     assert_eq!(r.code, 1);
-    assert_eq!(r.stderr, format!("Error: No scheduled job with id \"{id}\"\n"));
+    assert_eq!(
+        r.stderr,
+        format!("Error: No scheduled job with id \"{id}\"\n")
+    );
 
     // The session file itself is untouched.
     let original = std::fs::read_to_string(fixture("cli/session.jsonl")).unwrap();
@@ -283,6 +338,10 @@ fn upstream_flags_exit_with_their_reason_before_reading_stdin() {
     ];
     for (args, want) in cases {
         let r = run_in(&dir, args, &[]);
-        assert_eq!((r.code, r.stderr.as_str(), r.stdout.as_str()), (1, *want, ""), "{args:?}");
+        assert_eq!(
+            (r.code, r.stderr.as_str(), r.stdout.as_str()),
+            (1, *want, ""),
+            "{args:?}"
+        );
     }
 }

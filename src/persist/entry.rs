@@ -241,6 +241,10 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
                 ReasoningBlock::ResponsesItem { model, item } => json!({
                     "type": "primeAgentResponsesItem", "model": model, "item": item,
                 }),
+                // A Gemini reply part with its thought signature, for the model that made it.
+                ReasoningBlock::GeminiPart { model, part } => json!({
+                    "type": "primeAgentGeminiPart", "model": model, "part": part,
+                }),
             });
         }
     }
@@ -273,7 +277,9 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
         .iter()
         .filter_map(|b| match b {
             ReasoningBlock::Signed { thinking, .. } => Some(thinking.as_str()),
-            ReasoningBlock::Redacted { .. } | ReasoningBlock::ResponsesItem { .. } => None,
+            ReasoningBlock::Redacted { .. }
+            | ReasoningBlock::ResponsesItem { .. }
+            | ReasoningBlock::GeminiPart { .. } => None,
         })
         .collect();
     if !m.reasoning_blocks.is_empty() && signed != m.thinking {
@@ -367,6 +373,10 @@ fn parse_assistant(v: &Value) -> AssistantMessage {
                     item: b["item"].clone(),
                 })
             }
+            Some("primeAgentGeminiPart") => m.reasoning_blocks.push(ReasoningBlock::GeminiPart {
+                model: s("model"),
+                part: b["part"].clone(),
+            }),
             Some("toolCall") => m.tool_calls.push(ToolCall {
                 id: s("id"),
                 name: s("name"),
@@ -466,6 +476,10 @@ mod tests {
                 ReasoningBlock::ResponsesItem {
                     model: "gpt-5".into(),
                     item: json!({"type": "reasoning", "encrypted_content": "e"}),
+                },
+                ReasoningBlock::GeminiPart {
+                    model: "gemini-3-pro".into(),
+                    part: json!({"functionCall": {"name": "t", "args": {}}, "thoughtSignature": "c2ln"}),
                 },
             ],
             tool_calls: vec![],

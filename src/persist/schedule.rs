@@ -460,7 +460,8 @@ impl Jobs {
     /// Drops the oldest finished jobs beyond `KEEP_INACTIVE` (the user's finished
     /// heartbeats at once: `/heartbeat` shows only the live one).
     fn prune(&mut self) {
-        self.jobs.retain(|j| j.live() || j.source != Source::Heartbeat);
+        self.jobs
+            .retain(|j| j.live() || j.source != Source::Heartbeat);
         let inactive = self.jobs.iter().filter(|j| !j.live()).count();
         let mut drop = inactive.saturating_sub(KEEP_INACTIVE);
         self.jobs.retain(|j| {

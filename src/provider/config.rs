@@ -443,7 +443,7 @@ mod tests {
                        "models": [{"id": "gpt-5.4-pro", "api": "openai-responses"}]},
             "local": {"baseUrl": "http://127.0.0.1:1/v1", "api": "openai-responses",
                       "models": [{"id": "gpt-oss"}, {"id": "old", "api": "openai-completions"},
-                                 {"id": "odd", "api": "google-generative-ai"}]}
+                                 {"id": "odd", "api": "bedrock-converse-stream"}]}
         }}))
         .expect("merge");
         let api = |p: &str, m: &str| select(&r, Some(p), Some(m), &none).map(|s| s.api);
@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(api("local", "old"), Ok(Api::OpenAiCompletions));
         assert_eq!(
             api("local", "odd"),
-            Err("Provider \"local\" uses API \"google-generative-ai\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages).".into())
+            Err("Provider \"local\" uses API \"bedrock-converse-stream\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses).".into())
         );
     }
 
@@ -515,7 +515,7 @@ mod tests {
     #[test]
     fn unsupported_api_is_an_error_only_when_chosen() {
         let mut r = Registry::builtin();
-        r.merge_models_json(&json!({"providers":{"g":{"baseUrl":"http://x","api":"google-generative-ai","models":[{"id":"m"}]}}}))
+        r.merge_models_json(&json!({"providers":{"g":{"baseUrl":"http://x","api":"mistral-conversations","models":[{"id":"m"}]}}}))
             .expect("merge");
         assert!(select(&r, Some("g"), None, &none)
             .unwrap_err()

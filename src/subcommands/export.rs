@@ -14,8 +14,8 @@ use crate::provider::Message;
 
 pub(super) fn export(store: &Store, session: &str, out: Option<&Path>) -> Result<String, String> {
     let path = store.resolve(session)?;
-    let loaded = persist::load(&path)
-        .map_err(|e| format!("Cannot read session {}: {e}", path.display()))?;
+    let loaded =
+        persist::load(&path).map_err(|e| format!("Cannot read session {}: {e}", path.display()))?;
     let out: PathBuf = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from(format!("{}.html", loaded.header.id)));
@@ -47,15 +47,12 @@ pub(super) fn escape(text: &str) -> String {
 /// An image as an `<img>` with a data URI, when its type and data are what they claim (a
 /// hand-edited file cannot smuggle markup through either).
 fn image_html(image: &Image) -> String {
-    let mime_ok = image
-        .mime_type
-        .strip_prefix("image/")
-        .is_some_and(|sub| {
-            !sub.is_empty()
-                && sub
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
-        });
+    let mime_ok = image.mime_type.strip_prefix("image/").is_some_and(|sub| {
+        !sub.is_empty()
+            && sub
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+    });
     let data_ok = image
         .data
         .chars()
@@ -139,7 +136,10 @@ fn message_html(out: &mut String, m: &Message, details: Option<&Value>) {
             is_error,
             images,
         } => {
-            let mut body = format!("<p class=\"note\">call <code>{}</code></p>", escape(call_id));
+            let mut body = format!(
+                "<p class=\"note\">call <code>{}</code></p>",
+                escape(call_id)
+            );
             body.push_str(&pre(text));
             body.extend(images.iter().map(image_html));
             if let Some(d) = details.filter(|d| !d.is_null()) {
@@ -220,7 +220,11 @@ pub(crate) fn render(loaded: &Loaded) -> String {
                 );
             }
             EntryKind::ThinkingLevelChange(level) => {
-                let _ = writeln!(body, "<p class=\"note\">Thinking level: {}</p>", escape(level));
+                let _ = writeln!(
+                    body,
+                    "<p class=\"note\">Thinking level: {}</p>",
+                    escape(level)
+                );
             }
             EntryKind::SessionInfo { name } => {
                 let _ = writeln!(body, "<p class=\"note\">Title: {}</p>", escape(name));

@@ -198,7 +198,13 @@ fn usage_line(usage: &str, sub: &str) -> String {
         .lines()
         .map(|l| l.trim_start_matches("Usage:").trim())
         .find(|l| l.split_whitespace().nth(2) == Some(sub))
-        .unwrap_or_else(|| usage.lines().next().unwrap_or("").trim_start_matches("Usage: "))
+        .unwrap_or_else(|| {
+            usage
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("Usage: ")
+        })
         .to_owned()
 }
 
@@ -221,7 +227,12 @@ pub(crate) fn run(sub: &Subcommand, out: &mut dyn Write) -> Result<u8, String> {
             when,
             prompt,
             session_dir,
-        } => schedule::add(&store(&agent_dir, session_dir.as_deref()), session, when, prompt)?,
+        } => schedule::add(
+            &store(&agent_dir, session_dir.as_deref()),
+            session,
+            when,
+            prompt,
+        )?,
         Subcommand::ScheduleList {
             session,
             all,
@@ -322,7 +333,15 @@ mod tests {
     #[test]
     fn schedule_forms() {
         assert_eq!(
-            p(&["schedule", "add", "abc", "every 10m", "--", "--check", "the build"]),
+            p(&[
+                "schedule",
+                "add",
+                "abc",
+                "every 10m",
+                "--",
+                "--check",
+                "the build"
+            ]),
             Ok(Some(Subcommand::ScheduleAdd {
                 session: "abc".into(),
                 when: "every 10m".into(),

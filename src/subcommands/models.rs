@@ -58,7 +58,9 @@ pub(super) fn render(
     }
     let mut rows: Vec<[String; 6]> = models
         .iter()
-        .filter(|(p, m)| pattern.is_none_or(|pat| fuzzy_match(pat, &format!("{} {}", p.name, m.id))))
+        .filter(|(p, m)| {
+            pattern.is_none_or(|pat| fuzzy_match(pat, &format!("{} {}", p.name, m.id)))
+        })
         .map(|(p, m)| {
             let yes = |b: bool| if b { "yes" } else { "no" }.to_owned();
             [
@@ -75,7 +77,10 @@ pub(super) fn render(
         return format!("No models matching \"{}\"\n", pattern.unwrap_or(""));
     }
     rows.sort();
-    let header = ["provider", "model", "context", "max-out", "thinking", "images"].map(String::from);
+    let header = [
+        "provider", "model", "context", "max-out", "thinking", "images",
+    ]
+    .map(String::from);
     let mut widths = [0usize; 6];
     for row in std::iter::once(&header).chain(&rows) {
         for (w, cell) in widths.iter_mut().zip(row) {

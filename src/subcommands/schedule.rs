@@ -38,7 +38,9 @@ fn jobs_of(store: &Store, loaded: &Loaded) -> Jobs {
 pub(super) fn add(store: &Store, arg: &str, when: &str, prompt: &str) -> Result<String, String> {
     let loaded = session(store, arg)?;
     let mut jobs = jobs_of(store, &loaded);
-    let job = jobs.add_scheduled(when, prompt, schedule::now_ms())?.clone();
+    let job = jobs
+        .add_scheduled(when, prompt, schedule::now_ms())?
+        .clone();
     store.write_jobs(&loaded.header.id, &jobs.to_json())?;
     Ok(format!(
         "Scheduled {} for session {}: {}\n",
@@ -105,10 +107,7 @@ pub(super) fn remove(store: &Store, id: &str) -> Result<String, String> {
         let mut jobs = jobs_of(store, &loaded);
         if jobs.remove(id).is_some() {
             store.write_jobs(&loaded.header.id, &jobs.to_json())?;
-            return Ok(format!(
-                "Removed {id} from session {}\n",
-                loaded.header.id
-            ));
+            return Ok(format!("Removed {id} from session {}\n", loaded.header.id));
         }
     }
     Err(format!("No scheduled job with id \"{id}\""))
