@@ -11,6 +11,7 @@ mod config_options;
 mod demo;
 mod faults;
 mod fuzz;
+mod gemini;
 mod goals;
 mod headless;
 mod heartbeats;
