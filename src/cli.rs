@@ -13,6 +13,9 @@ Usage: prime-agent [--mode acp] [options]
        prime-agent -p [options] \"<prompt>\"           (print the final answer)
        prime-agent --mode json [options] \"<prompt>\"  (print every update as JSON lines)
        The prompt may come on stdin instead; exit code 0 end_turn, 1 failure, 2 limit hit.
+       prime-agent model list [search]                 (the models you have keys for)
+       prime-agent session export <id|path> [out.html] (a stored session as one HTML page)
+       prime-agent schedule add|list|remove ...        (scheduled prompts of stored sessions)
 
 Options:
   --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
@@ -28,6 +31,7 @@ Options:
   --cwd <dir>                        Change to this directory before starting
   -t, --tools <a,b>                  Tools to offer the model (default: all built-in tools)
   -nt, --no-tools                    Offer no tools
+  -nbt, --no-builtin-tools           Offer no built-in tool unless --tools names it
   --system-prompt <text>             Replace the built-in system prompt
   --append-system-prompt <text>      Append text to the system prompt (repeatable)
   -nc, --no-context-files            Do not load AGENTS.md / CLAUDE.md files
@@ -54,6 +58,8 @@ Options:
   --fork <id|path>                   The next session/new continues a copy of this session
   --offline                          Make no network request except model calls
   --daemon-socket <path>             Accepted for compatibility and ignored (no daemon)
+  --verbose                          Log at info level on stderr (unless RUST_LOG is set)
+  --                                 End of options: what follows is the prompt
   -h, --help                         Show this help
   -v, --version                      Show the version
 

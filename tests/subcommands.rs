@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::support::sessions;
 use crate::support::*;
 
 const SESSION_ID: &str = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
@@ -344,4 +345,69 @@ fn upstream_flags_exit_with_their_reason_before_reading_stdin() {
             "{args:?}"
         );
     }
+}
+
+#[test]
+fn a_job_scheduled_from_the_command_line_fires_when_its_session_is_open_again() {
+    let dir = TempDir::new("schedule-fires");
+    let first = dir
+        .write("first.jsonl", "{\"steps\":[{\"text\":\"noted\"}]}\n")
+        .display()
+        .to_string();
+    let mut a = sessions::in_dir(&dir, &first, &[], &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("remember me"), "end_turn");
+    a.close_stdin();
+    assert!(a.finish().success());
+
+    let r = run_in(
+        &dir,
+        &[
+            "schedule",
+            "add",
+            &sid,
+            "in 1m",
+            "--session-dir",
+            "sessions",
+            "--",
+            "CLI JOB",
+        ],
+        &[],
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+
+    // Continued with the schedule clock 60 times faster: the minute passes in about a second
+    // and the job runs as the session's own unsolicited turn.
+    let second = dir
+        .write(
+            "second.jsonl",
+            "{\"steps\":[{\"expect\":[\"CLI JOB\"]},{\"text\":\"fired from the CLI\"}]}\n",
+        )
+        .display()
+        .to_string();
+    let mut b = sessions::in_dir(
+        &dir,
+        &second,
+        &["-c"],
+        &[("PRIME_AGENT_SCHEDULE_TIME_SCALE", "60")],
+    );
+    assert_eq!(b.handshake(), sid);
+    let done = b.wait_for("the scheduled turn", |f| {
+        f["params"]["update"]["content"]["text"] == "fired from the CLI"
+    });
+    assert_eq!(ns(&done["params"]["update"])["promptTurnId"], 0);
+    b.close_stdin();
+    assert!(b.finish().success());
+
+    let r = run_in(
+        &dir,
+        &["schedule", "list", "--all", "--session-dir", "sessions"],
+        &[],
+    );
+    assert_eq!(r.code, 0);
+    assert!(
+        r.stdout.contains("  completed  ") && r.stdout.contains("ran 1 time(s): CLI JOB"),
+        "{}",
+        r.stdout
+    );
 }
