@@ -247,3 +247,27 @@ fn azure_errors_and_a_missing_endpoint() {
     );
     assert!(server.posts().is_empty());
 }
+
+#[test]
+fn kimi_coding_speaks_messages_with_its_key_and_the_user_agent_its_server_wants() {
+    let server = LlmServer::start(vec![Canned::sse("anthropic-text.sse")]);
+    let dir = TempDir::new("kimi");
+    let url = server.url();
+    let args = [
+        "--model",
+        "kimi-coding/kimi-for-coding",
+        "--base-url",
+        url.as_str(),
+        "--no-session",
+        "--offline",
+        "--no-context-files",
+    ];
+    let mut a = spawn_plain_env(&args, &dir, &[("KIMI_API_KEY", "kimi-key")]);
+    let r = ask(&mut a, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let reqs = server.posts();
+    assert_eq!(reqs[0].path, "/v1/messages");
+    assert_eq!(reqs[0].header("x-api-key"), Some("kimi-key"));
+    assert_eq!(reqs[0].header("user-agent"), Some("KimiCLI/1.5"));
+    assert_eq!(reqs[0].body["model"], "kimi-for-coding");
+}
