@@ -40,6 +40,7 @@ mod spawn;
 mod stop_reason;
 mod subagents;
 mod subcommands;
+mod time;
 mod tools;
 mod transport;
 mod turn;

@@ -396,6 +396,18 @@ fn a_job_scheduled_from_the_command_line_fires_when_its_session_is_open_again() 
         f["params"]["update"]["content"]["text"] == "fired from the CLI"
     });
     assert_eq!(ns(&done["params"]["update"])["promptTurnId"], 0);
+    // While an agent has the session open, its jobs are that agent's to change.
+    let r = run_in(
+        &dir,
+        &["schedule", "add", &sid, "in 1h", "--session-dir", "sessions", "--", "later"],
+        &[],
+    );
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains(&format!("Session {sid} is open in another prime-agent process")),
+        "{}",
+        r.stderr
+    );
     b.close_stdin();
     assert!(b.finish().success());
 

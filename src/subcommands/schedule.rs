@@ -6,8 +6,8 @@
 
 use std::fmt::Write as _;
 
-use crate::persist::schedule::{self, Job, Jobs, Owner};
-use crate::persist::{self, Loaded, Store};
+use crate::persist::schedule::{Job, Jobs, Owner};
+use crate::persist::{self, Claim, Loaded, Store};
 
 /// The session `arg` names, loaded (for its id, cwd and file).
 fn session(store: &Store, arg: &str) -> Result<Loaded, String> {
@@ -15,11 +15,16 @@ fn session(store: &Store, arg: &str) -> Result<Loaded, String> {
     persist::load(&path).map_err(|e| format!("Cannot read session {}: {e}", path.display()))
 }
 
+/// The session's claim for the time of a change, or why another process has it.
+fn claim(loaded: &Loaded) -> Result<Claim, String> {
+    Claim::take(&loaded.path).map_err(|e| e.text(&loaded.header.id))
+}
+
 /// A session's stored jobs, with the session's fields for the records.
 fn jobs_of(store: &Store, loaded: &Loaded) -> Jobs {
     let mut jobs = store
         .load_jobs(&loaded.header.id)
-        .map(|v| Jobs::from_json(&v, schedule::now_ms()))
+        .map(|v| Jobs::from_json(&v, crate::time::schedule_now_ms()))
         .unwrap_or_default();
     jobs.owner = Owner {
         session_id: loaded.header.id.clone(),
@@ -37,9 +42,10 @@ fn jobs_of(store: &Store, loaded: &Loaded) -> Jobs {
 
 pub(super) fn add(store: &Store, arg: &str, when: &str, prompt: &str) -> Result<String, String> {
     let loaded = session(store, arg)?;
+    let _claim = claim(&loaded)?;
     let mut jobs = jobs_of(store, &loaded);
     let job = jobs
-        .add_scheduled(when, prompt, schedule::now_ms())?
+        .add_scheduled(when, prompt, crate::time::schedule_now_ms())?
         .clone();
     store.write_jobs(&loaded.header.id, &jobs.to_json())?;
     Ok(format!(
@@ -53,7 +59,7 @@ pub(super) fn add(store: &Store, arg: &str, when: &str, prompt: &str) -> Result<
 /// `<expression>, next at <time>` (or why it never runs again).
 fn describe(j: &Job) -> String {
     let next = match (j.status.as_str(), j.next_run_ms) {
-        ("active", Some(t)) => format!("next at {}", persist::iso_of_millis(t)),
+        ("active", Some(t)) => format!("next at {}", crate::time::iso_of_millis(t)),
         ("paused", _) => "paused".to_owned(),
         (status, _) => status.to_owned(),
     };
@@ -104,8 +110,12 @@ pub(super) fn remove(store: &Store, id: &str) -> Result<String, String> {
         let Ok(loaded) = persist::load(&summary.path) else {
             continue;
         };
-        let mut jobs = jobs_of(store, &loaded);
-        if jobs.remove(id).is_some() {
+        let jobs = jobs_of(store, &loaded);
+        if jobs.jobs.iter().any(|j| j.id == id) {
+            let _claim = claim(&loaded)?;
+            // Read again under the claim: the agent that just let go may have saved.
+            let mut jobs = jobs_of(store, &loaded);
+            jobs.remove(id);
             store.write_jobs(&loaded.header.id, &jobs.to_json())?;
             return Ok(format!("Removed {id} from session {}\n", loaded.header.id));
         }
