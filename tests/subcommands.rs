@@ -399,12 +399,23 @@ fn a_job_scheduled_from_the_command_line_fires_when_its_session_is_open_again() 
     // While an agent has the session open, its jobs are that agent's to change.
     let r = run_in(
         &dir,
-        &["schedule", "add", &sid, "in 1h", "--session-dir", "sessions", "--", "later"],
+        &[
+            "schedule",
+            "add",
+            &sid,
+            "in 1h",
+            "--session-dir",
+            "sessions",
+            "--",
+            "later",
+        ],
         &[],
     );
     assert_eq!(r.code, 1);
     assert!(
-        r.stderr.contains(&format!("Session {sid} is open in another prime-agent process")),
+        r.stderr.contains(&format!(
+            "Session {sid} is open in another prime-agent process"
+        )),
         "{}",
         r.stderr
     );

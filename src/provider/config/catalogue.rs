@@ -43,6 +43,9 @@ pub(crate) struct Compat {
     pub supports_developer_role: bool,
     pub supports_reasoning_effort: bool,
     pub supports_store: bool,
+    /// Assistant messages carry their reasoning back as `reasoning_content` (DeepSeek's
+    /// thinking mode refuses a tool-call turn without it).
+    pub reasoning_content_on_assistant: bool,
 }
 
 impl Default for Compat {
@@ -52,6 +55,7 @@ impl Default for Compat {
             supports_developer_role: false,
             supports_reasoning_effort: true,
             supports_store: false,
+            reasoning_content_on_assistant: false,
         }
     }
 }
@@ -72,6 +76,9 @@ impl Compat {
         }
         if let Some(b) = flag("supportsStore") {
             self.supports_store = b;
+        }
+        if let Some(b) = flag("requiresReasoningContentOnAssistantMessages") {
+            self.reasoning_content_on_assistant = b;
         }
         self
     }
@@ -169,12 +176,14 @@ const OPENAI_COMPAT: Compat = Compat {
     supports_developer_role: false,
     supports_reasoning_effort: true,
     supports_store: false,
+    reasoning_content_on_assistant: false,
 };
 const MAX_TOKENS_NO_EFFORT: Compat = Compat {
     max_tokens_field: true,
     supports_developer_role: false,
     supports_reasoning_effort: false,
     supports_store: false,
+    reasoning_content_on_assistant: false,
 };
 
 /// Built-in models called through the Responses API rather than their provider's Chat
@@ -218,6 +227,7 @@ const BUILTINS: &[Builtin] = &[
             supports_developer_role: true,
             supports_reasoning_effort: true,
             supports_store: true,
+            reasoning_content_on_assistant: false,
         },
         headers: &[],
         models: &[
@@ -255,7 +265,10 @@ const BUILTINS: &[Builtin] = &[
         base_url: "https://api.deepseek.com",
         api: "openai-completions",
         env: &["DEEPSEEK_API_KEY"],
-        compat: MAX_TOKENS_NO_EFFORT,
+        compat: Compat {
+            reasoning_content_on_assistant: true,
+            ..MAX_TOKENS_NO_EFFORT
+        },
         headers: &[],
         models: &[("deepseek-v4-pro", true, 128_000, 32_000, false)],
     },
