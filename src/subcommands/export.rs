@@ -71,9 +71,9 @@ fn image_html(image: &Image) -> String {
 }
 
 fn block(out: &mut String, class: &str, title: &str, body: &str) {
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<section class=\"{class}\"><h2>{}</h2>{body}</section>\n",
+        "<section class=\"{class}\"><h2>{}</h2>{body}</section>",
         escape(title)
     );
 }
@@ -171,9 +171,9 @@ pub(crate) fn render(loaded: &Loaded) -> String {
         .title()
         .unwrap_or_else(|| format!("Session {}", h.id));
     let mut body = String::new();
-    let _ = write!(
+    let _ = writeln!(
         body,
-        "<header><h1>{}</h1><p>Session <code>{}</code>, started {}, in <code>{}</code>{}</p></header>\n",
+        "<header><h1>{}</h1><p>Session <code>{}</code>, started {}, in <code>{}</code>{}</p></header>",
         escape(&title),
         escape(&h.id),
         escape(&h.timestamp),
