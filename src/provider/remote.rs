@@ -160,6 +160,8 @@ fn window_field(entry: &Value) -> Option<u64> {
         "context_length",
         "context_window",
         "max_context_length",
+        // Gemini's `GET /models`.
+        "inputTokenLimit",
     ]
     .iter()
     .find_map(|k| entry.get(*k).and_then(Value::as_u64))
@@ -176,7 +178,10 @@ pub(crate) fn window_from_models(v: &Value, model: &str) -> Option<u64> {
         .as_array()?;
     let entry = list
         .iter()
-        .find(|e| e.get("id").and_then(Value::as_str) == Some(model))
+        .find(|e| {
+            e.get("id").and_then(Value::as_str) == Some(model)
+                || e.get("name").and_then(Value::as_str) == Some(&format!("models/{model}"))
+        })
         .or_else(|| (list.len() == 1).then(|| &list[0]))?;
     window_field(entry)
 }
@@ -375,6 +380,10 @@ mod tests {
         let silent = json!({"data": [{"id": "o", "owned_by": "ollama"}]});
         assert_eq!(window_from_models(&silent, "o"), None);
         assert_eq!(window_from_models(&json!({"data": "x"}), "o"), None);
+        let gemini = json!({"models": [
+            {"name": "models/gemini-a", "inputTokenLimit": 1048576},
+            {"name": "models/gemini-b", "inputTokenLimit": 32768}]});
+        assert_eq!(window_from_models(&gemini, "gemini-b"), Some(32768));
         let props = json!({"default_generation_settings": {"n_ctx": 4096}});
         assert_eq!(window_from_props(&props), Some(4096));
         assert_eq!(window_from_props(&json!({"n_ctx": 2048})), Some(2048));
