@@ -196,3 +196,29 @@ fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
     }
     Ok(ToolChoice::Only(list.clone()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_builtin_tools_leaves_only_what_tools_names() {
+        let cfg = |nbt: bool, tools: Option<&[&str]>| Config {
+            no_builtin_tools: nbt,
+            tools: tools.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            ..Config::default()
+        };
+        assert!(matches!(
+            tool_choice(&cfg(true, None)),
+            Ok(ToolChoice::None)
+        ));
+        assert!(matches!(
+            tool_choice(&cfg(false, None)),
+            Ok(ToolChoice::All)
+        ));
+        match tool_choice(&cfg(true, Some(&["bash"]))) {
+            Ok(ToolChoice::Only(list)) => assert_eq!(list, ["bash"]),
+            _ => panic!("--tools wins over -nbt"),
+        }
+    }
+}
