@@ -137,11 +137,12 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
     let usage_error = || format!("Usage: {}", usage_line(usage, sub));
     let parsed = match (word.as_str(), sub.as_str()) {
         ("model", _) => {
-            if operands.len() > 1 || end < rest.len() {
+            if end < rest.len() {
                 return Err(usage_error());
             }
+            // `model list gem pro` searches for both words, as `model list "gem pro"` does.
             Subcommand::ModelList {
-                pattern: operands.pop(),
+                pattern: (!operands.is_empty()).then(|| operands.join(" ")),
             }
         }
         ("session", _) => {
@@ -284,6 +285,12 @@ mod tests {
             }))
         );
         assert_eq!(
+            p(&["model", "list", "gem", "pro"]),
+            Ok(Some(Subcommand::ModelList {
+                pattern: Some("gem pro".into())
+            }))
+        );
+        assert_eq!(
             p(&["model", "list", "--help"]),
             Ok(Some(Subcommand::Help(MODEL_USAGE)))
         );
@@ -301,7 +308,7 @@ mod tests {
                 "Unknown model command: show. Usage: prime-agent model list [search]",
             ),
             (
-                &["model", "list", "a", "b"],
+                &["model", "list", "--", "x"],
                 "Usage: prime-agent model list [search]",
             ),
             (
