@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::llm_server::{Canned, LlmServer};
+use crate::support::llm_server::{Canned, End, LlmServer};
 use crate::support::model::*;
 use crate::support::*;
 
@@ -201,6 +201,10 @@ fn azure_responses_go_to_the_deployment_with_the_api_key_header_and_replay_reaso
     let r = ask(&mut a, "run the check");
     assert_eq!(stop_reason(&r), "end_turn", "{r}");
     assert_eq!(a.text(), "I'll run it.It printed responses-ok. Wörld ✓");
+    assert_eq!(
+        thoughts(&a),
+        "**Planning the check**\n\nI should run the command.\n\nThen report."
+    );
     let reqs = server.posts();
     assert_eq!(reqs.len(), 2);
     assert_eq!(
@@ -270,4 +274,54 @@ fn kimi_coding_speaks_messages_with_its_key_and_the_user_agent_its_server_wants(
     assert_eq!(reqs[0].header("x-api-key"), Some("kimi-key"));
     assert_eq!(reqs[0].header("user-agent"), Some("KimiCLI/1.5"));
     assert_eq!(reqs[0].body["model"], "kimi-for-coding");
+}
+
+#[test]
+fn cancel_during_a_gemini_stream_answers_cancelled_and_closes_the_socket() {
+    let (server, mut a, _dir) = gemini(
+        vec![Canned::sse("gemini-partial.sse").ending(End::Stall)],
+        "gemini-2.5-flash",
+    );
+    a.handshake();
+    let id = a.prompt("hi");
+    a.wait_for("the first delta", |f| {
+        f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    a.cancel();
+    let r = a.response(&id);
+    assert_eq!(r["result"], json!({"stopReason": "cancelled"}), "{r}");
+    assert!(
+        server.wait_closed(TIMEOUT),
+        "the server sees the connection closed"
+    );
+    assert_eq!(a.text(), "Partial answer");
+}
+
+#[test]
+fn a_gemini_stream_that_ends_without_a_finish_reason_fails_without_a_retry() {
+    let (server, mut a, _dir) = gemini(vec![Canned::sse("gemini-partial.sse")], "gemini-2.5-flash");
+    let details = failure(&ask(&mut a, "hi"));
+    assert!(details.contains("ended before"), "{details}");
+    assert_eq!(a.text(), "Partial answer");
+    assert_eq!(
+        server.posts().len(),
+        1,
+        "no retry once deltas were streamed"
+    );
+}
+
+#[test]
+fn a_gemini_429_is_retried_and_the_second_attempt_answers() {
+    let (server, mut a, _dir) = gemini(
+        vec![
+            Canned::error(429, "error-429.json"),
+            Canned::sse("gemini-after-tool.sse"),
+        ],
+        "gemini-2.5-flash",
+    );
+    let r = ask(&mut a, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(a.text(), "It printed gemini-ok. Wörld ✓");
+    assert_eq!(server.posts().len(), 2);
+    assert!(stderr_eventually(&a, "retry 1/3"));
 }
