@@ -5,7 +5,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 BIN := target/release/prime-agent
 STATIC_BIN := target/$(MUSL_TARGET)/release/prime-agent
 
-.PHONY: build release startup-order test test-deps static-smoke static-setup image demo static lint fmt fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test test-deps static-smoke static-setup image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -71,9 +71,16 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## Regenerate expected transcripts from the current binary (review the diff!).
+## Regenerate expected transcripts and subcommand outputs (fixtures/cli/) from the current
+## binary (review the diff!).
 fixtures:
 	UPDATE_FIXTURES=1 $(CARGO) test --test integration transcripts
+	UPDATE_FIXTURES=1 $(CARGO) test --test integration subcommands::
+
+## The subcommands (`model list`, `session export`, `schedule`) against fixtures/cli/; part of
+## `make test` too (tests/subcommands.rs).
+cli-fixtures:
+	$(CARGO) test --test integration subcommands::
 
 ## Benchmarks over stdio against the release binary: prints a table, writes target/bench.json.
 ## Regenerates scripts/startup.order (see build.rs) from an unstripped release binary run under

@@ -21,7 +21,7 @@ use crate::tools::{KernelEnv, PythonSkill, ToolChoice};
 use crate::turn::Agent;
 
 /// The agent directory: `PRIME_AGENT_CODING_AGENT_DIR`, else `~/.prime/agent`.
-fn agent_dir() -> PathBuf {
+pub(crate) fn agent_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PRIME_AGENT_CODING_AGENT_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
@@ -253,7 +253,8 @@ fn build_provider(
 }
 
 fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
-    if cfg.no_tools {
+    // `-nbt` leaves only the tools `--tools` names (MCP tools are not built-ins and stay).
+    if cfg.no_tools || (cfg.no_builtin_tools && cfg.tools.is_none()) {
         return Ok(ToolChoice::None);
     }
     let Some(list) = &cfg.tools else {
@@ -269,4 +270,30 @@ fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
         ));
     }
     Ok(ToolChoice::Only(list.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_builtin_tools_leaves_only_what_tools_names() {
+        let cfg = |nbt: bool, tools: Option<&[&str]>| Config {
+            no_builtin_tools: nbt,
+            tools: tools.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            ..Config::default()
+        };
+        assert!(matches!(
+            tool_choice(&cfg(true, None)),
+            Ok(ToolChoice::None)
+        ));
+        assert!(matches!(
+            tool_choice(&cfg(false, None)),
+            Ok(ToolChoice::All)
+        ));
+        match tool_choice(&cfg(true, Some(&["bash"]))) {
+            Ok(ToolChoice::Only(list)) => assert_eq!(list, ["bash"]),
+            _ => panic!("--tools wins over -nbt"),
+        }
+    }
 }

@@ -379,6 +379,10 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
                 ReasoningBlock::ResponsesItem { model, item } => json!({
                     "type": "primeAgentResponsesItem", "model": model, "item": item,
                 }),
+                // A Gemini reply part with its thought signature, for the model that made it.
+                ReasoningBlock::GeminiPart { model, part } => json!({
+                    "type": "primeAgentGeminiPart", "model": model, "part": part,
+                }),
             });
         }
     }
@@ -411,7 +415,9 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
         .iter()
         .filter_map(|b| match b {
             ReasoningBlock::Signed { thinking, .. } => Some(thinking.as_str()),
-            ReasoningBlock::Redacted { .. } | ReasoningBlock::ResponsesItem { .. } => None,
+            ReasoningBlock::Redacted { .. }
+            | ReasoningBlock::ResponsesItem { .. }
+            | ReasoningBlock::GeminiPart { .. } => None,
         })
         .collect();
     if !m.reasoning_blocks.is_empty() && signed != m.thinking {
@@ -505,6 +511,10 @@ fn parse_assistant(v: &Value) -> AssistantMessage {
                     item: b["item"].clone(),
                 })
             }
+            Some("primeAgentGeminiPart") => m.reasoning_blocks.push(ReasoningBlock::GeminiPart {
+                model: s("model"),
+                part: b["part"].clone(),
+            }),
             Some("toolCall") => m.tool_calls.push(ToolCall {
                 id: s("id"),
                 name: s("name"),
@@ -604,6 +614,10 @@ mod tests {
                 ReasoningBlock::ResponsesItem {
                     model: "gpt-5".into(),
                     item: json!({"type": "reasoning", "encrypted_content": "e"}),
+                },
+                ReasoningBlock::GeminiPart {
+                    model: "gemini-3-pro".into(),
+                    part: json!({"functionCall": {"name": "t", "args": {}}, "thoughtSignature": "c2ln"}),
                 },
             ],
             tool_calls: vec![],

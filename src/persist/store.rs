@@ -64,8 +64,15 @@ impl Store {
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
     /// atomically).
     pub(crate) fn save_jobs(&self, session_id: &str, jobs: &Value) {
+        if let Err(e) = self.write_jobs(session_id, jobs) {
+            log::error!("{e}");
+        }
+    }
+
+    /// `save_jobs` that says why it failed (`prime-agent schedule` exits 1 on it).
+    pub(crate) fn write_jobs(&self, session_id: &str, jobs: &Value) -> Result<(), String> {
         let Some(path) = self.jobs_file(session_id) else {
-            return;
+            return Err(format!("\"{session_id}\" cannot name a session"));
         };
         let tmp = path.with_extension("json.tmp");
         let write = || -> std::io::Result<()> {
@@ -80,9 +87,7 @@ impl Store {
             f.sync_data()?;
             fs::rename(&tmp, &path)
         };
-        if let Err(e) = write() {
-            log::error!("cannot store the schedules in {}: {e}", path.display());
-        }
+        write().map_err(|e| format!("cannot store the schedules in {}: {e}", path.display()))
     }
 
     /// A session's stored schedules.
@@ -230,7 +235,7 @@ impl Store {
     }
 
     /// `<id|path>`: a path to a file, else a session id (or a unique id prefix) in the dir.
-    fn resolve(&self, arg: &str) -> Result<PathBuf, String> {
+    pub(crate) fn resolve(&self, arg: &str) -> Result<PathBuf, String> {
         let as_path = Path::new(arg);
         if arg.ends_with(".jsonl") || arg.contains('/') {
             if as_path.is_file() {

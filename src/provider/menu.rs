@@ -54,6 +54,24 @@ impl ModelMenu {
             && (self.credentials.has_key(p) || (p.custom && p.api_key.is_none()))
     }
 
+    /// Every model this build can call of every provider with credentials, in registry order
+    /// (the whole menu, and `prime-agent model list`).
+    pub(crate) fn usable_models(
+        &self,
+    ) -> Vec<(&super::config::ProviderDef, &super::config::ModelDef)> {
+        self.registry
+            .providers
+            .iter()
+            .filter(|p| self.usable(p))
+            .flat_map(|p| {
+                p.models
+                    .iter()
+                    .filter(move |m| Api::parse(m.api_name(p)).is_some())
+                    .map(move |m| (p, m))
+            })
+            .collect()
+    }
+
     /// Every model of every provider with credentials, in registry order (a scoped menu: the
     /// scope's models with credentials, in its order).
     pub(crate) fn models(&self) -> Vec<MenuModel> {
@@ -72,18 +90,13 @@ impl ModelMenu {
     }
 
     fn all_models(&self) -> Vec<MenuModel> {
-        self.registry
-            .providers
-            .iter()
-            .filter(|p| self.usable(p))
-            .flat_map(|p| {
-                let speaks = |m: &&super::config::ModelDef| Api::parse(m.api_name(p)).is_some();
-                p.models.iter().filter(speaks).map(|m| MenuModel {
-                    provider: p.name.clone(),
-                    id: m.id.clone(),
-                    name: m.name.clone(),
-                    reasoning: m.reasoning,
-                })
+        self.usable_models()
+            .into_iter()
+            .map(|(p, m)| MenuModel {
+                provider: p.name.clone(),
+                id: m.id.clone(),
+                name: m.name.clone(),
+                reasoning: m.reasoning,
             })
             .collect()
     }

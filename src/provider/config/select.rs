@@ -13,20 +13,13 @@ pub(crate) struct Selection {
     pub assumed_defaults: bool,
 }
 
-/// There is no `prime-agent model list` in this build (upstream's texts point at one), so the
-/// error names the providers it knows.
-fn unknown_provider(registry: &Registry, name: &str) -> String {
-    let names: Vec<&str> = registry.providers.iter().map(|p| p.name.as_str()).collect();
-    format!(
-        "Unknown provider \"{name}\". Available providers: {}. Add others in models.json.",
-        names.join(", ")
-    )
+/// The spec's texts (behaviour spec §1.1); `prime-agent model list` shows what there is.
+fn unknown_provider(name: &str) -> String {
+    format!("Unknown provider \"{name}\". Use \"prime-agent model list\" to see available providers/models.")
 }
 
 fn unknown_model(id: &str) -> String {
-    format!(
-        "Model \"{id}\" not found. Pass --provider NAME with it to use a model the catalogue does not list, or add it to models.json."
-    )
+    format!("Model \"{id}\" not found. Use \"prime-agent model list\" to see available models.")
 }
 
 /// A model of `p` with this id, or a custom one built from the provider's default model.
@@ -199,9 +192,7 @@ pub(crate) fn select(
 ) -> Result<Selection, String> {
     let (p, m) = match (provider, model) {
         (Some(name), model) => {
-            let p = registry
-                .find(name)
-                .ok_or_else(|| unknown_provider(registry, name))?;
+            let p = registry.find(name).ok_or_else(|| unknown_provider(name))?;
             let m = match model {
                 Some(id) => match p.models.iter().find(|m| m.id == id) {
                     Some(m) => m.clone(),
@@ -261,7 +252,7 @@ pub(crate) fn select(
                 .iter()
                 .find(|p| has_key(p) && p.default_model.is_some())
                 .or_else(|| registry.find("openai"))
-                .ok_or_else(|| unknown_provider(registry, "openai"))?;
+                .ok_or_else(|| unknown_provider("openai"))?;
             let id = p.default_model.clone().unwrap_or_default();
             (p, model_or_custom(p, &id))
         }
