@@ -20,6 +20,7 @@ use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
+use crate::store_worker::{self, ListJob};
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, Local, TurnInput};
 
@@ -62,7 +63,11 @@ impl MainLoop {
                 }
                 return;
             }
-            acp::SESSION_LIST => self.session_list(&params),
+            acp::SESSION_LIST => match self.session_list(id.clone(), &params) {
+                // The worker's answer comes back through the loop.
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
                 Ok(()) => return,
@@ -171,38 +176,23 @@ impl MainLoop {
         Ok((result, session_id))
     }
 
-    /// `session/list`: the stored sessions, newest first, a page at a time.
-    fn session_list(&mut self, params: &Value) -> Result<Value, RpcError> {
-        const PAGE: usize = 50;
+    /// `session/list`: the stored sessions, newest first, a page at a time, read by the
+    /// `session-store` worker (`store_worker.rs`) and answered when it reports back.
+    fn session_list(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
         let (cwd, cursor) = acp::parse_list_sessions(params)?;
-        let rows = self
-            .agent
-            .store
-            .as_ref()
-            .map(|s| s.list())
-            .unwrap_or_default();
-        let Some((rows, next)) = persist::page(&rows, cwd.as_deref(), cursor.as_deref(), PAGE)
-        else {
-            return Err(RpcError::invalid_params(format!(
-                "Invalid session/list cursor: {}",
-                cursor.unwrap_or_default()
-            )));
+        let Some(store) = self.agent.store.clone() else {
+            self.respond(&id, store_worker::empty_page(cursor.as_deref()));
+            return Ok(());
         };
-        let sessions: Vec<Value> = rows
-            .into_iter()
-            .map(|s| {
-                let mut v = json!({ "sessionId": s.id, "cwd": s.cwd, "updatedAt": s.updated_at });
-                if let Some(t) = s.title {
-                    v["title"] = json!(t);
-                }
-                v
-            })
-            .collect();
-        let mut result = json!({ "sessions": sessions });
-        if let Some(next) = next {
-            result["nextCursor"] = json!(next);
-        }
-        Ok(result)
+        self.list_sessions(
+            store,
+            ListJob {
+                request: id,
+                cwd,
+                cursor,
+            },
+        );
+        Ok(())
     }
 
     /// Opens a session, new or continued from `resumed`, and builds the `session/new` answer.

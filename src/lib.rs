@@ -40,6 +40,7 @@ mod setup;
 mod skills;
 mod spawn;
 mod stop_reason;
+mod store_worker;
 mod subagents;
 mod time;
 mod tools;

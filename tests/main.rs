@@ -16,6 +16,7 @@ mod headless;
 mod heartbeats;
 mod kernel;
 mod kernel_state;
+mod listing;
 mod mcp;
 mod owners;
 mod permissions;
