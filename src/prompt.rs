@@ -41,7 +41,7 @@ const KERNEL_API: &str = "\
 # The ipython kernel
 Your `ipython` tool runs cells in one persistent Python kernel: variables, imports and loaded data stay between calls. Use plain Python (`open`, `pathlib`, `subprocess`) for files and processes.
 - `%%bash` must be the very first line of a cell to run the rest as a shell script. Each such cell is a fresh subshell, so `cd` and `export` do not carry over; `os.chdir` and `os.environ` in Python do.
-- Run the project's code, tests and tools through the project's own environment (a `%%bash` cell with its venv or tool chain); do not install its dependencies into the kernel. `uv pip install <pkg>` adds a package to the kernel itself.
+- Run the project's code, tests and tools through the project's own environment (a `%%bash` cell with its venv or tool chain); do not install its dependencies into the kernel. If the kernel itself lacks a package, install it with `sys.executable -m pip install <pkg>` (via `subprocess`).
 - Pre-imported helpers (await them in a cell):
   - `await edit(path, old_str, new_str)` replaces one unique snippet of a file.
   - `attach_image(path, ...)` loads image files into your context so you can see them.

@@ -515,3 +515,24 @@ fn images_auto_resize_shrinks_large_attachments_when_pillow_is_there() {
     );
     ok(&mut b, "look");
 }
+
+#[test]
+fn settings_shell_images_and_session_dir() {
+    let dir = TempDir::new("settings-shell");
+    dir.write(
+        "agent/settings.json",
+        r#"{"shellPath": "/bin/sh", "shellCommandPrefix": "export PA_PREFIX=on", "images": {"blockImages": true}, "sessionDir": "mysessions"}"#,
+    );
+    let mut a = prompt_agent(&dir, "settings_shell.jsonl", &[], &[]);
+    ok(&mut a, "go");
+    let sid = a.sid();
+    let file = dir
+        .path()
+        .join("agent/mysessions")
+        .join(format!("{sid}.jsonl"));
+    assert!(
+        file.is_file(),
+        "the session file in sessionDir: {}",
+        file.display()
+    );
+}

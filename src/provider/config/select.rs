@@ -295,6 +295,10 @@ mod tests {
         assert!(!ids("anthropic/*").is_empty());
         assert!(ids("opus").iter().all(|v| v.contains("opus")));
         assert!(ids("no-such-model-anywhere").is_empty());
+        // A bare --model pattern without an exact id: the best match.
+        let picked = select(&registry, None, Some("OPUS"), &|_| false).expect("a match");
+        assert!(picked.model.id.contains("opus"), "{}", picked.model.id);
+        assert!(select(&registry, None, Some("no-such-model-anywhere"), &|_| false).is_err());
         let mut warnings = Vec::new();
         let scoped = scope(
             &registry,
