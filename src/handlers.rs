@@ -299,7 +299,7 @@ impl MainLoop {
             "modes": session.modes(),
             "configOptions": session.config_options(),
         });
-        self.sessions.push(session);
+        self.sessions.push(crate::reaper::Reaped::new(session));
         if !loading && !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =

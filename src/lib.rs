@@ -32,6 +32,7 @@ mod permissions;
 mod persist;
 mod prompt;
 mod provider;
+mod reaper;
 mod refine;
 mod rpc;
 mod session;

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
+use crate::reaper::{self, Reaped};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
 use crate::subagents::FamilyMsg;
@@ -29,6 +30,12 @@ const EXIT_JOIN: Duration = Duration::from_millis(500);
 /// At exit, how long the kernels may take to write a pending namespace snapshot (its own
 /// limit is 5 s of pickling, plus the write).
 const STATE_SAVE: Duration = Duration::from_secs(7);
+/// At exit, how long the reaper may take over what the sessions left (kills, reaps, joins,
+/// HTTP `DELETE`s, temp dirs); a child it does not reach dies with the agent anyway (Linux:
+/// `spawn.rs`).
+const EXIT_REAP: Duration = Duration::from_secs(3);
+/// How long the reaper waits for a closed session's last turn worker.
+const CLOSED_JOIN: Duration = Duration::from_millis(500);
 
 /// How the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +67,9 @@ pub(crate) struct MainLoop {
     /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
     backlog: Backlog,
     pub(crate) agent: Arc<Agent>,
-    /// The open sessions, oldest first (at most one without `--multi-session`).
-    pub(crate) sessions: Vec<Session>,
+    /// The open sessions, oldest first (at most one without `--multi-session`). `Reaped`:
+    /// a session leaving this list is torn down on the reaper thread, never here.
+    pub(crate) sessions: Vec<Reaped<Session>>,
     pub(crate) timing: Timing,
     turn_tx: Sender<TurnMsg>,
     turn_rx: Receiver<TurnMsg>,
@@ -113,7 +121,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         let timer = match ml
             .sessions
             .iter()
-            .filter_map(Session::next_deadline)
+            .filter_map(|s| s.next_deadline())
             .chain(heartbeat)
             .min()
         {
@@ -232,7 +240,7 @@ impl MainLoop {
         let due = self
             .sessions
             .iter()
-            .filter_map(Session::heartbeat_due_ms)
+            .filter_map(|s| s.heartbeat_due_ms())
             .min()?;
         Some(Instant::now() + crate::persist::schedule::wait_until(due))
     }
@@ -294,18 +302,27 @@ impl MainLoop {
                 }
                 Action::Closed => closed = true,
                 Action::SaveHeartbeats(jobs) => {
-                    // Rare (a `/heartbeat` command, a firing) and small: written here, so the
-                    // schedule the client saw acknowledged is on disk.
-                    if let Some(store) = &self.agent.store {
-                        store.save_jobs(self.sessions[idx].id(), &jobs);
+                    // Rare (a `/heartbeat` command, a firing) and small, but an atomic replace
+                    // with an fsync: written on the reaper, in order, never on this thread.
+                    if let Some(store) = self.agent.store.clone() {
+                        let id = self.sessions[idx].id().to_owned();
+                        reaper::later(move || store.save_jobs(&id, &jobs));
                     }
                 }
             }
         }
         actions.clear();
         if closed {
-            // Closed sessions keep no worker to join: an aborted one ends on its own.
-            self.sessions.remove(idx);
+            // The reaper joins its last worker (aborted: it ends on its own) and drops the
+            // session (family, MCP hub, kernel), so the close is answered without waiting.
+            let mut session = self.sessions.remove(idx);
+            if let Some(worker) = session.last_worker.take() {
+                let deadline = Instant::now() + CLOSED_JOIN;
+                reaper::later(move || {
+                    reaper::join_or_leave(worker, deadline, "a closed session's turn worker");
+                });
+            }
+            drop(session);
         }
     }
 
@@ -332,7 +349,7 @@ impl MainLoop {
         while let Some(deadline) = self
             .sessions
             .iter()
-            .filter_map(Session::cancel_deadline)
+            .filter_map(|s| s.cancel_deadline())
             .min()
         {
             match self.turn_rx.recv_deadline(deadline) {
@@ -422,13 +439,13 @@ impl MainLoop {
     fn shutdown(&mut self) {
         let deadline = Instant::now() + EXIT_JOIN;
         let mut workers = Vec::new();
-        let mut sessions: Vec<Session> = self.sessions.drain(..).collect();
+        let mut sessions: Vec<Reaped<Session>> = self.sessions.drain(..).collect();
         for session in &mut sessions {
             session.shut_down();
             workers.extend(session.last_worker.take());
         }
         for worker in workers {
-            crate::subagents::join_by(worker, deadline);
+            reaper::join_or_leave(worker, deadline, "a turn worker at exit");
         }
         // With the turns stopped, a kernel snapshot still waiting for its quiet moment is
         // written now (bounded by the snapshot's own time limit), so a cell that ran just
@@ -436,6 +453,12 @@ impl MainLoop {
         let deadline = Instant::now() + STATE_SAVE;
         for session in &sessions {
             session.save_state(deadline);
+        }
+        // The sessions go to the reaper like closed ones; the process waits (bounded) for it
+        // to kill, reap and clean up what they held.
+        drop(sessions);
+        if !reaper::drain(Instant::now() + EXIT_REAP) {
+            log::warn!("teardown was still running at exit");
         }
     }
 }
