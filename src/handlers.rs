@@ -144,7 +144,7 @@ impl MainLoop {
             return Err(RpcError::internal(ONE_SESSION));
         }
         let updates = if replay {
-            persist::replay::replay(&loaded.entries)
+            crate::replay::replay(&loaded.entries)
         } else {
             Vec::new()
         };

@@ -34,6 +34,7 @@ mod prompt;
 mod provider;
 mod reaper;
 mod refine;
+mod replay;
 mod rpc;
 mod session;
 mod setup;

@@ -28,6 +28,7 @@ mod responses;
 mod resume;
 mod secrets;
 mod sessions;
+mod structure;
 mod subagents;
 mod tools;
 mod transcripts;

@@ -9,7 +9,6 @@
 //! `--resume` chose for the next `session/new`).
 
 pub(crate) mod entry;
-pub(crate) mod replay;
 pub(crate) mod schedule;
 
 use std::collections::HashMap;
@@ -398,16 +397,8 @@ fn branch_to_leaf(all: Vec<Entry>) -> Vec<Entry> {
         .collect()
 }
 
-/// A user-role message the session file keeps as a `custom_message` entry rather than a
-/// plain user message: the model gets the text back on load, a replay shows nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Custom {
-    pub custom_type: &'static str,
-    /// Upstream's flag: whether its TUI shows the message (a heartbeat's prompt does, the
-    /// restored kernel state not).
-    pub display: bool,
-    pub details: Option<Value>,
-}
+/// Defined in the leaf `content` (a prompt carries one); kept here under its old name.
+pub(crate) use crate::content::Custom;
 
 /// Writes a session's entries as its conversation grows. Lives in the `Conversation`, so the
 /// turn worker (which owns the conversation while it runs) does the IO, never the main loop.
