@@ -11,6 +11,12 @@
 //! child re-checks `getppid()` after `prctl`, so an agent that died between the fork and the
 //! `prctl` is noticed too (the child then exits before it execs).
 //!
+//! That signal reaches only the one process and is cleared in every fork, so a shell's
+//! pipeline or `npx`'s node would survive it: each child therefore also forks a guard into its
+//! group before its exec (`guard`), which kills the group at the agent's death. Why a guard and
+//! not a subreaper or a per-child watcher thread: a thread dies with the agent, and a subreaper
+//! only adopts orphans; the guard is a plain process that outlives the agent just long enough.
+//!
 //! A leaf: it uses no other module of the crate. Each unsafe block is a libc call whose
 //! preconditions are checked here, so callers stay safe.
 

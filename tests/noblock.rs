@@ -56,19 +56,6 @@ fn agent(dir: &TempDir, script: &[Value], extra: &[&str]) -> Agent {
     a
 }
 
-fn new_session(a: &mut Agent, cwd: &Path, servers: Value) -> String {
-    let r = a.call(
-        "session/new",
-        json!({"cwd": cwd.display().to_string(), "mcpServers": servers}),
-    );
-    let sid = r["result"]["sessionId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("session/new failed: {r}"))
-        .to_owned();
-    a.session_id = Some(sid.clone());
-    sid
-}
-
 /// Waits until every MCP server of session `sid` is ready.
 fn all_ready(a: &mut Agent, sid: &str) {
     let f = a.wait_for("MCP servers settled", |f| {
@@ -121,8 +108,7 @@ fn a_stdio_server_that_stops_reading_cannot_hold_close_or_exit() {
     let big = "x".repeat(1 << 20);
     let script = [tool_call("big", "mcp__deaf__echo", json!({"text": big}))];
     let mut a = agent(&dir, &script, &[]);
-    let sid = new_session(
-        &mut a,
+    let sid = a.new_session_in(
         dir.path(),
         json!([raw_server("deaf", &python, "stop-reading", &pidfile)]),
     );
@@ -271,9 +257,9 @@ fn http_deletes_that_never_answer_do_not_hold_another_sessions_cancel() {
         .iter()
         .map(|n| json!({"type": "http", "name": n, "url": server.url, "headers": []}))
         .collect();
-    let closing = new_session(&mut a, dir.path(), json!(servers));
+    let closing = a.new_session_in(dir.path(), json!(servers));
     all_ready(&mut a, &closing);
-    let working = new_session(&mut a, dir.path(), json!([]));
+    let working = a.new_session_in(dir.path(), json!([]));
     let prompt = a.prompt("work");
     a.wait_for("the working turn", |f| {
         f["params"]["sessionId"] == working
@@ -312,8 +298,7 @@ fn kill_9_of_the_agent_leaves_no_child_running() {
     let command = format!("sleep 1000 & echo $! > {d}/grandchild; echo $$ > {d}/shell; wait");
     let script = [tool_call("long", "bash", json!({"command": command}))];
     let mut a = agent(&dir, &script, &[]);
-    let sid = new_session(
-        &mut a,
+    let sid = a.new_session_in(
         dir.path(),
         json!([raw_server("stubborn", &python, "ignore-eof", &pidfile)]),
     );
