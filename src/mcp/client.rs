@@ -222,12 +222,10 @@ impl Client {
     /// Sends a notification; a failure is only logged (nothing waits for it).
     pub(crate) fn notify(&self, method: &str, params: Value) {
         let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params });
-        // Not tied to the caller's abort: a cancellation notice is sent after one.
+        // Never waits (a transport drops a notification it cannot queue at once), so it is
+        // not tied to the caller's abort: a cancellation notice is sent after one.
         let never = AbortFlag::new();
-        if let Err(e) = self
-            .transport
-            .send(msg, None, &never, Duration::from_secs(1))
-        {
+        if let Err(e) = self.transport.send(msg, None, &never, Duration::ZERO) {
             log::debug!("MCP notification {method} not sent: {e}");
         }
     }

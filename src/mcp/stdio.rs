@@ -29,8 +29,6 @@ const MAX_LINE: usize = 64 * 1024 * 1024;
 /// Messages queued for a server's writer thread at most; a server that stops reading holds
 /// the writer, then fills this, then makes `send` wait (bounded, abortable).
 const QUEUE: usize = 16;
-/// How long a notification (nobody waits for it) may wait for room in the queue.
-const NOTIFY_WAIT: Duration = Duration::from_secs(1);
 /// How long the reaper waits for the IO threads once the group is killed.
 const THREADS_GRACE: Duration = Duration::from_millis(200);
 
@@ -211,6 +209,11 @@ impl Transport for StdioTransport {
             Err(TrySendError::Disconnected(_)) => {
                 return Err(McpError::Closed("the server is gone".into()))
             }
+            // Nobody waits for a notification or a reply, and a server that is not reading
+            // would not read it either: it is dropped rather than waited for.
+            Err(TrySendError::Full(_)) if id.is_none() => {
+                return Err(McpError::Transport("the server is not reading".into()))
+            }
             Err(TrySendError::Full(line)) => line,
         };
         // The queue is full: the server is not reading. Wait for room, but not on the pipe.
@@ -222,7 +225,6 @@ impl Transport for StdioTransport {
         let _closing = self.closing.on_abort(move || {
             let _ = woken.try_send(());
         });
-        let timeout = if id.is_some() { timeout } else { NOTIFY_WAIT };
         select! {
             send(self.lines, line) -> sent => sent.map_err(|_| McpError::Closed("the server is gone".into())),
             recv(wake) -> _ => Err(if self.closing.is_aborted() {
