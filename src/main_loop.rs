@@ -242,11 +242,11 @@ impl MainLoop {
             .iter()
             .filter_map(|s| s.heartbeat_due_ms())
             .min()?;
-        Some(Instant::now() + crate::persist::schedule::wait_until(due))
+        Some(Instant::now() + crate::time::schedule_wait(due))
     }
 
     fn on_timers(&mut self, now: Instant) {
-        let now_ms = crate::persist::schedule::now_ms();
+        let now_ms = crate::time::schedule_now_ms();
         let fired: Vec<String> = self
             .sessions
             .iter()
@@ -302,11 +302,13 @@ impl MainLoop {
                 }
                 Action::Closed => closed = true,
                 Action::SaveHeartbeats(jobs) => {
-                    // Rare (a `/heartbeat` command, a firing) and small, but an atomic replace
-                    // with an fsync: written on the reaper, in order, never on this thread.
-                    if let Some(store) = self.agent.store.clone() {
-                        let id = self.sessions[idx].id().to_owned();
-                        reaper::later(move || store.save_jobs(&id, &jobs));
+                    // Rare (a `/heartbeat` command, a firing) and small: replaced here, so the
+                    // schedule the client saw acknowledged survives the process, and flushed to
+                    // the disk on the reaper, so this thread never waits for an fsync.
+                    if let Some(store) = &self.agent.store {
+                        if let Some(path) = store.write_jobs(self.sessions[idx].id(), &jobs) {
+                            reaper::later(move || crate::persist::sync_file(&path));
+                        }
                     }
                 }
             }
@@ -316,6 +318,7 @@ impl MainLoop {
             // The reaper joins its last worker (aborted: it ends on its own) and drops the
             // session (family, MCP hub, kernel), so the close is answered without waiting.
             let mut session = self.sessions.remove(idx);
+            session.release_file();
             if let Some(worker) = session.last_worker.take() {
                 let deadline = Instant::now() + CLOSED_JOIN;
                 reaper::later(move || {

@@ -18,6 +18,7 @@ mod kernel;
 mod kernel_state;
 mod mcp;
 mod noblock;
+mod owners;
 mod permissions;
 mod persist;
 mod protocol;
