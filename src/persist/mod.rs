@@ -24,11 +24,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
+/// Defined in the leaf `content` (a prompt carries one); kept here under its old name.
+pub(crate) use crate::content::Custom;
 pub(crate) use claim::{Claim, ClaimError};
 pub(crate) use load::{load, LoadError, Loaded};
 pub(crate) use recorder::Recorder;
-/// Defined in the leaf `content` (a prompt carries one); kept here under its old name.
-pub(crate) use crate::content::Custom;
 pub(crate) use store::{page, sessions_dir, sync_file, OpenError, Pick, Store};
 
 /// A fresh entry id: 8 hex digits, as upstream.

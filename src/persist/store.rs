@@ -366,6 +366,17 @@ pub(crate) fn page(
     ))
 }
 
+/// Flushes a file written with `Store::write_jobs` and its directory entry to the disk.
+pub(crate) fn sync_file(path: &Path) {
+    let sync = |p: &Path| File::open(p).and_then(|f| f.sync_all());
+    if let Err(e) = sync(path) {
+        log::warn!("cannot flush {}: {e}", path.display());
+    }
+    if let Some(dir) = path.parent() {
+        let _ = sync(dir);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,16 +415,5 @@ mod tests {
         for bad in ["x", "offset:-1", "offset:99"] {
             assert!(page(&rows, None, Some(bad), 2).is_none(), "{bad}");
         }
-    }
-}
-
-/// Flushes a file written with `Store::write_jobs` and its directory entry to the disk.
-pub(crate) fn sync_file(path: &Path) {
-    let sync = |p: &Path| File::open(p).and_then(|f| f.sync_all());
-    if let Err(e) = sync(path) {
-        log::warn!("cannot flush {}: {e}", path.display());
-    }
-    if let Some(dir) = path.parent() {
-        let _ = sync(dir);
     }
 }
