@@ -276,3 +276,67 @@ pub(crate) fn signal_group(pgid: i32, sig: i32) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    fn stat_field(pid: &str, n: usize) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = stat.rsplit(')').next()?.to_owned();
+        rest.split_whitespace().nth(n).map(str::to_owned)
+    }
+
+    /// The live guard of group `pgid`, if any.
+    fn guard_of(pgid: i32) -> Option<String> {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            .find(|p| {
+                stat_field(p, 2).and_then(|g| g.parse().ok()) == Some(pgid)
+                    && stat_field(p, 0).is_some_and(|s| s != "Z")
+                    && std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim() == "prime-guard")
+            })
+    }
+
+    /// Each child's group holds a guard that keeps only the guard pipe open (so the child's
+    /// pipes reach EOF with it) and exits by itself once the leader is gone and the agent lives.
+    #[test]
+    fn a_child_group_holds_a_guard_that_ends_after_its_leader() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("read x")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let (mut child, pgid) = spawn_group(&mut cmd, None).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let guard = loop {
+            if let Some(g) = guard_of(pgid) {
+                break g;
+            }
+            assert!(Instant::now() < deadline, "no guard in group {pgid}");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        // Its descriptors: only the guard pipe, on fd 0 (closing the rest races the check).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_dir(format!("/proc/{guard}/fd")).map_or(0, |d| d.count()) != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the guard keeps other descriptors"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(child.stdin.take()); // `read` sees EOF: the leader exits normally.
+        child.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while guard_of(pgid).is_some() {
+            assert!(Instant::now() < deadline, "the guard outlived its leader");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
