@@ -93,6 +93,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     // Bounded: a turn that outpaces the loop (which logs and serialises every event) waits
     // for it instead of queueing without limit. The loop drains this channel in every state,
     // so a worker never waits long, and never on the client.
+    reaper::start();
     let (turn_tx, turn_rx) = bounded(TURN_QUEUE);
     let (family_tx, family_rx) = unbounded();
     // Unbounded: a worker sends at most one request at a time and waits for it.

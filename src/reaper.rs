@@ -48,6 +48,12 @@ fn reaper() -> Option<&'static Sender<Job>> {
         .as_ref()
 }
 
+/// Starts the reaper now (the main loop does at its start, so the thread count is steady
+/// from then on, not grown by the first close).
+pub(crate) fn start() {
+    let _ = reaper();
+}
+
 /// Runs `job` on the reaper thread, after the jobs handed over before it (a job may hand over
 /// more: they queue behind it). Returns at once; in place only if the reaper could not start.
 pub(crate) fn later(job: impl FnOnce() + Send + 'static) {
