@@ -110,7 +110,8 @@ RELIABILITY_TESTS := faults:: secrets:: reliability:: noblock:: fuzz_front_end \
 	protocol::an_overlong_line_is_refused_and_the_connection_survives \
 	persist::crash_campaign_continue_restores_an_acknowledged_prefix \
 	heartbeats::a_heartbeat_due_many_times_during_one_long_tool_call_puts_one_prompt_in \
-	owners::two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost
+	owners::two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost \
+	listing::session_list_over_30_files_of_8_mb_is_right_and_holds_no_cancel
 reliability:
 	@mkdir -p target
 	set -o pipefail; FUZZ_CASES=$(RELIABILITY_FUZZ_CASES) LEAK_CYCLES=1000 PERSIST_CRASH_ITERATIONS=200 \

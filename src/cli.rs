@@ -18,7 +18,10 @@ Options:
   --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
   -p, --print                        Run one prompt and print the final assistant text
   --provider <name>                  Model provider (e.g. openai, anthropic, scripted)
-  --model <provider/id | id>         Model to use
+  --model <provider/id[:level]>      Model to use (a bare id or pattern works too; :high etc.
+                                     sets the thinking level unless --thinking is given)
+  --models <a,b>                     Models the session's menu offers (patterns; the first is
+                                     the default unless a session is continued)
   --api-key <key>                    API key for the provider (highest precedence)
   --base-url <url>                   Point the provider at a compatible server (vLLM, llama.cpp, ...)
   --thinking <level>                 off, minimal, low, medium, high, xhigh, max (default: medium)
@@ -31,6 +34,10 @@ Options:
   --system-prompt <text>             Replace the built-in system prompt
   --append-system-prompt <text>      Append text to the system prompt (repeatable)
   -nc, --no-context-files            Do not load AGENTS.md / CLAUDE.md files
+  --skill <dir|SKILL.md>             Load a skill (repeatable; see docs/skills-and-settings.md)
+  -ns, --no-skills                   Do not discover skills (--skill ones still load)
+  --prompt-template <file.md>        Load a prompt template (repeatable)
+  -np, --no-prompt-templates         Do not discover prompt templates
   --permission-mode <mode>           full-access (default), ask (approve writes, edits,
                                      commands and MCP calls in the client), read-only
   --client-terminal                  Run bash in the client's terminal when it offers one
@@ -107,6 +114,15 @@ pub struct Config {
     /// `--goal`: the objective a new session starts with, and `--goal-token-budget`.
     pub(crate) goal: Option<String>,
     pub(crate) goal_token_budget: Option<u64>,
+    /// Resources (issue 20): `--skill` paths, `-ns`, `--prompt-template` files, `-np`.
+    pub skills: Vec<PathBuf>,
+    pub no_skills: bool,
+    pub prompt_templates: Vec<PathBuf>,
+    pub no_prompt_templates: bool,
+    /// `--models a,b`: the patterns that scope the model menu.
+    pub models: Vec<String>,
+    /// The `:<level>` suffix of `--model` (used unless `--thinking` is given).
+    pub model_thinking: Option<Thinking>,
     /// Non-fatal diagnostics (unknown long flags, bad thinking level) to log at start-up.
     pub warnings: Vec<String>,
 }
@@ -168,7 +184,25 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "-p" | "--print" => cfg.print = true,
             "--provider" => cfg.provider = Some(value("--provider")?),
-            "--model" => cfg.model = Some(value("--model")?),
+            "--model" => {
+                let raw = value("--model")?;
+                let (id, level) = crate::provider::config::split_level(&raw);
+                cfg.model = Some(id.to_owned());
+                cfg.model_thinking = level;
+            }
+            "--models" => cfg.models.extend(
+                value("--models")?
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            "--skill" => cfg.skills.push(PathBuf::from(value("--skill")?)),
+            "-ns" | "--no-skills" => cfg.no_skills = true,
+            "--prompt-template" => cfg
+                .prompt_templates
+                .push(PathBuf::from(value("--prompt-template")?)),
+            "-np" | "--no-prompt-templates" => cfg.no_prompt_templates = true,
             "--api-key" => cfg.api_key = Some(value("--api-key")?),
             "--base-url" => cfg.base_url = Some(value("--base-url")?),
             "--thinking" => {
@@ -480,6 +514,41 @@ mod tests {
         );
         assert_eq!(cfg.warnings.len(), 2);
         assert!(cfg.thinking.is_none());
+    }
+
+    #[test]
+    fn resource_and_model_flags() {
+        let Ok(Command::Run(cfg)) = p(&[
+            "--skill",
+            "/a",
+            "--skill=/b/SKILL.md",
+            "-ns",
+            "--prompt-template",
+            "t.md",
+            "-np",
+            "--models",
+            "openai/*, claude*:high",
+            "--model",
+            "openai/gpt-5.4:high",
+        ]) else {
+            panic!()
+        };
+        assert_eq!(
+            cfg.skills,
+            vec![PathBuf::from("/a"), PathBuf::from("/b/SKILL.md")]
+        );
+        assert!(cfg.no_skills && cfg.no_prompt_templates);
+        assert_eq!(cfg.prompt_templates, vec![PathBuf::from("t.md")]);
+        assert_eq!(cfg.models, vec!["openai/*", "claude*:high"]);
+        assert_eq!(cfg.model.as_deref(), Some("openai/gpt-5.4"));
+        assert_eq!(cfg.model_thinking, Some(Thinking::High));
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let Ok(Command::Run(cfg)) = p(&["--model", "ollama/qwen3:8b"]) else {
+            panic!()
+        };
+        assert_eq!(cfg.model.as_deref(), Some("ollama/qwen3:8b"));
+        assert_eq!(cfg.model_thinking, None);
+        assert_eq!(p(&["--skill"]), Err("--skill requires a value".into()));
     }
 
     #[test]

@@ -6,12 +6,14 @@
 //! - `recorder.rs`: the `Recorder` a session's conversation carries (its turn worker appends
 //!   after each message, so the main loop never waits on the disk).
 //! - `claim.rs`: one owner per session file (an advisory lock).
+//! - `index.rs`: what listing needs of each file, from a small index and header + tail reads.
 //! - `store.rs`: the sessions directory (`Store`: list, resolve, open and lock, fork, and the
 //!   session `--continue` / `--resume` chose for the next `session/new`).
 //! - `schedule/`: heartbeats (the grammar, the jobs).
 
 mod claim;
 pub(crate) mod entry;
+mod index;
 mod load;
 mod recorder;
 pub(crate) mod schedule;

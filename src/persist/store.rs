@@ -10,22 +10,13 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::entry::{self, Header};
+use super::index::Summary;
 use super::{create_dir_private, load, open_append, write_line, Claim, ClaimError};
 use super::{LoadError, Loaded, Recorder};
 use crate::time::now_iso;
 
 /// A session's schedules beside its conversation (`<artifacts>/<id>/`).
 const JOBS_FILE: &str = "scheduled-jobs.json";
-
-/// One row of `session/list`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Summary {
-    pub id: String,
-    pub cwd: String,
-    pub title: Option<String>,
-    pub updated_at: String,
-    pub path: PathBuf,
-}
 
 /// The sessions directory of the process, and the session `--continue`, `--resume` or
 /// `--fork` picked for the next `session/new`.
@@ -294,37 +285,19 @@ impl Store {
         Ok(loaded)
     }
 
-    /// Every readable session, newest first.
+    /// Every readable session, newest first (`index.rs`: no whole file is parsed).
     pub(crate) fn list(&self) -> Vec<Summary> {
-        let Ok(dir) = fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let mut out: Vec<Summary> = dir
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .filter_map(|p| match load(&p) {
-                Ok(l) => Some(Summary {
-                    id: l.header.id.clone(),
-                    cwd: l.header.cwd.clone(),
-                    title: l.title(),
-                    updated_at: l.updated_at(),
-                    path: p,
-                }),
-                Err(e) => {
-                    log::warn!("skipping session file {}: {e}", p.display());
-                    None
-                }
-            })
-            .collect();
-        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-        out
+        super::index::list(&self.dir)
     }
 }
 
 /// The sessions directory: `--session-dir` > `PRIME_AGENT_SESSION_DIR` >
 /// `PRIME_AGENT_CODING_AGENT_SESSION_DIR` > `<agent dir>/sessions`.
-pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
+pub(crate) fn sessions_dir(
+    flag: Option<&Path>,
+    settings: Option<&Path>,
+    agent_dir: &Path,
+) -> PathBuf {
     if let Some(dir) = flag {
         return dir.to_path_buf();
     }
@@ -335,6 +308,10 @@ pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
         if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
             return PathBuf::from(dir);
         }
+    }
+    // Settings `sessionDir` (a relative one is the agent dir's).
+    if let Some(dir) = settings {
+        return agent_dir.join(dir);
     }
     agent_dir.join("sessions")
 }

@@ -13,7 +13,7 @@ mod select;
 
 pub(crate) use catalogue::{Api, Compat, ModelDef, ProviderDef};
 pub(crate) use models_json::Registry;
-pub(crate) use select::{select, Selection};
+pub(crate) use select::{scope, select, split_level, Selection};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -28,6 +28,8 @@ impl MenuModel {
 pub(crate) struct ModelMenu {
     registry: Registry,
     credentials: Arc<Credentials>,
+    /// `--models` / settings `enabledModels`: only these `(provider, id)` are offered.
+    scope: Option<Vec<(String, String)>>,
 }
 
 impl ModelMenu {
@@ -35,7 +37,15 @@ impl ModelMenu {
         ModelMenu {
             registry,
             credentials,
+            scope: None,
         }
+    }
+
+    /// The menu limited to `models` (`(provider, id)`, in the order given); an empty list
+    /// leaves it whole.
+    pub(crate) fn scoped(mut self, models: Vec<(String, String)>) -> ModelMenu {
+        self.scope = (!models.is_empty()).then_some(models);
+        self
     }
 
     /// A provider needs no key when it is the user's own (models.json) and names none.
@@ -44,8 +54,24 @@ impl ModelMenu {
             && (self.credentials.has_key(p) || (p.custom && p.api_key.is_none()))
     }
 
-    /// Every model of every provider with credentials, in registry order.
+    /// Every model of every provider with credentials, in registry order (a scoped menu: the
+    /// scope's models with credentials, in its order).
     pub(crate) fn models(&self) -> Vec<MenuModel> {
+        let all = self.all_models();
+        match &self.scope {
+            None => all,
+            Some(scope) => scope
+                .iter()
+                .filter_map(|(p, id)| {
+                    all.iter()
+                        .find(|m| m.provider == *p && m.id == *id)
+                        .cloned()
+                })
+                .collect(),
+        }
+    }
+
+    fn all_models(&self) -> Vec<MenuModel> {
         self.registry
             .providers
             .iter()
