@@ -162,7 +162,7 @@ impl MainLoop {
             })?,
         };
         let updates = if replay {
-            persist::replay::replay(&loaded.entries)
+            crate::replay::replay(&loaded.entries)
         } else {
             Vec::new()
         };
@@ -313,7 +313,7 @@ impl MainLoop {
             "modes": session.modes(),
             "configOptions": session.config_options(),
         });
-        self.sessions.push(session);
+        self.sessions.push(crate::reaper::Reaped::new(session));
         if !loading && !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =

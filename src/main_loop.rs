@@ -16,6 +16,7 @@ use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
 use crate::persist::Store;
+use crate::reaper::{self, Reaped};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
 use crate::store_worker::{self, ListJob, StoreAnswer, StoreWorker};
@@ -31,6 +32,12 @@ const EXIT_JOIN: Duration = Duration::from_millis(500);
 /// At exit, how long the kernels may take to write a pending namespace snapshot (its own
 /// limit is 5 s of pickling, plus the write).
 const STATE_SAVE: Duration = Duration::from_secs(7);
+/// At exit, how long the reaper may take over what the sessions left (kills, reaps, joins,
+/// HTTP `DELETE`s, temp dirs); a child it does not reach dies with the agent anyway (Linux:
+/// `spawn.rs`).
+const EXIT_REAP: Duration = Duration::from_secs(3);
+/// How long the reaper waits for a closed session's last turn worker.
+const CLOSED_JOIN: Duration = Duration::from_millis(500);
 
 /// How the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,8 +71,9 @@ pub(crate) struct MainLoop {
     /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
     backlog: Backlog,
     pub(crate) agent: Arc<Agent>,
-    /// The open sessions, oldest first (at most one without `--multi-session`).
-    pub(crate) sessions: Vec<Session>,
+    /// The open sessions, oldest first (at most one without `--multi-session`). `Reaped`:
+    /// a session leaving this list is torn down on the reaper thread, never here.
+    pub(crate) sessions: Vec<Reaped<Session>>,
     pub(crate) timing: Timing,
     turn_tx: Sender<TurnMsg>,
     turn_rx: Receiver<TurnMsg>,
@@ -82,7 +90,6 @@ pub(crate) struct MainLoop {
     /// The action buffer, reused for every event (no allocation on the streaming path).
     actions: Vec<Action>,
     /// Closed sessions being flushed and dropped (`retire`), joined (bounded) at exit.
-    retiring: Vec<std::thread::JoinHandle<()>>,
     /// Reads the sessions directory for `session/list` (started by the first one).
     store_worker: Option<StoreWorker>,
     store_tx: Sender<StoreAnswer>,
@@ -95,6 +102,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     // Bounded: a turn that outpaces the loop (which logs and serialises every event) waits
     // for it instead of queueing without limit. The loop drains this channel in every state,
     // so a worker never waits long, and never on the client.
+    reaper::start();
     let (turn_tx, turn_rx) = bounded(TURN_QUEUE);
     let (family_tx, family_rx) = unbounded();
     // Unbounded: a worker sends at most one request at a time and waits for it.
@@ -118,7 +126,6 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         client_caps: ClientCaps::default(),
         version: version.to_owned(),
         actions: Vec::new(),
-        retiring: Vec::new(),
         store_worker: None,
         store_tx,
         store_rx,
@@ -128,7 +135,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         let timer = match ml
             .sessions
             .iter()
-            .filter_map(Session::next_deadline)
+            .filter_map(|s| s.next_deadline())
             .chain(heartbeat)
             .min()
         {
@@ -185,25 +192,6 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     };
     ml.shutdown();
     exit
-}
-
-/// A closed session is dropped off the loop, on a `session-close` thread: first its main
-/// agent's tools write what must survive it (a pending kernel namespace snapshot, bounded by
-/// `STATE_SAVE`), then its kernel, family and tools go. In place only if no thread starts.
-fn retire(session: Session) -> Option<std::thread::JoinHandle<()>> {
-    let started = std::thread::Builder::new()
-        .name("session-close".to_owned())
-        .spawn(move || {
-            session.save_state(Instant::now() + STATE_SAVE);
-            drop(session);
-        });
-    match started {
-        Ok(thread) => Some(thread),
-        Err(e) => {
-            log::error!("cannot start a session-close thread ({e}); no kernel snapshot flushed");
-            None
-        }
-    }
 }
 
 impl MainLoop {
@@ -271,7 +259,7 @@ impl MainLoop {
         let due = self
             .sessions
             .iter()
-            .filter_map(Session::heartbeat_due_ms)
+            .filter_map(|s| s.heartbeat_due_ms())
             .min()?;
         Some(Instant::now() + crate::time::schedule_wait(due))
     }
@@ -333,20 +321,34 @@ impl MainLoop {
                 }
                 Action::Closed => closed = true,
                 Action::SaveHeartbeats(jobs) => {
-                    // Rare (a `/heartbeat` command, a firing) and small: written here, so the
-                    // schedule the client saw acknowledged is on disk.
+                    // Rare (a `/heartbeat` command, a firing) and small: replaced here, so the
+                    // schedule the client saw acknowledged survives the process, and flushed to
+                    // the disk on the reaper, so this thread never waits for an fsync.
                     if let Some(store) = &self.agent.store {
-                        store.save_jobs(self.sessions[idx].id(), &jobs);
+                        match store.write_jobs(self.sessions[idx].id(), &jobs) {
+                            Ok(path) => reaper::later(move || crate::persist::sync_file(&path)),
+                            Err(e) => log::error!("{e}"),
+                        }
                     }
                 }
             }
         }
         actions.clear();
         if closed {
-            // Closed sessions keep no worker to join: an aborted one ends on its own.
-            let session = self.sessions.remove(idx);
-            self.retiring.retain(|t| !t.is_finished());
-            self.retiring.extend(retire(session));
+            // The reaper joins its last worker (aborted: it ends on its own), flushes its kernel
+            // snapshot and drops the session (family, MCP hub, kernel), so the close is answered
+            // without waiting.
+            let mut session = self.sessions.remove(idx);
+            session.release_file();
+            let worker = session.last_worker.take();
+            let deadline = Instant::now() + CLOSED_JOIN;
+            reaper::later(move || {
+                if let Some(worker) = worker {
+                    reaper::join_or_leave(worker, deadline, "a closed session's turn worker");
+                }
+                session.save_state(Instant::now() + STATE_SAVE);
+                drop(session);
+            });
         }
     }
 
@@ -373,7 +375,7 @@ impl MainLoop {
         while let Some(deadline) = self
             .sessions
             .iter()
-            .filter_map(Session::cancel_deadline)
+            .filter_map(|s| s.cancel_deadline())
             .min()
         {
             match self.turn_rx.recv_deadline(deadline) {
@@ -486,13 +488,13 @@ impl MainLoop {
             worker.stop(deadline);
         }
         let mut workers = Vec::new();
-        let mut sessions: Vec<Session> = self.sessions.drain(..).collect();
+        let mut sessions: Vec<Reaped<Session>> = self.sessions.drain(..).collect();
         for session in &mut sessions {
             session.shut_down();
             workers.extend(session.last_worker.take());
         }
         for worker in workers {
-            crate::subagents::join_by(worker, deadline);
+            reaper::join_or_leave(worker, deadline, "a turn worker at exit");
         }
         // With the turns stopped, a kernel snapshot still waiting for its quiet moment is
         // written now (bounded by the snapshot's own time limit), so a cell that ran just
@@ -501,9 +503,11 @@ impl MainLoop {
         for session in &sessions {
             session.save_state(deadline);
         }
-        // Sessions closed just before the exit finish writing theirs.
-        for thread in self.retiring.drain(..) {
-            crate::subagents::join_by(thread, deadline);
+        // The sessions go to the reaper like closed ones; the process waits (bounded) for it
+        // to kill, reap and clean up what they held.
+        drop(sessions);
+        if !reaper::drain(Instant::now() + EXIT_REAP) {
+            log::warn!("teardown was still running at exit");
         }
     }
 }

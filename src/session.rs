@@ -660,6 +660,17 @@ impl Session {
         out.push(Action::Closed);
     }
 
+    /// A closed session lets go of its file at once (the lock, so it can be opened again
+    /// right away; closing a file descriptor does not wait), unless a worker still holds the
+    /// conversation: then the reaper's drop of the session does, once the worker is done.
+    pub(crate) fn release_file(&self) {
+        match self.conversation.try_lock() {
+            Ok(mut conv) => conv.recorder = None,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().recorder = None,
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+    }
+
     /// Ends everything at once (the process is exiting): aborts the turn, ends the family.
     /// The process is exiting: the main agent's tools save what must survive it (a pending
     /// kernel namespace snapshot), waiting at most until `deadline`.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::provider::Thinking;
+use crate::thinking::Thinking;
 
 /// `retry.*` (§5.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -67,7 +67,7 @@ impl StoreWorker {
     /// Stops taking jobs and waits for the one in progress until `deadline`.
     pub(crate) fn stop(self, deadline: Instant) {
         drop(self.jobs);
-        crate::subagents::join_by(self.thread, deadline);
+        crate::reaper::join_or_leave(self.thread, deadline, "the store worker");
     }
 }
 

@@ -418,12 +418,9 @@ fn take_over<'a>(
 ) -> Option<std::sync::MutexGuard<'a, Conversation>> {
     let deadline = Instant::now() + PREDECESSOR_WAIT;
     if let Some(previous) = previous {
-        while !previous.is_finished() && Instant::now() < deadline && !abort.is_aborted() {
-            let _ = abort.sleep(Duration::from_millis(5));
-        }
-        if previous.is_finished() {
-            let _ = previous.join();
-        } else {
+        if let crate::reaper::Joined::Running(previous) =
+            crate::reaper::join_by(previous, deadline, Some(abort))
+        {
             let n = ABANDONED_WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             log::error!(
                 "turn worker {:?} is stuck past its cancel and was abandoned ({n} so far)",

@@ -45,16 +45,7 @@ fn agent_with(dir: &TempDir, script: &[Value], servers: Value, env: &[(&str, &st
 }
 
 fn new_session(a: &mut Agent, cwd: &Path, servers: Value) -> String {
-    let r = a.call(
-        "session/new",
-        json!({"cwd": cwd.display().to_string(), "mcpServers": servers}),
-    );
-    let sid = r["result"]["sessionId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("session/new failed: {r}"))
-        .to_owned();
-    a.session_id = Some(sid.clone());
-    sid
+    a.new_session_in(cwd, servers)
 }
 
 /// Waits for an MCP status update in which every server has settled; returns the list.

@@ -9,7 +9,6 @@
 //! - `index.rs`: what listing needs of each file, from a small index and header + tail reads.
 //! - `store.rs`: the sessions directory (`Store`: list, resolve, open and lock, fork, and the
 //!   session `--continue` / `--resume` chose for the next `session/new`).
-//! - `replay.rs`: the pure mapping of a loaded session to `session/load`'s updates.
 //! - `schedule/`: heartbeats (the grammar, the jobs).
 
 mod claim;
@@ -17,7 +16,6 @@ pub(crate) mod entry;
 mod index;
 mod load;
 mod recorder;
-pub(crate) mod replay;
 pub(crate) mod schedule;
 mod store;
 
@@ -28,10 +26,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
+/// Defined in the leaf `content` (a prompt carries one); kept here under its old name.
+pub(crate) use crate::content::Custom;
 pub(crate) use claim::{Claim, ClaimError};
 pub(crate) use load::{load, LoadError, Loaded};
-pub(crate) use recorder::{Custom, Recorder};
-pub(crate) use store::{page, sessions_dir, OpenError, Pick, Store};
+pub(crate) use recorder::Recorder;
+pub(crate) use store::{page, sessions_dir, sync_file, OpenError, Pick, Store};
 
 /// A fresh entry id: 8 hex digits, as upstream.
 pub(super) fn entry_id() -> String {

@@ -11,19 +11,9 @@ use serde_json::Value;
 use super::claim::Claim;
 use super::entry::{self, BashRun, Entry, EntryKind, Header, Record};
 use super::{create_dir_private, entry_id, open_append, write_line, Loaded};
+use crate::content::Custom;
 use crate::provider::Message;
 use crate::time::now_iso;
-
-/// A user-role message the session file keeps as a `custom_message` entry rather than a
-/// plain user message: the model gets the text back on load, a replay shows nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Custom {
-    pub custom_type: &'static str,
-    /// Upstream's flag: whether its TUI shows the message (a heartbeat's prompt does, the
-    /// restored kernel state not).
-    pub display: bool,
-    pub details: Option<Value>,
-}
 
 /// How the turn said an unwritten message is to be written, beyond its plain shape.
 #[derive(Debug)]
@@ -706,7 +696,7 @@ mod tests {
         assert_eq!(store.take_next().unwrap().messages(), messages);
         // A fork inherits its parent's schedules (and kernel state).
         let jobs = serde_json::json!([{"id": "hb-1", "status": "active"}]);
-        store.save_jobs("0190aaaa-0000", &jobs);
+        store.write_jobs("0190aaaa-0000", &jobs).unwrap();
         store
             .pick(&Pick::Fork("0190aaaa-0000".into()), Path::new("/w"))
             .unwrap();

@@ -1,7 +1,7 @@
 //! The sessions directory: listing, resolving `-r` arguments, forking, and the session the
 //! command line picked for the next `session/new`.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -62,15 +62,10 @@ impl Store {
     }
 
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
-    /// atomically).
-    pub(crate) fn save_jobs(&self, session_id: &str, jobs: &Value) {
-        if let Err(e) = self.write_jobs(session_id, jobs) {
-            log::error!("{e}");
-        }
-    }
-
-    /// `save_jobs` that says why it failed (`prime-agent schedule` exits 1 on it).
-    pub(crate) fn write_jobs(&self, session_id: &str, jobs: &Value) -> Result<(), String> {
+    /// atomically): the new file replaces the old one at once (a process that dies after this,
+    /// `kill -9` included, finds it), but nothing waits for the disk; `sync_file` on the
+    /// returned path (off the loop, on the reaper) makes it durable.
+    pub(crate) fn write_jobs(&self, session_id: &str, jobs: &Value) -> Result<PathBuf, String> {
         let Some(path) = self.jobs_file(session_id) else {
             return Err(format!("\"{session_id}\" cannot name a session"));
         };
@@ -84,10 +79,11 @@ impl Store {
                 .mode(0o600)
                 .open(&tmp)?;
             f.write_all(&serde_json::to_vec(&serde_json::json!({ "jobs": jobs }))?)?;
-            f.sync_data()?;
             fs::rename(&tmp, &path)
         };
-        write().map_err(|e| format!("cannot store the schedules in {}: {e}", path.display()))
+        write()
+            .map(|()| path.clone())
+            .map_err(|e| format!("cannot store the schedules in {}: {e}", path.display()))
     }
 
     /// A session's stored schedules.
@@ -343,6 +339,17 @@ pub(crate) fn page(
         matching[start..end].iter().map(|s| (*s).clone()).collect(),
         next,
     ))
+}
+
+/// Flushes a file written with `Store::write_jobs` and its directory entry to the disk.
+pub(crate) fn sync_file(path: &Path) {
+    let sync = |p: &Path| File::open(p).and_then(|f| f.sync_all());
+    if let Err(e) = sync(path) {
+        log::warn!("cannot flush {}: {e}", path.display());
+    }
+    if let Some(dir) = path.parent() {
+        let _ = sync(dir);
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{join_by, Family, FamilyMsg, Node, State, MAIN_NAME};
+use super::{Family, FamilyMsg, Node, State, MAIN_NAME};
 use crate::family::{self, ChildStatus, Party, TokenBucket};
 use crate::kernel::host::{unavailable, HostHandler};
 
@@ -396,7 +396,7 @@ impl Family {
         let deadline = Instant::now() + Duration::from_millis(500);
         for mut node in removed {
             if let Some(t) = node.thread.take() {
-                join_by(t, deadline);
+                crate::reaper::join_or_leave(t, deadline, "a deleted subagent");
             }
             // A recorded conversation stays: deleting ends the child, not its history.
             if !node.kept {

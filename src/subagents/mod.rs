@@ -353,35 +353,38 @@ impl Family {
         self.main_inbox.drain();
     }
 
-    /// `session/close` or disconnect: cancel everything and join the child threads (bounded;
-    /// abort hooks make them quick). No news is sent afterwards.
+    /// `session/close` or disconnect: cancel everything (abort hooks kill the children's
+    /// groups at once), end the MCP connections, and hand the joins of the child threads and
+    /// the drop of their agents (tools, kernels, session dirs) to the reaper. Returns at once;
+    /// no news is sent afterwards.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.cancel_all();
-        let threads: Vec<JoinHandle<()>> = self
-            .lock()
-            .nodes
-            .values_mut()
-            .filter_map(|n| n.thread.take())
-            .collect();
-        let deadline = Instant::now() + Duration::from_millis(500);
-        for t in threads {
-            join_by(t, deadline);
-        }
-        // Dropping the nodes drops their tools and kills their kernels.
-        let nodes: Vec<Node> = {
+        let (threads, nodes): (Vec<JoinHandle<()>>, Vec<Node>) = {
             let mut state = self.lock();
             state.order.clear();
-            state.nodes.drain().map(|(_, n)| n).collect()
+            let mut nodes: Vec<Node> = state.nodes.drain().map(|(_, n)| n).collect();
+            (
+                nodes.iter_mut().filter_map(|n| n.thread.take()).collect(),
+                nodes,
+            )
         };
-        for node in nodes.iter().filter(|n| !n.kept) {
-            let _ = std::fs::remove_dir_all(&node.session_dir);
-        }
-        let _ = std::fs::remove_dir(subagent_root());
-        // Stdio servers' groups are killed, HTTP sessions DELETEd.
+        // Stdio servers' groups are killed, HTTP sessions DELETEd (off this thread).
         if let Some(hub) = self.mcp.get() {
             hub.close();
         }
+        crate::reaper::later(move || {
+            let deadline = Instant::now() + Duration::from_millis(500);
+            for t in threads {
+                crate::reaper::join_or_leave(t, deadline, "a subagent");
+            }
+            // Dropping the nodes drops their tools and kills their kernels.
+            for node in nodes.iter().filter(|n| !n.kept) {
+                let _ = std::fs::remove_dir_all(&node.session_dir);
+            }
+            drop(nodes);
+            let _ = std::fs::remove_dir(subagent_root());
+        });
     }
 
     /// Whether `node` may still speak for the family (the main agent or a live child).
@@ -487,17 +490,6 @@ impl Family {
 /// Where subagents' session dirs live (removed when their family closes).
 fn subagent_root() -> PathBuf {
     std::env::temp_dir().join(format!("prime-agent-{}", std::process::id()))
-}
-
-/// Joins `thread` if it finishes by `deadline`; otherwise leaves it to the process exit (it was
-/// aborted and holds nothing the caller needs).
-pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) {
-    while !thread.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    if thread.is_finished() {
-        let _ = thread.join();
-    }
 }
 
 fn preview(text: &str) -> String {

@@ -464,6 +464,20 @@ impl Agent {
         sid
     }
 
+    /// `session/new` in `cwd` with these `mcpServers`; the session becomes the current one.
+    pub fn new_session_in(&mut self, cwd: &Path, servers: Value) -> String {
+        let r = self.call(
+            "session/new",
+            json!({"cwd": cwd.display().to_string(), "mcpServers": servers}),
+        );
+        let sid = r["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session/new failed: {r}"))
+            .to_owned();
+        self.session_id = Some(sid.clone());
+        sid
+    }
+
     pub fn sid(&self) -> String {
         self.session_id.clone().expect("handshake first")
     }

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::entry::{Entry, EntryKind, Record};
 use crate::content::{Attachment, FileDiff, IpythonDetails};
 use crate::events::{to_session_updates, MappingState};
+use crate::persist::entry::{Entry, EntryKind, Record};
 use crate::provider::Message;
 use crate::tools::ToolDisplay;
 use crate::turn::{AgentEvent, ToolResultView};
