@@ -89,7 +89,6 @@ pub(crate) struct MainLoop {
     pub(crate) version: String,
     /// The action buffer, reused for every event (no allocation on the streaming path).
     actions: Vec<Action>,
-    /// Closed sessions being flushed and dropped (`retire`), joined (bounded) at exit.
     /// Reads the sessions directory for `session/list` (started by the first one).
     store_worker: Option<StoreWorker>,
     store_tx: Sender<StoreAnswer>,
