@@ -289,9 +289,11 @@ mod tests {
                 .collect()
         };
         assert_eq!(ids("OpenAI/GPT-5.4"), vec!["openai/gpt-5.4"]);
+        // A glob names `provider/id` or the id alone (gateways' ids such as
+        // `vercel-ai-gateway/anthropic/…` match too).
         assert!(ids("anthropic/*")
             .iter()
-            .all(|v| v.starts_with("anthropic/")));
+            .all(|v| v.starts_with("anthropic/") || v.contains("/anthropic/")));
         assert!(!ids("anthropic/*").is_empty());
         assert!(ids("opus").iter().all(|v| v.contains("opus")));
         assert!(ids("no-such-model-anywhere").is_empty());
