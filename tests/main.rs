@@ -17,6 +17,7 @@ mod heartbeats;
 mod kernel;
 mod kernel_state;
 mod mcp;
+mod packaging;
 mod permissions;
 mod persist;
 mod protocol;
