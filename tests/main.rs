@@ -31,3 +31,4 @@ mod sessions;
 mod subagents;
 mod tools;
 mod transcripts;
+mod zygote;
