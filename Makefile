@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test test-deps static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test test-deps static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -103,9 +103,16 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## Regenerate expected transcripts from the current binary (review the diff!).
+## Regenerate expected transcripts and subcommand outputs (fixtures/cli/) from the current
+## binary (review the diff!).
 fixtures:
 	UPDATE_FIXTURES=1 $(CARGO) test --test integration transcripts
+	UPDATE_FIXTURES=1 $(CARGO) test --test integration subcommands::
+
+## The subcommands (`model list`, `session export`, `schedule`) against fixtures/cli/; part of
+## `make test` too (tests/subcommands.rs).
+cli-fixtures:
+	$(CARGO) test --test integration subcommands::
 
 ## Benchmarks over stdio against the release binary: prints a table, writes target/bench.json.
 ## Regenerates scripts/startup.order (see build.rs) from an unstripped release binary run under
@@ -140,7 +147,10 @@ RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
 	protocol::stdin_eof_mid_turn_exits_zero \
 	protocol::sigterm_mid_turn_answers_and_exits_zero \
 	protocol::an_overlong_line_is_refused_and_the_connection_survives \
-	persist::crash_campaign_continue_restores_an_acknowledged_prefix
+	persist::crash_campaign_continue_restores_an_acknowledged_prefix \
+	heartbeats::a_heartbeat_due_many_times_during_one_long_tool_call_puts_one_prompt_in \
+	owners::two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost \
+	listing::session_list_over_30_files_of_8_mb_is_right_and_holds_no_cancel
 reliability:
 	@mkdir -p target
 	set -o pipefail; FUZZ_CASES=$(RELIABILITY_FUZZ_CASES) LEAK_CYCLES=1000 PERSIST_CRASH_ITERATIONS=200 \

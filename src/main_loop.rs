@@ -15,8 +15,10 @@ use serde_json::Value;
 use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
+use crate::persist::Store;
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
+use crate::store_worker::{self, ListJob, StoreAnswer, StoreWorker};
 use crate::subagents::FamilyMsg;
 use crate::transport::{Backlog, Connection, Inbound};
 use crate::turn::{spawn_turn, Agent, AgentEvent, TurnMsg, TurnMsgKind};
@@ -49,6 +51,8 @@ enum Event {
     ClientCall(ClientMsg),
     /// A deadline passed: a cancelled turn's grace, or a queued prompt's quiescence wait.
     Timer,
+    /// The `session-store` worker answered a `session/list`.
+    Store(StoreAnswer),
 }
 
 /// The loop's state: the connection's sending side, the session, and the channels its
@@ -77,6 +81,10 @@ pub(crate) struct MainLoop {
     pub(crate) version: String,
     /// The action buffer, reused for every event (no allocation on the streaming path).
     actions: Vec<Action>,
+    /// Reads the sessions directory for `session/list` (started by the first one).
+    store_worker: Option<StoreWorker>,
+    store_tx: Sender<StoreAnswer>,
+    store_rx: Receiver<StoreAnswer>,
 }
 
 /// Runs until the client closes stdin or a signal arrives. Consumes the connection, so the
@@ -89,6 +97,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     let (family_tx, family_rx) = unbounded();
     // Unbounded: a worker sends at most one request at a time and waits for it.
     let (client_tx, client_rx) = unbounded();
+    let (store_tx, store_rx) = unbounded();
     let mut ml = MainLoop {
         out: conn.sender,
         recycled: conn.recycled,
@@ -107,6 +116,9 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         client_caps: ClientCaps::default(),
         version: version.to_owned(),
         actions: Vec::new(),
+        store_worker: None,
+        store_tx,
+        store_rx,
     };
     let exit = loop {
         let heartbeat = ml.heartbeat_deadline();
@@ -137,6 +149,10 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
                 Ok(m) => Event::ClientCall(m),
                 Err(_) => continue, // Unreachable: the loop holds a sender.
             },
+            recv(ml.store_rx) -> msg => match msg {
+                Ok(m) => Event::Store(m),
+                Err(_) => continue, // Unreachable: the loop holds a sender.
+            },
             recv(signals) -> _ => Event::Signal,
             recv(timer) -> _ => Event::Timer,
         };
@@ -146,6 +162,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
             Event::Family(msg) => ml.on_family(msg),
             Event::Timer => ml.on_timers(Instant::now()),
             Event::ClientCall(msg) => ml.on_client_call(msg),
+            Event::Store(answer) => ml.respond(&answer.request, answer.result),
             Event::ClientClosed => {
                 // Nobody will answer: every waiting worker gets `Gone` at once.
                 ml.pending.fail_all();
@@ -234,11 +251,11 @@ impl MainLoop {
             .iter()
             .filter_map(Session::heartbeat_due_ms)
             .min()?;
-        Some(Instant::now() + crate::persist::schedule::wait_until(due))
+        Some(Instant::now() + crate::time::schedule_wait(due))
     }
 
     fn on_timers(&mut self, now: Instant) {
-        let now_ms = crate::persist::schedule::now_ms();
+        let now_ms = crate::time::schedule_now_ms();
         let fired: Vec<String> = self
             .sessions
             .iter()
@@ -342,6 +359,26 @@ impl MainLoop {
         }
     }
 
+    /// Hands a `session/list` to the store worker (started now if this is the first); a
+    /// worker that cannot start or is gone leaves the list to this thread, answered anyway.
+    pub(crate) fn list_sessions(&mut self, store: Arc<Store>, job: ListJob) {
+        if self.store_worker.is_none() {
+            match StoreWorker::spawn(store.clone(), self.store_tx.clone()) {
+                Ok(w) => self.store_worker = Some(w),
+                Err(e) => log::error!("cannot start the session-store thread: {e}"),
+            }
+        }
+        let job = match &self.store_worker {
+            Some(w) => match w.send(job) {
+                Ok(()) => return,
+                Err(job) => job,
+            },
+            None => job,
+        };
+        let result = store_worker::list_page(&store, job.cwd.as_deref(), job.cursor.as_deref());
+        self.respond(&job.request, result);
+    }
+
     /// A link for this connection's workers to reach the client through the loop.
     pub(crate) fn client_link(&self) -> ClientLink {
         ClientLink::new(self.client_tx.clone())
@@ -421,6 +458,9 @@ impl MainLoop {
     /// are killed by abort hooks at once). A worker stuck past that is left to the process exit.
     fn shutdown(&mut self) {
         let deadline = Instant::now() + EXIT_JOIN;
+        if let Some(worker) = self.store_worker.take() {
+            worker.stop(deadline);
+        }
         let mut workers = Vec::new();
         let mut sessions: Vec<Session> = self.sessions.drain(..).collect();
         for session in &mut sessions {

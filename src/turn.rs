@@ -52,9 +52,11 @@ pub struct Agent {
     /// The agent dir and the recursion depths every kernel of the process runs with.
     pub(crate) kernel_env: KernelEnv,
     pub(crate) system_prompt: String,
-    /// What `system_prompt` was built from, to build it again for another cwd (`None`: keep
-    /// it as it is).
+    /// What each agent's system prompt is built from (`AgentCtx`, with that agent's facts);
+    /// `None`: every agent uses `system_prompt` as it is.
     pub(crate) prompt_spec: Option<PromptSpec>,
+    /// The user's skills and prompt templates (commands, `/skill:` and `/<template>` prompts).
+    pub(crate) resources: Arc<crate::skills::Resources>,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
     /// `--model` / `--thinking` were given: a continued session keeps them instead of the
@@ -81,6 +83,14 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// The system prompt of one of this session's agents (`prompt_spec` with its facts).
+    pub(crate) fn system_prompt_for(&self, facts: &crate::prompt::AgentFacts<'_>) -> String {
+        match &self.prompt_spec {
+            Some(spec) => spec.build(facts),
+            None => self.system_prompt.clone(),
+        }
+    }
+
     /// The start-up model and reasoning level, what a new session begins with.
     pub(crate) fn turn_model(&self) -> TurnModel {
         TurnModel {
@@ -98,6 +108,7 @@ impl Agent {
             kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             prompt_spec: None,
+            resources: Arc::default(),
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
             model_explicit: false,
@@ -124,6 +135,7 @@ impl Agent {
             kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             prompt_spec: None,
+            resources: Arc::default(),
             cwd,
             thinking: Thinking::Off,
             model_explicit: false,
@@ -202,6 +214,17 @@ impl Inbox {
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
             .collect()
+    }
+
+    /// Whether a firing of schedule `job_id` is still waiting here (not yet taken by a model
+    /// call): the schedule skips its ticks meanwhile.
+    pub(crate) fn holds_firing(&self, job_id: &str) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(_, custom)| custom.as_ref()?.details.as_ref())
+            .any(|d| d["jobId"] == job_id)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -472,7 +495,7 @@ fn run_prompt(
                     (book, outcome)
                 });
                 state = autonomy::lock(unattended);
-                state.after_turn(gates, Instant::now(), &autonomy::gate::iso_now())
+                state.after_turn(gates, Instant::now(), &crate::time::now_iso())
             }
         };
         if abort.is_aborted() {

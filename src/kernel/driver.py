@@ -372,10 +372,16 @@ def bash_body(code):
     return None
 
 
+SHELL = {"path": "bash", "prefix": ""}
+
+
 def run_bash(body):
-    """A fresh `bash` per cell, writing straight to the kernel's stdout/stderr pipes."""
+    """A fresh shell per cell (`bash`, or settings `shellPath`; settings `shellCommandPrefix`
+    first), writing straight to the kernel's stdout/stderr pipes."""
+    if SHELL["prefix"]:
+        body = SHELL["prefix"] + "\n" + body
     try:
-        proc = subprocess.Popen(["bash", "-c", body], stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen([SHELL["path"], "-c", body], stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
         report_error(type(e).__name__, str(e), ["%s: %s" % (type(e).__name__, e)])
         return "error"
@@ -392,7 +398,7 @@ def run_bash(body):
         report_error("KeyboardInterrupt", "", ["KeyboardInterrupt"])
         return "error"
     if rc != 0:
-        evalue = "Command 'bash' returned non-zero exit status %d." % rc
+        evalue = "Command '%s' returned non-zero exit status %d." % (os.path.basename(SHELL["path"]), rc)
         report_error("CalledProcessError", evalue, ["CalledProcessError: " + evalue])
         return "error"
     return "ok"
@@ -459,6 +465,8 @@ def serve(user, engine):
     """The kernel proper, from the protocol fds on (fd 0 host → kernel, fd 3 kernel → host)."""
     global WIRE
     STATE["token"] = os.environ.pop("PRIME_AGENT_KERNEL_TOKEN", "")
+    SHELL["path"] = os.environ.pop("PRIME_AGENT_SHELL_PATH", "") or "bash"
+    SHELL["prefix"] = os.environ.pop("PRIME_AGENT_SHELL_COMMAND_PREFIX", "")
     # Protocol fds: host → kernel arrives on fd 0 and kernel → host leaves on fd 3. Both move to
     # private non-inheritable fds so user code and its subprocesses never see them; fd 0
     # becomes /dev/null (cells have no stdin).

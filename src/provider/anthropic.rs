@@ -89,7 +89,9 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                             Some(json!({"type": "redacted_thinking", "data": data}))
                         }
                         // Another API's reasoning (the session switched models).
-                        ReasoningBlock::ResponsesItem { .. } => None,
+                        ReasoningBlock::ResponsesItem { .. } | ReasoningBlock::GeminiPart { .. } => {
+                            None
+                        }
                     })
                     .collect();
                 if !a.text.is_empty() {

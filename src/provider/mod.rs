@@ -5,7 +5,9 @@
 //! the `AbortFlag` at every read, and return the assembled assistant reply.
 
 pub(crate) mod anthropic;
+pub(crate) mod azure;
 pub(crate) mod config;
+pub(crate) mod google;
 pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
@@ -58,6 +60,9 @@ pub(crate) enum ReasoningBlock {
     /// and the message and function-call items it pairs with by id), as received. Only `model`
     /// can read the encrypted reasoning, so no other model is sent it.
     ResponsesItem { model: String, item: Value },
+    /// One part of a Gemini reply (text, thought or function call, with its
+    /// `thoughtSignature`), as received and merged per block. Only `model` is sent it back.
+    GeminiPart { model: String, part: Value },
 }
 
 #[derive(Debug, Clone, PartialEq)]

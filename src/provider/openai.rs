@@ -102,6 +102,9 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                         json!(a.text)
                     },
                 );
+                if model.reasoning && model.compat.reasoning_content_on_assistant {
+                    m.insert("reasoning_content".into(), json!(a.thinking));
+                }
                 if !a.tool_calls.is_empty() {
                     let calls: Vec<Value> = a
                         .tool_calls
@@ -635,6 +638,36 @@ mod tests {
             "Read image file [image/png]\n\n(2 image(s) omitted: the model m does not accept images)"
         );
         assert_eq!(b["messages"].as_array().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn deepseek_gets_its_reasoning_back_as_reasoning_content() {
+        let messages = vec![Message::Assistant(AssistantMessage {
+            thinking: "plan".into(),
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "t".into(),
+                arguments: json!({}),
+            }],
+            ..Default::default()
+        })];
+        let req = ChatRequest {
+            system: "",
+            messages: &messages,
+            tools: &[],
+            thinking: Thinking::Medium,
+            agent: "main",
+            max_tokens: None,
+        };
+        let mut m = model(true);
+        assert!(body(&m, &req)["messages"][0]
+            .get("reasoning_content")
+            .is_none());
+        m.compat.reasoning_content_on_assistant = true;
+        assert_eq!(body(&m, &req)["messages"][0]["reasoning_content"], "plan");
+        let r = crate::provider::config::Registry::builtin();
+        let deepseek = r.find("deepseek").expect("built in");
+        assert!(deepseek.models[0].compat.reasoning_content_on_assistant);
     }
 
     #[test]

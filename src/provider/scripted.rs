@@ -28,6 +28,7 @@
 //! this lets a script assert that tool results really went back to the model),
 //! `{"expect_first": [s, ...]}` (the same for the request's first message),
 //! `{"expect_system": [s, ...]}` (the same for its system prompt),
+//! `{"expect_system_none": [s, ...]}` (its system prompt contains none of them),
 //! `{"expect_none": [s, ...]}` (no message of the request contains any s), and
 //! `{"expect_history": [s, ...]}` (fail unless the whole request, every message in order,
 //! rendered one per line, contains each s: a resumed session's history reached the model).
@@ -296,6 +297,16 @@ fn run_step(
         expect_in("first message", &first, expect)?;
     } else if let Some(expect) = step.get("expect_system").and_then(Value::as_array) {
         expect_in("system prompt", request.system, expect)?;
+    } else if let Some(absent) = step.get("expect_system_none").and_then(Value::as_array) {
+        if let Some(needle) = absent
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|n| request.system.contains(n))
+        {
+            return Err(ProviderError::Stream(format!(
+                "scripted expectation failed: the system prompt contains {needle:?}"
+            )));
+        }
     } else if let Some(absent) = step.get("expect_none").and_then(Value::as_array) {
         for needle in absent.iter().filter_map(Value::as_str) {
             if let Some(m) = request

@@ -225,7 +225,7 @@ impl Family {
             .get()
             .filter(|_| node == self.main_id)
             .ok_or_else(|| crate::kernel::host::unavailable(kind))?;
-        let now = crate::persist::schedule::now_ms();
+        let now = crate::time::schedule_now_ms();
         let (result, changed) = jobs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -238,8 +238,9 @@ impl Family {
         Ok(result)
     }
 
-    /// The main agent's context: its tools answer host requests through this family.
-    pub(crate) fn main_ctx(&self) -> AgentCtx {
+    /// The main agent's context: its tools answer host requests through this family; `log`
+    /// is its session file (`None`: not persisted), which its prompt names.
+    pub(crate) fn main_ctx(&self, log: Option<&std::path::Path>) -> AgentCtx {
         let compaction = Arc::<crate::compaction::Control>::default();
         let mut host = self.kernel_host(&self.main_id, self.root_depth, &compaction);
         // Only the main agent's namespace survives the process (behaviour spec §4.1).
@@ -249,10 +250,42 @@ impl Family {
             .as_ref()
             .and_then(|s| s.artifacts_of(&self.main_id));
         let tools = self.agent.tools.build(&self.agent.kernel_env, Some(host));
+        let names = tools.names();
+        let env = &self.agent.kernel_env;
+        // Refine (and so the harness paragraph) is the main agent's at depth 0 (§5.4).
+        let harness = (self.root_depth == 0
+            && names.iter().any(|n| n == crate::tools::ipython::NAME))
+        .then(|| {
+            let global = env
+                .global_harness_dir
+                .as_ref()
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| env.agent_dir.join("harness"));
+            let mut stores = vec![("global", global)];
+            if let Some(local) = &env.harness_dir {
+                stores.push(("local", std::path::PathBuf::from(local)));
+            }
+            crate::prompt::harness_overview(&stores)
+        });
+        let system_prompt = self.agent.system_prompt_for(&crate::prompt::AgentFacts {
+            cwd: &self.agent.cwd,
+            tool_names: &names,
+            kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
+            depth: self.root_depth,
+            max_depth: env.max_depth,
+            log,
+            child: None,
+            harness: harness.as_deref(),
+        });
+        log::info!(
+            "system prompt: {} chars, about {} tokens (chars/4)",
+            system_prompt.chars().count(),
+            crate::compaction::estimate::text_tokens(&system_prompt)
+        );
         AgentCtx {
             agent: self.agent.clone(),
             tools,
-            system_prompt: self.agent.system_prompt.clone(),
+            system_prompt,
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
             mcp: self.mcp(),

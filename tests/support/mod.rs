@@ -41,6 +41,13 @@ pub const PROVIDER_KEY_VARS: &[&str] = &[
     "FIREWORKS_API_KEY",
     "GEMINI_API_KEY",
     "AI_GATEWAY_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_OPENAI_BASE_URL",
+    "AZURE_OPENAI_RESOURCE_NAME",
+    "AZURE_OPENAI_API_VERSION",
+    "AZURE_OPENAI_DEPLOYMENT_NAME_MAP",
+    "MINIMAX_API_KEY",
+    "KIMI_API_KEY",
 ];
 /// Generous: these bound hangs, they do not measure speed.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
