@@ -14,7 +14,7 @@
 mod loopback;
 #[path = "support/mcp.rs"]
 mod mcp;
-#[path = "scale.rs"]
+#[path = "support/scale.rs"]
 mod scale;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,6 +1,6 @@
 //! The kernel and scale sections of `make bench` (`BENCH_ONLY=kernel,scale`): a session's first
 //! cell, per-kernel proportional memory (PSS) through the zygote, and many sessions and agent
-//! processes at once. Included by `acp.rs` (`#[path]`), which owns `Proc`, `Bench` and the
+//! processes at once. Included by `acp.rs` (`#[path]`, under support/ so cargo does not take it for a bench of its own), which owns `Proc`, `Bench` and the
 //! report.
 
 use super::*;
