@@ -14,6 +14,8 @@
 mod loopback;
 #[path = "support/mcp.rs"]
 mod mcp;
+#[path = "support/scale.rs"]
+mod scale;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -271,6 +273,8 @@ struct Bench {
     quick: bool,
     /// `BENCH_MULTI=1`: every agent runs with `--multi-session`.
     multi: bool,
+    /// The installed copy of the static build, for the side-by-side stream line.
+    static_bin: Option<PathBuf>,
     report: Report,
 }
 
@@ -315,6 +319,7 @@ fn main() {
         work,
         quick: std::env::var_os("BENCH_QUICK").is_some(),
         multi: std::env::var("BENCH_MULTI").is_ok_and(|v| v.trim() == "1"),
+        static_bin: Some(static_bin.clone()),
         report: Report::default(),
     };
     if b.multi {
@@ -362,6 +367,12 @@ fn main() {
     }
     if on("store") {
         b.store();
+    }
+    if on("kernel") {
+        b.kernel();
+    }
+    if on("scale") {
+        b.scale();
     }
 
     for (name, path) in [
@@ -782,6 +793,10 @@ impl Bench {
     }
 
     fn provider_agent(&self, server: &Server) -> (Proc, String) {
+        self.provider_agent_of(&self.bin.clone(), server)
+    }
+
+    fn provider_agent_of(&self, bin: &Path, server: &Server) -> (Proc, String) {
         let dir = self.work.join("agent-dir");
         std::fs::create_dir_all(&dir).unwrap();
         let models = json!({"providers": {"bench": {
@@ -789,7 +804,7 @@ impl Bench {
             "models": [{"id": "bench-model", "reasoning": false, "input": ["text"]}]}}});
         std::fs::write(dir.join("models.json"), models.to_string()).unwrap();
         let mut p = self.agent(
-            &self.bin,
+            bin,
             &[
                 "--provider",
                 "bench",
@@ -895,8 +910,34 @@ impl Bench {
             p.finish();
         }
         let label = format!("provider stream (OpenAI SSE, loopback): {deltas} deltas");
+        // The static build side by side, alternating runs with the glibc ones above would be
+        // fairer on a loaded host; back to back in one run is what this line promises.
+        let glibc_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
         self.report
             .add(&format!("{label}, throughput"), "deltas/s", rates);
+        if let Some(static_bin) = self.static_bin.clone().filter(|b| b.exists()) {
+            let mut rates = vec![];
+            for _ in 0..self.runs(5, 1) {
+                let (mut p, sid) = self.provider_agent_of(&static_bin, &server);
+                server.plan(Plan::Blast(deltas));
+                p.prompt(9, &sid);
+                let hits = p.read_stream(9, needle, deltas, &mut |_| {});
+                let t0 = server.stamps()[0];
+                assert_eq!(hits.len(), deltas, "one update per delta");
+                rates.push(deltas as f64 / (*hits.last().unwrap() - t0).as_secs_f64());
+                p.finish();
+            }
+            let static_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
+            self.report
+                .add(&format!("{label}, throughput (static)"), "deltas/s", rates);
+            if glibc_median > 0.0 {
+                self.report.add(
+                    "provider stream throughput, static / glibc (medians)",
+                    "ratio",
+                    vec![static_median / glibc_median],
+                );
+            }
+        }
 
         // Latency: one delta in flight at a time; server write → client read of its update.
         let (mut p, sid) = self.provider_agent(&server);

@@ -277,6 +277,86 @@ pub(crate) fn signal_group(pgid: i32, sig: i32) -> io::Result<()> {
     }
 }
 
+/// A connected pair of `AF_UNIX` `SOCK_SEQPACKET` sockets (close-on-exec): message boundaries
+/// are kept, descriptors travel with a message (`send_with_fds`), and either end sees EOF when
+/// the other closes. The kernel zygote's control channel.
+pub(crate) fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [-1 as RawFd; 2];
+    #[allow(unsafe_code)]
+    // SAFETY: socketpair(2) writes two fds into the array we own; on success both are fresh,
+    // owned by nobody else, so each becomes an OwnedFd exactly once.
+    unsafe {
+        if libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        ) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        ))
+    }
+}
+
+/// Sends `data` as one message on the socket `sock` with `fds` attached (`SCM_RIGHTS`): the
+/// receiver gets its own copies of the descriptors; ours stay open.
+pub(crate) fn send_with_fds(
+    sock: BorrowedFd<'_>,
+    data: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let fd_bytes = std::mem::size_of_val(raw.as_slice());
+    #[allow(unsafe_code)]
+    // SAFETY: CMSG_SPACE / CMSG_LEN are pure size computations. The control buffer is sized by
+    // CMSG_SPACE for `raw` and zeroed; CMSG_FIRSTHDR of a msghdr whose control buffer is that
+    // large is non-null and points into it, and CMSG_DATA has room for `fd_bytes` bytes. The
+    // iovec points at `data`, which outlives the call; sendmsg(2) only reads these buffers.
+    unsafe {
+        let space = libc::CMSG_SPACE(fd_bytes as u32) as usize;
+        let mut control = vec![0u8; space];
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if !raw.is_empty() {
+            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = space as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+            std::ptr::copy_nonoverlapping(
+                raw.as_ptr() as *const u8,
+                libc::CMSG_DATA(cmsg),
+                fd_bytes,
+            );
+        }
+        loop {
+            let n = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+            if n >= 0 {
+                return if n as usize == data.len() {
+                    Ok(())
+                } else {
+                    Err(io::Error::new(io::ErrorKind::WriteZero, "short sendmsg"))
+                };
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;

@@ -424,11 +424,18 @@ impl ToolChoice {
         all.push(Box::new(edit::Edit));
         all.push(Box::new(write::Write));
         all.push(Box::new(todo::Todo));
-        ToolSet::new(
-            all.into_iter()
-                .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
-                .collect(),
-        )
+        let tools: Vec<Box<dyn Tool>> = all
+            .into_iter()
+            .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
+            .collect();
+        // An agent with a kernel: warm this process's zygote now, in the background, so the
+        // first cell forks a ready kernel instead of starting Python (kernel/zygote.rs).
+        if tools.iter().any(|t| t.spec().name == ipython::NAME) {
+            if let Some(python) = crate::kernel::find_python() {
+                crate::kernel::zygote::prewarm(&python);
+            }
+        }
+        ToolSet::new(tools)
     }
 }
 
