@@ -78,7 +78,7 @@ pub fn run_headless(cfg: &Config) -> Result<u8, String> {
 
 /// Runs `prime-agent model|session|schedule …` (stdout, no ACP); returns the exit code.
 pub fn run_subcommand(sub: &Subcommand) -> Result<u8, String> {
-    subcommands::run(sub, &mut std::io::stdout().lock())
+    subcommands::run(sub, &setup::agent_dir(), &mut std::io::stdout().lock())
 }
 
 /// Runs ACP over the process's stdio until stdin closes or a signal arrives.

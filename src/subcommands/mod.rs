@@ -209,9 +209,10 @@ fn usage_line(usage: &str, sub: &str) -> String {
         .to_owned()
 }
 
-/// Runs `sub`, printing to `out`; the process exit code, or the error text.
-pub(crate) fn run(sub: &Subcommand, out: &mut dyn Write) -> Result<u8, String> {
-    let agent_dir = crate::setup::agent_dir();
+/// Runs `sub` on the agent dir `agent_dir`, printing to `out`; the process exit code, or the
+/// error text. (The caller resolves the dir, so this module stays below `setup`.)
+pub(crate) fn run(sub: &Subcommand, agent_dir: &Path, out: &mut dyn Write) -> Result<u8, String> {
+    let agent_dir = agent_dir.to_path_buf();
     let text = match sub {
         Subcommand::Help(usage) => (*usage).to_owned(),
         Subcommand::ModelList { pattern } => models::list(&agent_dir, pattern.as_deref())?,
