@@ -19,6 +19,8 @@
 //! "cacheWrite"}` (USD per million tokens; default: no prices).
 //!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
+//! `{"tool_call_start": {"name", "id"?}}` then `{"tool_call_args": s}` (a call whose
+//! arguments stream as raw text, parsed when the reply ends; invalid JSON stays raw),
 //! `{"usage": {"input", "output", "cache_read"?, "cache_write"?}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
 //! `{"stuck_ms": n}` (blocks n ms ignoring cancel, like a call no abort hook can reach),
 //! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
@@ -175,6 +177,8 @@ impl Provider for ScriptedProvider {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        // Calls whose arguments streamed as raw text (`tool_call_start`).
+        let mut streamed = Vec::new();
         for step in &steps {
             abort.check().map_err(|_| ProviderError::Aborted)?;
             run_step(
@@ -185,7 +189,18 @@ impl Provider for ScriptedProvider {
                 on_event,
                 &mut message,
                 &mut usage,
+                &mut streamed,
             )?;
+        }
+        for i in streamed {
+            let call = &mut message.tool_calls[i];
+            if let Value::String(raw) = &call.arguments {
+                call.arguments = if raw.trim().is_empty() {
+                    Value::Object(Default::default())
+                } else {
+                    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
+                };
+            }
         }
         abort.check().map_err(|_| ProviderError::Aborted)?;
         if let Some(error) = reply.get("error").and_then(Value::as_str) {
@@ -204,6 +219,37 @@ impl Provider for ScriptedProvider {
     }
 }
 
+/// Adds a call named by `call` (`{name, id?}`) with empty raw arguments and announces it, as
+/// a wire decoder does once a call's name arrives; returns its id.
+fn start_call(
+    index: usize,
+    call: &Value,
+    message: &mut AssistantMessage,
+    on_event: &mut dyn FnMut(StreamEvent),
+) -> String {
+    let n = message.tool_calls.len();
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("call_{}_{n}", index + 1));
+    let name = call
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    on_event(StreamEvent::ToolCallStart {
+        id: id.clone(),
+        name: name.clone(),
+    });
+    message.tool_calls.push(ToolCall {
+        id: id.clone(),
+        name,
+        arguments: Value::String(String::new()),
+    });
+    id
+}
+
 fn emit_text(message: &mut AssistantMessage, on_event: &mut dyn FnMut(StreamEvent), text: &str) {
     message.text.push_str(text);
     on_event(StreamEvent::Text(text.to_owned()));
@@ -217,6 +263,7 @@ fn run_step(
     on_event: &mut dyn FnMut(StreamEvent),
     message: &mut AssistantMessage,
     usage: &mut Usage,
+    streamed: &mut Vec<usize>,
 ) -> Result<(), ProviderError> {
     let aborted = |_| ProviderError::Aborted;
     if let Some(text) = step.get("text").and_then(Value::as_str) {
@@ -225,22 +272,31 @@ fn run_step(
         message.thinking.push_str(text);
         on_event(StreamEvent::Thinking(text.to_owned()));
     } else if let Some(call) = step.get("tool_call") {
-        let n = message.tool_calls.len();
-        message.tool_calls.push(ToolCall {
-            id: call
-                .get("id")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("call_{}_{n}", index + 1)),
-            name: call
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            arguments: call
-                .get("arguments")
-                .cloned()
-                .unwrap_or(Value::Object(Default::default())),
+        let arguments = call
+            .get("arguments")
+            .cloned()
+            .unwrap_or(Value::Object(Default::default()));
+        // Named and complete at once: shown `pending`, then started with its arguments.
+        start_call(index, call, message, on_event);
+        if let Some(last) = message.tool_calls.last_mut() {
+            last.arguments = arguments;
+        }
+    } else if let Some(call) = step.get("tool_call_start") {
+        // Its arguments follow in `tool_call_args` steps, as raw text (parsed at the end).
+        start_call(index, call, message, on_event);
+        streamed.push(message.tool_calls.len() - 1);
+    } else if let Some(part) = step.get("tool_call_args").and_then(Value::as_str) {
+        let Some(call) = message.tool_calls.last_mut() else {
+            return Err(ProviderError::Stream(
+                "scripted provider: tool_call_args before any tool_call_start".to_owned(),
+            ));
+        };
+        if let Value::String(raw) = &mut call.arguments {
+            raw.push_str(part);
+        }
+        on_event(StreamEvent::ToolCallDelta {
+            id: call.id.clone(),
+            delta: part.to_owned(),
         });
     } else if let Some(u) = step.get("usage") {
         let get = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
