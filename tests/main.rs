@@ -16,6 +16,7 @@ mod headless;
 mod heartbeats;
 mod kernel;
 mod kernel_state;
+mod loops;
 mod mcp;
 mod permissions;
 mod persist;

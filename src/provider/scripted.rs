@@ -16,7 +16,10 @@
 //! A line `{"config": {"input": ["text"]}}` is no reply: it makes the scripted model text-only
 //! (`accepts_images` false; the default takes text and images). `config` may also set
 //! `"context_window": n` (default 128,000) and `"cost": {"input", "output", "cacheRead",
-//! "cacheWrite"}` (USD per million tokens; default: no prices).
+//! "cacheWrite"}` (USD per million tokens; default: no prices), `"enforce_window": true` (a
+//! request whose text, at 4 chars a token, is over the window fails with llama.cpp's 400
+//! overflow text, as a small local server does) and `"summary": s` (every compaction summary
+//! request, no tools and an output budget, is answered `s` without using up a line).
 //!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
 //! `{"tool_call_start": {"name", "id"?}}` then `{"tool_call_args": s}` (a call whose
@@ -57,6 +60,10 @@ pub(crate) struct ScriptedProvider {
     window: u64,
     /// `config.cost`.
     prices: Option<super::Prices>,
+    /// `config.enforce_window`.
+    enforce_window: bool,
+    /// `config.summary`.
+    summary: Option<String>,
 }
 
 impl ScriptedProvider {
@@ -68,6 +75,8 @@ impl ScriptedProvider {
         let mut images = true;
         let mut window = 128_000;
         let mut prices = None;
+        let mut enforce_window = false;
+        let mut summary = None;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with("//") {
@@ -92,6 +101,12 @@ impl ScriptedProvider {
                 if let Some(cost) = config.get("cost") {
                     prices = super::Prices::from_json(cost);
                 }
+                if let Some(e) = config.get("enforce_window").and_then(Value::as_bool) {
+                    enforce_window = e;
+                }
+                if let Some(text) = config.get("summary").and_then(Value::as_str) {
+                    summary = Some(text.to_owned());
+                }
                 continue;
             }
             replies.push(value);
@@ -104,6 +119,8 @@ impl ScriptedProvider {
             images,
             window,
             prices,
+            enforce_window,
+            summary,
         })
     }
 
@@ -163,6 +180,31 @@ impl Provider for ScriptedProvider {
         abort: &AbortFlag,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError> {
+        if self.enforce_window {
+            let tokens = request_tokens(request);
+            if tokens > self.window {
+                return Err(ProviderError::Status {
+                    status: 400,
+                    message: format!(
+                        "request ({tokens} tokens) exceeds the available context size ({} tokens), try increasing it",
+                        self.window
+                    ),
+                });
+            }
+        }
+        if let Some(summary) = &self.summary {
+            if request.tools.is_empty() && request.max_tokens.is_some() {
+                on_event(StreamEvent::Text(summary.clone()));
+                return Ok(Reply {
+                    message: AssistantMessage {
+                        text: summary.clone(),
+                        ..AssistantMessage::default()
+                    },
+                    usage: Usage::default(),
+                    finish: FinishReason::Stop,
+                });
+            }
+        }
         let (index, reply) = self.next_reply(request.agent)?;
         if let Some(msg) = reply.get("panic").and_then(Value::as_str) {
             panic!("scripted panic: {msg}");
@@ -248,6 +290,29 @@ fn start_call(
         arguments: Value::String(String::new()),
     });
     id
+}
+
+/// A request's size at 4 chars a token: the system prompt, every message's text and every
+/// tool call's arguments.
+fn request_tokens(request: &ChatRequest<'_>) -> u64 {
+    let chars: usize = request.system.len()
+        + request
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User { text, .. } => text.len(),
+                Message::Assistant(a) => {
+                    a.text.len()
+                        + a.thinking.len()
+                        + a.tool_calls
+                            .iter()
+                            .map(|c| c.name.len() + c.arguments.to_string().len())
+                            .sum::<usize>()
+                }
+                Message::ToolResult { text, .. } => text.len(),
+            })
+            .sum::<usize>();
+    (chars / 4) as u64
 }
 
 fn emit_text(message: &mut AssistantMessage, on_event: &mut dyn FnMut(StreamEvent), text: &str) {
