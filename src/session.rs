@@ -943,10 +943,10 @@ impl Session {
                 match &event {
                     AgentEvent::ToolStart { id, .. }
                     | AgentEvent::ToolPending { id, .. }
-                    | AgentEvent::ToolAwaitingApproval { id, .. } => {
-                        if !open.contains(id) {
-                            open.push(id.clone());
-                        }
+                    | AgentEvent::ToolAwaitingApproval { id, .. }
+                        if !open.contains(id) =>
+                    {
+                        open.push(id.clone())
                     }
                     AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
                     AgentEvent::BashStart { run_id, .. } => {

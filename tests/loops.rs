@@ -3,7 +3,6 @@
 //! (and cancellable) while its arguments stream. Scripted models for the loops, the loopback
 //! server for what a real OpenAI-compatible server (llama.cpp) sends and receives.
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::support::llm_server::{Canned, End, LlmServer};
 use crate::support::model::{env_for, stop_reason};
-use crate::support::sessions::{in_dir, session_file};
+use crate::support::sessions::session_file;
 use crate::support::*;
 
 /// A reply that makes one `bash` call.
@@ -104,8 +103,7 @@ fn a_repeating_call_is_refused_once_then_the_prompt_stops_and_the_next_one_works
         let last = a
             .updates()
             .into_iter()
-            .filter(|u| u["toolCallId"] == *id)
-            .next_back()
+            .rfind(|u| u["toolCallId"] == *id)
             .unwrap();
         assert!(
             last["status"] == "completed" || last["status"] == "failed",
@@ -549,8 +547,7 @@ fn a_slowly_streamed_call_is_visible_at_once_and_cancel_ends_it() {
     let last = a
         .updates()
         .into_iter()
-        .filter(|u| u["toolCallId"] == "slow")
-        .last()
+        .rfind(|u| u["toolCallId"] == "slow")
         .unwrap();
     assert_eq!(last["status"], "failed");
     assert_eq!(a.prompt_stop("again"), "end_turn");
@@ -598,5 +595,4 @@ fn a_call_a_server_streams_slowly_is_shown_pending_and_cancel_stops_it() {
     assert!(!dir.path().join("a.txt").exists());
     assert_eq!(a.prompt_stop("hi"), "end_turn");
     assert!(a.finish().success());
-    let _ = std::io::stderr().flush();
 }

@@ -210,7 +210,7 @@ impl Provider for ScriptedProvider {
             panic!("scripted panic: {msg}");
         }
         let mut message = AssistantMessage::default();
-        let mut usage = Usage::default();
+        let usage = Usage::default();
         if let Some(text) = reply.get("text").and_then(Value::as_str) {
             emit_text(&mut message, on_event, text);
         }
@@ -219,21 +219,20 @@ impl Provider for ScriptedProvider {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        // Calls whose arguments streamed as raw text (`tool_call_start`).
-        let mut streamed = Vec::new();
+        let mut draft = Draft {
+            message,
+            usage,
+            streamed: Vec::new(),
+        };
         for step in &steps {
             abort.check().map_err(|_| ProviderError::Aborted)?;
-            run_step(
-                step,
-                index,
-                request,
-                abort,
-                on_event,
-                &mut message,
-                &mut usage,
-                &mut streamed,
-            )?;
+            run_step(step, index, request, abort, on_event, &mut draft)?;
         }
+        let Draft {
+            mut message,
+            usage,
+            streamed,
+        } = draft;
         for i in streamed {
             let call = &mut message.tool_calls[i];
             if let Value::String(raw) = &call.arguments {
@@ -259,6 +258,14 @@ impl Provider for ScriptedProvider {
             finish,
         })
     }
+}
+
+/// The reply being assembled by the steps.
+struct Draft {
+    message: AssistantMessage,
+    usage: Usage,
+    /// Calls whose arguments streamed as raw text (`tool_call_start`), parsed at the end.
+    streamed: Vec<usize>,
 }
 
 /// Adds a call named by `call` (`{name, id?}`) with empty raw arguments and announces it, as
@@ -326,10 +333,13 @@ fn run_step(
     request: &ChatRequest<'_>,
     abort: &AbortFlag,
     on_event: &mut dyn FnMut(StreamEvent),
-    message: &mut AssistantMessage,
-    usage: &mut Usage,
-    streamed: &mut Vec<usize>,
+    draft: &mut Draft,
 ) -> Result<(), ProviderError> {
+    let Draft {
+        message,
+        usage,
+        streamed,
+    } = draft;
     let aborted = |_| ProviderError::Aborted;
     if let Some(text) = step.get("text").and_then(Value::as_str) {
         emit_text(message, on_event, text);
