@@ -56,6 +56,8 @@ Options:
   --autonomous-max-turns <n>         Model calls per session (default: 12)
   --autonomous-max-tokens <n>        Tokens per session (default: 80000)
   --autonomous-timeout-ms <n>        Wall clock from enablement (default: 1800000)
+  --max-model-calls <n>              Model calls one prompt may make (default: 100 for -p and
+                                     --mode json, no cap otherwise; 0: no cap)
   --goal <objective>                 Start the session with this goal
   --goal-token-budget <n>            Token budget of the --goal
   --no-session                       Keep the conversation in memory only (write no session file)
@@ -133,6 +135,8 @@ pub struct Config {
     pub models: Vec<String>,
     /// The `:<level>` suffix of `--model` (used unless `--thinking` is given).
     pub model_thinking: Option<Thinking>,
+    /// `--max-model-calls` (`Some(0)`: no cap, even headless).
+    pub(crate) max_model_calls: Option<u64>,
     /// Non-fatal diagnostics (unknown long flags, bad thinking level) to log at start-up.
     pub warnings: Vec<String>,
 }
@@ -282,6 +286,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
                 cfg.goal = Some(objective.trim().to_owned());
             }
+            "--max-model-calls" => {
+                let raw = value("--max-model-calls")?;
+                cfg.max_model_calls =
+                    Some(raw.trim().parse().map_err(|_| {
+                        "--max-model-calls must be a non-negative integer".to_owned()
+                    })?);
+            }
             "--goal-token-budget" => {
                 let raw = value("--goal-token-budget")?;
                 cfg.goal_token_budget = Some(positive("--goal-token-budget", &raw)?);
@@ -424,6 +435,26 @@ mod tests {
         assert_eq!(cfg.context_window, Some(4096));
         assert_eq!(p(&["--help"]), Ok(Command::Help));
         assert_eq!(p(&["-v"]), Ok(Command::Version));
+    }
+
+    #[test]
+    fn max_model_calls_takes_zero_and_positive_counts() {
+        let cap = |args: &[&str]| match p(args) {
+            Ok(Command::Run(cfg)) => Ok(cfg.max_model_calls),
+            Ok(_) => unreachable!(),
+            Err(e) => Err(e),
+        };
+        assert_eq!(cap(&[]), Ok(None));
+        assert_eq!(cap(&["--max-model-calls", "7"]), Ok(Some(7)));
+        assert_eq!(cap(&["--max-model-calls=0"]), Ok(Some(0)));
+        assert_eq!(
+            cap(&["--max-model-calls", "-1"]),
+            Err("--max-model-calls must be a non-negative integer".into())
+        );
+        assert_eq!(
+            cap(&["--max-model-calls"]),
+            Err("--max-model-calls requires a value".into())
+        );
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub(crate) struct MappingState {
     bash_output: String,
     /// Assistant messages started so far; chunks carry `messageId: prime-agent-assistant-<n>`.
     assistant_messages: u64,
+    /// Tool calls shown while they streamed (`ToolPending`) that have not started or ended:
+    /// their start is an update of the call the client already has, not a second one.
+    announced: Vec<String>,
 }
 
 impl MappingState {
@@ -217,19 +220,37 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         }
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
+        AgentEvent::ToolPending { id, name, args } => {
+            if state.announced.contains(id) {
+                let mut update = json!({ "sessionUpdate": "tool_call_update", "toolCallId": id });
+                if let Some(args) = args {
+                    update["title"] = json!(tool_title(name, args));
+                    update["rawInput"] = raw_input(name, args);
+                }
+                return vec![update];
+            }
+            state.announced.push(id.clone());
+            let mut update = json!({
+                "sessionUpdate": "tool_call",
+                "toolCallId": id,
+                "title": tool_title(name, args.as_ref().unwrap_or(&Value::Null)),
+                "kind": tool_kind(name),
+                "status": "pending",
+            });
+            if let Some(args) = args {
+                update["rawInput"] = raw_input(name, args);
+            }
+            vec![update]
+        }
         AgentEvent::ToolStart {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_call(
-            id,
-            name,
-            args,
-            locations,
-            display.as_ref(),
-            "in_progress",
+        } => vec![started_call(
+            state,
+            tool_call(id, name, args, locations, display.as_ref(), "in_progress"),
         )],
         AgentEvent::ToolAwaitingApproval {
             id,
@@ -237,13 +258,9 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             args,
             locations,
             display,
-        } => vec![tool_call(
-            id,
-            name,
-            args,
-            locations,
-            display.as_ref(),
-            "pending",
+        } => vec![started_call(
+            state,
+            tool_call(id, name, args, locations, display.as_ref(), "pending"),
         )],
         AgentEvent::Plan(entries) => {
             let entries: Vec<Value> = entries
@@ -271,7 +288,10 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             "status": "in_progress",
             "content": [text_content(output)],
         })],
-        AgentEvent::ToolEnd { id, name, result } => vec![tool_end(id, name, result)],
+        AgentEvent::ToolEnd { id, name, result } => {
+            state.announced.retain(|a| a != id);
+            vec![tool_end(id, name, result)]
+        }
         AgentEvent::BashStart { run_id, command } => {
             state.active_bash_run_id = run_id.clone();
             state.bash_output.clear();
@@ -422,6 +442,25 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
     }
 }
 
+/// A call's start: a new `tool_call`, or, for one shown while it streamed, the update that
+/// completes it (same fields).
+fn started_call(state: &mut MappingState, mut call: Value) -> Value {
+    let id = call["toolCallId"].as_str().unwrap_or_default().to_owned();
+    if let Some(at) = state.announced.iter().position(|a| *a == id) {
+        state.announced.remove(at);
+        call["sessionUpdate"] = json!("tool_call_update");
+    }
+    call
+}
+
+/// What `rawInput` shows of a call's arguments: an IPython cell's code alone.
+fn raw_input(name: &str, args: &Value) -> Value {
+    match (name, args.get("code")) {
+        ("ipython", Some(Value::String(code))) => json!({ "code": code }),
+        _ => args.clone(),
+    }
+}
+
 fn tool_call(
     id: &str,
     name: &str,
@@ -430,10 +469,7 @@ fn tool_call(
     display: Option<&ToolDisplay>,
     status: &str,
 ) -> Value {
-    let raw_input = match (name, args.get("code")) {
-        ("ipython", Some(Value::String(code))) => json!({ "code": code }),
-        _ => args.clone(),
-    };
+    let raw_input = raw_input(name, args);
     let mut update = json!({
         "sessionUpdate": "tool_call",
         "toolCallId": id,
@@ -518,6 +554,81 @@ mod tests {
     use crate::turn::{ChildSnapshot, RefineEdit};
 
     /// The hot-path serialiser writes exactly what the general path writes.
+    #[test]
+    fn a_call_shown_while_it_streams_is_one_call_from_pending_to_its_end() {
+        let mut st = MappingState::default();
+        let pending = |args: Option<Value>| AgentEvent::ToolPending {
+            id: "c1".into(),
+            name: "bash".into(),
+            args,
+        };
+        // (event, updates): the name alone opens the call; arguments update it; its start
+        // completes it; its end closes it, and a later call with a new id is new again.
+        let cases: Vec<(AgentEvent, Vec<Value>)> = vec![
+            (
+                pending(None),
+                vec![
+                    json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"bash","kind":"execute","status":"pending"}),
+                ],
+            ),
+            (
+                pending(Some(json!({"command": "ec"}))),
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","title":"ec","rawInput":{"command":"ec"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    args: json!({"command": "echo hi"}),
+                    locations: vec![],
+                    display: None,
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","title":"echo hi","kind":"execute","status":"in_progress","rawInput":{"command":"echo hi"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolEnd {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    result: ToolResultView::default(),
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed"}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    id: "c2".into(),
+                    name: "read".into(),
+                    args: json!({"path": "a"}),
+                    locations: vec![],
+                    display: None,
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call","toolCallId":"c2","title":"Read a","kind":"read","status":"in_progress","rawInput":{"path":"a"}}),
+                ],
+            ),
+        ];
+        for (i, (event, want)) in cases.into_iter().enumerate() {
+            assert_eq!(to_session_updates(&event, &mut st), want, "case {i}");
+        }
+        assert!(st.announced.is_empty());
+        // A call that ends without starting (cut off, refused) is forgotten too.
+        to_session_updates(&pending(None), &mut st);
+        to_session_updates(
+            &AgentEvent::ToolEnd {
+                id: "c1".into(),
+                name: String::new(),
+                result: ToolResultView::default(),
+            },
+            &mut st,
+        );
+        assert!(st.announced.is_empty());
+    }
+
     #[test]
     fn message_chunk_frame_matches_the_general_path() {
         use crate::meta::{apply_envelope, Phase};

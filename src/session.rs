@@ -964,7 +964,12 @@ impl Session {
                 let open = &mut active.open_tool_calls;
                 match &event {
                     AgentEvent::ToolStart { id, .. }
-                    | AgentEvent::ToolAwaitingApproval { id, .. } => open.push(id.clone()),
+                    | AgentEvent::ToolPending { id, .. }
+                    | AgentEvent::ToolAwaitingApproval { id, .. }
+                        if !open.contains(id) =>
+                    {
+                        open.push(id.clone())
+                    }
                     AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
                     AgentEvent::BashStart { run_id, .. } => {
                         open.push(bash_tool_call_id(run_id.as_deref()))

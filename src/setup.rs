@@ -125,9 +125,23 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
             .unwrap_or_default(),
         host: Arc::new(crate::tools::host::LocalHost),
         store,
-        autonomy: cfg.autonomy.clone(),
+        autonomy: crate::autonomy::Config {
+            max_model_calls: max_model_calls(cfg),
+            ..cfg.autonomy.clone()
+        },
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
     })
+}
+
+/// The per-prompt model-call cap: `--max-model-calls` (0 lifts it), else a default for the
+/// headless modes, which nobody watches, and none over ACP, whose client can cancel.
+fn max_model_calls(cfg: &Config) -> Option<u64> {
+    match cfg.max_model_calls {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None if cfg.headless() => Some(crate::turn::guard::HEADLESS_MAX_MODEL_CALLS),
+        None => None,
+    }
 }
 
 /// The sessions directory (none with `--no-session`), with the session `-c`, `-r` or

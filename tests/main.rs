@@ -18,6 +18,7 @@ mod heartbeats;
 mod kernel;
 mod kernel_state;
 mod listing;
+mod loops;
 mod mcp;
 mod noblock;
 mod owners;

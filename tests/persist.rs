@@ -73,7 +73,14 @@ fn comparable(updates: &[Value]) -> Vec<Value> {
                 }
                 out.push(u);
             }
+            // Shown while the model was writing it: its start (below) says it all.
+            "tool_call" if u["status"] == "pending" && u.get("rawInput").is_none() => {}
             "tool_call" => out.push(u),
+            // The start of a call shown while it streamed: what a replay's `tool_call` says.
+            "tool_call_update" if u["status"] == "in_progress" && u.get("title").is_some() => {
+                u["sessionUpdate"] = json!("tool_call");
+                out.push(u)
+            }
             "tool_call_update" if u["status"] != "in_progress" => out.push(u),
             _ => {}
         }

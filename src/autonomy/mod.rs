@@ -47,6 +47,9 @@ pub(crate) struct Config {
     pub max_tokens: u64,
     pub timeout: Duration,
     pub gates: GateConfig,
+    /// Model calls one prompt may make whether autonomous or not (`--max-model-calls`; `-p`
+    /// and `--mode json` default to `turn::guard::HEADLESS_MAX_MODEL_CALLS`; `None`: no cap).
+    pub max_model_calls: Option<u64>,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
                 max_retries: 3,
                 timeout: Duration::from_millis(300_000),
             },
+            max_model_calls: None,
         }
     }
 }
@@ -345,6 +349,25 @@ impl Unattended {
         if c.continuations_used >= l.max_continuations {
             Some(Limit::MaxContinuations)
         } else if c.turns_used >= l.max_turns {
+            Some(Limit::MaxTurns)
+        } else if c.tokens_used >= l.max_tokens {
+            Some(Limit::MaxTokens)
+        } else if self
+            .started_at
+            .is_some_and(|t| now.saturating_duration_since(t) >= l.timeout)
+        {
+            Some(Limit::Timeout)
+        } else {
+            None
+        }
+    }
+
+    /// The first limit a model call must not pass (model calls, tokens, wall clock; checked
+    /// before every call). The continuation limit is not one of them: it bounds
+    /// continuations, not the calls of the turn that runs.
+    pub(crate) fn call_limit(&self, now: Instant) -> Option<Limit> {
+        let (c, l) = (&self.counters, &self.config);
+        if c.turns_used >= l.max_turns {
             Some(Limit::MaxTurns)
         } else if c.tokens_used >= l.max_tokens {
             Some(Limit::MaxTokens)

@@ -33,7 +33,14 @@ impl Loaded {
     /// The conversation the model sees, in order; tool calls a crash cut off before their
     /// result get one (`close_dangling_calls`), so the next model call is valid.
     pub(crate) fn messages(&self) -> Vec<Message> {
-        close_dangling_calls(self.stored_messages())
+        let mut messages = close_dangling_calls(self.stored_messages());
+        // A call whose arguments a reply cut off (a file written before the turn replaced them)
+        // would make every later request fail on a server that parses them.
+        let repaired = crate::provider::arguments::repair(&mut messages);
+        if repaired > 0 {
+            log::warn!("{repaired} tool call(s) with unusable arguments replayed as {{}}");
+        }
+        messages
     }
 
     fn stored_messages(&self) -> Vec<Message> {

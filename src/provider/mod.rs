@@ -6,6 +6,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod azure;
+pub(crate) mod arguments;
 pub(crate) mod config;
 pub(crate) mod google;
 pub(crate) mod http;
@@ -164,6 +165,17 @@ pub(crate) enum StreamEvent {
     RetriesExhausted {
         attempt: u32,
         error: String,
+    },
+    /// The model named a tool call (`id` is the one the reply will carry); its arguments may
+    /// still be on the way.
+    ToolCallStart {
+        id: String,
+        name: String,
+    },
+    /// More of a named call's arguments: raw JSON text, not parseable until the call is done.
+    ToolCallDelta {
+        id: String,
+        delta: String,
     },
     /// An advisory about the configuration, e.g. defaults assumed for an unknown model. The
     /// provider repeats it on every call; whoever shows it decides how often.

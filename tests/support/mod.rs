@@ -518,6 +518,13 @@ impl Agent {
             .collect()
     }
 
+    /// The update that starts each tool call, in order: the one with its kind, title and
+    /// `rawInput` (a `tool_call`, or the `tool_call_update` that completes a call shown
+    /// `pending` while the model was still writing it).
+    pub fn tool_starts(&self) -> Vec<Value> {
+        tool_starts(&self.updates())
+    }
+
     pub fn cancel(&mut self) {
         let sid = self.sid();
         self.notify("session/cancel", json!({"sessionId": sid}));
@@ -667,4 +674,17 @@ pub fn ns(update: &Value) -> &Value {
 pub fn script_file(dir: &TempDir, lines: &[Value]) -> String {
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     dir.write("script.jsonl", &text).display().to_string()
+}
+
+/// The updates among `updates` that start a tool call (see `Agent::tool_starts`).
+pub fn tool_starts(updates: &[Value]) -> Vec<Value> {
+    updates
+        .iter()
+        .filter(|u| {
+            (u["sessionUpdate"] == "tool_call" || u["sessionUpdate"] == "tool_call_update")
+                && u.get("kind").is_some()
+                && u.get("rawInput").is_some()
+        })
+        .cloned()
+        .collect()
 }
