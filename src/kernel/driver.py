@@ -603,6 +603,11 @@ def _fork_kernel(sock, ctl_fds, msg, fds, user, engine):
                 os.close(fd)
         os.environ.update(msg.get("env") or {})
         os.chdir(msg.get("cwd") or "/")
+        # What depends on this kernel's own env: the user's Python skills (the zygote's
+        # bootstrap ran without them).
+        rlm = sys.modules["rlm"]
+        rlm._install_user_skills(user.__dict__)
+        rlm._BASELINE = frozenset(user.__dict__)
         serve(user, engine)
         code = 0
     except BaseException:
