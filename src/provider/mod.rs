@@ -5,8 +5,8 @@
 //! the `AbortFlag` at every read, and return the assembled assistant reply.
 
 pub(crate) mod anthropic;
-pub(crate) mod azure;
 pub(crate) mod arguments;
+pub(crate) mod azure;
 pub(crate) mod config;
 pub(crate) mod google;
 pub(crate) mod http;
