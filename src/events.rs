@@ -23,6 +23,10 @@ pub(crate) struct MappingState {
     bash_output: String,
     /// Assistant messages started so far; chunks carry `messageId: prime-agent-assistant-<n>`.
     assistant_messages: u64,
+    /// Tool calls already sent as `tool_call` and not yet ended: every later event of one
+    /// refines it (`tool_call_update`), so each id is announced exactly once, whichever event
+    /// comes first (`ToolAnnounced`, `ToolAwaitingApproval`, `ToolStart`).
+    announced: std::collections::HashSet<String>,
 }
 
 impl MappingState {
@@ -217,34 +221,64 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         }
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
+        AgentEvent::ToolAnnounced {
+            id,
+            name,
+            args,
+            locations,
+            display,
+        } => {
+            let mut update = tool_call(id, name, args, locations, display.as_ref(), "pending");
+            if !state.announced.insert(id.clone()) {
+                // Known already (its arguments streamed): the update refines it.
+                update["sessionUpdate"] = json!("tool_call_update");
+            }
+            vec![update]
+        }
         AgentEvent::ToolStart {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_call(
-            id,
-            name,
-            args,
-            locations,
-            display.as_ref(),
-            "in_progress",
-        )],
+        } => {
+            if state.announced.contains(id) {
+                vec![json!({
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": id,
+                    "status": "in_progress",
+                })]
+            } else {
+                state.announced.insert(id.clone());
+                vec![tool_call(
+                    id,
+                    name,
+                    args,
+                    locations,
+                    display.as_ref(),
+                    "in_progress",
+                )]
+            }
+        }
+        // Announced calls are shown `pending` already; the permission request names the call.
+        AgentEvent::ToolAwaitingApproval { id, .. } if state.announced.contains(id) => vec![],
         AgentEvent::ToolAwaitingApproval {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_call(
-            id,
-            name,
-            args,
-            locations,
-            display.as_ref(),
-            "pending",
-        )],
+        } => {
+            state.announced.insert(id.clone());
+            vec![tool_call(
+                id,
+                name,
+                args,
+                locations,
+                display.as_ref(),
+                "pending",
+            )]
+        }
         AgentEvent::Plan(entries) => {
             let entries: Vec<Value> = entries
                 .iter()
@@ -271,7 +305,10 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             "status": "in_progress",
             "content": [text_content(output)],
         })],
-        AgentEvent::ToolEnd { id, name, result } => vec![tool_end(id, name, result)],
+        AgentEvent::ToolEnd { id, name, result } => {
+            state.announced.remove(id);
+            vec![tool_end(id, name, result)]
+        }
         AgentEvent::BashStart { run_id, command } => {
             state.active_bash_run_id = run_id.clone();
             state.bash_output.clear();
@@ -479,6 +516,12 @@ fn tool_end(id: &str, name: &str, result: &ToolResultView) -> Value {
     if !content.is_empty() {
         update["content"] = Value::Array(content);
     }
+    // What the model got back, for trajectory builders (docs/harnesses.md): Harbor reads
+    // `rawOutput.output` as the step's observation.
+    update["rawOutput"] = json!({
+        "output": result.text.as_deref().unwrap_or(""),
+        "isError": result.is_error,
+    });
     if name == "ipython" {
         if let Some(meta) = result.ipython.as_ref().and_then(ipython_meta) {
             update["_meta"] = namespaced(json!({ "ipython": meta }));

@@ -34,6 +34,7 @@ mod prompt;
 mod provider;
 mod refine;
 mod rpc;
+mod semantic;
 mod session;
 mod setup;
 mod spawn;

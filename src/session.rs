@@ -644,7 +644,10 @@ impl Session {
         self.closed = true;
         self.workers.close();
         if let Some(close_id) = self.closing.take() {
-            out.push(Action::Respond(close_id, Ok(json!({}))));
+            // What ran after the last prompt's answer (a child finishing, an unsolicited turn).
+            let mut result = json!({});
+            crate::semantic::annotate(&mut result, &self.ctx.trace.take());
+            out.push(Action::Respond(close_id, Ok(result)));
         }
         out.push(Action::Closed);
     }
@@ -796,6 +799,8 @@ impl Session {
         let abort = AbortFlag::new();
         let prompt_turn_id = if request.is_some() {
             self.prompt_counter += 1;
+            // A client prompt starts a new chain of `continuation` edges.
+            self.ctx.trace.begin_prompt();
             self.prompt_counter
         } else {
             0
@@ -941,8 +946,13 @@ impl Session {
             TurnMsgKind::Event(event) => {
                 let open = &mut active.open_tool_calls;
                 match &event {
-                    AgentEvent::ToolStart { id, .. }
-                    | AgentEvent::ToolAwaitingApproval { id, .. } => open.push(id.clone()),
+                    AgentEvent::ToolAnnounced { id, .. }
+                    | AgentEvent::ToolStart { id, .. }
+                    | AgentEvent::ToolAwaitingApproval { id, .. } => {
+                        if !open.contains(id) {
+                            open.push(id.clone());
+                        }
+                    }
                     AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
                     AgentEvent::BashStart { run_id, .. } => {
                         open.push(bash_tool_call_id(run_id.as_deref()))
@@ -986,7 +996,9 @@ impl Session {
         let id = active.prompt_turn_id;
         let (result, ok) = match outcome {
             TurnOutcome::Cancelled => {
-                out.push(Action::Respond(request, Ok(cancelled())));
+                let mut result = cancelled();
+                crate::semantic::annotate(&mut result, &self.ctx.trace.take());
+                out.push(Action::Respond(request, Ok(result)));
                 self.advance(out);
                 return;
             }
@@ -1005,12 +1017,16 @@ impl Session {
                 if let Some(u) = usage {
                     result["usage"] = autonomy::usage_value(u);
                 }
+                crate::semantic::annotate(&mut result, &self.ctx.trace.take());
                 (Ok(result), true)
             }
-            TurnOutcome::Failed(why) => (
-                Err(RpcError::internal(format!("{TURN_FAILED}{why}"))),
-                false,
-            ),
+            TurnOutcome::Failed(why) => {
+                let mut err = RpcError::internal(format!("{TURN_FAILED}{}", why.text));
+                if let Some(data) = err.data.as_mut() {
+                    data["kind"] = json!(why.kind);
+                }
+                (Err(err), false)
+            }
         };
         let boundary = meta::response_boundary(true);
         self.publish(boundary, id, Phase::ResponseBoundary, Some(ok), out);

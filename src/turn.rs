@@ -154,6 +154,8 @@ pub(crate) struct AgentCtx {
     pub compaction: Arc<compaction::Control>,
     /// The session's MCP servers, offered as native tools (`None`: the client gave none).
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
+    /// This agent's place in the session's semantic edges (`semantic.rs`).
+    pub trace: crate::semantic::Tracer,
 }
 
 impl AgentCtx {
@@ -169,6 +171,7 @@ impl AgentCtx {
             inbox: Arc::default(),
             compaction: Arc::default(),
             mcp: None,
+            trace: crate::semantic::Tracer::alone("main"),
         }
     }
 }
@@ -274,10 +277,28 @@ pub(crate) enum TurnMsgKind {
 pub(crate) enum TurnOutcome {
     Completed(StopReason),
     /// The model or provider failed; the text follows `prime-agent turn failed: `.
-    Failed(String),
+    Failed(TurnFailure),
     /// A bug: the turn thread panicked. The process survives.
     Panicked(String),
     Cancelled,
+}
+
+/// Why a turn failed: the text (after `prime-agent turn failed: `) and the prompt error's
+/// `data.kind` (`ProviderError::kind`, or `model_config`, `model_context_overflow`,
+/// `compaction`, `agent_busy`; docs/harnesses.md lists them).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TurnFailure {
+    pub text: String,
+    pub kind: &'static str,
+}
+
+impl TurnFailure {
+    pub(crate) fn new(text: impl Into<String>, kind: &'static str) -> TurnFailure {
+        TurnFailure {
+            text: text.into(),
+            kind,
+        }
+    }
 }
 
 /// Tail cap and throttle for `in_progress` tool output (issue: bounded bandwidth for huge output).
@@ -339,7 +360,10 @@ pub(crate) fn spawn_turn(
             // started; one still running is stuck in a call no abort hook reaches. Wait for it
             // a bounded time, then give up on it rather than wedge the session.
             let Some(mut conv) = take_over(previous, &conversation, &flag) else {
-                finished(TurnOutcome::Failed(PREDECESSOR_STUCK.to_owned()));
+                finished(TurnOutcome::Failed(TurnFailure::new(
+                    PREDECESSOR_STUCK,
+                    "agent_busy",
+                )));
                 return;
             };
             let emit = |event| {
@@ -447,7 +471,7 @@ fn run_prompt(
         let mut state = autonomy::lock(unattended);
         state.record(calls, usage, now);
         if let TurnOutcome::Failed(why) = &outcome {
-            state.goal_failed(why, now);
+            state.goal_failed(&why.text, now);
         }
         report_goal(&mut state, emit);
         let TurnOutcome::Completed(stop) = outcome else {
@@ -623,7 +647,7 @@ impl Worker<'_> {
         }
         let provider = match &self.model.provider {
             Ok(p) => p.clone(),
-            Err(why) => return TurnOutcome::Failed(why.clone()),
+            Err(why) => return TurnOutcome::Failed(TurnFailure::new(why.clone(), "model_config")),
         };
         let mut specs = self.ctx.tools.specs();
         let mut system = std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str());
@@ -669,6 +693,7 @@ impl Worker<'_> {
                     images: Vec::new(),
                 });
             }
+            let request_id = crate::semantic::new_request_id();
             let request = ChatRequest {
                 system: &system,
                 messages: &conv.messages,
@@ -676,6 +701,7 @@ impl Worker<'_> {
                 thinking: self.model.thinking,
                 agent: &self.ctx.name,
                 max_tokens: None,
+                request_id: &request_id,
             };
             let emit = self.emit;
             emit(AgentEvent::AssistantMessageStart);
@@ -725,10 +751,13 @@ impl Worker<'_> {
                 Err(_) if self.abort.is_aborted() => return TurnOutcome::Cancelled,
                 Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
                 Err(e) => {
-                    let mut failure = e.to_string();
+                    let mut failure = TurnFailure::new(e.to_string(), e.kind());
                     if e.is_context_overflow() && self.auto_compaction() {
                         if overflow_compacted {
-                            failure = compaction::OVERFLOW_RECOVERY_FAILED.to_owned();
+                            failure = TurnFailure::new(
+                                compaction::OVERFLOW_RECOVERY_FAILED,
+                                "model_context_overflow",
+                            );
                         } else {
                             match self.compact(conv, &*provider, compaction::Reason::Overflow, None)
                             {
@@ -755,6 +784,7 @@ impl Worker<'_> {
                 }
             };
             calls_ok += 1;
+            self.ctx.trace.committed(&request_id);
             conv.usage.add(reply.usage);
             conv.model_calls += 1;
             // What the model saw plus what it wrote is what the context now holds.
@@ -768,6 +798,12 @@ impl Worker<'_> {
             let calls = reply.message.tool_calls.clone();
             conv.messages.push(Message::Assistant(reply.message));
             conv.compaction.record_reply(used, conv.messages.len());
+            if reply.finish != FinishReason::Length {
+                // All of this reply's calls are shown before its usage, then they run.
+                for call in &calls {
+                    self.announce(call);
+                }
+            }
             self.report_usage(conv, &*provider);
             conv.persist();
             if calls.is_empty() {
@@ -788,11 +824,7 @@ impl Worker<'_> {
             for (i, call) in calls.iter().enumerate() {
                 // Checkpoint: before each tool.
                 if self.abort.is_aborted() {
-                    close_calls(
-                        &mut conv.messages,
-                        &calls[i..],
-                        "Cancelled by the user before it ran.",
-                    );
+                    self.not_run(conv, &calls[i..], "Cancelled by the user before it ran.");
                     return TurnOutcome::Cancelled;
                 }
                 let (output, shown) = self.run_tool(call);
@@ -814,8 +846,8 @@ impl Worker<'_> {
                 });
                 conv.persist();
                 if self.abort.is_aborted() {
-                    close_calls(
-                        &mut conv.messages,
+                    self.not_run(
+                        conv,
                         &calls[i + 1..],
                         "Cancelled by the user before it ran.",
                     );
@@ -898,6 +930,44 @@ impl Worker<'_> {
         } else {
             TurnOutcome::Completed(StopReason::EndTurn)
         })
+    }
+
+    /// Shows a reply's call before it runs (`ToolAnnounced`), as `run_tool` will show it.
+    fn announce(&self, call: &ToolCall) {
+        let mut tool = self.ctx.tools.get(&call.name);
+        let mcp_tool = match (&self.ctx.mcp, tool) {
+            (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
+            _ => None,
+        };
+        if tool.is_none() {
+            tool = mcp_tool.as_deref();
+        }
+        self.emit(AgentEvent::ToolAnnounced {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            args: call.arguments.clone(),
+            locations: tool
+                .map(|t| t.locations(&call.arguments, &self.agent.cwd))
+                .unwrap_or_default(),
+            display: tool.and_then(|t| t.display(&call.arguments)),
+        });
+    }
+
+    /// Announced calls that will not run: each gets `why` as its result, in the conversation
+    /// and for the client.
+    fn not_run(&self, conv: &mut Conversation, calls: &[ToolCall], why: &str) {
+        close_calls(&mut conv.messages, calls, why);
+        for call in calls {
+            self.emit(AgentEvent::ToolEnd {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                result: ToolResultView {
+                    text: Some(why.to_owned()),
+                    is_error: true,
+                    ..ToolResultView::default()
+                },
+            });
+        }
     }
 
     /// Runs one call; also returns how it was shown (the session file keeps that).
@@ -1042,6 +1112,19 @@ pub(crate) enum AgentEvent {
         kind: DeltaKind,
         delta: String,
     },
+    /// A model reply's tool call, announced before the reply's `ContextUsage` and before any
+    /// of its calls runs (shown `pending` with `rawInput`): trajectory builders close a step
+    /// at each `usage_update`, so every call of a reply must be known by then. A call may be
+    /// announced more than once (while its arguments stream, then complete); the mapping
+    /// sends `tool_call` once per id and refines it with `tool_call_update`s.
+    ToolAnnounced {
+        id: String,
+        name: String,
+        args: Value,
+        locations: Vec<String>,
+        display: Option<ToolDisplay>,
+    },
+    /// The call runs now (`in_progress`).
     ToolStart {
         id: String,
         name: String,
@@ -1272,6 +1355,9 @@ mod tests {
 
         // Not a shell command: goes to the (missing) model.
         let (_, outcome) = run_prompt(&conv, "!  ");
-        assert_eq!(outcome, TurnOutcome::Failed("no model".into()));
+        assert_eq!(
+            outcome,
+            TurnOutcome::Failed(TurnFailure::new("no model", "model_config"))
+        );
     }
 }

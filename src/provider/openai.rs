@@ -622,6 +622,7 @@ mod tests {
             thinking: Thinking::Off,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         };
         let mut m = model(false);
         m.input = vec!["text".into()];
@@ -682,6 +683,7 @@ mod tests {
             thinking: Thinking::High,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         };
         let b = body(&model(true), &req);
         assert_eq!(b["stream"], true);
@@ -717,6 +719,7 @@ mod tests {
                 &m,
                 &ChatRequest {
                     max_tokens: Some(asked),
+                    request_id: "test-request",
                     ..req
                 },
             );

@@ -650,6 +650,7 @@ mod tests {
             thinking: t,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         }
     }
 
