@@ -121,7 +121,8 @@ pub(crate) fn initialize_result(version: &str) -> Value {
             "sessionCapabilities": { "close": {}, "list": {}, "resume": {} },
         },
         "agentInfo": { "name": "prime-agent", "title": "Prime Agent", "version": version },
-        "_meta": namespaced(json!({})),
+        // `_session/steering` joins a running prompt (docs/harnesses.md).
+        "_meta": { NAMESPACE: {}, "steering": { "supported": true } },
     })
 }
 

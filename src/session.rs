@@ -531,6 +531,52 @@ impl Session {
         }
     }
 
+    /// `_session/steering`: while a client prompt runs, the text joins it before its next model
+    /// call (the turn takes it from the inbox, recorded as a user message) and the prompt is
+    /// answered only once a model call has seen it; otherwise the idle behaviour decides.
+    pub(crate) fn steer(
+        &mut self,
+        request: RequestId,
+        text: String,
+        idle: acp::IdleBehavior,
+        out: &mut Vec<Action>,
+    ) {
+        if self.closing.is_some() || self.closed {
+            let why = format!("ACP session is closing: {}", self.id);
+            out.push(Action::Respond(request, Err(RpcError::internal(why))));
+            return;
+        }
+        let prompt_running = self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.request.is_some() && a.cancel_deadline.is_none());
+        if prompt_running && self.ctx.inbox.steer(&text) {
+            out.push(Action::Respond(
+                request,
+                Ok(json!({ "outcome": "injected" })),
+            ));
+            return;
+        }
+        match idle {
+            acp::IdleBehavior::PromptRequired => out.push(Action::Respond(
+                request,
+                Ok(json!({ "outcome": "promptRequired", "reason": "noRunningTurn" })),
+            )),
+            acp::IdleBehavior::StartTurn => {
+                // A message for the main agent: it starts an unsolicited turn, or joins the
+                // unsolicited turn that runs.
+                let outcome = if self.active.is_some() {
+                    "injected"
+                } else {
+                    "startedNewTurn"
+                };
+                self.ctx.inbox.push(text);
+                out.push(Action::Respond(request, Ok(json!({ "outcome": outcome }))));
+                self.advance(out);
+            }
+        }
+    }
+
     /// `prompt` for any prompt turn's input (a slash command's local answer too).
     pub(crate) fn prompt_input(
         &mut self,
@@ -707,6 +753,7 @@ impl Session {
             return;
         };
         self.workers.set_main_busy(false);
+        self.ctx.inbox.close_steering();
         for id in &active.open_tool_calls {
             let update = json!({
                 "sessionUpdate": "tool_call_update",
@@ -805,6 +852,10 @@ impl Session {
         } else {
             0
         };
+        if request.is_some() {
+            // Steers join this prompt until its worker says it ended.
+            self.ctx.inbox.open_steering();
+        }
         out.push(Action::StartTurn(TurnStart {
             turn,
             abort: abort.clone(),
@@ -981,6 +1032,7 @@ impl Session {
             return;
         };
         self.workers.set_main_busy(false);
+        self.ctx.inbox.close_steering();
         let Some(request) = active.request else {
             // An unsolicited turn belongs to the lifecycle of the last prompt turn: a failure
             // there makes that turn's terminal outcome "error".

@@ -179,20 +179,30 @@ impl AgentCtx {
 /// Messages waiting for an agent's next model call.
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {
+    queue: Mutex<InboxState>,
+}
+
+#[derive(Debug, Default)]
+struct InboxState {
     /// Each message, and the `custom_message` it is kept as (a heartbeat's prompt).
-    queue: Mutex<VecDeque<(String, Option<Custom>)>>,
+    messages: VecDeque<(String, Option<Custom>)>,
+    /// A client prompt runs and takes steers (`_session/steering`).
+    steering: bool,
+    /// Steered messages not yet taken by a model call: the prompt may not end before they are.
+    steers: usize,
 }
 
 impl Inbox {
+    fn state(&self) -> std::sync::MutexGuard<'_, InboxState> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn push(&self, message: String) {
         self.push_message(message, None);
     }
 
     pub(crate) fn push_message(&self, message: String, custom: Option<Custom>) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back((message, custom));
+        self.state().messages.push_back((message, custom));
     }
 
     pub(crate) fn drain(&self) -> Vec<String> {
@@ -200,15 +210,52 @@ impl Inbox {
     }
 
     pub(crate) fn drain_messages(&self) -> Vec<(String, Option<Custom>)> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-            .collect()
+        let mut state = self.state();
+        state.steers = 0;
+        state.messages.drain(..).collect()
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.state().messages.len()
+    }
+
+    /// A client prompt starts: steers join it from now on.
+    pub(crate) fn open_steering(&self) {
+        self.state().steering = true;
+    }
+
+    /// The prompt is over (answered, cancelled): steers no longer join it.
+    pub(crate) fn close_steering(&self) {
+        self.state().steering = false;
+    }
+
+    /// A steer for the running prompt: queued for its next model call, if the prompt still
+    /// takes steers. Decided under the same lock as `finish_steering`, so a steer is either
+    /// seen by the prompt or refused, never stranded.
+    pub(crate) fn steer(&self, text: &str) -> bool {
+        let mut state = self.state();
+        if !state.steering {
+            return false;
+        }
+        state.messages.push_back((text.to_owned(), None));
+        state.steers += 1;
+        true
+    }
+
+    /// Steered messages are waiting for a model call.
+    pub(crate) fn has_steers(&self) -> bool {
+        self.state().steers > 0
+    }
+
+    /// The prompt's work is done: true (and steering closed) unless steers are waiting, which
+    /// the prompt must still take to a model call before it answers.
+    pub(crate) fn finish_steering(&self) -> bool {
+        let mut state = self.state();
+        if state.steers > 0 {
+            return false;
+        }
+        state.steering = false;
+        true
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -378,7 +425,7 @@ pub(crate) fn spawn_turn(
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
             }
-            let outcome = match &unattended {
+            let mut outcome = match &unattended {
                 Some(u) if matches!(input, TurnInput::Prompt(_)) => {
                     run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
                 }
@@ -389,6 +436,17 @@ pub(crate) fn spawn_turn(
                 }
                 _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
             };
+            if unattended.is_some() {
+                // A client prompt answers only when its work is really over: a steer that came
+                // after its last model call gets a model call of its own first.
+                while matches!(outcome, TurnOutcome::Completed(_))
+                    && !flag.is_aborted()
+                    && !ctx.inbox.finish_steering()
+                {
+                    outcome = run_turn(&ctx, &model, &mut conv, TurnInput::Inbox, &flag, &emit);
+                }
+                ctx.inbox.close_steering();
+            }
             // Before the outcome is reported: what the client sees acknowledged is written
             // (one `write` per line, no user-space buffer, so a killed process loses nothing).
             conv.persist();
@@ -806,6 +864,10 @@ impl Worker<'_> {
             }
             self.report_usage(conv, &*provider);
             conv.persist();
+            if calls.is_empty() && self.ctx.inbox.has_steers() && !self.abort.is_aborted() {
+                // A steer arrived during this call: the turn goes on with it.
+                continue;
+            }
             if calls.is_empty() {
                 return TurnOutcome::Completed(match reply.finish {
                     FinishReason::Length => StopReason::MaxTokens,

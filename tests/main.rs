@@ -12,6 +12,7 @@ mod demo;
 mod faults;
 mod fuzz;
 mod goals;
+mod harness;
 mod headless;
 mod heartbeats;
 mod kernel;
