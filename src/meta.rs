@@ -183,7 +183,10 @@ mod tests {
             r["agentInfo"],
             json!({"name":"prime-agent","title":"Prime Agent","version":"1.2.3"})
         );
-        assert_eq!(r["_meta"], json!({NAMESPACE: {}}));
+        assert_eq!(
+            r["_meta"],
+            json!({NAMESPACE: {}, "steering": {"supported": true}})
+        );
         assert!(r["agentCapabilities"].get("subagents").is_none());
     }
 }
