@@ -221,6 +221,27 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         }
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
+        AgentEvent::ToolPending { id, name, args } => {
+            if !state.announced.insert(id.clone()) {
+                let mut update = json!({ "sessionUpdate": "tool_call_update", "toolCallId": id });
+                if let Some(args) = args {
+                    update["title"] = json!(tool_title(name, args));
+                    update["rawInput"] = raw_input(name, args);
+                }
+                return vec![update];
+            }
+            let mut update = json!({
+                "sessionUpdate": "tool_call",
+                "toolCallId": id,
+                "title": tool_title(name, args.as_ref().unwrap_or(&Value::Null)),
+                "kind": tool_kind(name),
+                "status": "pending",
+            });
+            if let Some(args) = args {
+                update["rawInput"] = raw_input(name, args);
+            }
+            vec![update]
+        }
         AgentEvent::ToolAnnounced {
             id,
             name,
@@ -242,23 +263,13 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             locations,
             display,
         } => {
-            if state.announced.contains(id) {
-                vec![json!({
-                    "sessionUpdate": "tool_call_update",
-                    "toolCallId": id,
-                    "status": "in_progress",
-                })]
-            } else {
-                state.announced.insert(id.clone());
-                vec![tool_call(
-                    id,
-                    name,
-                    args,
-                    locations,
-                    display.as_ref(),
-                    "in_progress",
-                )]
+            let mut call = tool_call(id, name, args, locations, display.as_ref(), "in_progress");
+            if !state.announced.insert(id.clone()) {
+                // Shown already (pending while it streamed, or announced with its reply): the
+                // start refines that call with everything now known.
+                call["sessionUpdate"] = json!("tool_call_update");
             }
+            vec![call]
         }
         // Announced calls are shown `pending` already; the permission request names the call.
         AgentEvent::ToolAwaitingApproval { id, .. } if state.announced.contains(id) => vec![],
@@ -459,6 +470,14 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
     }
 }
 
+/// What `rawInput` shows of a call's arguments: an IPython cell's code alone.
+fn raw_input(name: &str, args: &Value) -> Value {
+    match (name, args.get("code")) {
+        ("ipython", Some(Value::String(code))) => json!({ "code": code }),
+        _ => args.clone(),
+    }
+}
+
 fn tool_call(
     id: &str,
     name: &str,
@@ -467,10 +486,7 @@ fn tool_call(
     display: Option<&ToolDisplay>,
     status: &str,
 ) -> Value {
-    let raw_input = match (name, args.get("code")) {
-        ("ipython", Some(Value::String(code))) => json!({ "code": code }),
-        _ => args.clone(),
-    };
+    let raw_input = raw_input(name, args);
     let mut update = json!({
         "sessionUpdate": "tool_call",
         "toolCallId": id,
@@ -561,6 +577,81 @@ mod tests {
     use crate::turn::{ChildSnapshot, RefineEdit};
 
     /// The hot-path serialiser writes exactly what the general path writes.
+    #[test]
+    fn a_call_shown_while_it_streams_is_one_call_from_pending_to_its_end() {
+        let mut st = MappingState::default();
+        let pending = |args: Option<Value>| AgentEvent::ToolPending {
+            id: "c1".into(),
+            name: "bash".into(),
+            args,
+        };
+        // (event, updates): the name alone opens the call; arguments update it; its start
+        // completes it; its end closes it, and a later call with a new id is new again.
+        let cases: Vec<(AgentEvent, Vec<Value>)> = vec![
+            (
+                pending(None),
+                vec![
+                    json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"bash","kind":"execute","status":"pending"}),
+                ],
+            ),
+            (
+                pending(Some(json!({"command": "ec"}))),
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","title":"ec","rawInput":{"command":"ec"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    args: json!({"command": "echo hi"}),
+                    locations: vec![],
+                    display: None,
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","title":"echo hi","kind":"execute","status":"in_progress","rawInput":{"command":"echo hi"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolEnd {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    result: ToolResultView::default(),
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed"}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    id: "c2".into(),
+                    name: "read".into(),
+                    args: json!({"path": "a"}),
+                    locations: vec![],
+                    display: None,
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call","toolCallId":"c2","title":"Read a","kind":"read","status":"in_progress","rawInput":{"path":"a"}}),
+                ],
+            ),
+        ];
+        for (i, (event, want)) in cases.into_iter().enumerate() {
+            assert_eq!(to_session_updates(&event, &mut st), want, "case {i}");
+        }
+        assert!(st.announced.is_empty());
+        // A call that ends without starting (cut off, refused) is forgotten too.
+        to_session_updates(&pending(None), &mut st);
+        to_session_updates(
+            &AgentEvent::ToolEnd {
+                id: "c1".into(),
+                name: String::new(),
+                result: ToolResultView::default(),
+            },
+            &mut st,
+        );
+        assert!(st.announced.is_empty());
+    }
+
     #[test]
     fn message_chunk_frame_matches_the_general_path() {
         use crate::meta::{apply_envelope, Phase};

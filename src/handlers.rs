@@ -20,6 +20,7 @@ use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
+use crate::store_worker::{self, ListJob};
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, Local, TurnInput};
 
@@ -44,7 +45,8 @@ impl MainLoop {
                 self.respond(&id, result);
                 // After the response, so the client knows the session the update names.
                 if let Some(sid) = sid {
-                    let commands = commands::available_commands_update();
+                    let extra = self.agent.resources.commands(&commands::names());
+                    let commands = commands::available_commands_update(&extra);
                     self.with_session(&sid, |s, _, out| {
                         s.announce(commands, out);
                         s.publish_opening_notices(out);
@@ -61,7 +63,11 @@ impl MainLoop {
                 }
                 return;
             }
-            acp::SESSION_LIST => self.session_list(&params),
+            acp::SESSION_LIST => match self.session_list(id.clone(), &params) {
+                // The worker's answer comes back through the loop.
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
                 Ok(()) => return,
@@ -135,20 +141,32 @@ impl MainLoop {
         };
         let (session_id, p) = acp::parse_load_session(params, method)?;
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
-        let store = self.agent.store.as_ref().ok_or_else(unknown)?;
+        let store = self.agent.store.clone().ok_or_else(unknown)?;
         let path = store.path_of(&session_id).ok_or_else(unknown)?;
-        let loaded = match persist::load(&path) {
-            Ok(l) if l.header.id == session_id => l,
-            Ok(_) | Err(persist::LoadError::Missing) => return Err(unknown()),
-            Err(e) => return Err(RpcError::internal(e.to_string())),
-        };
-        if self.session_index(&session_id).is_some()
-            || (!self.agent.multi_session && !self.sessions.is_empty())
-        {
+        if !path.is_file() {
+            return Err(unknown());
+        }
+        if !self.agent.multi_session && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
+        if self.session_index(&session_id).is_some() {
+            let why = persist::ClaimError::InThisProcess.text(&session_id);
+            return Err(RpcError::internal(why));
+        }
+        // One owner per session file: the session `-r`/`-c` picked is this process's already
+        // (loading it opens that one); any other is claimed first, and refused when another
+        // process (or another session here) records it.
+        let loaded = match store.take_next_if(&session_id) {
+            Some(l) => l,
+            None => store.open(&session_id).map_err(|e| match e {
+                persist::OpenError::Unknown => unknown(),
+                persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why) => {
+                    RpcError::internal(why)
+                }
+            })?,
+        };
         let updates = if replay {
-            persist::replay::replay(&loaded.entries)
+            crate::replay::replay(&loaded.entries)
         } else {
             Vec::new()
         };
@@ -162,45 +180,30 @@ impl MainLoop {
         Ok((result, session_id))
     }
 
-    /// `session/list`: the stored sessions, newest first, a page at a time.
-    fn session_list(&mut self, params: &Value) -> Result<Value, RpcError> {
-        const PAGE: usize = 50;
+    /// `session/list`: the stored sessions, newest first, a page at a time, read by the
+    /// `session-store` worker (`store_worker.rs`) and answered when it reports back.
+    fn session_list(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
         let (cwd, cursor) = acp::parse_list_sessions(params)?;
-        let rows = self
-            .agent
-            .store
-            .as_ref()
-            .map(|s| s.list())
-            .unwrap_or_default();
-        let Some((rows, next)) = persist::page(&rows, cwd.as_deref(), cursor.as_deref(), PAGE)
-        else {
-            return Err(RpcError::invalid_params(format!(
-                "Invalid session/list cursor: {}",
-                cursor.unwrap_or_default()
-            )));
+        let Some(store) = self.agent.store.clone() else {
+            self.respond(&id, store_worker::empty_page(cursor.as_deref()));
+            return Ok(());
         };
-        let sessions: Vec<Value> = rows
-            .into_iter()
-            .map(|s| {
-                let mut v = json!({ "sessionId": s.id, "cwd": s.cwd, "updatedAt": s.updated_at });
-                if let Some(t) = s.title {
-                    v["title"] = json!(t);
-                }
-                v
-            })
-            .collect();
-        let mut result = json!({ "sessions": sessions });
-        if let Some(next) = next {
-            result["nextCursor"] = json!(next);
-        }
-        Ok(result)
+        self.list_sessions(
+            store,
+            ListJob {
+                request: id,
+                cwd,
+                cursor,
+            },
+        );
+        Ok(())
     }
 
     /// Opens a session, new or continued from `resumed`, and builds the `session/new` answer.
     fn open_session(
         &mut self,
         p: acp::NewSessionParams,
-        resumed: Option<persist::Loaded>,
+        mut resumed: Option<persist::Loaded>,
         loading: bool,
     ) -> Result<Value, RpcError> {
         let multi = self.agent.multi_session;
@@ -218,7 +221,7 @@ impl MainLoop {
             Some(l) => l.header.id.clone(),
             None => uuid::Uuid::new_v4().to_string(),
         };
-        let conversation = conversation_of(&agent, &id, resumed.as_ref());
+        let conversation = conversation_of(&agent, &id, resumed.as_mut());
         // The session's tools reach its client (approvals, files) through this.
         let mut caps = self.client_caps;
         // Client terminals only when asked for: they change where commands run.
@@ -254,7 +257,11 @@ impl MainLoop {
             );
             family.set_mcp(hub);
         }
-        let ctx = Arc::new(family.main_ctx());
+        let log = conversation
+            .recorder
+            .as_ref()
+            .map(|r| r.path().to_path_buf());
+        let ctx = Arc::new(family.main_ctx(log.as_deref()));
         let workers = Box::new(FamilyWorkers {
             family: family.clone(),
             ctx: ctx.clone(),
@@ -277,7 +284,10 @@ impl MainLoop {
             .zip(self.agent.store.as_ref())
             .and_then(|(_, store)| store.load_jobs(&id));
         if let Some(jobs) = stored_jobs {
-            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, schedule::now_ms()));
+            session.restore_heartbeats(schedule::Jobs::from_json(
+                &jobs,
+                crate::time::schedule_now_ms(),
+            ));
         }
         {
             let session_file = match &resumed {
@@ -296,6 +306,10 @@ impl MainLoop {
         }
         family.set_heartbeats(session.heartbeats().clone());
         let unattended = unattended_of(&self.agent);
+        // A continued session's goal (active, paused, …) comes back as its file last said.
+        if let Some(record) = resumed.as_ref().and_then(|l| l.goal_state()) {
+            autonomy::lock(&unattended).restore_goal(record, Instant::now());
+        }
         family.set_unattended(unattended.clone());
         session.set_unattended(unattended);
         let mut result = json!({
@@ -303,7 +317,7 @@ impl MainLoop {
             "modes": session.modes(),
             "configOptions": session.config_options(),
         });
-        self.sessions.push(session);
+        self.sessions.push(crate::reaper::Reaped::new(session));
         if !loading && !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =
@@ -376,7 +390,18 @@ impl MainLoop {
 
     /// The session answers the prompt; an error here is answered by the caller.
     fn session_prompt(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
-        let (session_id, prompt) = acp::parse_prompt(params)?;
+        let (session_id, mut prompt) = acp::parse_prompt(params)?;
+        // `/skill:<name> args` and `/<template> args` become the message they stand for (a
+        // name of one of our commands stays ours).
+        if prompt.typed && commands::parse(&prompt.text).is_none() {
+            if let Some(text) = self
+                .agent
+                .resources
+                .expand(&prompt.text, &commands::names())
+            {
+                prompt.text = text;
+            }
+        }
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };
@@ -385,7 +410,7 @@ impl MainLoop {
             .then(|| schedule::heartbeat_command(&prompt.text))
             .flatten()
         {
-            let now = schedule::now_ms();
+            let now = crate::time::schedule_now_ms();
             self.with_session_at(i, |s, _, out| s.heartbeat_command(id, command, now, out));
             return Ok(());
         }
@@ -553,9 +578,9 @@ fn value_mode(config_id: &str, value: &Value) -> Result<Mode, RpcError> {
 
 /// A session's conversation: the stored one when continued, and a recorder writing to its
 /// file unless sessions are in memory only.
-fn conversation_of(agent: &Agent, id: &str, resumed: Option<&persist::Loaded>) -> Conversation {
+fn conversation_of(agent: &Agent, id: &str, resumed: Option<&mut persist::Loaded>) -> Conversation {
     let mut conversation = Conversation::default();
-    if let Some(loaded) = resumed {
+    if let Some(loaded) = resumed.as_deref() {
         conversation.messages = loaded.messages();
     }
     conversation.recorder = agent.store.as_ref().map(|store| match resumed {

@@ -26,7 +26,7 @@ use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::permissions::{self, Mode};
-use crate::persist::schedule::{Delivery, Due, HeartbeatCommand, Jobs};
+use crate::persist::schedule::{Claimed, Delivery, Due, HeartbeatCommand, Jobs};
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
@@ -357,9 +357,15 @@ impl Session {
     /// (`promptTurnId` 0); a `follow_up` one waits for the main agent to be idle and then
     /// runs as its own unsolicited turn.
     pub(crate) fn on_heartbeat(&mut self, now_ms: u64, out: &mut Vec<Action>) {
-        let (due, saved) = {
+        let (due, skipped, saved) = {
             let mut jobs = self.jobs();
-            let due = jobs.take_due(now_ms);
+            // At most one firing per job in flight: one still in the inbox (a long tool call
+            // holds the turn) or waiting as a follow-up makes its job skip this tick.
+            let inbox = &self.ctx.inbox;
+            let follow_ups = &self.follow_ups;
+            let in_flight =
+                |job: &str| inbox.holds_firing(job) || follow_ups.iter().any(|d| d.job_id == job);
+            let Claimed { due, skipped } = jobs.take_due(now_ms, &in_flight);
             // Under the jobs lock: a cell that sees `runCount` go up finds the prompt
             // already delivered.
             for d in due.iter().filter(|d| d.delivery == Delivery::Steer) {
@@ -367,9 +373,12 @@ impl Session {
                     .inbox
                     .push_message(d.prompt.clone(), Some(d.custom()));
             }
-            (due, jobs.to_json())
+            (due, skipped, jobs.to_json())
         };
         if due.is_empty() {
+            if skipped > 0 {
+                out.push(Action::SaveHeartbeats(saved));
+            }
             return;
         }
         // A firing that finished a job changed what `list` shows: the client hears of it like
@@ -623,6 +632,8 @@ impl Session {
                 self.publish(update, 0, Phase::Event, None, out);
             }
         }
+        // A goal a continued session restored (`session/new` showed it with `announce`).
+        self.publish_goal(0, out);
     }
 
     /// `_meta…goal`, if the goal changed since it was last shown.
@@ -696,6 +707,17 @@ impl Session {
             out.push(Action::Respond(close_id, Ok(result)));
         }
         out.push(Action::Closed);
+    }
+
+    /// A closed session lets go of its file at once (the lock, so it can be opened again
+    /// right away; closing a file descriptor does not wait), unless a worker still holds the
+    /// conversation: then the reaper's drop of the session does, once the worker is done.
+    pub(crate) fn release_file(&self) {
+        match self.conversation.try_lock() {
+            Ok(mut conv) => conv.recorder = None,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().recorder = None,
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
     }
 
     /// Ends everything at once (the process is exiting): aborts the turn, ends the family.
@@ -998,6 +1020,7 @@ impl Session {
                 let open = &mut active.open_tool_calls;
                 match &event {
                     AgentEvent::ToolAnnounced { id, .. }
+                    | AgentEvent::ToolPending { id, .. }
                     | AgentEvent::ToolStart { id, .. }
                     | AgentEvent::ToolAwaitingApproval { id, .. } => {
                         if !open.contains(id) {

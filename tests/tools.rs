@@ -18,9 +18,9 @@ fn call_updates(a: &Agent, id: &str) -> Vec<Value> {
 }
 
 fn start_of(a: &Agent, id: &str) -> Value {
-    call_updates(a, id)
+    a.tool_starts()
         .into_iter()
-        .find(|u| u["sessionUpdate"] == "tool_call")
+        .find(|u| u["toolCallId"] == id)
         .unwrap_or_else(|| panic!("no tool_call for {id}"))
 }
 
@@ -268,7 +268,11 @@ fn user_shell_command_streams_a_synthetic_bash_call_without_the_model() {
     let calls = call_updates(&a, &id);
     let streamed: String = calls
         .iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress")
+        .filter(|u| {
+            u["sessionUpdate"] == "tool_call_update"
+                && u["status"] == "in_progress"
+                && u.get("content").is_some()
+        })
         .map(text_of)
         .collect();
     assert_eq!(streamed, "hi\n");

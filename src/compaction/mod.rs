@@ -89,6 +89,21 @@ impl Settings {
         settings
     }
 
+    /// These settings for a model with `window` tokens: `reserveTokens` at most a quarter of
+    /// the window and `keepRecentTokens` at most a fifth (`RESERVE_SHARE`, `KEEP_SHARE`), so
+    /// compaction works at any window; from about 100k tokens on the configured values hold
+    /// (the spec's defaults, 16,384 and 20,000).
+    pub(crate) fn for_window(self, window: Option<u64>) -> Settings {
+        match window {
+            Some(w) if w > 0 => Settings {
+                reserve_tokens: self.reserve_tokens.min(w / RESERVE_SHARE),
+                keep_recent_tokens: self.keep_recent_tokens.min(w / KEEP_SHARE),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
     /// The threshold trigger: after a turn, `used > window - reserve`.
     pub(crate) fn over_threshold(&self, used: u64, window: Option<u64>) -> bool {
         match window {
@@ -97,6 +112,13 @@ impl Settings {
         }
     }
 }
+
+/// `reserveTokens` takes at most 1/`RESERVE_SHARE` of the window: room for the next reply and
+/// for the summary (0.8 of it).
+pub(crate) const RESERVE_SHARE: u64 = 4;
+/// `keepRecentTokens` takes at most 1/`KEEP_SHARE` of the window, so what a compaction keeps,
+/// the summary and the system prompt stay well under the threshold.
+pub(crate) const KEEP_SHARE: u64 = 5;
 
 /// Why a compaction runs (the `reason` of `_meta…compaction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

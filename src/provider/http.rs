@@ -51,8 +51,18 @@ pub(crate) struct HttpSettings {
     pub max_retries: u32,
 }
 
+/// Settings `retry.*`, set once at start-up (`setup`): every provider the process builds,
+/// the start-up one and each a model switch makes, reads it here.
+static RETRY: std::sync::OnceLock<crate::settings::Retry> = std::sync::OnceLock::new();
+
+/// Records the settings' retry policy (the first call wins).
+pub(crate) fn set_retry(retry: crate::settings::Retry) {
+    let _ = RETRY.set(retry);
+}
+
 impl HttpSettings {
     pub(crate) fn from_env() -> HttpSettings {
+        let retry = RETRY.get().copied().unwrap_or_default();
         let ms = |name: &str, default: u64| {
             Duration::from_millis(
                 std::env::var(name)
@@ -64,8 +74,9 @@ impl HttpSettings {
         HttpSettings {
             connect_timeout: ms("PRIME_AGENT_CONNECT_TIMEOUT_MS", 10_000),
             idle_timeout: ms("PRIME_AGENT_IDLE_TIMEOUT_MS", 120_000),
-            retry_base: ms("PRIME_AGENT_RETRY_BASE_MS", 2_000),
-            max_retries: 3,
+            // The environment (a test hook) wins over the settings' base delay.
+            retry_base: ms("PRIME_AGENT_RETRY_BASE_MS", retry.base_delay_ms),
+            max_retries: if retry.enabled { retry.max_retries } else { 0 },
         }
     }
 }

@@ -5,7 +5,10 @@
 //! the `AbortFlag` at every read, and return the assembled assistant reply.
 
 pub(crate) mod anthropic;
+pub(crate) mod arguments;
+pub(crate) mod azure;
 pub(crate) mod config;
+pub(crate) mod google;
 pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
@@ -58,6 +61,9 @@ pub(crate) enum ReasoningBlock {
     /// and the message and function-call items it pairs with by id), as received. Only `model`
     /// can read the encrypted reasoning, so no other model is sent it.
     ResponsesItem { model: String, item: Value },
+    /// One part of a Gemini reply (text, thought or function call, with its
+    /// `thoughtSignature`), as received and merged per block. Only `model` is sent it back.
+    GeminiPart { model: String, part: Value },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -160,6 +166,17 @@ pub(crate) enum StreamEvent {
         attempt: u32,
         error: String,
     },
+    /// The model named a tool call (`id` is the one the reply will carry); its arguments may
+    /// still be on the way.
+    ToolCallStart {
+        id: String,
+        name: String,
+    },
+    /// More of a named call's arguments: raw JSON text, not parseable until the call is done.
+    ToolCallDelta {
+        id: String,
+        delta: String,
+    },
     /// An advisory about the configuration, e.g. defaults assumed for an unknown model. The
     /// provider repeats it on every call; whoever shows it decides how often.
     Notice(Notice),
@@ -186,47 +203,8 @@ pub(crate) struct Notice {
     pub description: Option<String>,
 }
 
-/// Reasoning effort requested from the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Thinking {
-    Off,
-    Minimal,
-    Low,
-    #[default]
-    Medium,
-    High,
-    XHigh,
-    Max,
-}
-
-impl Thinking {
-    pub const NAMES: &'static str = "off, minimal, low, medium, high, xhigh, max";
-
-    pub fn parse(s: &str) -> Option<Thinking> {
-        Some(match s {
-            "off" => Thinking::Off,
-            "minimal" => Thinking::Minimal,
-            "low" => Thinking::Low,
-            "medium" => Thinking::Medium,
-            "high" => Thinking::High,
-            "xhigh" => Thinking::XHigh,
-            "max" => Thinking::Max,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Thinking::Off => "off",
-            Thinking::Minimal => "minimal",
-            Thinking::Low => "low",
-            Thinking::Medium => "medium",
-            Thinking::High => "high",
-            Thinking::XHigh => "xhigh",
-            Thinking::Max => "max",
-        }
-    }
-}
+/// Defined in the leaf `thinking` (settings read it too); re-exported under its usual path.
+pub(crate) use crate::thinking::Thinking;
 
 /// Everything one model call needs.
 #[derive(Debug, Clone, Copy)]

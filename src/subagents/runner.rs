@@ -154,12 +154,24 @@ impl Family {
                     &self.agent.kernel_env,
                     Some(self.kernel_host(id, node.depth, &compaction)),
                 );
-                let system_prompt = format!(
-                    "{}\n\n# You are a subagent\nYou are a child agent named {} (depth {}), started by {parent_name} to do one task. \
-                     Your task arrives labeled `[task from parent]`. Do it, then send your result to your parent from the ipython tool with \
-                     `await agent_message.send(<result>, receiver_role=\"parent\")` and stop. Messages from your family arrive as user messages.",
-                    self.agent.system_prompt, node.name, node.depth
-                );
+                let names = tools.names();
+                let log = node
+                    .conversation
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .recorder
+                    .as_ref()
+                    .map(|r| r.path().to_path_buf());
+                let system_prompt = self.agent.system_prompt_for(&crate::prompt::AgentFacts {
+                    cwd: &self.agent.cwd,
+                    tool_names: &names,
+                    kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
+                    depth: node.depth,
+                    max_depth: self.agent.kernel_env.max_depth,
+                    log: log.as_deref(),
+                    child: Some((&node.name, &parent_name)),
+                    harness: None,
+                });
                 let ctx = Arc::new(AgentCtx {
                     agent: self.agent.clone(),
                     tools,

@@ -37,6 +37,26 @@ impl Worker<'_> {
             .settings(&self.agent.kernel_env.agent_dir, &self.agent.cwd)
     }
 
+    /// The settings scaled to the model's window (`Settings::for_window`).
+    fn window_settings(&self, provider: &dyn Provider) -> compaction::Settings {
+        self.settings().for_window(provider.context_window())
+    }
+
+    /// Before a model call: the threshold, checked after every model call (and the tool
+    /// results that followed it), so a tool loop compacts before it fills the window.
+    pub(super) fn compact_before_call(
+        &self,
+        conv: &mut Conversation,
+        provider: &dyn Provider,
+    ) -> Result<Option<Compacted>, TurnOutcome> {
+        let settings = self.window_settings(provider);
+        let (used, window) = self.context_usage(conv, provider);
+        if !settings.over_threshold(used, window) {
+            return Ok(None);
+        }
+        self.compact(conv, provider, Reason::Threshold, None)
+    }
+
     /// Whether the automatic triggers (threshold, overflow) are on (`compaction.enabled`).
     pub(super) fn auto_compaction(&self) -> bool {
         self.settings().enabled
@@ -56,7 +76,7 @@ impl Worker<'_> {
             provider,
             agent: &self.ctx.name,
             thinking: self.model.thinking,
-            settings: self.settings(),
+            settings: self.window_settings(provider),
             instructions,
             abort: self.abort,
             trace: Some(&self.ctx.trace),
@@ -145,7 +165,10 @@ impl Worker<'_> {
             Some(instructions) => (Reason::Requested, instructions),
             None => {
                 let (used, window) = self.context_usage(conv, &**provider);
-                if !self.settings().over_threshold(used, window) {
+                if !self
+                    .window_settings(&**provider)
+                    .over_threshold(used, window)
+                {
                     return outcome;
                 }
                 (Reason::Threshold, None)

@@ -6,6 +6,10 @@
 //! must satisfy: a response by the method of the request with that id, a `session/update`
 //! against `SessionNotification`, an error against `Error`. Checks run on the test's own thread
 //! (see `Agent::next_frame`), so a violation fails the test.
+//!
+//! Two vendored files (provenance in `fixtures/schema/README.md`): the stable v1 schema for
+//! everything stable, the unstable one only for the answers to unstable methods
+//! (`session/fork`, `session/set_title`), so a stable frame cannot lean on an unstable field.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -14,11 +18,32 @@ use serde_json::{json, Value};
 
 use super::fixture;
 
-/// The definition a successful response to `method` must satisfy.
-fn response_def(method: &str) -> Option<&'static str> {
+/// Which vendored schema a definition is checked against.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Which {
+    Stable,
+    Unstable,
+}
+
+/// The definition (and its schema) a successful response to `method` must satisfy.
+fn response_def(method: &str) -> Option<(Which, &'static str)> {
+    let unstable = match method {
+        "session/fork" => Some("ForkSessionResponse"),
+        "session/set_title" => Some("SetSessionTitleResponse"),
+        _ => None,
+    };
+    if let Some(def) = unstable {
+        return Some((Which::Unstable, def));
+    }
+    stable_response_def(method).map(|d| (Which::Stable, d))
+}
+
+fn stable_response_def(method: &str) -> Option<&'static str> {
     Some(match method {
         "initialize" => "InitializeResponse",
         "authenticate" => "AuthenticateResponse",
+        "logout" => "LogoutResponse",
+        "session/delete" => "DeleteSessionResponse",
         "session/new" => "NewSessionResponse",
         "session/load" => "LoadSessionResponse",
         "session/list" => "ListSessionsResponse",
@@ -55,16 +80,21 @@ fn request_def(method: &str) -> Option<&'static str> {
     })
 }
 
-/// Validators for single definitions of the vendored schema, compiled once each.
+/// Validators for single definitions of one vendored schema, compiled once each.
 struct Defs {
     full: Value,
     compiled: std::sync::Mutex<HashMap<&'static str, &'static jsonschema::Validator>>,
 }
 
-fn defs() -> &'static Defs {
-    static D: OnceLock<Defs> = OnceLock::new();
-    D.get_or_init(|| {
-        let text = std::fs::read_to_string(fixture("schema/acp-schema.json")).unwrap();
+fn defs(which: Which) -> &'static Defs {
+    static STABLE: OnceLock<Defs> = OnceLock::new();
+    static UNSTABLE: OnceLock<Defs> = OnceLock::new();
+    let (cell, file) = match which {
+        Which::Stable => (&STABLE, "schema/acp-schema.json"),
+        Which::Unstable => (&UNSTABLE, "schema/acp-schema.unstable.json"),
+    };
+    cell.get_or_init(|| {
+        let text = std::fs::read_to_string(fixture(file)).unwrap();
         Defs {
             full: serde_json::from_str(&text).unwrap(),
             compiled: Default::default(),
@@ -72,8 +102,8 @@ fn defs() -> &'static Defs {
     })
 }
 
-fn validator(def: &'static str) -> &'static jsonschema::Validator {
-    let d = defs();
+fn validator(which: Which, def: &'static str) -> &'static jsonschema::Validator {
+    let d = defs(which);
     let mut compiled = d.compiled.lock().unwrap_or_else(|e| e.into_inner());
     compiled.entry(def).or_insert_with(|| {
         assert!(d.full["$defs"].get(def).is_some(), "no definition {def}");
@@ -89,7 +119,11 @@ fn validator(def: &'static str) -> &'static jsonschema::Validator {
 }
 
 fn check_def(def: &'static str, value: &Value, what: &str) -> Result<(), String> {
-    let v = validator(def);
+    check_in(Which::Stable, def, value, what)
+}
+
+fn check_in(which: Which, def: &'static str, value: &Value, what: &str) -> Result<(), String> {
+    let v = validator(which, def);
     if v.is_valid(value) {
         return Ok(());
     }
@@ -150,7 +184,7 @@ pub fn check_frame(frame: &Value, methods: &HashMap<String, String>) -> Result<(
             }
             let method = methods.get(&id.to_string());
             match method.and_then(|m| response_def(m)) {
-                Some(def) => check_def(def, result, "the result"),
+                Some((which, def)) => check_in(which, def, result, "the result"),
                 // A request the test sent raw, or one outside ACP: the shape checks above.
                 None => Ok(()),
             }
@@ -167,6 +201,8 @@ mod tests {
             ("1", "session/prompt"),
             ("2", "session/new"),
             ("3", "initialize"),
+            ("4", "session/fork"),
+            ("5", "session/delete"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -185,6 +221,9 @@ mod tests {
             json!({"jsonrpc":"2.0","id":2,"result":{"sessionId":"abc"}}),
             json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}),
             json!({"jsonrpc":"2.0","id":"x","result":{}}),
+            // Unstable methods are checked against the unstable schema.
+            json!({"jsonrpc":"2.0","id":4,"result":{"sessionId":"f"}}),
+            json!({"jsonrpc":"2.0","id":5,"result":{}}),
             update(
                 json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}),
             ),
@@ -201,6 +240,8 @@ mod tests {
             json!({"jsonrpc":"2.0","id":1,"result":"hello"}),
             json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"finished"}}),
             json!({"jsonrpc":"2.0","id":2,"result":{}}),
+            json!({"jsonrpc":"2.0","id":4,"result":{}}),
+            json!({"jsonrpc":"2.0","id":5,"result":null}),
             json!({"jsonrpc":"2.0","id":3,"result":{"protocolVersion":"one"}}),
             json!({"jsonrpc":"2.0","id":1,"error":{"message":"no code"}}),
             json!({"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"},"error":{"code":1,"message":"m"}}),

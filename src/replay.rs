@@ -12,9 +12,9 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::entry::{Entry, EntryKind, Record};
 use crate::content::{Attachment, FileDiff, IpythonDetails};
 use crate::events::{to_session_updates, MappingState};
+use crate::persist::entry::{Entry, EntryKind, Record};
 use crate::provider::Message;
 use crate::tools::ToolDisplay;
 use crate::turn::{AgentEvent, ToolResultView};
@@ -90,18 +90,16 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
             if let EntryKind::SessionInfo { name } = &entry.kind {
                 out.push(json!({ "sessionUpdate": "session_info_update", "title": name }));
             }
-            if let EntryKind::Other(v) = &entry.kind {
-                if v["type"] == "compaction" {
-                    events(
-                        AgentEvent::CompactionEnd {
-                            tokens_before: v["tokensBefore"].as_u64(),
-                            summary: v["summary"].as_str().map(str::to_owned),
-                            reason: None,
-                        },
-                        &mut out,
-                        &mut state,
-                    );
-                }
+            if let EntryKind::Compaction(c) = &entry.kind {
+                events(
+                    AgentEvent::CompactionEnd {
+                        tokens_before: Some(c.tokens_before),
+                        summary: Some(c.summary.clone()),
+                        reason: None,
+                    },
+                    &mut out,
+                    &mut state,
+                );
             }
             continue;
         };
@@ -483,9 +481,11 @@ mod tests {
                 }],
             }),
             e(EntryKind::Message(Record::Other(json!({"role": "custom"})))),
-            e(EntryKind::Other(
-                json!({"type": "compaction", "summary": "s", "tokensBefore": 5}),
-            )),
+            e(EntryKind::Compaction(crate::persist::entry::Compaction {
+                summary: "s".into(),
+                tokens_before: 5,
+                ..Default::default()
+            })),
             e(EntryKind::Other(json!({"type": "label"}))),
         ];
         let got = replay(&entries);
