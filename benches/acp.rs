@@ -365,6 +365,9 @@ fn main() {
     if on("persist") {
         b.persist();
     }
+    if on("harness") {
+        b.harness();
+    }
     if on("store") {
         b.store();
     }
@@ -532,6 +535,46 @@ impl Bench {
             "conversation text added, turn 10 → turn 100",
             "MiB",
             vec![conv(10..turns)],
+        );
+    }
+
+    /// A tool turn as harnesses see it (docs/harnesses.md): one model call with a tool call
+    /// (announced, usage, run, `rawOutput`), then the answer; every call gets a request id and
+    /// its edges. Run the same section with `BENCH_BIN` pointing at a build without them to
+    /// compare.
+    fn harness(&mut self) {
+        let turns = self.runs(100, 20);
+        let mut lines = Vec::new();
+        for i in 0..turns {
+            lines.push(json!({"steps": [{"tool_call": {"name": "todo", "arguments": {"todos": [{"content": format!("step {i}"), "status": "pending"}]}}}]}));
+            lines.push(json!({ "text": format!("done {i}") }));
+        }
+        let script = write_script(&self.work, "harness.jsonl", &lines);
+        let script_s = script.display().to_string();
+        let args = [
+            "--provider",
+            "scripted",
+            "--script",
+            script_s.as_str(),
+            "--no-session",
+            "--tools",
+            "todo",
+        ];
+        let mut p = self.agent(&self.bin, &args, &[]);
+        let sid = p.handshake(&self.work);
+        let mut per_turn = Vec::new();
+        for i in 0..turns {
+            let id = 10 + i as u64;
+            let t = Instant::now();
+            p.prompt(id, &sid);
+            p.response(id);
+            per_turn.push(ms(t.elapsed()));
+        }
+        p.finish();
+        self.report.add(
+            "prompt round trip, one tool call + answer (scripted)",
+            "ms",
+            per_turn,
         );
     }
 

@@ -23,9 +23,10 @@ pub(crate) struct MappingState {
     bash_output: String,
     /// Assistant messages started so far; chunks carry `messageId: prime-agent-assistant-<n>`.
     assistant_messages: u64,
-    /// Tool calls shown while they streamed (`ToolPending`) that have not started or ended:
-    /// their start is an update of the call the client already has, not a second one.
-    announced: Vec<String>,
+    /// Tool calls already sent as `tool_call` and not yet ended: every later event of one
+    /// refines it (`tool_call_update`), so each id is announced exactly once, whichever event
+    /// comes first (`ToolAnnounced`, `ToolAwaitingApproval`, `ToolStart`).
+    announced: std::collections::HashSet<String>,
 }
 
 impl MappingState {
@@ -221,7 +222,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
         AgentEvent::ToolPending { id, name, args } => {
-            if state.announced.contains(id) {
+            if !state.announced.insert(id.clone()) {
                 let mut update = json!({ "sessionUpdate": "tool_call_update", "toolCallId": id });
                 if let Some(args) = args {
                     update["title"] = json!(tool_title(name, args));
@@ -229,7 +230,6 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
                 }
                 return vec![update];
             }
-            state.announced.push(id.clone());
             let mut update = json!({
                 "sessionUpdate": "tool_call",
                 "toolCallId": id,
@@ -242,26 +242,54 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             }
             vec![update]
         }
+        AgentEvent::ToolAnnounced {
+            id,
+            name,
+            args,
+            locations,
+            display,
+        } => {
+            let mut update = tool_call(id, name, args, locations, display.as_ref(), "pending");
+            if !state.announced.insert(id.clone()) {
+                // Known already (its arguments streamed): the update refines it.
+                update["sessionUpdate"] = json!("tool_call_update");
+            }
+            vec![update]
+        }
         AgentEvent::ToolStart {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![started_call(
-            state,
-            tool_call(id, name, args, locations, display.as_ref(), "in_progress"),
-        )],
+        } => {
+            let mut call = tool_call(id, name, args, locations, display.as_ref(), "in_progress");
+            if !state.announced.insert(id.clone()) {
+                // Shown already (pending while it streamed, or announced with its reply): the
+                // start refines that call with everything now known.
+                call["sessionUpdate"] = json!("tool_call_update");
+            }
+            vec![call]
+        }
+        // Announced calls are shown `pending` already; the permission request names the call.
+        AgentEvent::ToolAwaitingApproval { id, .. } if state.announced.contains(id) => vec![],
         AgentEvent::ToolAwaitingApproval {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![started_call(
-            state,
-            tool_call(id, name, args, locations, display.as_ref(), "pending"),
-        )],
+        } => {
+            state.announced.insert(id.clone());
+            vec![tool_call(
+                id,
+                name,
+                args,
+                locations,
+                display.as_ref(),
+                "pending",
+            )]
+        }
         AgentEvent::Plan(entries) => {
             let entries: Vec<Value> = entries
                 .iter()
@@ -289,7 +317,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             "content": [text_content(output)],
         })],
         AgentEvent::ToolEnd { id, name, result } => {
-            state.announced.retain(|a| a != id);
+            state.announced.remove(id);
             vec![tool_end(id, name, result)]
         }
         AgentEvent::BashStart { run_id, command } => {
@@ -442,17 +470,6 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
     }
 }
 
-/// A call's start: a new `tool_call`, or, for one shown while it streamed, the update that
-/// completes it (same fields).
-fn started_call(state: &mut MappingState, mut call: Value) -> Value {
-    let id = call["toolCallId"].as_str().unwrap_or_default().to_owned();
-    if let Some(at) = state.announced.iter().position(|a| *a == id) {
-        state.announced.remove(at);
-        call["sessionUpdate"] = json!("tool_call_update");
-    }
-    call
-}
-
 /// What `rawInput` shows of a call's arguments: an IPython cell's code alone.
 fn raw_input(name: &str, args: &Value) -> Value {
     match (name, args.get("code")) {
@@ -515,6 +532,12 @@ fn tool_end(id: &str, name: &str, result: &ToolResultView) -> Value {
     if !content.is_empty() {
         update["content"] = Value::Array(content);
     }
+    // What the model got back, for trajectory builders (docs/harnesses.md): Harbor reads
+    // `rawOutput.output` as the step's observation.
+    update["rawOutput"] = json!({
+        "output": result.text.as_deref().unwrap_or(""),
+        "isError": result.is_error,
+    });
     if name == "ipython" {
         if let Some(meta) = result.ipython.as_ref().and_then(ipython_meta) {
             update["_meta"] = namespaced(json!({ "ipython": meta }));

@@ -73,6 +73,10 @@ impl MainLoop {
                 Ok(()) => return,
                 Err(e) => Err(e),
             },
+            acp::SESSION_STEERING => match self.session_steering(id.clone(), &params) {
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
             acp::SESSION_CLOSE => match self.session_close(id.clone(), &params) {
                 Ok(()) => return,
                 Err(e) => Err(e),
@@ -371,6 +375,17 @@ impl MainLoop {
             }
         }
         session.set_model(model);
+    }
+
+    /// `_session/steering`: the session answers (`injected`, `promptRequired`, or
+    /// `startedNewTurn`).
+    fn session_steering(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
+        let (session_id, prompt, idle) = acp::parse_steering(params)?;
+        let Some(i) = self.session_index(&session_id) else {
+            return Err(unknown_session(&session_id));
+        };
+        self.with_session_at(i, |s, _, out| s.steer(id, prompt.text, idle, out));
+        Ok(())
     }
 
     /// The session answers the prompt; an error here is answered by the caller.

@@ -36,6 +36,7 @@ mod reaper;
 mod refine;
 mod replay;
 mod rpc;
+mod semantic;
 mod session;
 mod settings;
 mod setup;

@@ -170,6 +170,8 @@ pub(crate) struct AgentCtx {
     pub compaction: Arc<compaction::Control>,
     /// The session's MCP servers, offered as native tools (`None`: the client gave none).
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
+    /// This agent's place in the session's semantic edges (`semantic.rs`).
+    pub trace: crate::semantic::Tracer,
 }
 
 impl AgentCtx {
@@ -185,6 +187,7 @@ impl AgentCtx {
             inbox: Arc::default(),
             compaction: Arc::default(),
             mcp: None,
+            trace: crate::semantic::Tracer::alone("main"),
         }
     }
 }
@@ -192,20 +195,30 @@ impl AgentCtx {
 /// Messages waiting for an agent's next model call.
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {
+    queue: Mutex<InboxState>,
+}
+
+#[derive(Debug, Default)]
+struct InboxState {
     /// Each message, and the `custom_message` it is kept as (a heartbeat's prompt).
-    queue: Mutex<VecDeque<(String, Option<Custom>)>>,
+    messages: VecDeque<(String, Option<Custom>)>,
+    /// A client prompt runs and takes steers (`_session/steering`).
+    steering: bool,
+    /// Steered messages not yet taken by a model call: the prompt may not end before they are.
+    steers: usize,
 }
 
 impl Inbox {
+    fn state(&self) -> std::sync::MutexGuard<'_, InboxState> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn push(&self, message: String) {
         self.push_message(message, None);
     }
 
     pub(crate) fn push_message(&self, message: String, custom: Option<Custom>) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back((message, custom));
+        self.state().messages.push_back((message, custom));
     }
 
     pub(crate) fn drain(&self) -> Vec<String> {
@@ -213,26 +226,62 @@ impl Inbox {
     }
 
     pub(crate) fn drain_messages(&self) -> Vec<(String, Option<Custom>)> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-            .collect()
+        let mut state = self.state();
+        state.steers = 0;
+        state.messages.drain(..).collect()
     }
 
     /// Whether a firing of schedule `job_id` is still waiting here (not yet taken by a model
     /// call): the schedule skips its ticks meanwhile.
     pub(crate) fn holds_firing(&self, job_id: &str) -> bool {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.state()
+            .messages
             .iter()
             .filter_map(|(_, custom)| custom.as_ref()?.details.as_ref())
             .any(|d| d["jobId"] == job_id)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.state().messages.len()
+    }
+
+    /// A client prompt starts: steers join it from now on.
+    pub(crate) fn open_steering(&self) {
+        self.state().steering = true;
+    }
+
+    /// The prompt is over (answered, cancelled): steers no longer join it.
+    pub(crate) fn close_steering(&self) {
+        self.state().steering = false;
+    }
+
+    /// A steer for the running prompt: queued for its next model call, if the prompt still
+    /// takes steers. Decided under the same lock as `finish_steering`, so a steer is either
+    /// seen by the prompt or refused, never stranded.
+    pub(crate) fn steer(&self, text: &str) -> bool {
+        let mut state = self.state();
+        if !state.steering {
+            return false;
+        }
+        state.messages.push_back((text.to_owned(), None));
+        state.steers += 1;
+        true
+    }
+
+    /// Steered messages are waiting for a model call.
+    pub(crate) fn has_steers(&self) -> bool {
+        self.state().steers > 0
+    }
+
+    /// The prompt's work is done: true (and steering closed) unless steers are waiting, which
+    /// the prompt must still take to a model call before it answers.
+    pub(crate) fn finish_steering(&self) -> bool {
+        let mut state = self.state();
+        if state.steers > 0 {
+            return false;
+        }
+        state.steering = false;
+        true
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -301,10 +350,28 @@ pub(crate) enum TurnMsgKind {
 pub(crate) enum TurnOutcome {
     Completed(StopReason),
     /// The model or provider failed; the text follows `prime-agent turn failed: `.
-    Failed(String),
+    Failed(TurnFailure),
     /// A bug: the turn thread panicked. The process survives.
     Panicked(String),
     Cancelled,
+}
+
+/// Why a turn failed: the text (after `prime-agent turn failed: `) and the prompt error's
+/// `data.kind` (`ProviderError::kind`, or `model_config`, `model_context_overflow`,
+/// `compaction`, `agent_busy`; docs/harnesses.md lists them).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TurnFailure {
+    pub text: String,
+    pub kind: &'static str,
+}
+
+impl TurnFailure {
+    pub(crate) fn new(text: impl Into<String>, kind: &'static str) -> TurnFailure {
+        TurnFailure {
+            text: text.into(),
+            kind,
+        }
+    }
 }
 
 /// Tail cap and throttle for `in_progress` tool output (issue: bounded bandwidth for huge output).
@@ -366,7 +433,10 @@ pub(crate) fn spawn_turn(
             // started; one still running is stuck in a call no abort hook reaches. Wait for it
             // a bounded time, then give up on it rather than wedge the session.
             let Some(mut conv) = take_over(previous, &conversation, &flag) else {
-                finished(TurnOutcome::Failed(PREDECESSOR_STUCK.to_owned()));
+                finished(TurnOutcome::Failed(TurnFailure::new(
+                    PREDECESSOR_STUCK,
+                    "agent_busy",
+                )));
                 return;
             };
             let emit = |event| {
@@ -381,7 +451,7 @@ pub(crate) fn spawn_turn(
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
             }
-            let outcome = match &unattended {
+            let mut outcome = match &unattended {
                 Some(u) if matches!(input, TurnInput::Prompt(_)) => {
                     run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
                 }
@@ -393,6 +463,15 @@ pub(crate) fn spawn_turn(
                 _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
             };
             if let Some(u) = &unattended {
+                // A client prompt answers only when its work is really over: a steer that came
+                // after its last model call gets a model call of its own first.
+                while matches!(outcome, TurnOutcome::Completed(_))
+                    && !flag.is_aborted()
+                    && !ctx.inbox.finish_steering()
+                {
+                    outcome = run_turn(&ctx, &model, &mut conv, TurnInput::Inbox, &flag, &emit);
+                }
+                ctx.inbox.close_steering();
                 save_goal(&mut autonomy::lock(u), &mut conv);
             }
             // Before the outcome is reported: what the client sees acknowledged is written
@@ -474,7 +553,7 @@ fn run_prompt(
         calls_seen = conv.model_calls;
         let mut state = autonomy::lock(unattended);
         if let TurnOutcome::Failed(why) = &outcome {
-            state.goal_failed(why, now);
+            state.goal_failed(&why.text, now);
         }
         report_goal(&mut state, emit);
         save_goal(&mut state, conv);
@@ -682,7 +761,7 @@ impl Worker<'_> {
         }
         let provider = match &self.model.provider {
             Ok(p) => p.clone(),
-            Err(why) => return TurnOutcome::Failed(why.clone()),
+            Err(why) => return TurnOutcome::Failed(TurnFailure::new(why.clone(), "model_config")),
         };
         let mut specs = self.ctx.tools.specs();
         let mut system = std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str());
@@ -740,6 +819,7 @@ impl Worker<'_> {
                     images: Vec::new(),
                 });
             }
+            let request_id = crate::semantic::new_request_id();
             let request = ChatRequest {
                 system: &system,
                 messages: &conv.messages,
@@ -747,6 +827,7 @@ impl Worker<'_> {
                 thinking: self.model.thinking,
                 agent: &self.ctx.name,
                 max_tokens: None,
+                request_id: &request_id,
             };
             let emit = self.emit;
             emit(AgentEvent::AssistantMessageStart);
@@ -810,10 +891,13 @@ impl Worker<'_> {
                 Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
                 Err(e) => {
                     self.close_announced(&announcer, &[], CALL_FAILED);
-                    let mut failure = e.to_string();
+                    let mut failure = TurnFailure::new(e.to_string(), e.kind());
                     if e.is_context_overflow() && self.auto_compaction() {
                         if overflow_compacted {
-                            failure = compaction::OVERFLOW_RECOVERY_FAILED.to_owned();
+                            failure = TurnFailure::new(
+                                compaction::OVERFLOW_RECOVERY_FAILED,
+                                "model_context_overflow",
+                            );
                         } else {
                             match self.compact(conv, &*provider, compaction::Reason::Overflow, None)
                             {
@@ -840,6 +924,7 @@ impl Worker<'_> {
                 }
             };
             calls_ok += 1;
+            self.ctx.trace.committed(&request_id);
             self.guard.model_call_done(reply.usage, Instant::now());
             conv.usage.add(reply.usage);
             conv.model_calls += 1;
@@ -866,9 +951,19 @@ impl Worker<'_> {
             let calls = message.tool_calls.clone();
             conv.messages.push(Message::Assistant(message));
             conv.compaction.record_reply(used, conv.messages.len());
+            if reply.finish != FinishReason::Length {
+                // All of this reply's calls are shown before its usage, then they run.
+                for call in &calls {
+                    self.announce(call);
+                }
+            }
             self.report_usage(conv, &*provider);
             conv.persist();
             self.close_announced(&announcer, &calls, CALL_DROPPED);
+            if calls.is_empty() && self.ctx.inbox.has_steers() && !self.abort.is_aborted() {
+                // A steer arrived during this call: the turn goes on with it.
+                continue;
+            }
             if calls.is_empty() {
                 return TurnOutcome::Completed(match reply.finish {
                     FinishReason::Length => StopReason::MaxTokens,
@@ -894,11 +989,7 @@ impl Worker<'_> {
             for (i, call) in calls.iter().enumerate() {
                 // Checkpoint: before each tool.
                 if self.abort.is_aborted() {
-                    close_calls(
-                        &mut conv.messages,
-                        &calls[i..],
-                        "Cancelled by the user before it ran.",
-                    );
+                    self.not_run(conv, &calls[i..], "Cancelled by the user before it ran.");
                     return TurnOutcome::Cancelled;
                 }
                 match self.guard.before_tool_call(call) {
@@ -939,8 +1030,8 @@ impl Worker<'_> {
                 });
                 conv.persist();
                 if self.abort.is_aborted() {
-                    close_calls(
-                        &mut conv.messages,
+                    self.not_run(
+                        conv,
                         &calls[i + 1..],
                         "Cancelled by the user before it ran.",
                     );
@@ -1023,6 +1114,44 @@ impl Worker<'_> {
         } else {
             TurnOutcome::Completed(StopReason::EndTurn)
         })
+    }
+
+    /// Shows a reply's call before it runs (`ToolAnnounced`), as `run_tool` will show it.
+    fn announce(&self, call: &ToolCall) {
+        let mut tool = self.ctx.tools.get(&call.name);
+        let mcp_tool = match (&self.ctx.mcp, tool) {
+            (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
+            _ => None,
+        };
+        if tool.is_none() {
+            tool = mcp_tool.as_deref();
+        }
+        self.emit(AgentEvent::ToolAnnounced {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            args: call.arguments.clone(),
+            locations: tool
+                .map(|t| t.locations(&call.arguments, &self.agent.cwd))
+                .unwrap_or_default(),
+            display: tool.and_then(|t| t.display(&call.arguments)),
+        });
+    }
+
+    /// Announced calls that will not run: each gets `why` as its result, in the conversation
+    /// and for the client.
+    fn not_run(&self, conv: &mut Conversation, calls: &[ToolCall], why: &str) {
+        close_calls(&mut conv.messages, calls, why);
+        for call in calls {
+            self.emit(AgentEvent::ToolEnd {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                result: ToolResultView {
+                    text: Some(why.to_owned()),
+                    is_error: true,
+                    ..ToolResultView::default()
+                },
+            });
+        }
     }
 
     /// Answers a call without running it: `text` is its (error) result, for the model and
@@ -1231,6 +1360,19 @@ pub(crate) enum AgentEvent {
         kind: DeltaKind,
         delta: String,
     },
+    /// A model reply's tool call, announced before the reply's `ContextUsage` and before any
+    /// of its calls runs (shown `pending` with `rawInput`): trajectory builders close a step
+    /// at each `usage_update`, so every call of a reply must be known by then. A call may be
+    /// announced more than once (while its arguments stream, then complete); the mapping
+    /// sends `tool_call` once per id and refines it with `tool_call_update`s.
+    ToolAnnounced {
+        id: String,
+        name: String,
+        args: Value,
+        locations: Vec<String>,
+        display: Option<ToolDisplay>,
+    },
+    /// The call runs now (`in_progress`).
     ToolStart {
         id: String,
         name: String,
@@ -1469,6 +1611,9 @@ mod tests {
 
         // Not a shell command: goes to the (missing) model.
         let (_, outcome) = run_prompt(&conv, "!  ");
-        assert_eq!(outcome, TurnOutcome::Failed("no model".into()));
+        assert_eq!(
+            outcome,
+            TurnOutcome::Failed(TurnFailure::new("no model", "model_config"))
+        );
     }
 }

@@ -13,6 +13,7 @@ mod faults;
 mod fuzz;
 mod gemini;
 mod goals;
+mod harness;
 mod headless;
 mod heartbeats;
 mod kernel;

@@ -86,7 +86,12 @@ fn allow_always_covers_the_next_command_with_the_same_first_word() {
         .into_iter()
         .find(|u| u["toolCallId"] == "c2")
         .unwrap();
-    assert_eq!(c2["status"], "in_progress");
+    // Announced with its reply (`pending`), then run without a request.
+    assert_eq!(c2["status"], "pending");
+    assert!(a
+        .updates_of("tool_call_update")
+        .iter()
+        .any(|u| u["toolCallId"] == "c2" && u["status"] == "in_progress"));
 }
 
 #[test]

@@ -26,7 +26,10 @@ fn initialize_shape_and_version() {
         json!({"close":{},"list":{},"resume":{}})
     );
     assert_eq!(res["agentCapabilities"]["loadSession"], true);
-    assert_eq!(res["_meta"], json!({NS:{}}));
+    assert_eq!(
+        res["_meta"],
+        json!({NS:{}, "steering": {"supported": true}})
+    );
     assert!(a.finish().success());
 }
 

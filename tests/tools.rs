@@ -65,7 +65,8 @@ fn model_calls_bash_write_edit_and_read_in_one_prompt() {
     let s = start_of(&a, "t_bash");
     assert_eq!(s["kind"], "execute");
     assert_eq!(s["title"], "echo made > made.txt && cat made.txt");
-    assert_eq!(s["status"], "in_progress");
+    // Announced with its reply, before it runs (docs/harnesses.md).
+    assert_eq!(s["status"], "pending");
     assert_eq!(
         s["rawInput"],
         json!({"command":"echo made > made.txt && cat made.txt"})

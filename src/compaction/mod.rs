@@ -371,6 +371,8 @@ pub(crate) struct Job<'a> {
     pub settings: Settings,
     pub instructions: Option<&'a str>,
     pub abort: &'a AbortFlag,
+    /// The agent's semantic edges: each answered summary request is a compaction attempt.
+    pub trace: Option<&'a crate::semantic::Tracer>,
 }
 
 /// A finished compaction.
@@ -396,8 +398,9 @@ pub(crate) enum Failure {
     /// Everything is recent: there is nothing old enough to summarise.
     Nothing,
     Aborted,
-    /// The summary request failed; the text follows `Summarization failed: `.
-    Summary(String),
+    /// The summary request failed; the text follows `Summarization failed: `, and the kind
+    /// is the prompt error's `data.kind` (the provider's, or `compaction`).
+    Summary(String, &'static str),
 }
 
 /// Summarises the old part of `messages` and replaces it with one summary message (the
@@ -491,6 +494,7 @@ fn summarize(
         text,
         images: Vec::new(),
     }];
+    let request_id = crate::semantic::new_request_id();
     let request = ChatRequest {
         system: prompt::SYSTEM,
         messages: &request_messages,
@@ -502,15 +506,21 @@ fn summarize(
         },
         agent: job.agent,
         max_tokens: Some(max_tokens.max(1)),
+        request_id: &request_id,
     };
-    match job.provider.stream(&request, job.abort, &mut |_| {}) {
+    let result = job.provider.stream(&request, job.abort, &mut |_| {});
+    if let (Ok(_), Some(trace)) = (&result, job.trace) {
+        trace.summary_answered(&request_id);
+    }
+    match result {
         Ok(reply) if reply.message.text.trim().is_empty() => Err(Failure::Summary(
             "the model returned an empty summary".to_owned(),
+            "compaction",
         )),
         Ok(reply) => Ok(reply.message.text.trim().to_owned()),
         Err(_) if job.abort.is_aborted() => Err(Failure::Aborted),
         Err(ProviderError::Aborted) => Err(Failure::Aborted),
-        Err(e) => Err(Failure::Summary(e.to_string())),
+        Err(e) => Err(Failure::Summary(e.to_string(), e.kind())),
     }
 }
 

@@ -534,6 +534,7 @@ mod tests {
                 thinking: Thinking::Medium,
                 agent: "main",
                 max_tokens: None,
+                request_id: "test-request",
             },
         );
         let kinds: Vec<&str> = b["messages"][1]["content"]
@@ -616,6 +617,7 @@ mod tests {
                 thinking: Thinking::Medium,
                 agent: "main",
                 max_tokens: None,
+                request_id: "test-request",
             },
         );
         assert_eq!(b["system"], "sys");

@@ -218,6 +218,9 @@ pub(crate) struct ChatRequest<'a> {
     pub agent: &'a str,
     /// A tighter output budget than the model's own (a compaction summary), if any.
     pub max_tokens: Option<u64>,
+    /// This logical call's id: every HTTP attempt of it carries it as `X-ACP-Model-Request-ID`
+    /// and `Idempotency-Key` (`semantic::new_request_id`), and semantic edges name it.
+    pub request_id: &'a str,
 }
 
 /// Why a model call failed. The `Display` text is what the client sees after
@@ -251,6 +254,21 @@ impl std::fmt::Display for ProviderError {
 impl std::error::Error for ProviderError {}
 
 impl ProviderError {
+    /// The prompt error's `data.kind` for this failure (docs/harnesses.md): `model_transport`
+    /// for a connection that failed, dropped or stalled (a harness may retry the rollout),
+    /// `model_http` for an error status from the server, `model_protocol` for a stream that
+    /// could not be read or an error event in it, `model_config` for a missing key or an
+    /// unusable configuration.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::Transport(_) => "model_transport",
+            ProviderError::Status { .. } => "model_http",
+            ProviderError::Stream(_) => "model_protocol",
+            ProviderError::Config(_) => "model_config",
+            ProviderError::Aborted => "cancelled",
+        }
+    }
+
     /// Whether the provider refused the request because it does not fit the model's context
     /// window (then a compaction and one retry may help; behaviour spec §5.2).
     pub(crate) fn is_context_overflow(&self) -> bool {

@@ -674,6 +674,7 @@ mod tests {
             thinking: Thinking::Off,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         };
         let mut m = model(false);
         m.input = vec!["text".into()];
@@ -707,6 +708,7 @@ mod tests {
             thinking: Thinking::Medium,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         };
         let mut m = model(true);
         assert!(body(&m, &req)["messages"][0]
@@ -764,6 +766,7 @@ mod tests {
             thinking: Thinking::High,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         };
         let b = body(&model(true), &req);
         assert_eq!(b["stream"], true);
@@ -799,6 +802,7 @@ mod tests {
                 &m,
                 &ChatRequest {
                     max_tokens: Some(asked),
+                    request_id: "test-request",
                     ..req
                 },
             );

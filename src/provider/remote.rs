@@ -307,6 +307,7 @@ impl Provider for RemoteProvider {
             url: &url,
             headers: &headers,
             body: &body,
+            request_id: Some(request.request_id),
         };
         match self.selection.api {
             Api::OpenAiCompletions => {

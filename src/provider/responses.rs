@@ -668,6 +668,7 @@ mod tests {
             thinking: t,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         }
     }
 

@@ -172,6 +172,8 @@ impl Family {
                     me.replied = true;
                 }
             }
+            // Before delivery: the message may wake the receiver, whose next call it feeds.
+            self.edges().message(from, target);
             let busy = self.push_to(&mut state, target, text);
             let (status, at_key) = if busy {
                 ("queued", "queuedAt")

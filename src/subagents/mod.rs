@@ -100,6 +100,8 @@ pub(crate) struct Family {
     /// The session's schedules (set once at `session/new`), for the main agent's
     /// `rlm_heartbeat`.
     heartbeats: OnceLock<Arc<Mutex<Jobs>>>,
+    /// The semantic edges between every agent's model calls (`semantic.rs`).
+    edges: Arc<Mutex<crate::semantic::Graph>>,
 }
 
 #[derive(Default)]
@@ -170,6 +172,7 @@ impl Family {
             unattended: Mutex::new(None),
             mcp: OnceLock::new(),
             heartbeats: OnceLock::new(),
+            edges: Arc::default(),
         })
     }
 
@@ -290,7 +293,18 @@ impl Family {
             inbox: self.main_inbox.clone(),
             mcp: self.mcp(),
             compaction,
+            trace: self.tracer(&self.main_id),
         }
+    }
+
+    /// Agent `node`'s view of the family's semantic edges.
+    pub(crate) fn tracer(&self, node: &str) -> crate::semantic::Tracer {
+        crate::semantic::Tracer::new(self.edges.clone(), node)
+    }
+
+    /// Records an edge event in the family's graph.
+    fn edges(&self) -> std::sync::MutexGuard<'_, crate::semantic::Graph> {
+        self.edges.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The session's cwd (its MCP stdio servers run there).

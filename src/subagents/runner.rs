@@ -102,6 +102,7 @@ impl Family {
                 .unwrap_or(inherited),
         };
         self.notify_child(&node);
+        self.edges().spawned(parent, &id);
         state.order.push(id.clone());
         state.nodes.insert(id.clone(), node);
         let task = format!("[task from parent]\n\n{prompt}");
@@ -179,6 +180,7 @@ impl Family {
                     inbox: node.inbox.clone(),
                     compaction,
                     mcp: self.mcp(),
+                    trace: self.tracer(id),
                 });
                 node.ctx = Some(ctx.clone());
                 ctx
@@ -260,8 +262,12 @@ impl Family {
             TurnOutcome::Cancelled => (ChildStatus::Cancelled, "cancelled".to_owned()),
             _ if aborted => (ChildStatus::Cancelled, "cancelled".to_owned()),
             TurnOutcome::Completed(_) if !node.inbox.is_empty() => return true,
-            TurnOutcome::Completed(_) => (ChildStatus::Done, preview(&last_text)),
-            TurnOutcome::Failed(e) | TurnOutcome::Panicked(e) => (ChildStatus::Error, e),
+            TurnOutcome::Completed(_) => {
+                self.edges().returned(id, &node.parent);
+                (ChildStatus::Done, preview(&last_text))
+            }
+            TurnOutcome::Failed(e) => (ChildStatus::Error, e.text),
+            TurnOutcome::Panicked(e) => (ChildStatus::Error, e),
         };
         node.status = status;
         node.token_count = tokens;

@@ -3,7 +3,7 @@
 //! around a model call, manual `/compact`), and what the client sees (`CompactionEnd`, then a
 //! `ContextUsage`). The summarising itself is `crate::compaction`.
 
-use super::{AgentEvent, Conversation, TurnOutcome, Worker};
+use super::{AgentEvent, Conversation, TurnFailure, TurnOutcome, Worker};
 use crate::compaction::{self, Compacted, Failure, Job, Reason};
 use crate::provider::Provider;
 use crate::stop_reason::StopReason;
@@ -79,6 +79,7 @@ impl Worker<'_> {
             settings: self.window_settings(provider),
             instructions,
             abort: self.abort,
+            trace: Some(&self.ctx.trace),
         };
         let (tools, abort) = (&self.ctx.tools, self.abort);
         // The file holds every message the compaction may keep before it records it.
@@ -97,6 +98,7 @@ impl Worker<'_> {
         };
         match result {
             Ok(done) => {
+                self.ctx.trace.compacted();
                 if let Some(r) = conv.recorder.as_mut() {
                     r.compacted(
                         &conv.messages,
@@ -120,10 +122,11 @@ impl Worker<'_> {
                 self.emit(ended(None, None));
                 Err(TurnOutcome::Cancelled)
             }
-            Err(Failure::Summary(message)) => {
+            Err(Failure::Summary(message, kind)) => {
                 self.emit(ended(None, None));
-                Err(TurnOutcome::Failed(format!(
-                    "Summarization failed: {message}"
+                Err(TurnOutcome::Failed(TurnFailure::new(
+                    format!("Summarization failed: {message}"),
+                    kind,
                 )))
             }
         }
@@ -185,7 +188,7 @@ impl Worker<'_> {
     ) -> TurnOutcome {
         let provider = match &self.model.provider {
             Ok(p) => p.clone(),
-            Err(why) => return TurnOutcome::Failed(why.clone()),
+            Err(why) => return TurnOutcome::Failed(TurnFailure::new(why.clone(), "model_config")),
         };
         match self.compact(conv, &*provider, Reason::Manual, instructions) {
             Ok(Some(_)) => TurnOutcome::Completed(StopReason::EndTurn),
