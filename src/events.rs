@@ -27,6 +27,10 @@ pub(crate) struct MappingState {
     /// refines it (`tool_call_update`), so each id is announced exactly once, whichever event
     /// comes first (`ToolAnnounced`, `ToolAwaitingApproval`, `ToolStart`).
     announced: std::collections::HashSet<String>,
+    /// Of those, the calls shown with everything their start would say (`ToolAnnounced`,
+    /// `ToolAwaitingApproval`, `ToolStart`): a later start only moves the status. A call shown
+    /// by name alone while it streamed (`ToolPending`) gets its details with its start.
+    detailed: std::collections::HashSet<String>,
 }
 
 impl MappingState {
@@ -250,12 +254,18 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             display,
         } => {
             let mut update = tool_call(id, name, args, locations, display.as_ref(), "pending");
+            state.detailed.insert(id.clone());
             if !state.announced.insert(id.clone()) {
                 // Known already (its arguments streamed): the update refines it.
                 update["sessionUpdate"] = json!("tool_call_update");
             }
             vec![update]
         }
+        AgentEvent::ToolStart { id, .. } if state.detailed.contains(id) => vec![json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": id,
+            "status": "in_progress",
+        })],
         AgentEvent::ToolStart {
             id,
             name,
@@ -264,15 +274,15 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             display,
         } => {
             let mut call = tool_call(id, name, args, locations, display.as_ref(), "in_progress");
+            state.detailed.insert(id.clone());
             if !state.announced.insert(id.clone()) {
-                // Shown already (pending while it streamed, or announced with its reply): the
-                // start refines that call with everything now known.
+                // Shown by name while it streamed: the start adds everything now known.
                 call["sessionUpdate"] = json!("tool_call_update");
             }
             vec![call]
         }
         // Announced calls are shown `pending` already; the permission request names the call.
-        AgentEvent::ToolAwaitingApproval { id, .. } if state.announced.contains(id) => vec![],
+        AgentEvent::ToolAwaitingApproval { id, .. } if state.detailed.contains(id) => vec![],
         AgentEvent::ToolAwaitingApproval {
             id,
             name,
@@ -280,15 +290,12 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             locations,
             display,
         } => {
-            state.announced.insert(id.clone());
-            vec![tool_call(
-                id,
-                name,
-                args,
-                locations,
-                display.as_ref(),
-                "pending",
-            )]
+            let mut call = tool_call(id, name, args, locations, display.as_ref(), "pending");
+            state.detailed.insert(id.clone());
+            if !state.announced.insert(id.clone()) {
+                call["sessionUpdate"] = json!("tool_call_update");
+            }
+            vec![call]
         }
         AgentEvent::Plan(entries) => {
             let entries: Vec<Value> = entries
@@ -318,6 +325,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         })],
         AgentEvent::ToolEnd { id, name, result } => {
             state.announced.remove(id);
+            state.detailed.remove(id);
             vec![tool_end(id, name, result)]
         }
         AgentEvent::BashStart { run_id, command } => {
@@ -619,7 +627,7 @@ mod tests {
                     result: ToolResultView::default(),
                 },
                 vec![
-                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed"}),
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"isError":false,"output":""}}),
                 ],
             ),
             (
@@ -638,7 +646,9 @@ mod tests {
         for (i, (event, want)) in cases.into_iter().enumerate() {
             assert_eq!(to_session_updates(&event, &mut st), want, "case {i}");
         }
-        assert!(st.announced.is_empty());
+        // The ended call is forgotten; the started one is remembered until it ends.
+        assert!(!st.announced.contains("c1") && !st.detailed.contains("c1"));
+        assert!(st.announced.contains("c2"));
         // A call that ends without starting (cut off, refused) is forgotten too.
         to_session_updates(&pending(None), &mut st);
         to_session_updates(
@@ -649,7 +659,7 @@ mod tests {
             },
             &mut st,
         );
-        assert!(st.announced.is_empty());
+        assert!(!st.announced.contains("c1") && !st.detailed.contains("c1"));
     }
 
     #[test]

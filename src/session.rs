@@ -1022,10 +1022,10 @@ impl Session {
                     AgentEvent::ToolAnnounced { id, .. }
                     | AgentEvent::ToolPending { id, .. }
                     | AgentEvent::ToolStart { id, .. }
-                    | AgentEvent::ToolAwaitingApproval { id, .. } => {
-                        if !open.contains(id) {
-                            open.push(id.clone());
-                        }
+                    | AgentEvent::ToolAwaitingApproval { id, .. }
+                        if !open.contains(id) =>
+                    {
+                        open.push(id.clone())
                     }
                     AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
                     AgentEvent::BashStart { run_id, .. } => {
