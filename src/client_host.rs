@@ -41,6 +41,10 @@ pub(crate) struct ClientCaps {
     pub read_text_file: bool,
     pub write_text_file: bool,
     pub terminal: bool,
+    /// `session.notices` / `session.compaction` (objects; `null` or absent: not taken): the
+    /// standard `notice` and `compaction_update` updates replace our `_meta` forms.
+    pub notices: bool,
+    pub compaction: bool,
 }
 
 impl ClientCaps {
@@ -51,6 +55,8 @@ impl ClientCaps {
             read_text_file: caps["fs"]["readTextFile"] == true,
             write_text_file: caps["fs"]["writeTextFile"] == true,
             terminal: caps["terminal"] == true,
+            notices: caps["session"]["notices"].is_object(),
+            compaction: caps["session"]["compaction"].is_object(),
         }
     }
 }
@@ -69,6 +75,14 @@ pub(crate) struct ClientHost {
 }
 
 impl ClientHost {
+    /// Which standard session updates the client takes.
+    pub(crate) fn standard_updates(&self) -> crate::events::Standard {
+        crate::events::Standard {
+            notices: self.caps.notices,
+            compaction: self.caps.compaction,
+        }
+    }
+
     pub(crate) fn new(
         session_id: String,
         link: Option<ClientLink>,
@@ -307,9 +321,15 @@ mod tests {
             ClientCaps {
                 read_text_file: true,
                 write_text_file: false,
-                terminal: true
+                terminal: true,
+                ..ClientCaps::default()
             }
         );
+        // The standard session updates are taken with an object, not with `true` or `null`.
+        let session = caps(json!({"session": {"notices": {}, "compaction": null}}));
+        assert!(session.notices && !session.compaction);
+        let session = caps(json!({"session": {"notices": true, "compaction": {}}}));
+        assert!(!session.notices && session.compaction);
     }
 
     #[test]

@@ -23,6 +23,8 @@ use crate::setup;
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, Local, TurnInput};
 
+mod manage;
+
 pub(crate) const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
 
@@ -62,6 +64,35 @@ impl MainLoop {
                 return;
             }
             acp::SESSION_LIST => self.session_list(&params),
+            acp::SESSION_DELETE => match self.session_delete(id.clone(), &params) {
+                // The open session is closed first and answers once deleted.
+                Ok(None) => return,
+                other => other.map(Option::unwrap_or_default),
+            },
+            acp::SESSION_FORK => {
+                let result = self.session_fork(&params);
+                let sid = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r["sessionId"].as_str())
+                    .map(str::to_owned);
+                self.respond(&id, result);
+                // As after `session/new`: the fork is a new session to the client.
+                if let Some(sid) = sid {
+                    let commands = commands::available_commands_update();
+                    self.with_session(&sid, |s, _, out| {
+                        s.announce(commands, out);
+                        s.publish_opening_notices(out);
+                    });
+                }
+                return;
+            }
+            acp::SESSION_SET_TITLE => match self.set_title(id.clone(), &params) {
+                Ok(None) => return,
+                other => other.map(Option::unwrap_or_default),
+            },
+            acp::AUTHENTICATE => self.authenticate(&params),
+            acp::LOGOUT => self.logout(&params),
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
                 Ok(()) => return,
@@ -92,8 +123,7 @@ impl MainLoop {
                 self.session_cancel(&params);
                 Ok(json!({}))
             }
-            // Includes ACP methods this agent does not serve (§1.10): `authenticate`,
-            // `session/load`, `session/set_mode`, …
+            // Includes ACP methods this agent does not serve (`session/archive`, …).
             _ => Err(RpcError::method_not_found(method)),
         };
         self.respond(&id, result);
@@ -210,6 +240,13 @@ impl MainLoop {
         } else {
             (*self.agent).clone()
         };
+        check_directories(&p.additional_directories)?;
+        // What the client asked for goes last, after the agent's own prompt.
+        agent.system_prompt = setup::session_system_prompt(
+            &agent,
+            p.system_prompt.as_ref(),
+            &p.additional_directories,
+        );
         let id = match &resumed {
             Some(l) => l.header.id.clone(),
             None => uuid::Uuid::new_v4().to_string(),
@@ -264,7 +301,8 @@ impl MainLoop {
             p.mcp_servers,
             self.timing,
         );
-        session.restore(conversation);
+        let titled = resumed.as_ref().is_some_and(|l| l.title().is_some());
+        session.restore(conversation, titled);
         if let Some(loaded) = &resumed {
             self.restore_model(&mut session, loaded);
         }
@@ -402,6 +440,13 @@ impl MainLoop {
     fn run_command(&mut self, i: usize, command: &Command) -> Local {
         match command {
             Command::Compact(instructions) => Local::Compact(instructions.clone()),
+            Command::Rename(None) => Local::Reply(commands::RENAME_USAGE.to_owned()),
+            Command::Rename(Some(title)) => {
+                let title = title.clone();
+                let reply = format!("Session renamed: {title}");
+                self.with_session_at(i, |s, _, out| s.set_title(title, out));
+                Local::Reply(reply)
+            }
             Command::Model(None) => Local::Reply(match &self.sessions[i].model().provider {
                 Ok(p) => format!("Model: {}", p.label()),
                 Err(why) => format!("No model is usable: {why}"),
@@ -564,6 +609,28 @@ fn unattended_of(agent: &Agent) -> autonomy::Shared {
         autonomy::lock(&shared).set_goal(objective, *budget, now);
     }
     shared
+}
+
+/// `additionalDirectories` must name existing directories (`-32602` otherwise).
+fn check_directories(dirs: &[PathBuf]) -> Result<(), RpcError> {
+    for dir in dirs {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(RpcError::invalid_params(format!(
+                    "additional directory is not a directory: {}",
+                    dir.display()
+                )))
+            }
+            Err(e) => {
+                return Err(RpcError::invalid_params(format!(
+                    "additional directory {} cannot be used: {e}",
+                    dir.display()
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A `--multi-session` session's cwd: an absolute path to an existing directory.

@@ -293,6 +293,10 @@ impl MainLoop {
                     }
                 }
                 Action::Closed => closed = true,
+                Action::DeleteStored(request) => {
+                    let id = self.sessions[idx].id().to_owned();
+                    self.respond(&request, self.delete_stored(&id));
+                }
                 Action::SaveHeartbeats(jobs) => {
                     // Rare (a `/heartbeat` command, a firing) and small: written here, so the
                     // schedule the client saw acknowledged is on disk.
@@ -429,6 +433,9 @@ impl MainLoop {
         }
         for worker in workers {
             crate::subagents::join_by(worker, deadline);
+        }
+        for session in &mut sessions {
+            session.flush_title();
         }
         // With the turns stopped, a kernel snapshot still waiting for its quiet moment is
         // written now (bounded by the snapshot's own time limit), so a cell that ran just

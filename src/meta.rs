@@ -117,9 +117,22 @@ pub(crate) fn initialize_result(version: &str) -> Value {
             "loadSession": true,
             "promptCapabilities": { "image": true, "embeddedContext": true },
             "mcpCapabilities": { "http": true },
-            // Sessions live on disk (`persist`): listed, loaded with a replay, resumed.
-            "sessionCapabilities": { "close": {}, "list": {}, "resume": {} },
+            // Sessions live on disk (`persist`): listed, loaded with a replay, resumed,
+            // deleted, forked (unstable) and renamed (`title`, unstable); the client's
+            // `systemPrompt` (append and override) and `additionalDirectories` are taken.
+            "sessionCapabilities": {
+                "close": {},
+                "list": {},
+                "resume": {},
+                "delete": {},
+                "fork": {},
+                "title": {},
+                "additionalDirectories": {},
+                "systemPrompt": { "mode": { "override": {} } },
+            },
+            "auth": { "logout": {} },
         },
+        "authMethods": crate::auth::methods(),
         "agentInfo": { "name": "prime-agent", "title": "Prime Agent", "version": version },
         "_meta": namespaced(json!({})),
     })

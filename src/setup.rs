@@ -194,3 +194,31 @@ fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
     }
     Ok(ToolChoice::Only(list.clone()))
 }
+
+/// A session's system prompt with what its client asked for, applied after the builder: an
+/// `override` replaces the base instructions (rebuilt with it as the custom prompt, so the
+/// environment facts and context files stay), then `client_prompt::finish` names the
+/// additional directories and appends an `append` text last.
+pub(crate) fn session_system_prompt(
+    agent: &Agent,
+    client: Option<&crate::acp::ClientPrompt>,
+    dirs: &[PathBuf],
+) -> String {
+    use crate::acp::PromptMode;
+    let built = match (client, &agent.prompt_spec) {
+        (Some(c), Some(spec)) if c.mode == PromptMode::Override => {
+            let spec = PromptSpec {
+                custom: Some(c.text.clone()),
+                ..spec.clone()
+            };
+            system_prompt(&agent.tools, &agent.kernel_env, &spec, &agent.cwd)
+        }
+        // An agent built without prompt inputs (in-process tests): the text alone.
+        (Some(c), None) if c.mode == PromptMode::Override => c.text.clone(),
+        _ => agent.system_prompt.clone(),
+    };
+    let append = client
+        .filter(|c| c.mode == PromptMode::Append)
+        .map(|c| c.text.as_str());
+    crate::client_prompt::finish(built, dirs, append)
+}

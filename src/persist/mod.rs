@@ -9,6 +9,7 @@
 //! `--resume` chose for the next `session/new`).
 
 pub(crate) mod entry;
+mod manage;
 pub(crate) mod replay;
 pub(crate) mod schedule;
 
@@ -17,7 +18,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -436,6 +438,9 @@ pub(crate) struct Recorder {
     title: Option<String>,
     /// A write failed: logged once, then the session goes on in memory.
     failed: bool,
+    /// The session was deleted (`session/delete`, set by the main loop): nothing more is
+    /// written, so a turn still finishing cannot bring the file back.
+    gone: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -466,6 +471,7 @@ impl Recorder {
             titled: false,
             title: None,
             failed: false,
+            gone: Arc::default(),
         }
     }
 
@@ -505,6 +511,32 @@ impl Recorder {
             Err(e) => r.fail(&e),
         }
         r
+    }
+
+    /// Creates the file with its header; false when that failed (logged).
+    fn create_file(&mut self) -> bool {
+        if let Some(dir) = self.path.parent() {
+            if let Err(e) = create_dir_private(dir) {
+                self.fail(&e);
+                return false;
+            }
+        }
+        match open_append(&self.path, true) {
+            Ok(mut f) => match write_line(&mut f, &entry::header_line(&self.header)) {
+                Ok(()) => {
+                    self.file = Some(f);
+                    true
+                }
+                Err(e) => {
+                    self.fail(&e);
+                    false
+                }
+            },
+            Err(e) => {
+                self.fail(&e);
+                false
+            }
+        }
     }
 
     fn fail(&mut self, e: &std::io::Error) {
@@ -576,6 +608,9 @@ impl Recorder {
     }
 
     fn append(&mut self, kind: EntryKind) {
+        if self.gone.load(Ordering::Relaxed) {
+            return;
+        }
         let entry = Entry {
             id: entry_id(),
             parent_id: self.last_id.clone(),
@@ -594,7 +629,7 @@ impl Recorder {
     /// Writes every message not yet written (and what waits before them). The file is
     /// created with the first assistant message.
     pub(crate) fn sync(&mut self, messages: &[Message]) {
-        if self.failed {
+        if self.failed || self.gone.load(Ordering::Relaxed) {
             return;
         }
         if messages.len() < self.written {
@@ -606,17 +641,8 @@ impl Recorder {
             if !messages.iter().any(|m| matches!(m, Message::Assistant(_))) {
                 return;
             }
-            if let Some(dir) = self.path.parent() {
-                if let Err(e) = create_dir_private(dir) {
-                    return self.fail(&e);
-                }
-            }
-            match open_append(&self.path, true) {
-                Ok(mut f) => match write_line(&mut f, &entry::header_line(&self.header)) {
-                    Ok(()) => self.file = Some(f),
-                    Err(e) => return self.fail(&e),
-                },
-                Err(e) => return self.fail(&e),
+            if !self.create_file() {
+                return;
             }
         }
         for kind in std::mem::take(&mut self.pending) {

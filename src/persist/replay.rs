@@ -82,6 +82,7 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
                 if v["type"] == "compaction" {
                     events(
                         AgentEvent::CompactionEnd {
+                            error: None,
                             tokens_before: v["tokensBefore"].as_u64(),
                             summary: v["summary"].as_str().map(str::to_owned),
                             reason: None,

@@ -38,6 +38,16 @@ impl ModelMenu {
         }
     }
 
+    /// Where keys come from (ACP `authenticate` and `logout` act on it).
+    pub(crate) fn credentials(&self) -> &Arc<Credentials> {
+        &self.credentials
+    }
+
+    /// The provider called `name`.
+    pub(crate) fn provider_def(&self, name: &str) -> Option<&super::config::ProviderDef> {
+        self.registry.find(name)
+    }
+
     /// A provider needs no key when it is the user's own (models.json) and names none.
     fn usable(&self, p: &super::config::ProviderDef) -> bool {
         Api::parse(&p.api).is_some()

@@ -28,6 +28,9 @@
 //! this lets a script assert that tool results really went back to the model),
 //! `{"expect_first": [s, ...]}` (the same for the request's first message),
 //! `{"expect_system": [s, ...]}` (the same for its system prompt),
+//! `{"expect_system_none": [s, ...]}` (its system prompt contains none of them),
+//! `{"notice": {"severity", "title", "description"?}}` (reports an advisory, as a real
+//! provider does for defaults it assumed),
 //! `{"expect_none": [s, ...]}` (no message of the request contains any s), and
 //! `{"expect_history": [s, ...]}` (fail unless the whole request, every message in order,
 //! rendered one per line, contains each s: a resumed session's history reached the model).
@@ -221,6 +224,18 @@ fn run_step(
     let aborted = |_| ProviderError::Aborted;
     if let Some(text) = step.get("text").and_then(Value::as_str) {
         emit_text(message, on_event, text);
+    } else if let Some(n) = step.get("notice") {
+        // An advisory, as a real provider reports defaults it assumed.
+        let severity = match n["severity"].as_str() {
+            Some("info") => "info",
+            Some("error") => "error",
+            _ => "warning",
+        };
+        on_event(StreamEvent::Notice(super::Notice {
+            severity,
+            title: n["title"].as_str().unwrap_or_default().to_owned(),
+            description: n["description"].as_str().map(str::to_owned),
+        }));
     } else if let Some(text) = step.get("thinking").and_then(Value::as_str) {
         message.thinking.push_str(text);
         on_event(StreamEvent::Thinking(text.to_owned()));
@@ -296,6 +311,16 @@ fn run_step(
         expect_in("first message", &first, expect)?;
     } else if let Some(expect) = step.get("expect_system").and_then(Value::as_array) {
         expect_in("system prompt", request.system, expect)?;
+    } else if let Some(absent) = step.get("expect_system_none").and_then(Value::as_array) {
+        if let Some(needle) = absent
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|n| request.system.contains(n))
+        {
+            return Err(ProviderError::Stream(format!(
+                "scripted expectation failed: the system prompt contains {needle:?}"
+            )));
+        }
     } else if let Some(absent) = step.get("expect_none").and_then(Value::as_array) {
         for needle in absent.iter().filter_map(Value::as_str) {
             if let Some(m) = request
