@@ -108,7 +108,9 @@ RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
 	protocol::stdin_eof_mid_turn_exits_zero \
 	protocol::sigterm_mid_turn_answers_and_exits_zero \
 	protocol::an_overlong_line_is_refused_and_the_connection_survives \
-	persist::crash_campaign_continue_restores_an_acknowledged_prefix
+	persist::crash_campaign_continue_restores_an_acknowledged_prefix \
+	heartbeats::a_heartbeat_due_many_times_during_one_long_tool_call_puts_one_prompt_in \
+	owners::two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost
 reliability:
 	@mkdir -p target
 	set -o pipefail; FUZZ_CASES=$(RELIABILITY_FUZZ_CASES) LEAK_CYCLES=1000 PERSIST_CRASH_ITERATIONS=200 \

@@ -161,18 +161,30 @@ impl MainLoop {
         };
         let (session_id, p) = acp::parse_load_session(params, method)?;
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
-        let store = self.agent.store.as_ref().ok_or_else(unknown)?;
+        let store = self.agent.store.clone().ok_or_else(unknown)?;
         let path = store.path_of(&session_id).ok_or_else(unknown)?;
-        let loaded = match persist::load(&path) {
-            Ok(l) if l.header.id == session_id => l,
-            Ok(_) | Err(persist::LoadError::Missing) => return Err(unknown()),
-            Err(e) => return Err(RpcError::internal(e.to_string())),
-        };
-        if self.session_index(&session_id).is_some()
-            || (!self.agent.multi_session && !self.sessions.is_empty())
-        {
+        if !path.is_file() {
+            return Err(unknown());
+        }
+        if !self.agent.multi_session && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
+        if self.session_index(&session_id).is_some() {
+            let why = persist::ClaimError::InThisProcess.text(&session_id);
+            return Err(RpcError::internal(why));
+        }
+        // One owner per session file: the session `-r`/`-c` picked is this process's already
+        // (loading it opens that one); any other is claimed first, and refused when another
+        // process (or another session here) records it.
+        let loaded = match store.take_next_if(&session_id) {
+            Some(l) => l,
+            None => store.open(&session_id).map_err(|e| match e {
+                persist::OpenError::Unknown => unknown(),
+                persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why) => {
+                    RpcError::internal(why)
+                }
+            })?,
+        };
         let updates = if replay {
             persist::replay::replay(&loaded.entries)
         } else {
@@ -226,7 +238,7 @@ impl MainLoop {
     fn open_session(
         &mut self,
         p: acp::NewSessionParams,
-        resumed: Option<persist::Loaded>,
+        mut resumed: Option<persist::Loaded>,
         loading: bool,
     ) -> Result<Value, RpcError> {
         let multi = self.agent.multi_session;
@@ -251,7 +263,7 @@ impl MainLoop {
             Some(l) => l.header.id.clone(),
             None => uuid::Uuid::new_v4().to_string(),
         };
-        let conversation = conversation_of(&agent, &id, resumed.as_ref());
+        let conversation = conversation_of(&agent, &id, resumed.as_mut());
         // The session's tools reach its client (approvals, files) through this.
         let mut caps = self.client_caps;
         // Client terminals only when asked for: they change where commands run.
@@ -311,7 +323,10 @@ impl MainLoop {
             .zip(self.agent.store.as_ref())
             .and_then(|(_, store)| store.load_jobs(&id));
         if let Some(jobs) = stored_jobs {
-            session.restore_heartbeats(schedule::Jobs::from_json(&jobs, schedule::now_ms()));
+            session.restore_heartbeats(schedule::Jobs::from_json(
+                &jobs,
+                crate::time::schedule_now_ms(),
+            ));
         }
         {
             let session_file = match &resumed {
@@ -408,7 +423,7 @@ impl MainLoop {
             .then(|| schedule::heartbeat_command(&prompt.text))
             .flatten()
         {
-            let now = schedule::now_ms();
+            let now = crate::time::schedule_now_ms();
             self.with_session_at(i, |s, _, out| s.heartbeat_command(id, command, now, out));
             return Ok(());
         }
@@ -583,9 +598,9 @@ fn value_mode(config_id: &str, value: &Value) -> Result<Mode, RpcError> {
 
 /// A session's conversation: the stored one when continued, and a recorder writing to its
 /// file unless sessions are in memory only.
-fn conversation_of(agent: &Agent, id: &str, resumed: Option<&persist::Loaded>) -> Conversation {
+fn conversation_of(agent: &Agent, id: &str, resumed: Option<&mut persist::Loaded>) -> Conversation {
     let mut conversation = Conversation::default();
-    if let Some(loaded) = resumed {
+    if let Some(loaded) = resumed.as_deref() {
         conversation.messages = loaded.messages();
     }
     conversation.recorder = agent.store.as_ref().map(|store| match resumed {

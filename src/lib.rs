@@ -41,6 +41,7 @@ mod setup;
 mod spawn;
 mod stop_reason;
 mod subagents;
+mod time;
 mod tools;
 mod transport;
 mod turn;

@@ -234,11 +234,11 @@ impl MainLoop {
             .iter()
             .filter_map(Session::heartbeat_due_ms)
             .min()?;
-        Some(Instant::now() + crate::persist::schedule::wait_until(due))
+        Some(Instant::now() + crate::time::schedule_wait(due))
     }
 
     fn on_timers(&mut self, now: Instant) {
-        let now_ms = crate::persist::schedule::now_ms();
+        let now_ms = crate::time::schedule_now_ms();
         let fired: Vec<String> = self
             .sessions
             .iter()
@@ -295,7 +295,7 @@ impl MainLoop {
                 Action::Closed => closed = true,
                 Action::DeleteStored(request) => {
                     let id = self.sessions[idx].id().to_owned();
-                    self.respond(&request, self.delete_stored(&id));
+                    self.respond(&request, self.delete_closed(&id));
                 }
                 Action::SaveHeartbeats(jobs) => {
                     // Rare (a `/heartbeat` command, a firing) and small: written here, so the

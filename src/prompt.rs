@@ -94,56 +94,9 @@ pub(crate) fn context_files(agent_dir: &Path, cwd: &Path) -> Vec<(PathBuf, Strin
     out
 }
 
-/// Today's date (UTC) as `YYYY-MM-DD`, without a date crate.
-pub(crate) fn today_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// The current UTC time as ISO 8601 (`2026-11-29T16:55:05Z`), for receipts.
-pub(crate) fn now_iso_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
-    let t = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        t / 3600,
-        t / 60 % 60,
-        t % 60
-    )
-}
-
-/// Howard Hinnant's days-to-civil algorithm.
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_421), (2025, 11, 29));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
 
     #[test]
     fn context_files_root_to_cwd_and_custom_prompt() {

@@ -26,7 +26,7 @@ use crate::events::{bash_tool_call_id, to_session_updates, MappingState};
 use crate::family::Attribution;
 use crate::meta::{self, Envelope, Phase, Quiescence};
 use crate::permissions::{self, Mode};
-use crate::persist::schedule::{Delivery, Due, HeartbeatCommand, Jobs};
+use crate::persist::schedule::{Claimed, Delivery, Due, HeartbeatCommand, Jobs};
 use crate::rpc::{self, RequestId, RpcError};
 use crate::stop_reason::acp_stop_reason;
 use crate::subagents::{Family, FamilyMsg};
@@ -412,9 +412,15 @@ impl Session {
     /// (`promptTurnId` 0); a `follow_up` one waits for the main agent to be idle and then
     /// runs as its own unsolicited turn.
     pub(crate) fn on_heartbeat(&mut self, now_ms: u64, out: &mut Vec<Action>) {
-        let (due, saved) = {
+        let (due, skipped, saved) = {
             let mut jobs = self.jobs();
-            let due = jobs.take_due(now_ms);
+            // At most one firing per job in flight: one still in the inbox (a long tool call
+            // holds the turn) or waiting as a follow-up makes its job skip this tick.
+            let inbox = &self.ctx.inbox;
+            let follow_ups = &self.follow_ups;
+            let in_flight =
+                |job: &str| inbox.holds_firing(job) || follow_ups.iter().any(|d| d.job_id == job);
+            let Claimed { due, skipped } = jobs.take_due(now_ms, &in_flight);
             // Under the jobs lock: a cell that sees `runCount` go up finds the prompt
             // already delivered.
             for d in due.iter().filter(|d| d.delivery == Delivery::Steer) {
@@ -422,9 +428,12 @@ impl Session {
                     .inbox
                     .push_message(d.prompt.clone(), Some(d.custom()));
             }
-            (due, jobs.to_json())
+            (due, skipped, jobs.to_json())
         };
         if due.is_empty() {
+            if skipped > 0 {
+                out.push(Action::SaveHeartbeats(saved));
+            }
             return;
         }
         // A firing that finished a job changed what `list` shows: the client hears of it like

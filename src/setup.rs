@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use crate::cli::Config;
 use crate::persist::{self, Pick, Store};
-use crate::prompt::{build_system_prompt, today_utc, PromptInputs, PromptSpec};
+use crate::prompt::{build_system_prompt, PromptInputs, PromptSpec};
 use crate::provider::config;
 use crate::provider::menu::ModelMenu;
 use crate::provider::remote::RemoteProvider;
 use crate::provider::scripted::ScriptedProvider;
 use crate::provider::{Provider, ProviderChoice, Thinking};
+use crate::time::today_utc;
 use crate::tools::{KernelEnv, ToolChoice};
 use crate::turn::Agent;
 

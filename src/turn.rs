@@ -204,6 +204,17 @@ impl Inbox {
             .collect()
     }
 
+    /// Whether a firing of schedule `job_id` is still waiting here (not yet taken by a model
+    /// call): the schedule skips its ticks meanwhile.
+    pub(crate) fn holds_firing(&self, job_id: &str) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(_, custom)| custom.as_ref()?.details.as_ref())
+            .any(|d| d["jobId"] == job_id)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
@@ -472,7 +483,7 @@ fn run_prompt(
                     (book, outcome)
                 });
                 state = autonomy::lock(unattended);
-                state.after_turn(gates, Instant::now(), &autonomy::gate::iso_now())
+                state.after_turn(gates, Instant::now(), &crate::time::now_iso())
             }
         };
         if abort.is_aborted() {

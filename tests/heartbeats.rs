@@ -476,3 +476,67 @@ fn a_firing_is_kept_as_a_heartbeat_prompt_that_a_resume_gives_back_and_a_replay_
     );
     assert_eq!(shown(&replay), 0, "{replay:#?}");
 }
+
+/// Defect: ticks that fell due while the agent was busy piled up (one long tool call, a job
+/// every 10 s: 29 identical prompts at the next model call). Now a job with a firing still
+/// waiting skips its ticks (`lastSkippedAt`), so the model call after the long cell sees one.
+#[test]
+fn a_heartbeat_due_many_times_during_one_long_tool_call_puts_one_prompt_in() {
+    let dir = TempDir::new("heartbeats-pileup");
+    // Schedule time runs 100 times faster: `every 10s` is due every 100 ms, so the cell's
+    // 3.2 s of sleep spans about 30 ticks.
+    let long = "import time\n\
+                await rlm_heartbeat.create('BEAT' + ' NOW', interval='every 10s')\n\
+                time.sleep(3.2)\n\
+                print('slept')";
+    let stop = "for j in await rlm_heartbeat.list():\n    \
+                print(j['runCount'], 'lastSkippedAt' in j)\n    \
+                await rlm_heartbeat.delete(j['id'])";
+    let s = script(
+        &dir,
+        "pileup.jsonl",
+        &[
+            json!({"steps": [cell(long)]}),
+            json!({"steps": [{"expect_history": ["error=false: slept", "user: BEAT NOW"]}, cell(stop)]}),
+            json!({"steps": [{"text": "done"}]}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[], &[("PRIME_AGENT_SCHEDULE_TIME_SCALE", "100")]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("go"), "end_turn", "{}", a.stderr_text());
+    // The prompts between the long cell's result and the next model call's answer.
+    let lines = session_lines(&dir, &sid);
+    let role = |l: &Value| l["message"]["role"].as_str().unwrap_or_default().to_owned();
+    let result = lines
+        .iter()
+        .position(|l| role(l) == "toolResult")
+        .expect("the long cell's result");
+    let next = result
+        + lines[result..]
+            .iter()
+            .position(|l| role(l) == "assistant")
+            .expect("the next answer");
+    let beats = lines[result..next]
+        .iter()
+        .filter(|l| l["type"] == "custom_message" && l["content"] == "BEAT NOW")
+        .count();
+    assert_eq!(beats, 1, "{:#?}", &lines[result..next]);
+    // The stop cell saw the job skip ticks (one firing, the rest recorded as skipped).
+    let stopped = lines
+        .iter()
+        .filter(|l| role(l) == "toolResult")
+        .nth(1)
+        .expect("the stop cell's result");
+    let text = stopped["message"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("True"), "no lastSkippedAt: {text}");
+    let all = custom_messages(&dir, &sid).len();
+    reliability_line(
+        "heartbeat_due_30_times_during_one_tool_call",
+        1,
+        30,
+        1,
+        (all as u64).saturating_sub(2),
+    );
+}

@@ -18,6 +18,7 @@ mod heartbeats;
 mod kernel;
 mod kernel_state;
 mod mcp;
+mod owners;
 mod permissions;
 mod persist;
 mod protocol;

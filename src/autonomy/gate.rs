@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::abort::AbortFlag;
 use crate::autonomy::GateConfig;
@@ -247,35 +247,6 @@ pub(crate) fn snapshot(cwd: &Path, abort: &AbortFlag) -> Option<String> {
     (run.ending == SplitEnding::Exited(0)).then(|| run.stdout.trim().to_owned())
 }
 
-/// Now as ISO 8601 in UTC with milliseconds (`2026-12-01T23:15:12.123Z`).
-pub(crate) fn iso_now() -> String {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    iso_utc(d.as_secs(), d.subsec_millis())
-}
-
-/// `secs` since the epoch as ISO 8601 (civil-from-days, proleptic Gregorian).
-pub(crate) fn iso_utc(secs: u64, millis: u32) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,14 +317,6 @@ mod tests {
             failure_prompt(&f, 3, "T"),
             "Autonomous quality gate failed (attempt 2/3): `cargo test` exited 101.\n\nContinue working. Fix the failure, then produce terminal evidence. Timestamp: T."
         );
-    }
-
-    #[test]
-    fn iso_timestamps() {
-        assert_eq!(iso_utc(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso_utc(951_782_400, 7), "2000-02-29T00:00:00.007Z");
-        assert_eq!(iso_utc(1_796_166_912, 123), "2026-12-01T23:15:12.123Z");
-        assert!(iso_now().ends_with('Z'));
     }
 
     #[test]

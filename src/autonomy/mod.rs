@@ -176,7 +176,7 @@ impl Unattended {
             self.counters.tokens_used += usage.input + usage.output + usage.cache_write;
         }
         if let Some(goal) = self.goal.as_mut() {
-            if goal.record(usage, now, &gate::iso_now()) {
+            if goal.record(usage, now, &crate::time::now_iso()) {
                 self.goal_version += 1;
             }
         }
@@ -184,7 +184,12 @@ impl Unattended {
 
     /// Sets a new goal (replacing any), active from now.
     pub(crate) fn set_goal(&mut self, objective: &str, token_budget: Option<u64>, now: Instant) {
-        self.goal = Some(Goal::new(objective, token_budget, now, &gate::iso_now()));
+        self.goal = Some(Goal::new(
+            objective,
+            token_budget,
+            now,
+            &crate::time::now_iso(),
+        ));
         self.goal_version += 1;
     }
 
@@ -193,7 +198,7 @@ impl Unattended {
         let Some(goal) = self.goal.as_mut() else {
             return false;
         };
-        goal.set_status(status, now, &gate::iso_now());
+        goal.set_status(status, now, &crate::time::now_iso());
         self.goal_version += 1;
         true
     }

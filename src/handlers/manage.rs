@@ -39,6 +39,14 @@ impl MainLoop {
         Ok(json!({}))
     }
 
+    /// Deletes the session just closed for `session/delete` (this process holds its claim).
+    pub(crate) fn delete_closed(&self, session_id: &str) -> Result<Value, RpcError> {
+        if let Some(store) = &self.agent.store {
+            store.delete_owned(session_id).map_err(RpcError::internal)?;
+        }
+        Ok(json!({}))
+    }
+
     /// `session/fork {sessionId, cwd, mcpServers?, additionalDirectories?, systemPrompt?}`:
     /// a copy of the session's stored conversation (the `--fork` machinery) opened as a new
     /// session beside the original, which is not touched. Answered like `session/new`.
@@ -99,14 +107,12 @@ impl MainLoop {
         }
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
         let store = self.agent.store.as_ref().ok_or_else(unknown)?;
-        let path = store.path_of(&session_id).ok_or_else(unknown)?;
-        match persist::load(&path) {
-            Ok(loaded) if loaded.header.id == session_id => {
-                persist::Recorder::resume(&loaded).set_title(title.clone());
-                Ok(Some(json!({ "title": title })))
+        match store.rename(&session_id, title.clone()) {
+            Ok(()) => Ok(Some(json!({ "title": title }))),
+            Err(persist::OpenError::Unknown) => Err(unknown()),
+            Err(persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why)) => {
+                Err(RpcError::internal(why))
             }
-            Ok(_) | Err(persist::LoadError::Missing) => Err(unknown()),
-            Err(e) => Err(RpcError::internal(e.to_string())),
         }
     }
 

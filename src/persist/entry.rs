@@ -154,7 +154,7 @@ pub(crate) fn parse_entry(v: &Value) -> Result<Entry, String> {
 
 /// Milliseconds since the epoch of an ISO timestamp we wrote (messages carry numbers).
 fn millis_of(iso: &str) -> u64 {
-    crate::persist::parse_iso_millis(iso).unwrap_or(0)
+    crate::time::parse_iso_millis(iso).unwrap_or(0)
 }
 
 fn images_json(images: &[Image]) -> impl Iterator<Item = Value> + '_ {

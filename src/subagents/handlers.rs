@@ -181,7 +181,7 @@ impl Family {
                 "message": message,
                 "deliveryStatus": status,
             });
-            receipt[at_key] = json!(crate::prompt::now_iso_utc());
+            receipt[at_key] = json!(crate::time::now_iso_secs());
             receipts.push(receipt);
             if from == self.main_id {
                 self.notify(FamilyMsg::SentByMain {

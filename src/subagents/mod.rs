@@ -225,7 +225,7 @@ impl Family {
             .get()
             .filter(|_| node == self.main_id)
             .ok_or_else(|| crate::kernel::host::unavailable(kind))?;
-        let now = crate::persist::schedule::now_ms();
+        let now = crate::time::schedule_now_ms();
         let (result, changed) = jobs
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -1,282 +1,9 @@
-//! The schedule grammar of heartbeats (behaviour spec §5.5), pure: `in <n> <unit>` (once),
-//! `every|each <n> <unit>` (an interval of at least 10 s), `at <ISO date>` (once, in the
-//! future), else a five-field cron expression or one of its aliases; a bare duration (`10m`)
-//! means `every 10m`. Times are milliseconds since the epoch, given by the caller.
+//! A session's scheduled jobs: the user's one `/heartbeat` and the main agent's
+//! `rlm_heartbeat` jobs, their due times, firings (at most one in flight per job), the spec's
+//! job records, and the kernel's `rlm_heartbeat.list|create|update|delete`. Pure: times are
+//! milliseconds given by the caller.
 
-pub(crate) const MIN_INTERVAL: &str = "Recurring interval must be at least 10 seconds";
-
-/// How much faster than the wall clock schedules run: `PRIME_AGENT_SCHEDULE_TIME_SCALE`
-/// (a test hook, default 1), read once, counted from the first reading, so a test can see an
-/// `every 10s` job fire without waiting ten seconds while the grammar and its limits stay
-/// the real ones.
-fn clock() -> (u64, u64) {
-    static CLOCK: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
-    *CLOCK.get_or_init(|| {
-        let scale = std::env::var("PRIME_AGENT_SCHEDULE_TIME_SCALE")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|s| (1..=1000).contains(s))
-            .unwrap_or(1);
-        (super::now_ms(), scale)
-    })
-}
-
-/// The time schedules are set and fired by (milliseconds since the epoch).
-pub(crate) fn now_ms() -> u64 {
-    let (start, scale) = clock();
-    start + super::now_ms().saturating_sub(start) * scale
-}
-
-/// The real wait until schedule time `due_ms`.
-pub(crate) fn wait_until(due_ms: u64) -> std::time::Duration {
-    let (_, scale) = clock();
-    std::time::Duration::from_millis(due_ms.saturating_sub(now_ms()).div_ceil(scale))
-}
-
-/// A parsed schedule.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Schedule {
-    /// Fires once, at this time.
-    Once {
-        at_ms: u64,
-    },
-    /// Fires every `ms`, first `ms` after it was set.
-    Interval {
-        ms: u64,
-    },
-    Cron(Cron),
-}
-
-/// The `kind` of a job record's `schedule`.
-impl Schedule {
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Schedule::Once { .. } => "once",
-            Schedule::Interval { .. } => "interval",
-            Schedule::Cron(_) => "cron",
-        }
-    }
-
-    /// The first firing strictly after `after_ms` (`None`: it never fires again). Missed ticks
-    /// coalesce: an interval counts from `after_ms`, not from when it was due.
-    pub(crate) fn next_after(&self, after_ms: u64) -> Option<u64> {
-        match self {
-            Schedule::Once { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
-            Schedule::Interval { ms } => Some(after_ms + ms),
-            Schedule::Cron(c) => c.next_after(after_ms),
-        }
-    }
-}
-
-/// Five cron fields as sets of allowed values.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Cron {
-    minutes: Vec<bool>,
-    hours: Vec<bool>,
-    days: Vec<bool>,
-    months: Vec<bool>,
-    weekdays: Vec<bool>,
-    /// Both day fields restricted: either may match (cron's rule).
-    day_or: bool,
-}
-
-fn duration_ms(n: &str, unit: &str) -> Option<u64> {
-    let n: u64 = n.parse().ok()?;
-    let unit_ms = match unit {
-        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
-        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
-        "d" | "day" | "days" => 86_400_000,
-        "w" | "wk" | "week" | "weeks" => 604_800_000,
-        _ => return None,
-    };
-    n.checked_mul(unit_ms).filter(|ms| *ms > 0)
-}
-
-/// `10m`, `10 m`, `1 hour` → milliseconds.
-fn parse_duration(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit())?;
-    let (n, unit) = t.split_at(split);
-    duration_ms(n, unit.trim())
-}
-
-fn interval(text: &str) -> Result<Schedule, String> {
-    let ms = parse_duration(text).ok_or_else(|| format!("Invalid interval: {text}"))?;
-    if ms < 10_000 {
-        return Err(MIN_INTERVAL.to_owned());
-    }
-    Ok(Schedule::Interval { ms })
-}
-
-/// Parses a schedule at `now_ms`.
-pub(crate) fn parse(text: &str, now_ms: u64) -> Result<Schedule, String> {
-    let t = text.trim();
-    let lower = t.to_ascii_lowercase();
-    if let Some(rest) = lower.strip_prefix("in ") {
-        let ms =
-            parse_duration(rest).ok_or_else(|| format!("Invalid duration: {}", rest.trim()))?;
-        return Ok(Schedule::Once { at_ms: now_ms + ms });
-    }
-    if let Some(rest) = lower
-        .strip_prefix("every ")
-        .or_else(|| lower.strip_prefix("each "))
-    {
-        return interval(rest);
-    }
-    if let Some(rest) = t.strip_prefix("at ").or_else(|| t.strip_prefix("AT ")) {
-        let rest = rest.trim();
-        let at_ms = super::parse_iso_millis(rest)
-            .or_else(|| super::parse_iso_millis(&format!("{rest}:00Z")))
-            .or_else(|| super::parse_iso_millis(&format!("{rest}T00:00:00Z")))
-            .ok_or_else(|| format!("Invalid date: {rest}"))?;
-        if at_ms <= now_ms {
-            return Err(format!("Scheduled time is in the past: {rest}"));
-        }
-        return Ok(Schedule::Once { at_ms });
-    }
-    if parse_duration(&lower).is_some() {
-        return interval(&lower);
-    }
-    parse_cron(&lower).map(Schedule::Cron)
-}
-
-fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Option<Vec<bool>> {
-    let mut set = vec![false; max as usize + 1];
-    let value = |s: &str| -> Option<u32> {
-        if let Some(i) = names.iter().position(|n| *n == s) {
-            return Some(min + i as u32);
-        }
-        s.parse().ok().filter(|v| (min..=max).contains(v))
-    };
-    for part in text.split(',') {
-        let (range, step) = match part.split_once('/') {
-            Some((r, s)) => (r, s.parse::<u32>().ok().filter(|s| *s > 0)?),
-            None => (part, 1),
-        };
-        let (lo, hi) = match range {
-            "*" => (min, max),
-            r => match r.split_once('-') {
-                Some((a, b)) => (value(a)?, value(b)?),
-                None => {
-                    let v = value(r)?;
-                    (v, if part.contains('/') { max } else { v })
-                }
-            },
-        };
-        if lo > hi {
-            return None;
-        }
-        for v in (lo..=hi).step_by(step as usize) {
-            set[v as usize] = true;
-        }
-    }
-    Some(set)
-}
-
-pub(crate) fn parse_cron(text: &str) -> Result<Cron, String> {
-    let expanded = match text.trim() {
-        "@yearly" | "@annually" => "0 0 1 1 *",
-        "@monthly" => "0 0 1 * *",
-        "@weekly" => "0 0 * * 0",
-        "@daily" | "@midnight" => "0 0 * * *",
-        "@hourly" => "0 * * * *",
-        other => other,
-    };
-    let invalid = || format!("Invalid schedule: {text}");
-    let f: Vec<&str> = expanded.split_whitespace().collect();
-    if f.len() != 5 {
-        return Err(invalid());
-    }
-    const MONTHS: [&str; 12] = [
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-    ];
-    const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
-    let mut weekdays = field(f[4], 0, 7, &DAYS).ok_or_else(invalid)?;
-    if weekdays[7] {
-        weekdays[0] = true; // 7 is Sunday too.
-    }
-    Ok(Cron {
-        minutes: field(f[0], 0, 59, &[]).ok_or_else(invalid)?,
-        hours: field(f[1], 0, 23, &[]).ok_or_else(invalid)?,
-        days: field(f[2], 1, 31, &[]).ok_or_else(invalid)?,
-        months: field(f[3], 1, 12, &MONTHS).ok_or_else(invalid)?,
-        weekdays,
-        day_or: f[2] != "*" && f[4] != "*",
-    })
-}
-
-impl Cron {
-    /// The first whole minute (UTC) strictly after `after_ms` that matches, within 5 years.
-    pub(crate) fn next_after(&self, after_ms: u64) -> Option<u64> {
-        let mut minute = after_ms / 60_000 + 1;
-        let limit = minute + 5 * 366 * 24 * 60;
-        while minute < limit {
-            let days = (minute / 1440) as i64;
-            let (_, month, day) = crate::prompt::civil_from_days(days);
-            let weekday = (days + 4).rem_euclid(7) as usize; // 1970-01-01 was a Thursday.
-            let day_ok = match (self.day_or, self.days[day as usize], self.weekdays[weekday]) {
-                (true, d, w) => d || w,
-                (false, d, w) => d && w,
-            };
-            if !self.months[month as usize] || !day_ok {
-                minute = (days as u64 + 1) * 1440; // The next day.
-                continue;
-            }
-            let (hour, min) = ((minute % 1440) / 60, minute % 60);
-            if self.hours[hour as usize] && self.minutes[min as usize] {
-                return Some(minute * 60_000);
-            }
-            minute += 1;
-        }
-        None
-    }
-}
-
-/// The schedule a `/heartbeat` without one gets.
-pub(crate) const DEFAULT_HEARTBEAT: &str = "every 5m";
-/// What a heartbeat without a prompt of its own asks (our words).
-pub(crate) const DEFAULT_HEARTBEAT_PROMPT: &str =
-    "Heartbeat: check on your work so far and continue with whatever still needs doing.";
-
-/// `/heartbeat [every 5m|off|status] [prompt]`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum HeartbeatCommand {
-    Status,
-    Off,
-    Set { schedule: String, prompt: String },
-}
-
-/// The `/heartbeat` command of a prompt (`None`: not one).
-pub(crate) fn heartbeat_command(text: &str) -> Option<HeartbeatCommand> {
-    let rest = text.trim().strip_prefix("/heartbeat")?;
-    if !(rest.is_empty() || rest.starts_with(char::is_whitespace)) {
-        return None;
-    }
-    let rest = rest.trim();
-    let words: Vec<&str> = rest.split_whitespace().collect();
-    let (schedule, taken) = match words.as_slice() {
-        [] | ["status"] => return Some(HeartbeatCommand::Status),
-        ["off"] => return Some(HeartbeatCommand::Off),
-        [kw, n, unit, ..]
-            if matches!(*kw, "every" | "each" | "in") && duration_ms(n, unit).is_some() =>
-        {
-            (format!("{kw} {n}{unit}"), 3)
-        }
-        [kw, d, ..] if matches!(*kw, "every" | "each" | "in") => (format!("{kw} {d}"), 2),
-        [d, ..] if parse_duration(d).is_some() => (format!("every {d}"), 1),
-        _ => (DEFAULT_HEARTBEAT.to_owned(), 0),
-    };
-    let prompt = words[taken..].join(" ");
-    Some(HeartbeatCommand::Set {
-        schedule,
-        prompt: if prompt.is_empty() {
-            DEFAULT_HEARTBEAT_PROMPT.to_owned()
-        } else {
-            prompt
-        },
-    })
-}
+use super::grammar::{parse, parse_cron, Schedule, DEFAULT_HEARTBEAT};
 
 /// Who set a job: the user's `/heartbeat` (one per session) or the agent's `rlm_heartbeat`
 /// (many).
@@ -344,6 +71,9 @@ pub(crate) struct Job {
     /// Kept while paused, so a resumed one-shot still knows its time.
     pub next_run_ms: Option<u64>,
     pub last_run_ms: Option<u64>,
+    /// The last tick that fell due while this job's previous firing was still waiting to be
+    /// taken (`lastSkippedAt`): skipped, so firings never pile up.
+    pub last_skipped_ms: Option<u64>,
     pub run_count: u64,
 }
 
@@ -363,6 +93,7 @@ impl Job {
             created_ms: now_ms,
             updated_ms: now_ms,
             last_run_ms: None,
+            last_skipped_ms: None,
             run_count: 0,
         })
     }
@@ -387,6 +118,7 @@ pub(crate) const PROMPT_TYPE: &str = "heartbeat_prompt";
 /// A due job's delivery.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Due {
+    pub job_id: String,
     pub prompt: String,
     pub delivery: Delivery,
     /// The job after this firing: `{jobId, schedule, status, runCount, nextRunAt, lastRunAt}`.
@@ -397,13 +129,21 @@ pub(crate) struct Due {
 
 impl Due {
     /// How the prompt is kept in the session file: a shown `custom_message` with the details.
-    pub(crate) fn custom(&self) -> super::Custom {
-        super::Custom {
+    pub(crate) fn custom(&self) -> crate::persist::Custom {
+        crate::persist::Custom {
             custom_type: PROMPT_TYPE,
             display: true,
             details: Some(self.details.clone()),
         }
     }
+}
+
+/// What `Jobs::take_due` claimed: the firings to deliver, and how many due ticks were skipped
+/// because their job's previous firing was still in flight (a change to save, not to announce).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Claimed {
+    pub due: Vec<Due>,
+    pub skipped: usize,
 }
 
 /// A job's `schedule` field: `{kind, expression, intervalMs?}`.
@@ -479,11 +219,23 @@ impl Jobs {
     }
 
     /// Claims every job due at `now_ms` (once each, however many ticks were missed) and
-    /// returns their deliveries; a one-shot job is completed.
-    pub(crate) fn take_due(&mut self, now_ms: u64) -> Vec<Due> {
-        let mut due = Vec::new();
+    /// returns their deliveries; a one-shot job is completed. A job whose previous firing is
+    /// still in flight (`in_flight(job id)`: waiting in the inbox or the follow-up queue) does
+    /// not fire again: the tick is recorded as skipped (`lastSkippedAt`) and its next run
+    /// moves on, so at most one firing per job is ever waiting.
+    pub(crate) fn take_due(&mut self, now_ms: u64, in_flight: &dyn Fn(&str) -> bool) -> Claimed {
+        let mut claimed = Claimed::default();
+        let due = &mut claimed.due;
         for j in self.jobs.iter_mut().filter(|j| j.status == "active") {
             if j.next_run_ms.is_some_and(|t| t <= now_ms) {
+                if in_flight(&j.id) {
+                    j.last_skipped_ms = Some(now_ms);
+                    j.updated_ms = now_ms;
+                    // A one-shot cannot be in flight twice; a recurring job moves on.
+                    j.next_run_ms = j.schedule.next_after(now_ms);
+                    claimed.skipped += 1;
+                    continue;
+                }
                 j.run_count += 1;
                 j.last_run_ms = Some(now_ms);
                 j.updated_ms = now_ms;
@@ -492,8 +244,9 @@ impl Jobs {
                 if completed {
                     j.status = "completed".to_owned();
                 }
-                let iso = |ms: Option<u64>| ms.map(super::iso_of_millis);
+                let iso = |ms: Option<u64>| ms.map(crate::time::iso_of_millis);
                 due.push(Due {
+                    job_id: j.id.clone(),
                     prompt: j.prompt.clone(),
                     delivery: j.delivery,
                     details: serde_json::json!({
@@ -505,10 +258,10 @@ impl Jobs {
                 });
             }
         }
-        if !due.is_empty() {
+        if !claimed.due.is_empty() {
             self.prune();
         }
-        due
+        claimed
     }
 
     /// One job record (behaviour spec §5.5).
@@ -520,14 +273,18 @@ impl Jobs {
             "activeSessionId": self.owner.session_id, "sessionId": self.owner.session_id,
             "sessionFile": self.owner.session_file, "cwd": self.owner.cwd,
             "prompt": j.prompt, "schedule": schedule,
-            "createdAt": super::iso_of_millis(j.created_ms),
-            "updatedAt": super::iso_of_millis(j.updated_ms),
+            "createdAt": crate::time::iso_of_millis(j.created_ms),
+            "updatedAt": crate::time::iso_of_millis(j.updated_ms),
             "runCount": j.run_count,
         });
         let optional = [
             ("label", j.label.clone()),
-            ("nextRunAt", j.next_run_ms.map(super::iso_of_millis)),
-            ("lastRunAt", j.last_run_ms.map(super::iso_of_millis)),
+            ("nextRunAt", j.next_run_ms.map(crate::time::iso_of_millis)),
+            ("lastRunAt", j.last_run_ms.map(crate::time::iso_of_millis)),
+            (
+                "lastSkippedAt",
+                j.last_skipped_ms.map(crate::time::iso_of_millis),
+            ),
         ];
         for (key, value) in optional {
             if let Some(v) = value {
@@ -544,7 +301,8 @@ impl Jobs {
 
     /// Jobs read back from a session file (entries that no longer parse are dropped).
     pub(crate) fn from_json(v: &serde_json::Value, now_ms: u64) -> Jobs {
-        let ms = |j: &serde_json::Value, k: &str| j[k].as_str().and_then(super::parse_iso_millis);
+        let ms =
+            |j: &serde_json::Value, k: &str| j[k].as_str().and_then(crate::time::parse_iso_millis);
         let jobs = v
             .as_array()
             .into_iter()
@@ -590,6 +348,7 @@ impl Jobs {
                     updated_ms: ms(j, "updatedAt").unwrap_or(created),
                     next_run_ms: ms(j, "nextRunAt"),
                     last_run_ms: ms(j, "lastRunAt"),
+                    last_skipped_ms: ms(j, "lastSkippedAt"),
                     run_count: j["runCount"].as_u64().unwrap_or(0),
                 })
             })
@@ -609,7 +368,7 @@ impl Jobs {
             .map(|j| {
                 let next = match (j.status.as_str(), j.next_run_ms) {
                     ("paused", _) => "paused".to_owned(),
-                    (_, Some(t)) => format!("next at {}", super::iso_of_millis(t)),
+                    (_, Some(t)) => format!("next at {}", crate::time::iso_of_millis(t)),
                     (_, None) => "next at never".to_owned(),
                 };
                 let who = match j.source {
@@ -755,151 +514,16 @@ impl Jobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::persist::{iso_of_millis, parse_iso_millis};
+    use crate::persist::schedule::MIN_INTERVAL;
+    use crate::time::iso_of_millis;
     use serde_json::{json, Value};
 
+    /// No firing is in flight.
+    fn idle(_: &str) -> bool {
+        false
+    }
+
     const NOW: u64 = 1_764_583_200_000; // 2025-12-01T10:00:00Z, a Monday.
-
-    #[test]
-    fn the_grammar() {
-        let cases: Vec<(&str, Result<Schedule, String>)> = vec![
-            (
-                "in 5 m",
-                Ok(Schedule::Once {
-                    at_ms: NOW + 300_000,
-                }),
-            ),
-            (
-                "in 2h",
-                Ok(Schedule::Once {
-                    at_ms: NOW + 7_200_000,
-                }),
-            ),
-            (
-                "in 1 day",
-                Ok(Schedule::Once {
-                    at_ms: NOW + 86_400_000,
-                }),
-            ),
-            ("every 10s", Ok(Schedule::Interval { ms: 10_000 })),
-            ("each 5 min", Ok(Schedule::Interval { ms: 300_000 })),
-            ("Every 1 hour", Ok(Schedule::Interval { ms: 3_600_000 })),
-            ("10m", Ok(Schedule::Interval { ms: 600_000 })),
-            ("every 9s", Err(MIN_INTERVAL.into())),
-            ("5s", Err(MIN_INTERVAL.into())),
-            ("every 0m", Err("Invalid interval: 0m".into())),
-            ("every soon", Err("Invalid interval: soon".into())),
-            ("in forever", Err("Invalid duration: forever".into())),
-            (
-                "at 2025-12-02T08:30:00Z",
-                Ok(Schedule::Once {
-                    at_ms: parse_iso_millis("2025-12-02T08:30:00Z").unwrap(),
-                }),
-            ),
-            (
-                "at 2025-12-02T08:30",
-                Ok(Schedule::Once {
-                    at_ms: parse_iso_millis("2025-12-02T08:30:00Z").unwrap(),
-                }),
-            ),
-            (
-                "at 2025-12-25",
-                Ok(Schedule::Once {
-                    at_ms: parse_iso_millis("2025-12-25T00:00:00Z").unwrap(),
-                }),
-            ),
-            (
-                "at 2020-01-01T00:00:00Z",
-                Err("Scheduled time is in the past: 2020-01-01T00:00:00Z".into()),
-            ),
-            ("at tomorrow", Err("Invalid date: tomorrow".into())),
-            (
-                "not a schedule",
-                Err("Invalid schedule: not a schedule".into()),
-            ),
-            ("61 * * * *", Err("Invalid schedule: 61 * * * *".into())),
-            ("* * *", Err("Invalid schedule: * * *".into())),
-        ];
-        for (text, want) in cases {
-            assert_eq!(parse(text, NOW), want, "{text}");
-        }
-    }
-
-    #[test]
-    fn cron_expressions_and_aliases_find_their_next_minute() {
-        let next = |expr: &str| {
-            let Schedule::Cron(c) = parse(expr, NOW).unwrap() else {
-                panic!("{expr}")
-            };
-            iso_of_millis(c.next_after(NOW).unwrap())
-        };
-        let cases = [
-            ("* * * * *", "2025-12-01T10:01:00.000Z"),
-            ("*/15 * * * *", "2025-12-01T10:15:00.000Z"),
-            ("30 9 * * *", "2025-12-02T09:30:00.000Z"),
-            ("0 12 * * mon-fri", "2025-12-01T12:00:00.000Z"),
-            ("0 0 * * sun", "2025-12-07T00:00:00.000Z"),
-            ("0 0 * * 7", "2025-12-07T00:00:00.000Z"),
-            ("0 0 1 jan *", "2026-01-01T00:00:00.000Z"),
-            ("0 8 13 * fri", "2025-12-05T08:00:00.000Z"),
-            ("5,10 10 1 12 *", "2025-12-01T10:05:00.000Z"),
-            ("@hourly", "2025-12-01T11:00:00.000Z"),
-            ("@daily", "2025-12-02T00:00:00.000Z"),
-            ("@midnight", "2025-12-02T00:00:00.000Z"),
-            ("@weekly", "2025-12-07T00:00:00.000Z"),
-            ("@monthly", "2026-01-01T00:00:00.000Z"),
-            ("@yearly", "2026-01-01T00:00:00.000Z"),
-            ("@annually", "2026-01-01T00:00:00.000Z"),
-        ];
-        for (expr, want) in cases {
-            assert_eq!(next(expr), want, "{expr}");
-        }
-        let Schedule::Cron(c) = parse("0 0 30 2 *", NOW).unwrap() else {
-            panic!()
-        };
-        assert_eq!(c.next_after(NOW), None, "February 30th never comes");
-    }
-
-    #[test]
-    fn next_firings_coalesce_missed_ticks() {
-        let every = Schedule::Interval { ms: 60_000 };
-        assert_eq!(every.next_after(NOW + 3_600_000), Some(NOW + 3_660_000));
-        let once = Schedule::Once { at_ms: NOW + 5 };
-        assert_eq!(once.next_after(NOW), Some(NOW + 5));
-        assert_eq!(once.next_after(NOW + 5), None);
-        assert_eq!((once.kind(), every.kind()), ("once", "interval"));
-    }
-
-    #[test]
-    fn heartbeat_commands() {
-        let set = |schedule: &str, prompt: &str| {
-            Some(HeartbeatCommand::Set {
-                schedule: schedule.into(),
-                prompt: prompt.into(),
-            })
-        };
-        let cases = vec![
-            ("/heartbeat", Some(HeartbeatCommand::Status)),
-            ("/heartbeat status", Some(HeartbeatCommand::Status)),
-            (" /heartbeat off ", Some(HeartbeatCommand::Off)),
-            (
-                "/heartbeat every 10s check the build",
-                set("every 10s", "check the build"),
-            ),
-            ("/heartbeat every 10 s check", set("every 10s", "check")),
-            (
-                "/heartbeat each 2h",
-                set("each 2h", DEFAULT_HEARTBEAT_PROMPT),
-            ),
-            ("/heartbeat 10m look again", set("every 10m", "look again")),
-            ("/heartbeat look around", set("every 5m", "look around")),
-            ("/heartbeats", None),
-            ("hello /heartbeat", None),
-        ];
-        for (text, want) in cases {
-            assert_eq!(heartbeat_command(text), want, "{text}");
-        }
-    }
 
     fn steer(prompt: &str) -> (String, Delivery) {
         (prompt.into(), Delivery::Steer)
@@ -983,7 +607,8 @@ mod tests {
         .unwrap();
         assert_eq!(paused["job"]["status"], "paused");
         assert!(jobs
-            .take_due(NOW + 20_000)
+            .take_due(NOW + 20_000, &idle)
+            .due
             .iter()
             .all(|d| d.prompt != "check CI"));
         assert!(
@@ -1111,7 +736,7 @@ mod tests {
             let payload = serde_json::json!({"instruction": format!("p{i}"), "interval": "in 1m", "delivery_mode": "follow_up"});
             request(&mut jobs, "create", payload, NOW).unwrap();
         }
-        let due = jobs.take_due(NOW + 60_000);
+        let due = jobs.take_due(NOW + 60_000, &idle).due;
         assert_eq!(due.len(), KEEP_INACTIVE + 5);
         assert!(due.iter().all(|d| d.delivery == Delivery::FollowUp));
         assert_eq!(
@@ -1140,7 +765,7 @@ mod tests {
             NOW,
         )
         .unwrap();
-        assert!(jobs.take_due(NOW + 120_000).is_empty());
+        assert!(jobs.take_due(NOW + 120_000, &idle).due.is_empty());
         request(
             &mut jobs,
             "update",
@@ -1148,7 +773,10 @@ mod tests {
             NOW + 120_000,
         )
         .unwrap();
-        assert_eq!(fired(jobs.take_due(NOW + 120_000)), vec![steer("late")]);
+        assert_eq!(
+            fired(jobs.take_due(NOW + 120_000, &idle).due),
+            vec![steer("late")]
+        );
     }
 
     #[test]
@@ -1160,9 +788,9 @@ mod tests {
         );
         jobs.set_heartbeat("every 10s", "tick", NOW).unwrap();
         assert_eq!(jobs.next_due_ms(), Some(NOW + 10_000));
-        assert!(jobs.take_due(NOW + 9_999).is_empty());
+        assert!(jobs.take_due(NOW + 9_999, &idle).due.is_empty());
         // An hour late: one firing, then the next tick counts from now.
-        let tick = jobs.take_due(NOW + 3_600_000);
+        let tick = jobs.take_due(NOW + 3_600_000, &idle).due;
         assert_eq!(fired(tick.clone()), vec![steer("tick")]);
         // The firing's details are the job after it; an interval firing finishes nothing.
         let job = &jobs.jobs[0];
@@ -1184,7 +812,7 @@ mod tests {
         assert!(jobs.status_text().contains("every 10s"));
         jobs.set_heartbeat("in 1m", "once", NOW).unwrap();
         assert_eq!(jobs.active().count(), 1, "one /heartbeat per session");
-        let once = jobs.take_due(NOW + 60_000);
+        let once = jobs.take_due(NOW + 60_000, &idle).due;
         assert_eq!(fired(once.clone()), vec![steer("once")]);
         assert!(once[0].completed, "a one-shot's firing completes it");
         assert_eq!(once[0].details["status"], "completed");
@@ -1195,5 +823,46 @@ mod tests {
         assert!(jobs.off(NOW));
         assert!(!jobs.off(NOW));
         assert_eq!(jobs.status_text(), "No heartbeat is set.");
+    }
+
+    #[test]
+    fn a_job_whose_firing_is_still_in_flight_skips_its_ticks_and_moves_on() {
+        let mut jobs = Jobs::default();
+        jobs.set_heartbeat("every 10s", "beat", NOW).unwrap();
+        let id = jobs.jobs[0].id.clone();
+        let first = jobs.take_due(NOW + 10_000, &idle);
+        assert_eq!((first.due.len(), first.skipped), (1, 0));
+        // The firing waits (a long tool call holds the turn): 29 more ticks fall due, one at a
+        // time, and each is skipped, never delivered.
+        let waiting = |job: &str| job == id;
+        for tick in 2..=30u64 {
+            let claimed = jobs.take_due(NOW + tick * 10_000, &waiting);
+            assert_eq!((claimed.due.len(), claimed.skipped), (0, 1), "tick {tick}");
+        }
+        let j = &jobs.jobs[0];
+        assert_eq!(j.run_count, 1);
+        assert_eq!(j.last_skipped_ms, Some(NOW + 300_000));
+        assert_eq!(j.next_run_ms, Some(NOW + 310_000), "the next run moved on");
+        let record = jobs.record(&jobs.jobs[0]);
+        assert_eq!(record["lastSkippedAt"], iso_of_millis(NOW + 300_000));
+        assert_eq!(
+            Jobs::from_json(&jobs.to_json(), NOW),
+            jobs,
+            "kept in the file"
+        );
+        // Taken: the next tick fires again.
+        assert_eq!(jobs.take_due(NOW + 310_000, &idle).due.len(), 1);
+        // Other jobs are not held back by one that is in flight.
+        let (other, _) = request(
+            &mut jobs,
+            "create",
+            json!({"instruction": "other", "interval": "every 10s"}),
+            NOW + 310_000,
+        )
+        .unwrap();
+        let claimed = jobs.take_due(NOW + 320_000, &waiting);
+        assert_eq!(fired(claimed.due), vec![steer("other")]);
+        assert_eq!(claimed.skipped, 1);
+        assert!(other["job"].get("lastSkippedAt").is_none());
     }
 }

@@ -1,0 +1,119 @@
+//! One owner per session file: a process that records a session holds an advisory lock on its
+//! file (`flock(LOCK_EX | LOCK_NB)`), from the moment it opens the session (`-c`, `-r`,
+//! `session/load`, `session/resume`, or the file's creation) until the session is closed or
+//! the process ends (the kernel drops the lock with the descriptor, even on `kill -9`). A
+//! second process asking for the session is refused with `ClaimError`'s text; two writers
+//! never append to one file.
+//!
+//! The lock is taken on a descriptor of its own (close-on-exec, so no child inherits it);
+//! a process-wide list of what this process holds only chooses the words of a refusal.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// Files (device, inode) this process holds a claim on.
+static HELD: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+fn held() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The lock on one session file, released when dropped.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    key: (u64, u64),
+    /// Holds the lock: closing it releases it.
+    _file: File,
+}
+
+/// Why a session could not be claimed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ClaimError {
+    /// Another process records it.
+    Elsewhere,
+    /// This process has it open already (another session, or the one `-c`/`-r` picked).
+    InThisProcess,
+    /// The file does not exist (nothing to claim yet).
+    Missing,
+    Io(String),
+}
+
+impl ClaimError {
+    /// The refusal's text for session `id` (CLI error, JSON-RPC error message).
+    pub(crate) fn text(&self, id: &str) -> String {
+        match self {
+            ClaimError::Elsewhere => format!(
+                "Session {id} is open in another prime-agent process (its file is locked); close it there first, or continue a copy of it with --fork {id}"
+            ),
+            ClaimError::InThisProcess => format!("Session {id} is already open in this process"),
+            ClaimError::Missing => format!("Session {id} has no file yet"),
+            ClaimError::Io(why) => format!("Cannot lock session {id}: {why}"),
+        }
+    }
+}
+
+impl Claim {
+    /// Locks the session file at `path` for this process, or says who has it.
+    pub(crate) fn take(path: &Path) -> Result<Claim, ClaimError> {
+        let file = File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ClaimError::Missing,
+            _ => ClaimError::Io(format!("{}: {e}", path.display())),
+        })?;
+        let meta = file
+            .metadata()
+            .map_err(|e| ClaimError::Io(format!("{}: {e}", path.display())))?;
+        let key = (meta.dev(), meta.ino());
+        #[allow(unsafe_code)]
+        // SAFETY: flock(2) takes a descriptor this function owns (`file` outlives the call)
+        // and plain flags; it touches no memory of ours.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EWOULDBLOCK) if held().contains(&key) => ClaimError::InThisProcess,
+                Some(libc::EWOULDBLOCK) => ClaimError::Elsewhere,
+                _ => ClaimError::Io(format!("{}: {e}", path.display())),
+            });
+        }
+        held().push(key);
+        Ok(Claim { key, _file: file })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut held = held();
+        if let Some(i) = held.iter().position(|k| *k == self.key) {
+            held.swap_remove(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_claim_per_file_until_it_is_dropped() {
+        let dir = std::env::temp_dir().join(format!("pa-claim-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.jsonl");
+        assert_eq!(Claim::take(&path).unwrap_err(), ClaimError::Missing);
+        std::fs::write(&path, "{}\n").unwrap();
+        let first = Claim::take(&path).unwrap();
+        // A second open of the same file (another descriptor) is refused, and this process
+        // knows it is its own.
+        assert_eq!(Claim::take(&path).unwrap_err(), ClaimError::InThisProcess);
+        drop(first);
+        let again = Claim::take(&path).unwrap();
+        drop(again);
+        assert_eq!(
+            ClaimError::Elsewhere.text("abc"),
+            "Session abc is open in another prime-agent process (its file is locked); close it there first, or continue a copy of it with --fork abc"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,405 @@
+//! The sessions directory: listing, resolving `-r` arguments, forking, and the session the
+//! command line picked for the next `session/new`.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::entry::{self, Header};
+use super::{create_dir_private, load, open_append, write_line, Claim, ClaimError};
+use super::{LoadError, Loaded, Recorder};
+use crate::time::now_iso;
+
+/// A session's schedules beside its conversation (`<artifacts>/<id>/`).
+const JOBS_FILE: &str = "scheduled-jobs.json";
+
+/// One row of `session/list`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Summary {
+    pub id: String,
+    pub cwd: String,
+    pub title: Option<String>,
+    pub updated_at: String,
+    pub path: PathBuf,
+}
+
+/// The sessions directory of the process, and the session `--continue`, `--resume` or
+/// `--fork` picked for the next `session/new`.
+#[derive(Debug)]
+pub(crate) struct Store {
+    dir: PathBuf,
+    /// `<agent dir>/session-artifacts`: per session, `scheduled-jobs.json` and its
+    /// subagents' conversations (`sub-xxxxxxxx/`).
+    artifacts: PathBuf,
+    next: Mutex<Option<Loaded>>,
+}
+
+/// Why `Store::open` could not open a session to continue it.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// No such session (no file, or its header names another id).
+    Unknown,
+    /// Its file does not read.
+    Unreadable(String),
+    /// Another owner records it (`claim.rs`).
+    Claimed(String),
+}
+
+/// How the command line chose a session.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Pick {
+    Continue,
+    Resume(String),
+    Fork(String),
+}
+
+impl Store {
+    pub(crate) fn new(dir: PathBuf, artifacts: PathBuf) -> Store {
+        Store {
+            dir,
+            artifacts,
+            next: Mutex::new(None),
+        }
+    }
+
+    fn jobs_file(&self, session_id: &str) -> Option<PathBuf> {
+        Some(self.artifacts_of(session_id)?.join(JOBS_FILE))
+    }
+
+    /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
+    /// atomically).
+    pub(crate) fn save_jobs(&self, session_id: &str, jobs: &Value) {
+        let Some(path) = self.jobs_file(session_id) else {
+            return;
+        };
+        let tmp = path.with_extension("json.tmp");
+        let write = || -> std::io::Result<()> {
+            create_dir_private(path.parent().unwrap_or(&self.artifacts))?;
+            let _ = fs::remove_file(&tmp);
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&serde_json::to_vec(&serde_json::json!({ "jobs": jobs }))?)?;
+            f.sync_data()?;
+            fs::rename(&tmp, &path)
+        };
+        if let Err(e) = write() {
+            log::error!("cannot store the schedules in {}: {e}", path.display());
+        }
+    }
+
+    /// A session's stored schedules.
+    pub(crate) fn load_jobs(&self, session_id: &str) -> Option<Value> {
+        let text = fs::read_to_string(self.jobs_file(session_id)?).ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        Some(v["jobs"].clone())
+    }
+
+    /// The file of session `id`, if `id` can name one (no path separators).
+    pub(crate) fn path_of(&self, id: &str) -> Option<PathBuf> {
+        let plain = !id.is_empty()
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        plain.then(|| self.dir.join(format!("{id}.jsonl")))
+    }
+
+    /// `<agent dir>/session-artifacts/<id>/`: what belongs to a session beside its
+    /// conversation (schedules, the kernel's namespace snapshot, its subagents'
+    /// conversations); `None` for an id that cannot name a session.
+    pub(crate) fn artifacts_of(&self, id: &str) -> Option<PathBuf> {
+        self.path_of(id)?;
+        Some(self.artifacts.join(id))
+    }
+
+    /// A fork starts with its parent's kernel state and schedules (copies: the two go their
+    /// own ways; the jobs' session fields become the fork's when it opens).
+    fn copy_artifacts(&self, from: &str, to: &str) {
+        let (Some(src), Some(dst)) = (self.artifacts_of(from), self.artifacts_of(to)) else {
+            return;
+        };
+        for name in [
+            crate::kernel::state::PICKLE_FILE,
+            crate::kernel::state::MANIFEST_FILE,
+            JOBS_FILE,
+        ] {
+            let from = src.join(name);
+            if !from.is_file() {
+                continue;
+            }
+            let copied = create_dir_private(&dst).and_then(|_| fs::copy(&from, dst.join(name)));
+            if let Err(e) = copied {
+                log::warn!("--fork: cannot copy {}: {e}", from.display());
+            }
+        }
+    }
+
+    /// A recorder for a new session in `cwd`.
+    pub(crate) fn recorder(&self, id: &str, cwd: &Path) -> Recorder {
+        let header = Header {
+            id: id.to_owned(),
+            timestamp: now_iso(),
+            cwd: cwd.display().to_string(),
+            parent_session: None,
+        };
+        Recorder::create(self.dir.join(format!("{id}.jsonl")), header)
+    }
+
+    /// A recorder for a subagent of session `root_id`: a session file of its own (same
+    /// format, a new id, `parentSession` naming the root's file) in `dir`, the child's
+    /// directory under the root's artifacts.
+    pub(crate) fn child_recorder(&self, root_id: &str, dir: &Path, cwd: &Path) -> Recorder {
+        let id = uuid::Uuid::new_v4().to_string();
+        let header = Header {
+            id: id.clone(),
+            timestamp: now_iso(),
+            cwd: cwd.display().to_string(),
+            parent_session: Some(
+                self.dir
+                    .join(format!("{root_id}.jsonl"))
+                    .display()
+                    .to_string(),
+            ),
+        };
+        Recorder::create(dir.join(format!("{id}.jsonl")), header)
+    }
+
+    /// The session the command line picked, taken by the first `session/new`.
+    pub(crate) fn take_next(&self) -> Option<Loaded> {
+        self.next.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The session the command line picked, if it is `id`: a `session/load` of it opens that
+    /// one (it holds the claim), so a later `session/new` cannot open it a second time.
+    pub(crate) fn take_next_if(&self, id: &str) -> Option<Loaded> {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        if next.as_ref().is_some_and(|l| l.header.id == id) {
+            return next.take();
+        }
+        None
+    }
+
+    /// Opens stored session `id` to continue it (`session/load`, `session/resume`): claims
+    /// its file first (so nobody appends while it is read), then reads it.
+    pub(crate) fn open(&self, id: &str) -> Result<Loaded, OpenError> {
+        let path = self.path_of(id).ok_or(OpenError::Unknown)?;
+        let claim = Claim::take(&path).map_err(|e| match e {
+            ClaimError::Missing => OpenError::Unknown,
+            e => OpenError::Claimed(e.text(id)),
+        })?;
+        let mut loaded = match load(&path) {
+            Ok(l) if l.header.id == id => l,
+            Ok(_) | Err(LoadError::Missing) => return Err(OpenError::Unknown),
+            Err(e) => return Err(OpenError::Unreadable(e.to_string())),
+        };
+        loaded.claim = Some(claim);
+        Ok(loaded)
+    }
+
+    /// The CLI's open of the session file at `path`: claimed, then read.
+    fn open_path(&self, path: &Path) -> Result<Loaded, String> {
+        let id = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let claim = Claim::take(path).map_err(|e| e.text(&id))?;
+        let mut loaded = self.read(path)?;
+        loaded.claim = Some(claim);
+        Ok(loaded)
+    }
+
+    /// Applies `-c`, `-r` or `--fork` at start-up; an `Err` is the CLI error text.
+    pub(crate) fn pick(&self, pick: &Pick, cwd: &Path) -> Result<(), String> {
+        let loaded = match pick {
+            Pick::Continue => {
+                let cwd = cwd.display().to_string();
+                match self.list().into_iter().find(|s| s.cwd == cwd) {
+                    Some(s) => Some(self.open_path(&s.path)?),
+                    None => {
+                        log::info!("--continue: no earlier session for {cwd}; starting a new one");
+                        None
+                    }
+                }
+            }
+            Pick::Resume(arg) => Some(self.open_path(&self.resolve(arg)?)?),
+            Pick::Fork(arg) => Some(self.fork(&self.resolve(arg)?, cwd)?),
+        };
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = loaded;
+        Ok(())
+    }
+
+    fn read(&self, path: &Path) -> Result<Loaded, String> {
+        load(path).map_err(|e| format!("Cannot read session {}: {e}", path.display()))
+    }
+
+    /// `<id|path>`: a path to a file, else a session id (or a unique id prefix) in the dir.
+    fn resolve(&self, arg: &str) -> Result<PathBuf, String> {
+        let as_path = Path::new(arg);
+        if arg.ends_with(".jsonl") || arg.contains('/') {
+            if as_path.is_file() {
+                return Ok(as_path.to_path_buf());
+            }
+        } else {
+            let matches: Vec<Summary> = self
+                .list()
+                .into_iter()
+                .filter(|s| s.id.starts_with(arg))
+                .collect();
+            if let Some(exact) = matches.iter().find(|s| s.id == arg) {
+                return Ok(exact.path.clone());
+            }
+            if matches.len() == 1 {
+                return Ok(matches[0].path.clone());
+            }
+        }
+        Err(format!("No session found matching '{arg}'"))
+    }
+
+    /// A copy of the session at `source` under a new id, with `parentSession`.
+    pub(super) fn fork(&self, source: &Path, cwd: &Path) -> Result<Loaded, String> {
+        let original = self.read(source)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let path = self.dir.join(format!("{id}.jsonl"));
+        let header = Header {
+            id,
+            timestamp: now_iso(),
+            cwd: cwd.display().to_string(),
+            parent_session: Some(source.display().to_string()),
+        };
+        let write = || -> std::io::Result<Claim> {
+            create_dir_private(&self.dir)?;
+            let mut f = open_append(&path, true)?;
+            let claim =
+                Claim::take(&path).map_err(|e| std::io::Error::other(e.text(&header.id)))?;
+            write_line(&mut f, &entry::header_line(&header))?;
+            for e in &original.entries {
+                write_line(&mut f, &entry::entry_line(e))?;
+            }
+            f.sync_data()?;
+            Ok(claim)
+        };
+        let claim = write().map_err(|e| format!("Cannot fork into {}: {e}", path.display()))?;
+        self.copy_artifacts(&original.header.id, &header.id);
+        let mut loaded = self.read(&path)?;
+        loaded.claim = Some(claim);
+        Ok(loaded)
+    }
+
+    /// Every readable session, newest first.
+    pub(crate) fn list(&self) -> Vec<Summary> {
+        let Ok(dir) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Summary> = dir
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .filter_map(|p| match load(&p) {
+                Ok(l) => Some(Summary {
+                    id: l.header.id.clone(),
+                    cwd: l.header.cwd.clone(),
+                    title: l.title(),
+                    updated_at: l.updated_at(),
+                    path: p,
+                }),
+                Err(e) => {
+                    log::warn!("skipping session file {}: {e}", p.display());
+                    None
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+        out
+    }
+}
+
+/// The sessions directory: `--session-dir` > `PRIME_AGENT_SESSION_DIR` >
+/// `PRIME_AGENT_CODING_AGENT_SESSION_DIR` > `<agent dir>/sessions`.
+pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
+    if let Some(dir) = flag {
+        return dir.to_path_buf();
+    }
+    for var in [
+        "PRIME_AGENT_SESSION_DIR",
+        "PRIME_AGENT_CODING_AGENT_SESSION_DIR",
+    ] {
+        if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
+            return PathBuf::from(dir);
+        }
+    }
+    agent_dir.join("sessions")
+}
+
+/// One page of `session/list`: rows from `cursor` on and the next cursor, or `None` for a
+/// cursor that is not one of ours.
+pub(crate) fn page(
+    rows: &[Summary],
+    cwd: Option<&str>,
+    cursor: Option<&str>,
+    size: usize,
+) -> Option<(Vec<Summary>, Option<String>)> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => c.strip_prefix("offset:")?.parse::<usize>().ok()?,
+    };
+    let matching: Vec<&Summary> = rows
+        .iter()
+        .filter(|s| cwd.is_none_or(|c| crate::acp::same_cwd(c, Path::new(&s.cwd))))
+        .collect();
+    if start > matching.len() {
+        return None;
+    }
+    let end = (start + size).min(matching.len());
+    let next = (end < matching.len()).then(|| format!("offset:{end}"));
+    Some((
+        matching[start..end].iter().map(|s| (*s).clone()).collect(),
+        next,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(id: &str, cwd: &str) -> Summary {
+        Summary {
+            id: id.into(),
+            cwd: cwd.into(),
+            title: None,
+            updated_at: String::new(),
+            path: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn pages_filter_by_cwd_and_walk_with_opaque_cursors() {
+        let rows: Vec<Summary> = (0..5)
+            .map(|i| summary(&format!("s{i}"), if i % 2 == 0 { "/a" } else { "/b" }))
+            .collect();
+        let ids = |p: &[Summary]| p.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+        let (p, next) = page(&rows, None, None, 2).unwrap();
+        assert_eq!(
+            (ids(&p), next.as_deref()),
+            (vec!["s0".into(), "s1".into()], Some("offset:2"))
+        );
+        let (p, next) = page(&rows, None, next.as_deref(), 2).unwrap();
+        assert_eq!(ids(&p), ["s2", "s3"]);
+        let (p, next) = page(&rows, None, next.as_deref(), 2).unwrap();
+        assert_eq!((ids(&p), next), (vec!["s4".into()], None));
+        let (p, next) = page(&rows, Some("/a"), None, 10).unwrap();
+        assert_eq!(
+            (ids(&p), next),
+            (vec!["s0".into(), "s2".into(), "s4".into()], None)
+        );
+        assert_eq!(page(&rows, Some("/none"), None, 10).unwrap().0, vec![]);
+        for bad in ["x", "offset:-1", "offset:99"] {
+            assert!(page(&rows, None, Some(bad), 2).is_none(), "{bad}");
+        }
+    }
+}
