@@ -34,7 +34,7 @@ impl MainLoop {
             acp::INITIALIZE => acp::parse_initialize(&params).map(|()| {
                 // What the client serves decides whether tools use its files (`client_host`).
                 self.client_caps = ClientCaps::from_initialize(&params);
-                meta::initialize_result(&self.version)
+                meta::initialize_result(&self.version, crate::auth::methods())
             }),
             acp::SESSION_NEW => {
                 let result = self.session_new(&params);

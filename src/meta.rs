@@ -109,8 +109,9 @@ pub(crate) fn session_title(prompt: &str) -> Option<String> {
     Some(title)
 }
 
-/// The `initialize` result (§1.3); `version` is the crate version.
-pub(crate) fn initialize_result(version: &str) -> Value {
+/// The `initialize` result (§1.3); `version` is the crate version, `auth_methods` the
+/// `authMethods` (`auth::methods`).
+pub(crate) fn initialize_result(version: &str, auth_methods: Value) -> Value {
     json!({
         "protocolVersion": 1,
         "agentCapabilities": {
@@ -132,7 +133,7 @@ pub(crate) fn initialize_result(version: &str) -> Value {
             },
             "auth": { "logout": {} },
         },
-        "authMethods": crate::auth::methods(),
+        "authMethods": auth_methods,
         "agentInfo": { "name": "prime-agent", "title": "Prime Agent", "version": version },
         "_meta": namespaced(json!({})),
     })
@@ -189,7 +190,7 @@ mod tests {
 
     #[test]
     fn initialize_shape() {
-        let r = initialize_result("1.2.3");
+        let r = initialize_result("1.2.3", json!([{"id": "a", "name": "A"}]));
         assert_eq!(r["protocolVersion"], 1);
         assert_eq!(
             r["agentInfo"],
