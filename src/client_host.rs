@@ -72,9 +72,18 @@ pub(crate) struct ClientHost {
     link: Option<ClientLink>,
     caps: ClientCaps,
     policy: Mutex<Policy>,
+    /// The session's additional directories: permission scopes of their own.
+    roots: Vec<std::path::PathBuf>,
 }
 
 impl ClientHost {
+    /// The session's additional directories (`additionalDirectories`), each a permission
+    /// scope: an `allow_always` for a change in one covers every change under it.
+    pub(crate) fn with_roots(mut self, roots: Vec<std::path::PathBuf>) -> ClientHost {
+        self.roots = roots;
+        self
+    }
+
     /// Which standard session updates the client takes.
     pub(crate) fn standard_updates(&self) -> crate::events::Standard {
         crate::events::Standard {
@@ -97,6 +106,7 @@ impl ClientHost {
                 mode,
                 rules: Rules::default(),
             }),
+            roots: Vec::new(),
         }
     }
 
@@ -134,7 +144,7 @@ impl ToolHost for ClientHost {
         abort: &AbortFlag,
         asking: &mut dyn FnMut(),
     ) -> Approval {
-        let guarded = permissions::guard(call.name, call.args, call.cwd);
+        let guarded = permissions::guard(call.name, call.args, call.cwd, &self.roots);
         let decision = {
             let policy = self.policy();
             permissions::decide(policy.mode, &policy.rules, call.name, guarded.as_ref())

@@ -268,12 +268,15 @@ impl MainLoop {
         let mut caps = self.client_caps;
         // Client terminals only when asked for: they change where commands run.
         caps.terminal &= agent.client_terminal;
-        let client = Arc::new(ClientHost::new(
-            id.clone(),
-            Some(self.client_link()),
-            caps,
-            agent.permission_mode,
-        ));
+        let client = Arc::new(
+            ClientHost::new(
+                id.clone(),
+                Some(self.client_link()),
+                caps,
+                agent.permission_mode,
+            )
+            .with_roots(p.additional_directories.clone()),
+        );
         agent.host = client.clone();
         let agent = Arc::new(agent);
         self.next_generation += 1;

@@ -574,3 +574,49 @@ fn logout_stops_the_keys_until_authenticate_and_a_missing_key_says_what_to_set()
     let details = r["error"]["data"]["details"].as_str().unwrap();
     assert!(details.contains("auth.json"), "{details}");
 }
+
+#[test]
+fn an_additional_directory_is_one_permission_scope_in_ask_mode() {
+    let dir = TempDir::new("acpm-scope");
+    let extra = TempDir::new("acpm-scope-extra");
+    let in_extra = |name: &str| extra.path().join(name).display().to_string();
+    let write = |path: String| json!({"steps": [{"tool_call": {"name": "write", "arguments": {"path": path, "content": "x"}}}]});
+    let lines = [
+        write(in_extra("a.txt")),
+        write(in_extra("deep/b.txt")),
+        write(dir.path().join("c.txt").display().to_string()),
+        json!({"text": "done"}),
+    ];
+    let mut a = start(&dir, &lines, &["--permission-mode", "ask"]);
+    let r = open(
+        &mut a,
+        &dir,
+        json!({"additionalDirectories": [cwd(&extra)]}),
+    );
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_owned();
+    let prompt = a.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "write them"}]}),
+    );
+    let first = a.client_request("session/request_permission");
+    let always = &first["params"]["options"][1];
+    assert_eq!(always["optionId"], "allow_always");
+    assert_eq!(
+        always["name"],
+        format!("Always allow changes in {}", cwd(&extra))
+    );
+    a.select_option(&first, "allow_always");
+    // The next change in the directory runs unasked; one in the cwd asks again.
+    let second = a.wait_for("the next permission request", |f| {
+        f["method"] == "session/request_permission" && f["id"] != first["id"]
+    });
+    assert!(second["params"]["options"][1]["name"]
+        .as_str()
+        .unwrap()
+        .contains("c.txt"));
+    a.select_option(&second, "allow_once");
+    ended(&a.response(&prompt));
+    assert_eq!(a.client_requests("session/request_permission").len(), 2);
+    assert!(extra.path().join("deep/b.txt").is_file());
+    assert!(dir.path().join("c.txt").is_file());
+}
