@@ -620,3 +620,21 @@ fn an_additional_directory_is_one_permission_scope_in_ask_mode() {
     assert!(extra.path().join("deep/b.txt").is_file());
     assert!(dir.path().join("c.txt").is_file());
 }
+
+#[test]
+fn a_session_another_process_records_is_not_deleted() {
+    let dir = TempDir::new("acpm-owned");
+    let lines = [json!({"text": "mine"})];
+    let mut owner = start(&dir, &lines, &[]);
+    let sid = new_session(&mut owner, &dir);
+    ended(&ask_in(&mut owner, &sid, "hold it"));
+    let mut other = start(&dir, &lines, &[]);
+    let r = other.call("session/delete", json!({"sessionId": sid}));
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert!(session_file(&dir, &sid).is_file());
+    // Once the owner is gone, the delete goes through.
+    assert!(owner.finish().success());
+    let r = other.call("session/delete", json!({"sessionId": sid}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    assert!(!session_file(&dir, &sid).exists());
+}
