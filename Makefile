@@ -4,8 +4,11 @@ CARGO ?= cargo
 MUSL_TARGET := x86_64-unknown-linux-musl
 BIN := target/release/prime-agent
 STATIC_BIN := target/$(MUSL_TARGET)/release/prime-agent
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
+DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
+DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test test-deps static-smoke static-setup image demo static lint fmt fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test test-deps static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -15,15 +18,19 @@ release:
 
 ## Installs the pinned test components (scripts/test-deps.sh; a no-op once present), runs unit
 ## tests (pure mappings) and integration tests (the real binary over stdio), then a smoke
-## test of the static binary when the musl toolchain is installed (.ci/run installs it).
+## test of the static binary when the musl toolchain is installed, and of both release
+## archives when the cross toolchain is (.ci/run installs both).
 test:
-	@mkdir -p target; rm -f target/static-smoke.log
+	@mkdir -p target; rm -f target/static-smoke.log target/dist-smoke.log
 	@bash scripts/test-deps.sh || echo "test-deps: incomplete; the tests that need the missing parts print 'skipped:'"
 	set -o pipefail; $(CARGO) test 2>&1 | tee target/test.log
 	@if command -v musl-gcc >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -q $(MUSL_TARGET); then \
 		$(MAKE) --no-print-directory static-smoke; \
-	else echo "static-smoke: skipped (no musl toolchain; see README)"; fi
-	@awk '/^test result:/ {p+=$$4; f+=$$6} /^static-smoke: [0-9]+ passed/ {p+=$$2; f+=$$4} END {print "total: " p " passed, " f " failed"}' target/test.log target/static-smoke.log 2>/dev/null
+	else echo "static-smoke: skipped (no musl toolchain; make static-setup)"; fi
+	@if bash scripts/dist.sh check $(DIST_TARGETS) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory dist-smoke; \
+	else echo "dist-smoke: skipped (no cross toolchain; make dist-setup)"; fi
+	@awk '/^test result:/ {p+=$$4; f+=$$6} /^(static|dist)-smoke: [0-9]+ passed/ {p+=$$2; f+=$$4} END {print "total: " p " passed, " f " failed"}' target/test.log target/static-smoke.log target/dist-smoke.log 2>/dev/null
 
 ## The static binary must be static and run a scripted turn alone in an empty root directory
 ## (under chroot as root, as a `FROM scratch` image runs it; see scripts/static_smoke.py).
@@ -31,6 +38,31 @@ static-smoke: static
 	@file $(STATIC_BIN) | grep -Eq 'statically linked|static-pie linked' || { echo "not static"; exit 1; }
 	@set -o pipefail; python3 scripts/static_smoke.py $(STATIC_BIN) fixtures/scripts/hello.jsonl \
 		| tee target/static-smoke.log
+
+## Release archives for every target in DIST_TARGETS, static, with their .sha256 files:
+## dist/prime-agent-<version>-<target>.tar.gz (bin/prime-agent, README.md; scripts/dist.sh).
+## Stops with the exact set-up commands when the cross toolchain is missing (`make dist-setup`).
+dist:
+	@bash scripts/dist.sh check $(DIST_TARGETS)
+	@set -e; for t in $(DIST_TARGETS); do \
+		env $$(bash scripts/dist.sh env $$t) CARGO_PROFILE_RELEASE_OPT_LEVEL=s \
+			$(CARGO) build --release --target $$t; \
+		bash scripts/dist.sh package $$t target/$$t/release/prime-agent dist $(VERSION); \
+	done
+
+## Installs what `make dist` needs on Debian/Ubuntu (root for apt-get): the Rust musl targets,
+## musl-gcc, the aarch64 cross gcc (for ring's C code and the link), `file`, and qemu's user
+## emulator for the aarch64 smoke run (optional: without it that run is skipped).
+dist-setup:
+	rustup target add $(DIST_TARGETS)
+	apt-get install -y musl-tools gcc-aarch64-linux-gnu file || { apt-get update && apt-get install -y musl-tools gcc-aarch64-linux-gnu file; }
+	apt-get install -y qemu-user || echo "dist-setup: qemu-user did not install; the aarch64 smoke run will be skipped"
+
+## Unpacks each archive, checks its checksum, that `file` says static for its architecture, and
+## runs a scripted turn: natively in an empty root, the other architecture under qemu-user.
+dist-smoke: dist
+	@set -o pipefail; python3 scripts/dist_smoke.py fixtures/scripts/hello.jsonl $(DIST_ARCHIVES) \
+		| tee target/dist-smoke.log
 
 ## A scripted session end to end, no API key, shown readably.
 demo: release
@@ -71,9 +103,16 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## Regenerate expected transcripts from the current binary (review the diff!).
+## Regenerate expected transcripts and subcommand outputs (fixtures/cli/) from the current
+## binary (review the diff!).
 fixtures:
 	UPDATE_FIXTURES=1 $(CARGO) test --test integration transcripts
+	UPDATE_FIXTURES=1 $(CARGO) test --test integration subcommands::
+
+## The subcommands (`model list`, `session export`, `schedule`) against fixtures/cli/; part of
+## `make test` too (tests/subcommands.rs).
+cli-fixtures:
+	$(CARGO) test --test integration subcommands::
 
 ## Benchmarks over stdio against the release binary: prints a table, writes target/bench.json.
 ## Regenerates scripts/startup.order (see build.rs) from an unstripped release binary run under
@@ -95,7 +134,7 @@ fuzz:
 ## Fault injection, leak checks (1000 cycles) and a fuzz campaign, with the 1 GB output run;
 ## prints the report table (scripts/reliability_table.py). Fails if any test fails or leaks.
 RELIABILITY_FUZZ_CASES ?= 20000
-RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
+RELIABILITY_TESTS := faults:: secrets:: reliability:: noblock:: fuzz_front_end \
 	provider::a_500_is_retried_and_the_second_attempt_succeeds \
 	provider::cancel_while_the_server_stalls_answers_cancelled_and_closes_the_socket \
 	tools::timeout_and_orphaned_pipes_kill_the_whole_group \
@@ -110,7 +149,8 @@ RELIABILITY_TESTS := faults:: secrets:: reliability:: fuzz_front_end \
 	protocol::an_overlong_line_is_refused_and_the_connection_survives \
 	persist::crash_campaign_continue_restores_an_acknowledged_prefix \
 	heartbeats::a_heartbeat_due_many_times_during_one_long_tool_call_puts_one_prompt_in \
-	owners::two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost
+	owners::two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost \
+	listing::session_list_over_30_files_of_8_mb_is_right_and_holds_no_cancel
 reliability:
 	@mkdir -p target
 	set -o pipefail; FUZZ_CASES=$(RELIABILITY_FUZZ_CASES) LEAK_CYCLES=1000 PERSIST_CRASH_ITERATIONS=200 \

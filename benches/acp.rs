@@ -14,6 +14,8 @@
 mod loopback;
 #[path = "support/mcp.rs"]
 mod mcp;
+#[path = "support/scale.rs"]
+mod scale;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -271,6 +273,8 @@ struct Bench {
     quick: bool,
     /// `BENCH_MULTI=1`: every agent runs with `--multi-session`.
     multi: bool,
+    /// The installed copy of the static build, for the side-by-side stream line.
+    static_bin: Option<PathBuf>,
     report: Report,
 }
 
@@ -315,6 +319,7 @@ fn main() {
         work,
         quick: std::env::var_os("BENCH_QUICK").is_some(),
         multi: std::env::var("BENCH_MULTI").is_ok_and(|v| v.trim() == "1"),
+        static_bin: Some(static_bin.clone()),
         report: Report::default(),
     };
     if b.multi {
@@ -359,6 +364,18 @@ fn main() {
     }
     if on("persist") {
         b.persist();
+    }
+    if on("harness") {
+        b.harness();
+    }
+    if on("store") {
+        b.store();
+    }
+    if on("kernel") {
+        b.kernel();
+    }
+    if on("scale") {
+        b.scale();
     }
 
     for (name, path) in [
@@ -521,9 +538,145 @@ impl Bench {
         );
     }
 
+    /// A tool turn as harnesses see it (docs/harnesses.md): one model call with a tool call
+    /// (announced, usage, run, `rawOutput`), then the answer; every call gets a request id and
+    /// its edges. Run the same section with `BENCH_BIN` pointing at a build without them to
+    /// compare.
+    fn harness(&mut self) {
+        let turns = self.runs(100, 20);
+        let mut lines = Vec::new();
+        for i in 0..turns {
+            lines.push(json!({"steps": [{"tool_call": {"name": "todo", "arguments": {"todos": [{"content": format!("step {i}"), "status": "pending"}]}}}]}));
+            lines.push(json!({ "text": format!("done {i}") }));
+        }
+        let script = write_script(&self.work, "harness.jsonl", &lines);
+        let script_s = script.display().to_string();
+        let args = [
+            "--provider",
+            "scripted",
+            "--script",
+            script_s.as_str(),
+            "--no-session",
+            "--tools",
+            "todo",
+        ];
+        let mut p = self.agent(&self.bin, &args, &[]);
+        let sid = p.handshake(&self.work);
+        let mut per_turn = Vec::new();
+        for i in 0..turns {
+            let id = 10 + i as u64;
+            let t = Instant::now();
+            p.prompt(id, &sid);
+            p.response(id);
+            per_turn.push(ms(t.elapsed()));
+        }
+        p.finish();
+        self.report.add(
+            "prompt round trip, one tool call + answer (scripted)",
+            "ms",
+            per_turn,
+        );
+    }
+
     /// What the session file costs: prompt round trips with it and with `--no-session` (each
     /// turn writes two messages and flushes), and `session/load` of a 1,000-message session
     /// (read, parse, replay every message to the client, answer), close and load again.
+    /// `session/list` and `-c` start-up over 1,000 stored sessions, once with small files and
+    /// once with files 100 times bigger: both should stay flat as files grow (an index and
+    /// header + tail reads, `persist/index.rs`).
+    fn store(&mut self) {
+        let sessions = 1000;
+        let script = write_script(&self.work, "store.jsonl", &[json!({"text": "hi"})]);
+        let script_s = script.display().to_string();
+        for (label, kb) in [("2 KB", 2usize), ("200 KB", 200)] {
+            let dir = self.work.join(format!("store-{kb}"));
+            let sessions_dir = dir.join("sessions");
+            std::fs::create_dir_all(&sessions_dir).unwrap();
+            let cwd = dir.display().to_string();
+            let pad = "z".repeat(1024);
+            for i in 0..sessions {
+                let id = format!("0190{i:04x}-0000-7000-8000-000000000000");
+                let mut text = format!(
+                    "{}\n",
+                    json!({"type":"session","version":3,"id":id,"timestamp":"2026-01-01T00:00:00.000Z","cwd":cwd})
+                );
+                let mut parent = "null".to_owned();
+                let mut n = 0;
+                let mut entry = |text: &mut String, body: &str, kind: &str| {
+                    n += 1;
+                    text.push_str(&format!(
+                        r#"{{"id":"{n:08x}",{body},"parentId":{parent},"timestamp":"2026-01-01T00:{:02}:{:02}.000Z","type":"{kind}"}}"#,
+                        i / 60 % 60,
+                        i % 60
+                    ));
+                    text.push('\n');
+                    parent = format!("\"{n:08x}\"");
+                };
+                entry(
+                    &mut text,
+                    &format!(r#""name":"session {i}""#),
+                    "session_info",
+                );
+                for _ in 0..kb {
+                    entry(
+                        &mut text,
+                        &format!(r#""message":{{"content":"{pad}","role":"user","timestamp":1}}"#),
+                        "message",
+                    );
+                }
+                std::fs::write(sessions_dir.join(format!("{id}.jsonl")), text).unwrap();
+            }
+            let env = [(
+                "PRIME_AGENT_SESSION_DIR",
+                sessions_dir.display().to_string(),
+            )];
+            let args = ["--provider", "scripted", "--script", script_s.as_str()];
+            // session/list: the first call builds the index (its own row), then every call.
+            let mut p = self.agent(&self.bin, &args, &env);
+            p.request(1, "initialize", json!({"protocolVersion": 1}));
+            p.response(1);
+            let t = Instant::now();
+            p.request(2, "session/list", json!({}));
+            p.response(2);
+            let first = ms(t.elapsed());
+            let mut lists = Vec::new();
+            for i in 0..self.runs(200, 40) {
+                let id = 10 + i as u64;
+                let t = Instant::now();
+                p.request(id, "session/list", json!({}));
+                p.response(id);
+                lists.push(ms(t.elapsed()));
+            }
+            p.finish();
+            self.report.add(
+                &format!("session/list, first (index built), 1,000 sessions of {label}"),
+                "ms",
+                vec![first],
+            );
+            self.report.add(
+                &format!("session/list, 1,000 sessions of {label}"),
+                "ms",
+                lists,
+            );
+            // -c: spawn to the session/new answer, the newest session of the cwd picked.
+            let mut starts = Vec::new();
+            let mut cont = vec!["-c"];
+            cont.extend_from_slice(&args);
+            for _ in 0..self.runs(40, 10) {
+                let t = Instant::now();
+                let mut p = Proc::spawn_env(&self.bin, &cont, &dir, &env);
+                p.handshake(&dir);
+                starts.push(ms(t.elapsed()));
+                p.finish();
+            }
+            self.report.add(
+                &format!("-c start-up to session/new, 1,000 sessions of {label}"),
+                "ms",
+                starts,
+            );
+        }
+    }
+
     fn persist(&mut self) {
         let turns = self.runs(200, 40);
         let lines: Vec<Value> = (0..turns)
@@ -683,6 +836,10 @@ impl Bench {
     }
 
     fn provider_agent(&self, server: &Server) -> (Proc, String) {
+        self.provider_agent_of(&self.bin.clone(), server)
+    }
+
+    fn provider_agent_of(&self, bin: &Path, server: &Server) -> (Proc, String) {
         let dir = self.work.join("agent-dir");
         std::fs::create_dir_all(&dir).unwrap();
         let models = json!({"providers": {"bench": {
@@ -690,7 +847,7 @@ impl Bench {
             "models": [{"id": "bench-model", "reasoning": false, "input": ["text"]}]}}});
         std::fs::write(dir.join("models.json"), models.to_string()).unwrap();
         let mut p = self.agent(
-            &self.bin,
+            bin,
             &[
                 "--provider",
                 "bench",
@@ -796,8 +953,34 @@ impl Bench {
             p.finish();
         }
         let label = format!("provider stream (OpenAI SSE, loopback): {deltas} deltas");
+        // The static build side by side, alternating runs with the glibc ones above would be
+        // fairer on a loaded host; back to back in one run is what this line promises.
+        let glibc_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
         self.report
             .add(&format!("{label}, throughput"), "deltas/s", rates);
+        if let Some(static_bin) = self.static_bin.clone().filter(|b| b.exists()) {
+            let mut rates = vec![];
+            for _ in 0..self.runs(5, 1) {
+                let (mut p, sid) = self.provider_agent_of(&static_bin, &server);
+                server.plan(Plan::Blast(deltas));
+                p.prompt(9, &sid);
+                let hits = p.read_stream(9, needle, deltas, &mut |_| {});
+                let t0 = server.stamps()[0];
+                assert_eq!(hits.len(), deltas, "one update per delta");
+                rates.push(deltas as f64 / (*hits.last().unwrap() - t0).as_secs_f64());
+                p.finish();
+            }
+            let static_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
+            self.report
+                .add(&format!("{label}, throughput (static)"), "deltas/s", rates);
+            if glibc_median > 0.0 {
+                self.report.add(
+                    "provider stream throughput, static / glibc (medians)",
+                    "ratio",
+                    vec![static_median / glibc_median],
+                );
+            }
+        }
 
         // Latency: one delta in flight at a time; server write → client read of its update.
         let (mut p, sid) = self.provider_agent(&server);

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Smoke test of the static binary as packagers ship it: alone in an empty root directory.
 
-Usage: static_smoke.py PATH_TO_STATIC_PRIME_AGENT SCRIPT_JSONL
+Usage: static_smoke.py [--emulator CMD] [--label NAME] PATH_TO_STATIC_PRIME_AGENT SCRIPT_JSONL
 
 As root (CI, a container build), the binary and the scripted-provider fixture are copied into
 a fresh empty directory and run there under chroot(8): no /etc, no /tmp, no /proc, no libc, no
 shell, the way a `FROM scratch` image runs it. Without root it runs in place, and says so. Then
 one scripted turn is driven over stdio and checked: initialize, session/new, session/prompt
 streams the fixture's text and ends `end_turn`, every stdout line is JSON-RPC, and stdin EOF
-exits 0. Prints `static-smoke: N passed, M failed` and exits non-zero on any failure.
+exits 0. Prints `<label>: N passed, M failed` (label `static-smoke` unless given) and exits
+non-zero on any failure.
+
+With --emulator (e.g. `qemu-aarch64`, for a binary of another architecture) the binary runs in
+place under that user-mode emulator, with the same bare environment: the emulator itself is not
+static, so it cannot run inside the empty root.
 """
 import json
 import os
@@ -18,8 +23,13 @@ import sys
 import tempfile
 
 
-def run(binary, script):
+def run(binary, script, emulator=None):
     root = None
+    if emulator:
+        cmd = [emulator, os.path.abspath(binary), "--mode", "acp", "--provider", "scripted",
+               "--script", os.path.abspath(script)]
+        print(f"{LABEL}: running under {emulator}, in place", flush=True)
+        return drive(cmd, os.getcwd())
     if os.geteuid() == 0 and shutil.which("chroot"):
         root = tempfile.mkdtemp(prefix="pa-static-root-")
         shutil.copy(binary, os.path.join(root, "prime-agent"))
@@ -27,11 +37,11 @@ def run(binary, script):
         cmd = [shutil.which("chroot"), root, "/prime-agent", "--mode", "acp", "--provider", "scripted",
                "--script", "/script.jsonl"]
         cwd = "/"
-        print(f"static-smoke: running in an empty root ({root}) under chroot", flush=True)
+        print(f"{LABEL}: running in an empty root ({root}) under chroot", flush=True)
     else:
         cmd = [binary, "--mode", "acp", "--provider", "scripted", "--script", script]
         cwd = os.getcwd()
-        print("static-smoke: not root, so no chroot: running the binary in place", flush=True)
+        print(f"{LABEL}: not root, so no chroot: running the binary in place", flush=True)
     try:
         return drive(cmd, cwd)
     finally:
@@ -87,14 +97,27 @@ def drive(cmd, cwd):
     return checks, p.stderr.read()
 
 
+LABEL = "static-smoke"
+
+
 def main():
-    checks, stderr = run(sys.argv[1], sys.argv[2])
+    global LABEL
+    args, emulator = sys.argv[1:], None
+    while args and args[0].startswith("--"):
+        flag, value, args = args[0], args[1], args[2:]
+        if flag == "--emulator":
+            emulator = value
+        elif flag == "--label":
+            LABEL = value
+        else:
+            sys.exit(f"unknown flag {flag}")
+    checks, stderr = run(args[0], args[1], emulator)
     failed = [c for c in checks if not c[1]]
     for name, ok, detail in checks:
-        print(f"static-smoke: {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
+        print(f"{LABEL}: {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
     if failed:
         print(stderr, file=sys.stderr)
-    print(f"static-smoke: {len(checks) - len(failed)} passed, {len(failed)} failed")
+    print(f"{LABEL}: {len(checks) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
 
 

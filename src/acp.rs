@@ -271,6 +271,58 @@ pub(crate) fn parse_list_sessions(
     Ok((opt("cwd")?, opt("cursor")?))
 }
 
+/// The steering extension's method (ACP v2 standardises it as `session/inject`).
+pub(crate) const SESSION_STEERING: &str = "_session/steering";
+
+/// What a steer does when no client prompt is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdleBehavior {
+    /// `promptRequired`: nothing runs; the client sends the text as a prompt itself.
+    PromptRequired,
+    /// Absent: the text starts a turn of its own.
+    StartTurn,
+}
+
+/// `_session/steering` params: `{sessionId, prompt, messageId?, _meta?: {steering:
+/// {idleBehavior?}}}` → the session id, the text, the idle behaviour.
+pub(crate) fn parse_steering(
+    params: &Value,
+) -> Result<(String, UserPrompt, IdleBehavior), RpcError> {
+    let obj = params_object(params, SESSION_STEERING)?;
+    let session_id = required_str(obj, "sessionId")?.to_owned();
+    let blocks = match obj.get("prompt") {
+        Some(Value::Array(blocks)) if !blocks.is_empty() => blocks,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "prompt must be a non-empty array of content blocks",
+            ))
+        }
+        None => return Err(RpcError::invalid_params("prompt is required")),
+    };
+    if obj.get("messageId").is_some_and(|m| !m.is_string()) {
+        return Err(RpcError::invalid_params("messageId must be a string"));
+    }
+    let idle = match params.pointer("/_meta/steering/idleBehavior") {
+        None | Some(Value::Null) => IdleBehavior::StartTurn,
+        Some(Value::String(s)) if s == "promptRequired" => IdleBehavior::PromptRequired,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "_meta.steering.idleBehavior must be \"promptRequired\" (got {other})"
+            )))
+        }
+    };
+    let prompt = convert_prompt(blocks)?;
+    if !prompt.images.is_empty() {
+        return Err(RpcError::invalid_params(
+            "a steering prompt takes text only (send images with session/prompt)",
+        ));
+    }
+    if prompt.text.trim().is_empty() {
+        return Err(RpcError::invalid_params("the steering prompt has no text"));
+    }
+    Ok((session_id, prompt, idle))
+}
+
 /// `session/prompt` params: the session id and the converted prompt.
 pub(crate) fn parse_prompt(params: &Value) -> Result<(String, UserPrompt), RpcError> {
     let obj = params_object(params, SESSION_PROMPT)?;

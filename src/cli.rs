@@ -13,12 +13,18 @@ Usage: prime-agent [--mode acp] [options]
        prime-agent -p [options] \"<prompt>\"           (print the final answer)
        prime-agent --mode json [options] \"<prompt>\"  (print every update as JSON lines)
        The prompt may come on stdin instead; exit code 0 end_turn, 1 failure, 2 limit hit.
+       prime-agent model list [search]                 (the models you have keys for)
+       prime-agent session export <id|path> [out.html] (a stored session as one HTML page)
+       prime-agent schedule add|list|remove ...        (scheduled prompts of stored sessions)
 
 Options:
   --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
   -p, --print                        Run one prompt and print the final assistant text
   --provider <name>                  Model provider (e.g. openai, anthropic, scripted)
-  --model <provider/id | id>         Model to use
+  --model <provider/id[:level]>      Model to use (a bare id or pattern works too; :high etc.
+                                     sets the thinking level unless --thinking is given)
+  --models <a,b>                     Models the session's menu offers (patterns; the first is
+                                     the default unless a session is continued)
   --api-key <key>                    API key for the provider (highest precedence)
   --base-url <url>                   Point the provider at a compatible server (vLLM, llama.cpp, ...)
   --thinking <level>                 off, minimal, low, medium, high, xhigh, max (default: medium)
@@ -28,9 +34,14 @@ Options:
   --cwd <dir>                        Change to this directory before starting
   -t, --tools <a,b>                  Tools to offer the model (default: all built-in tools)
   -nt, --no-tools                    Offer no tools
+  -nbt, --no-builtin-tools           Offer no built-in tool unless --tools names it
   --system-prompt <text>             Replace the built-in system prompt
   --append-system-prompt <text>      Append text to the system prompt (repeatable)
   -nc, --no-context-files            Do not load AGENTS.md / CLAUDE.md files
+  --skill <dir|SKILL.md>             Load a skill (repeatable; see docs/skills-and-settings.md)
+  -ns, --no-skills                   Do not discover skills (--skill ones still load)
+  --prompt-template <file.md>        Load a prompt template (repeatable)
+  -np, --no-prompt-templates         Do not discover prompt templates
   --permission-mode <mode>           full-access (default), ask (approve writes, edits,
                                      commands and MCP calls in the client), read-only
   --client-terminal                  Run bash in the client's terminal when it offers one
@@ -45,6 +56,8 @@ Options:
   --autonomous-max-turns <n>         Model calls per session (default: 12)
   --autonomous-max-tokens <n>        Tokens per session (default: 80000)
   --autonomous-timeout-ms <n>        Wall clock from enablement (default: 1800000)
+  --max-model-calls <n>              Model calls one prompt may make (default: 100 for -p and
+                                     --mode json, no cap otherwise; 0: no cap)
   --goal <objective>                 Start the session with this goal
   --goal-token-budget <n>            Token budget of the --goal
   --no-session                       Keep the conversation in memory only (write no session file)
@@ -54,6 +67,8 @@ Options:
   --fork <id|path>                   The next session/new continues a copy of this session
   --offline                          Make no network request except model calls
   --daemon-socket <path>             Accepted for compatibility and ignored (no daemon)
+  --verbose                          Log at info level on stderr (unless RUST_LOG is set)
+  --                                 End of options: what follows is the prompt
   -h, --help                         Show this help
   -v, --version                      Show the version
 
@@ -76,6 +91,10 @@ pub struct Config {
     pub cwd: Option<PathBuf>,
     pub tools: Option<Vec<String>>,
     pub no_tools: bool,
+    /// `-nbt/--no-builtin-tools`: no built-in tool unless `--tools` names it (MCP tools stay).
+    pub no_builtin_tools: bool,
+    /// `--verbose`: log at info level unless `RUST_LOG` says otherwise.
+    pub verbose: bool,
     pub system_prompt: Option<String>,
     pub append_system_prompt: Vec<String>,
     pub no_context_files: bool,
@@ -107,6 +126,17 @@ pub struct Config {
     /// `--goal`: the objective a new session starts with, and `--goal-token-budget`.
     pub(crate) goal: Option<String>,
     pub(crate) goal_token_budget: Option<u64>,
+    /// Resources (issue 20): `--skill` paths, `-ns`, `--prompt-template` files, `-np`.
+    pub skills: Vec<PathBuf>,
+    pub no_skills: bool,
+    pub prompt_templates: Vec<PathBuf>,
+    pub no_prompt_templates: bool,
+    /// `--models a,b`: the patterns that scope the model menu.
+    pub models: Vec<String>,
+    /// The `:<level>` suffix of `--model` (used unless `--thinking` is given).
+    pub model_thinking: Option<Thinking>,
+    /// `--max-model-calls` (`Some(0)`: no cap, even headless).
+    pub(crate) max_model_calls: Option<u64>,
     /// Non-fatal diagnostics (unknown long flags, bad thinking level) to log at start-up.
     pub warnings: Vec<String>,
 }
@@ -123,14 +153,33 @@ pub enum Command {
     Run(Box<Config>),
     Help,
     Version,
+    /// `prime-agent model|session|schedule …`: runs and exits without ACP (`subcommands/`).
+    Sub(crate::subcommands::Subcommand),
 }
+
+/// Upstream's texts for the flags its subcommands replaced.
+pub(crate) const LIST_MODELS_REMOVED: &str =
+    "--list-models was removed. Use \"prime-agent model list [search]\".";
+pub(crate) const EXPORT_REMOVED: &str =
+    "--export was removed. Use \"prime-agent session export <file> [output]\".";
+/// Why `-e/--extension` and `-ne/--no-extensions` stop start-up.
+pub(crate) const EXTENSIONS_UNSUPPORTED: &str =
+    "extensions are not supported by this build: they run in a JavaScript host, which prime-agent does not include";
 
 /// Parses `args` (without the program name). `Err` is the text after `Error: `.
 pub fn parse(args: &[String]) -> Result<Command, String> {
+    if let Some(sub) = crate::subcommands::parse(args)? {
+        return Ok(Command::Sub(sub));
+    }
     let mut cfg = Config::default();
     let mut i = 0;
     while i < args.len() {
         let arg = args[i].as_str();
+        if arg == "--" {
+            // POSIX end of options: the rest is positional, even when it starts with `-`.
+            cfg.prompt_args.extend(args[i + 1..].iter().cloned());
+            break;
+        }
         // `--flag=value` is accepted for every flag that takes a value.
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
@@ -168,7 +217,25 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             "-p" | "--print" => cfg.print = true,
             "--provider" => cfg.provider = Some(value("--provider")?),
-            "--model" => cfg.model = Some(value("--model")?),
+            "--model" => {
+                let raw = value("--model")?;
+                let (id, level) = crate::provider::config::split_level(&raw);
+                cfg.model = Some(id.to_owned());
+                cfg.model_thinking = level;
+            }
+            "--models" => cfg.models.extend(
+                value("--models")?
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            "--skill" => cfg.skills.push(PathBuf::from(value("--skill")?)),
+            "-ns" | "--no-skills" => cfg.no_skills = true,
+            "--prompt-template" => cfg
+                .prompt_templates
+                .push(PathBuf::from(value("--prompt-template")?)),
+            "-np" | "--no-prompt-templates" => cfg.no_prompt_templates = true,
             "--api-key" => cfg.api_key = Some(value("--api-key")?),
             "--base-url" => cfg.base_url = Some(value("--base-url")?),
             "--thinking" => {
@@ -219,6 +286,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
                 cfg.goal = Some(objective.trim().to_owned());
             }
+            "--max-model-calls" => {
+                let raw = value("--max-model-calls")?;
+                cfg.max_model_calls =
+                    Some(raw.trim().parse().map_err(|_| {
+                        "--max-model-calls must be a non-negative integer".to_owned()
+                    })?);
+            }
             "--goal-token-budget" => {
                 let raw = value("--goal-token-budget")?;
                 cfg.goal_token_budget = Some(positive("--goal-token-budget", &raw)?);
@@ -245,6 +319,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 );
             }
             "-nt" | "--no-tools" => cfg.no_tools = true,
+            "-nbt" | "--no-builtin-tools" => cfg.no_builtin_tools = true,
+            "--verbose" => cfg.verbose = true,
+            "--list-models" => return Err(LIST_MODELS_REMOVED.to_owned()),
+            "--export" => return Err(EXPORT_REMOVED.to_owned()),
+            "-e" | "--extension" | "-ne" | "--no-extensions" => {
+                return Err(EXTENSIONS_UNSUPPORTED.to_owned())
+            }
             "--system-prompt" => cfg.system_prompt = Some(value("--system-prompt")?),
             "--append-system-prompt" => cfg
                 .append_system_prompt
@@ -357,6 +438,26 @@ mod tests {
     }
 
     #[test]
+    fn max_model_calls_takes_zero_and_positive_counts() {
+        let cap = |args: &[&str]| match p(args) {
+            Ok(Command::Run(cfg)) => Ok(cfg.max_model_calls),
+            Ok(_) => unreachable!(),
+            Err(e) => Err(e),
+        };
+        assert_eq!(cap(&[]), Ok(None));
+        assert_eq!(cap(&["--max-model-calls", "7"]), Ok(Some(7)));
+        assert_eq!(cap(&["--max-model-calls=0"]), Ok(Some(0)));
+        assert_eq!(
+            cap(&["--max-model-calls", "-1"]),
+            Err("--max-model-calls must be a non-negative integer".into())
+        );
+        assert_eq!(
+            cap(&["--max-model-calls"]),
+            Err("--max-model-calls requires a value".into())
+        );
+    }
+
+    #[test]
     fn autonomous_flags_enable_the_mode_and_validate_their_values() {
         let Ok(Command::Run(cfg)) = p(&["--autonomous"]) else {
             panic!()
@@ -438,6 +539,37 @@ mod tests {
     }
 
     #[test]
+    fn upstream_flags_are_accepted_or_refused_with_their_reason() {
+        let Ok(Command::Run(cfg)) = p(&["-nbt", "--verbose", "-p", "--", "-x", "--model"]) else {
+            panic!()
+        };
+        assert!(cfg.no_builtin_tools && cfg.verbose);
+        assert_eq!(cfg.prompt_args, ["-x", "--model"], "-- ends the options");
+        assert_eq!(cfg.model, None);
+        assert!(cfg.warnings.is_empty());
+        for (args, want) in [
+            (&["--list-models"][..], LIST_MODELS_REMOVED),
+            (&["--list-models=gpt"], LIST_MODELS_REMOVED),
+            (&["--export", "s.jsonl"], EXPORT_REMOVED),
+            (&["-e", "./ext.ts"], EXTENSIONS_UNSUPPORTED),
+            (&["--extension", "x"], EXTENSIONS_UNSUPPORTED),
+            (&["-ne"], EXTENSIONS_UNSUPPORTED),
+        ] {
+            assert_eq!(p(args), Err(want.to_owned()), "{args:?}");
+        }
+        assert_eq!(
+            LIST_MODELS_REMOVED,
+            "--list-models was removed. Use \"prime-agent model list [search]\"."
+        );
+        assert_eq!(
+            EXPORT_REMOVED,
+            "--export was removed. Use \"prime-agent session export <file> [output]\"."
+        );
+        assert_eq!(p(&["-nbx"]), Err("Unknown option: -nbx".into()));
+        assert!(matches!(p(&["model", "list"]), Ok(Command::Sub(_))));
+    }
+
+    #[test]
     fn goal_flags() {
         let Ok(Command::Run(cfg)) = p(&["--goal", " ship it ", "--goal-token-budget", "500"])
         else {
@@ -480,6 +612,41 @@ mod tests {
         );
         assert_eq!(cfg.warnings.len(), 2);
         assert!(cfg.thinking.is_none());
+    }
+
+    #[test]
+    fn resource_and_model_flags() {
+        let Ok(Command::Run(cfg)) = p(&[
+            "--skill",
+            "/a",
+            "--skill=/b/SKILL.md",
+            "-ns",
+            "--prompt-template",
+            "t.md",
+            "-np",
+            "--models",
+            "openai/*, claude*:high",
+            "--model",
+            "openai/gpt-5.4:high",
+        ]) else {
+            panic!()
+        };
+        assert_eq!(
+            cfg.skills,
+            vec![PathBuf::from("/a"), PathBuf::from("/b/SKILL.md")]
+        );
+        assert!(cfg.no_skills && cfg.no_prompt_templates);
+        assert_eq!(cfg.prompt_templates, vec![PathBuf::from("t.md")]);
+        assert_eq!(cfg.models, vec!["openai/*", "claude*:high"]);
+        assert_eq!(cfg.model.as_deref(), Some("openai/gpt-5.4"));
+        assert_eq!(cfg.model_thinking, Some(Thinking::High));
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let Ok(Command::Run(cfg)) = p(&["--model", "ollama/qwen3:8b"]) else {
+            panic!()
+        };
+        assert_eq!(cfg.model.as_deref(), Some("ollama/qwen3:8b"));
+        assert_eq!(cfg.model_thinking, None);
+        assert_eq!(p(&["--skill"]), Err("--skill requires a value".into()));
     }
 
     #[test]

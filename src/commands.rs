@@ -88,6 +88,11 @@ pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 8] = [
     ("help", "List these commands", None),
 ];
 
+/// The names of our commands (a user template with one of them is not listed or expanded).
+pub(crate) fn names() -> Vec<&'static str> {
+    COMMANDS.iter().map(|(n, _, _)| *n).collect()
+}
+
 /// The slash command `text` is, if it is one of ours.
 pub(crate) fn parse(text: &str) -> Option<Command> {
     let rest = text.trim().strip_prefix('/')?;
@@ -231,9 +236,16 @@ fn help_text() -> String {
 }
 
 /// The `available_commands_update` sent right after `session/new`.
-pub(crate) fn available_commands_update() -> Value {
-    let commands: Vec<Value> = COMMANDS
+/// `extra`: the user's skills and templates (`skills::Resources::commands`), after ours.
+pub(crate) fn available_commands_update(extra: &[(String, String, Option<String>)]) -> Value {
+    let ours = COMMANDS
         .iter()
+        .map(|(name, description, hint)| (*name, *description, *hint));
+    let theirs = extra
+        .iter()
+        .map(|(n, d, h)| (n.as_str(), d.as_str(), h.as_deref()));
+    let commands: Vec<Value> = ours
+        .chain(theirs)
         .map(|(name, description, hint)| {
             let mut c = json!({"name": name, "description": description});
             if let Some(h) = hint {
@@ -379,7 +391,7 @@ mod tests {
         for (name, _, _) in COMMANDS {
             assert!(help.contains(&format!("\n/{name}")), "{help}");
         }
-        let u = available_commands_update();
+        let u = available_commands_update(&[]);
         assert_eq!(u["sessionUpdate"], "available_commands_update");
         let list = u["availableCommands"].as_array().unwrap();
         assert_eq!(list.len(), 8);

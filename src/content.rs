@@ -58,7 +58,7 @@ pub(crate) struct UserPrompt {
     /// command (never from an embedded resource or a link a client attached).
     pub typed: bool,
     /// Kept in the session file as this `custom_message` (a heartbeat's prompt).
-    pub custom: Option<crate::persist::Custom>,
+    pub custom: Option<Custom>,
 }
 
 /// Decoded size of a base64 payload without decoding it.
@@ -83,6 +83,17 @@ pub(crate) fn tail_bytes(s: &str, max: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+/// A user-role message the session file keeps as a `custom_message` entry rather than a
+/// plain user message: the model gets the text back on load, a replay shows nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Custom {
+    pub custom_type: &'static str,
+    /// Upstream's flag: whether its TUI shows the message (a heartbeat's prompt does, the
+    /// restored kernel state not).
+    pub display: bool,
+    pub details: Option<Value>,
 }
 
 #[cfg(test)]

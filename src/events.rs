@@ -30,6 +30,10 @@ pub(crate) struct MappingState {
     /// the newest one has not ended yet.
     compactions: u64,
     compaction_open: bool,
+    /// Tool calls already sent as `tool_call` and not yet ended: every later event of one
+    /// refines it (`tool_call_update`), so each id is announced exactly once, whichever event
+    /// comes first (`ToolAnnounced`, `ToolAwaitingApproval`, `ToolStart`).
+    announced: std::collections::HashSet<String>,
 }
 
 /// Which standard session updates the client opted into.
@@ -248,34 +252,75 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         }
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
+        AgentEvent::ToolPending { id, name, args } => {
+            if !state.announced.insert(id.clone()) {
+                let mut update = json!({ "sessionUpdate": "tool_call_update", "toolCallId": id });
+                if let Some(args) = args {
+                    update["title"] = json!(tool_title(name, args));
+                    update["rawInput"] = raw_input(name, args);
+                }
+                return vec![update];
+            }
+            let mut update = json!({
+                "sessionUpdate": "tool_call",
+                "toolCallId": id,
+                "title": tool_title(name, args.as_ref().unwrap_or(&Value::Null)),
+                "kind": tool_kind(name),
+                "status": "pending",
+            });
+            if let Some(args) = args {
+                update["rawInput"] = raw_input(name, args);
+            }
+            vec![update]
+        }
+        AgentEvent::ToolAnnounced {
+            id,
+            name,
+            args,
+            locations,
+            display,
+        } => {
+            let mut update = tool_call(id, name, args, locations, display.as_ref(), "pending");
+            if !state.announced.insert(id.clone()) {
+                // Known already (its arguments streamed): the update refines it.
+                update["sessionUpdate"] = json!("tool_call_update");
+            }
+            vec![update]
+        }
         AgentEvent::ToolStart {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_call(
-            id,
-            name,
-            args,
-            locations,
-            display.as_ref(),
-            "in_progress",
-        )],
+        } => {
+            let mut call = tool_call(id, name, args, locations, display.as_ref(), "in_progress");
+            if !state.announced.insert(id.clone()) {
+                // Shown already (pending while it streamed, or announced with its reply): the
+                // start refines that call with everything now known.
+                call["sessionUpdate"] = json!("tool_call_update");
+            }
+            vec![call]
+        }
+        // Announced calls are shown `pending` already; the permission request names the call.
+        AgentEvent::ToolAwaitingApproval { id, .. } if state.announced.contains(id) => vec![],
         AgentEvent::ToolAwaitingApproval {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_call(
-            id,
-            name,
-            args,
-            locations,
-            display.as_ref(),
-            "pending",
-        )],
+        } => {
+            state.announced.insert(id.clone());
+            vec![tool_call(
+                id,
+                name,
+                args,
+                locations,
+                display.as_ref(),
+                "pending",
+            )]
+        }
         AgentEvent::Plan(entries) => {
             let entries: Vec<Value> = entries
                 .iter()
@@ -302,7 +347,10 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             "status": "in_progress",
             "content": [text_content(output)],
         })],
-        AgentEvent::ToolEnd { id, name, result } => vec![tool_end(id, name, result)],
+        AgentEvent::ToolEnd { id, name, result } => {
+            state.announced.remove(id);
+            vec![tool_end(id, name, result)]
+        }
         AgentEvent::BashStart { run_id, command } => {
             state.active_bash_run_id = run_id.clone();
             state.bash_output.clear();
@@ -504,6 +552,14 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
     }
 }
 
+/// What `rawInput` shows of a call's arguments: an IPython cell's code alone.
+fn raw_input(name: &str, args: &Value) -> Value {
+    match (name, args.get("code")) {
+        ("ipython", Some(Value::String(code))) => json!({ "code": code }),
+        _ => args.clone(),
+    }
+}
+
 fn tool_call(
     id: &str,
     name: &str,
@@ -512,10 +568,7 @@ fn tool_call(
     display: Option<&ToolDisplay>,
     status: &str,
 ) -> Value {
-    let raw_input = match (name, args.get("code")) {
-        ("ipython", Some(Value::String(code))) => json!({ "code": code }),
-        _ => args.clone(),
-    };
+    let raw_input = raw_input(name, args);
     let mut update = json!({
         "sessionUpdate": "tool_call",
         "toolCallId": id,
@@ -561,6 +614,12 @@ fn tool_end(id: &str, name: &str, result: &ToolResultView) -> Value {
     if !content.is_empty() {
         update["content"] = Value::Array(content);
     }
+    // What the model got back, for trajectory builders (docs/harnesses.md): Harbor reads
+    // `rawOutput.output` as the step's observation.
+    update["rawOutput"] = json!({
+        "output": result.text.as_deref().unwrap_or(""),
+        "isError": result.is_error,
+    });
     if name == "ipython" {
         if let Some(meta) = result.ipython.as_ref().and_then(ipython_meta) {
             update["_meta"] = namespaced(json!({ "ipython": meta }));
@@ -600,6 +659,81 @@ mod tests {
     use crate::turn::{ChildSnapshot, RefineEdit};
 
     /// The hot-path serialiser writes exactly what the general path writes.
+    #[test]
+    fn a_call_shown_while_it_streams_is_one_call_from_pending_to_its_end() {
+        let mut st = MappingState::default();
+        let pending = |args: Option<Value>| AgentEvent::ToolPending {
+            id: "c1".into(),
+            name: "bash".into(),
+            args,
+        };
+        // (event, updates): the name alone opens the call; arguments update it; its start
+        // completes it; its end closes it, and a later call with a new id is new again.
+        let cases: Vec<(AgentEvent, Vec<Value>)> = vec![
+            (
+                pending(None),
+                vec![
+                    json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"bash","kind":"execute","status":"pending"}),
+                ],
+            ),
+            (
+                pending(Some(json!({"command": "ec"}))),
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","title":"ec","rawInput":{"command":"ec"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    args: json!({"command": "echo hi"}),
+                    locations: vec![],
+                    display: None,
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","title":"echo hi","kind":"execute","status":"in_progress","rawInput":{"command":"echo hi"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolEnd {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    result: ToolResultView::default(),
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed"}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    id: "c2".into(),
+                    name: "read".into(),
+                    args: json!({"path": "a"}),
+                    locations: vec![],
+                    display: None,
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call","toolCallId":"c2","title":"Read a","kind":"read","status":"in_progress","rawInput":{"path":"a"}}),
+                ],
+            ),
+        ];
+        for (i, (event, want)) in cases.into_iter().enumerate() {
+            assert_eq!(to_session_updates(&event, &mut st), want, "case {i}");
+        }
+        assert!(st.announced.is_empty());
+        // A call that ends without starting (cut off, refused) is forgotten too.
+        to_session_updates(&pending(None), &mut st);
+        to_session_updates(
+            &AgentEvent::ToolEnd {
+                id: "c1".into(),
+                name: String::new(),
+                result: ToolResultView::default(),
+            },
+            &mut st,
+        );
+        assert!(st.announced.is_empty());
+    }
+
     #[test]
     fn message_chunk_frame_matches_the_general_path() {
         use crate::meta::{apply_envelope, Phase};

@@ -20,6 +20,7 @@ use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
+use crate::store_worker::{self, ListJob};
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, Local, TurnInput};
 
@@ -46,7 +47,8 @@ impl MainLoop {
                 self.respond(&id, result);
                 // After the response, so the client knows the session the update names.
                 if let Some(sid) = sid {
-                    let commands = commands::available_commands_update();
+                    let extra = self.agent.resources.commands(&commands::names());
+                    let commands = commands::available_commands_update(&extra);
                     self.with_session(&sid, |s, _, out| {
                         s.announce(commands, out);
                         s.publish_opening_notices(out);
@@ -63,7 +65,11 @@ impl MainLoop {
                 }
                 return;
             }
-            acp::SESSION_LIST => self.session_list(&params),
+            acp::SESSION_LIST => match self.session_list(id.clone(), &params) {
+                // The worker's answer comes back through the loop.
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
             acp::SESSION_DELETE => match self.session_delete(id.clone(), &params) {
                 // The open session is closed first and answers once deleted.
                 Ok(None) => return,
@@ -79,7 +85,8 @@ impl MainLoop {
                 self.respond(&id, result);
                 // As after `session/new`: the fork is a new session to the client.
                 if let Some(sid) = sid {
-                    let commands = commands::available_commands_update();
+                    let extra = self.agent.resources.commands(&commands::names());
+                    let commands = commands::available_commands_update(&extra);
                     self.with_session(&sid, |s, _, out| {
                         s.announce(commands, out);
                         s.publish_opening_notices(out);
@@ -95,6 +102,10 @@ impl MainLoop {
             acp::LOGOUT => self.logout(&params),
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
+            acp::SESSION_STEERING => match self.session_steering(id.clone(), &params) {
                 Ok(()) => return,
                 Err(e) => Err(e),
             },
@@ -186,7 +197,7 @@ impl MainLoop {
             })?,
         };
         let updates = if replay {
-            persist::replay::replay(&loaded.entries)
+            crate::replay::replay(&loaded.entries)
         } else {
             Vec::new()
         };
@@ -200,38 +211,23 @@ impl MainLoop {
         Ok((result, session_id))
     }
 
-    /// `session/list`: the stored sessions, newest first, a page at a time.
-    fn session_list(&mut self, params: &Value) -> Result<Value, RpcError> {
-        const PAGE: usize = 50;
+    /// `session/list`: the stored sessions, newest first, a page at a time, read by the
+    /// `session-store` worker (`store_worker.rs`) and answered when it reports back.
+    fn session_list(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
         let (cwd, cursor) = acp::parse_list_sessions(params)?;
-        let rows = self
-            .agent
-            .store
-            .as_ref()
-            .map(|s| s.list())
-            .unwrap_or_default();
-        let Some((rows, next)) = persist::page(&rows, cwd.as_deref(), cursor.as_deref(), PAGE)
-        else {
-            return Err(RpcError::invalid_params(format!(
-                "Invalid session/list cursor: {}",
-                cursor.unwrap_or_default()
-            )));
+        let Some(store) = self.agent.store.clone() else {
+            self.respond(&id, store_worker::empty_page(cursor.as_deref()));
+            return Ok(());
         };
-        let sessions: Vec<Value> = rows
-            .into_iter()
-            .map(|s| {
-                let mut v = json!({ "sessionId": s.id, "cwd": s.cwd, "updatedAt": s.updated_at });
-                if let Some(t) = s.title {
-                    v["title"] = json!(t);
-                }
-                v
-            })
-            .collect();
-        let mut result = json!({ "sessions": sessions });
-        if let Some(next) = next {
-            result["nextCursor"] = json!(next);
-        }
-        Ok(result)
+        self.list_sessions(
+            store,
+            ListJob {
+                request: id,
+                cwd,
+                cursor,
+            },
+        );
+        Ok(())
     }
 
     /// Opens a session, new or continued from `resumed`, and builds the `session/new` answer.
@@ -254,8 +250,8 @@ impl MainLoop {
         };
         check_directories(&p.additional_directories)?;
         // What the client asked for goes last, after the agent's own prompt.
-        agent.system_prompt = setup::session_system_prompt(
-            &agent,
+        setup::apply_client_prompt(
+            &mut agent,
             p.system_prompt.as_ref(),
             &p.additional_directories,
         );
@@ -302,7 +298,11 @@ impl MainLoop {
             );
             family.set_mcp(hub);
         }
-        let ctx = Arc::new(family.main_ctx());
+        let log = conversation
+            .recorder
+            .as_ref()
+            .map(|r| r.path().to_path_buf());
+        let ctx = Arc::new(family.main_ctx(log.as_deref()));
         let workers = Box::new(FamilyWorkers {
             family: family.clone(),
             ctx: ctx.clone(),
@@ -348,6 +348,10 @@ impl MainLoop {
         }
         family.set_heartbeats(session.heartbeats().clone());
         let unattended = unattended_of(&self.agent);
+        // A continued session's goal (active, paused, …) comes back as its file last said.
+        if let Some(record) = resumed.as_ref().and_then(|l| l.goal_state()) {
+            autonomy::lock(&unattended).restore_goal(record, Instant::now());
+        }
         family.set_unattended(unattended.clone());
         session.set_unattended(unattended);
         let mut result = json!({
@@ -355,7 +359,7 @@ impl MainLoop {
             "modes": session.modes(),
             "configOptions": session.config_options(),
         });
-        self.sessions.push(session);
+        self.sessions.push(crate::reaper::Reaped::new(session));
         if !loading && !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
             let actual = self.agent.cwd.display().to_string();
             result["_meta"] =
@@ -415,9 +419,31 @@ impl MainLoop {
         session.set_model(model);
     }
 
+    /// `_session/steering`: the session answers (`injected`, `promptRequired`, or
+    /// `startedNewTurn`).
+    fn session_steering(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
+        let (session_id, prompt, idle) = acp::parse_steering(params)?;
+        let Some(i) = self.session_index(&session_id) else {
+            return Err(unknown_session(&session_id));
+        };
+        self.with_session_at(i, |s, _, out| s.steer(id, prompt.text, idle, out));
+        Ok(())
+    }
+
     /// The session answers the prompt; an error here is answered by the caller.
     fn session_prompt(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
-        let (session_id, prompt) = acp::parse_prompt(params)?;
+        let (session_id, mut prompt) = acp::parse_prompt(params)?;
+        // `/skill:<name> args` and `/<template> args` become the message they stand for (a
+        // name of one of our commands stays ours).
+        if prompt.typed && commands::parse(&prompt.text).is_none() {
+            if let Some(text) = self
+                .agent
+                .resources
+                .expand(&prompt.text, &commands::names())
+            {
+                prompt.text = text;
+            }
+        }
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };

@@ -68,6 +68,7 @@ pub(crate) fn run(cfg: &Config, version: &str) -> Result<u8, String> {
                 json: json_mode,
                 last_message: None,
                 text: String::new(),
+                warning: None,
             };
             let outcome = client.run(&cwd, &prompt);
             client.finish(&outcome);
@@ -162,6 +163,8 @@ struct Client {
     /// The `messageId` of the newest assistant message, and its text so far.
     last_message: Option<String>,
     text: String,
+    /// The last warning notice (why a bound stopped the prompt), for stderr.
+    warning: Option<String>,
 }
 
 impl Client {
@@ -220,6 +223,14 @@ impl Client {
             return;
         }
         let update = &frame["params"]["update"];
+        let notice = &update["_meta"][crate::meta::NAMESPACE]["notice"];
+        if notice["severity"] == "warning" {
+            let title = notice["title"].as_str().unwrap_or_default();
+            self.warning = Some(match notice["description"].as_str() {
+                Some(d) => format!("{title}: {d}"),
+                None => title.to_owned(),
+            });
+        }
         if self.json {
             let mut line = serde_json::to_vec(update).expect("a JSON value always serialises");
             line.push(b'\n');
@@ -268,6 +279,12 @@ impl Client {
             };
             serde_json::to_string(&result).expect("a JSON value always serialises")
         } else if outcome.is_ok() {
+            // A prompt a bound stopped (exit 2) says why on stderr; stdout keeps the answer.
+            if exit_code(outcome) == 2 {
+                if let Some(w) = &self.warning {
+                    let _ = writeln!(std::io::stderr(), "prime-agent: {w}");
+                }
+            }
             std::mem::take(&mut self.text)
         } else {
             return;

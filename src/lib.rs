@@ -34,13 +34,21 @@ mod permissions;
 mod persist;
 mod prompt;
 mod provider;
+mod reaper;
 mod refine;
+mod replay;
 mod rpc;
+mod semantic;
 mod session;
+mod settings;
 mod setup;
+mod skills;
 mod spawn;
 mod stop_reason;
+mod store_worker;
 mod subagents;
+mod subcommands;
+mod thinking;
 mod time;
 mod tools;
 mod transport;
@@ -57,6 +65,7 @@ pub use kernel::{
 pub use main_loop::{run, Exit};
 pub use provider::http::cap_wire_logging;
 pub use rpc::{classify_line, Incoming, RequestId};
+pub use subcommands::Subcommand;
 pub use transport::{spawn as spawn_transport, Connection, IoThreads, MAX_LINE_BYTES};
 pub use turn::Agent;
 
@@ -68,6 +77,11 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// (0 `end_turn`, 1 failure, 2 a hit limit).
 pub fn run_headless(cfg: &Config) -> Result<u8, String> {
     headless::run(cfg, VERSION)
+}
+
+/// Runs `prime-agent model|session|schedule …` (stdout, no ACP); returns the exit code.
+pub fn run_subcommand(sub: &Subcommand) -> Result<u8, String> {
+    subcommands::run(sub, &setup::agent_dir(), &mut std::io::stdout().lock())
 }
 
 /// Runs ACP over the process's stdio until stdin closes or a signal arrives.

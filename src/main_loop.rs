@@ -15,8 +15,11 @@ use serde_json::Value;
 use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
+use crate::persist::Store;
+use crate::reaper::{self, Reaped};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
+use crate::store_worker::{self, ListJob, StoreAnswer, StoreWorker};
 use crate::subagents::FamilyMsg;
 use crate::transport::{Backlog, Connection, Inbound};
 use crate::turn::{spawn_turn, Agent, AgentEvent, TurnMsg, TurnMsgKind};
@@ -29,6 +32,12 @@ const EXIT_JOIN: Duration = Duration::from_millis(500);
 /// At exit, how long the kernels may take to write a pending namespace snapshot (its own
 /// limit is 5 s of pickling, plus the write).
 const STATE_SAVE: Duration = Duration::from_secs(7);
+/// At exit, how long the reaper may take over what the sessions left (kills, reaps, joins,
+/// HTTP `DELETE`s, temp dirs); a child it does not reach dies with the agent anyway (Linux:
+/// `spawn.rs`).
+const EXIT_REAP: Duration = Duration::from_secs(3);
+/// How long the reaper waits for a closed session's last turn worker.
+const CLOSED_JOIN: Duration = Duration::from_millis(500);
 
 /// How the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +58,8 @@ enum Event {
     ClientCall(ClientMsg),
     /// A deadline passed: a cancelled turn's grace, or a queued prompt's quiescence wait.
     Timer,
+    /// The `session-store` worker answered a `session/list`.
+    Store(StoreAnswer),
 }
 
 /// The loop's state: the connection's sending side, the session, and the channels its
@@ -60,8 +71,9 @@ pub(crate) struct MainLoop {
     /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
     backlog: Backlog,
     pub(crate) agent: Arc<Agent>,
-    /// The open sessions, oldest first (at most one without `--multi-session`).
-    pub(crate) sessions: Vec<Session>,
+    /// The open sessions, oldest first (at most one without `--multi-session`). `Reaped`:
+    /// a session leaving this list is torn down on the reaper thread, never here.
+    pub(crate) sessions: Vec<Reaped<Session>>,
     pub(crate) timing: Timing,
     turn_tx: Sender<TurnMsg>,
     turn_rx: Receiver<TurnMsg>,
@@ -77,6 +89,10 @@ pub(crate) struct MainLoop {
     pub(crate) version: String,
     /// The action buffer, reused for every event (no allocation on the streaming path).
     actions: Vec<Action>,
+    /// Reads the sessions directory for `session/list` (started by the first one).
+    store_worker: Option<StoreWorker>,
+    store_tx: Sender<StoreAnswer>,
+    store_rx: Receiver<StoreAnswer>,
 }
 
 /// Runs until the client closes stdin or a signal arrives. Consumes the connection, so the
@@ -85,10 +101,12 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     // Bounded: a turn that outpaces the loop (which logs and serialises every event) waits
     // for it instead of queueing without limit. The loop drains this channel in every state,
     // so a worker never waits long, and never on the client.
+    reaper::start();
     let (turn_tx, turn_rx) = bounded(TURN_QUEUE);
     let (family_tx, family_rx) = unbounded();
     // Unbounded: a worker sends at most one request at a time and waits for it.
     let (client_tx, client_rx) = unbounded();
+    let (store_tx, store_rx) = unbounded();
     let mut ml = MainLoop {
         out: conn.sender,
         recycled: conn.recycled,
@@ -107,13 +125,16 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         client_caps: ClientCaps::default(),
         version: version.to_owned(),
         actions: Vec::new(),
+        store_worker: None,
+        store_tx,
+        store_rx,
     };
     let exit = loop {
         let heartbeat = ml.heartbeat_deadline();
         let timer = match ml
             .sessions
             .iter()
-            .filter_map(Session::next_deadline)
+            .filter_map(|s| s.next_deadline())
             .chain(heartbeat)
             .min()
         {
@@ -137,6 +158,10 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
                 Ok(m) => Event::ClientCall(m),
                 Err(_) => continue, // Unreachable: the loop holds a sender.
             },
+            recv(ml.store_rx) -> msg => match msg {
+                Ok(m) => Event::Store(m),
+                Err(_) => continue, // Unreachable: the loop holds a sender.
+            },
             recv(signals) -> _ => Event::Signal,
             recv(timer) -> _ => Event::Timer,
         };
@@ -146,6 +171,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
             Event::Family(msg) => ml.on_family(msg),
             Event::Timer => ml.on_timers(Instant::now()),
             Event::ClientCall(msg) => ml.on_client_call(msg),
+            Event::Store(answer) => ml.respond(&answer.request, answer.result),
             Event::ClientClosed => {
                 // Nobody will answer: every waiting worker gets `Gone` at once.
                 ml.pending.fail_all();
@@ -232,7 +258,7 @@ impl MainLoop {
         let due = self
             .sessions
             .iter()
-            .filter_map(Session::heartbeat_due_ms)
+            .filter_map(|s| s.heartbeat_due_ms())
             .min()?;
         Some(Instant::now() + crate::time::schedule_wait(due))
     }
@@ -298,18 +324,34 @@ impl MainLoop {
                     self.respond(&request, self.delete_closed(&id));
                 }
                 Action::SaveHeartbeats(jobs) => {
-                    // Rare (a `/heartbeat` command, a firing) and small: written here, so the
-                    // schedule the client saw acknowledged is on disk.
+                    // Rare (a `/heartbeat` command, a firing) and small: replaced here, so the
+                    // schedule the client saw acknowledged survives the process, and flushed to
+                    // the disk on the reaper, so this thread never waits for an fsync.
                     if let Some(store) = &self.agent.store {
-                        store.save_jobs(self.sessions[idx].id(), &jobs);
+                        match store.write_jobs(self.sessions[idx].id(), &jobs) {
+                            Ok(path) => reaper::later(move || crate::persist::sync_file(&path)),
+                            Err(e) => log::error!("{e}"),
+                        }
                     }
                 }
             }
         }
         actions.clear();
         if closed {
-            // Closed sessions keep no worker to join: an aborted one ends on its own.
-            self.sessions.remove(idx);
+            // The reaper joins its last worker (aborted: it ends on its own), flushes its kernel
+            // snapshot and drops the session (family, MCP hub, kernel), so the close is answered
+            // without waiting.
+            let mut session = self.sessions.remove(idx);
+            session.release_file();
+            let worker = session.last_worker.take();
+            let deadline = Instant::now() + CLOSED_JOIN;
+            reaper::later(move || {
+                if let Some(worker) = worker {
+                    reaper::join_or_leave(worker, deadline, "a closed session's turn worker");
+                }
+                session.save_state(Instant::now() + STATE_SAVE);
+                drop(session);
+            });
         }
     }
 
@@ -336,7 +378,7 @@ impl MainLoop {
         while let Some(deadline) = self
             .sessions
             .iter()
-            .filter_map(Session::cancel_deadline)
+            .filter_map(|s| s.cancel_deadline())
             .min()
         {
             match self.turn_rx.recv_deadline(deadline) {
@@ -344,6 +386,26 @@ impl MainLoop {
                 Err(_) => self.on_timers(deadline),
             }
         }
+    }
+
+    /// Hands a `session/list` to the store worker (started now if this is the first); a
+    /// worker that cannot start or is gone leaves the list to this thread, answered anyway.
+    pub(crate) fn list_sessions(&mut self, store: Arc<Store>, job: ListJob) {
+        if self.store_worker.is_none() {
+            match StoreWorker::spawn(store.clone(), self.store_tx.clone()) {
+                Ok(w) => self.store_worker = Some(w),
+                Err(e) => log::error!("cannot start the session-store thread: {e}"),
+            }
+        }
+        let job = match &self.store_worker {
+            Some(w) => match w.send(job) {
+                Ok(()) => return,
+                Err(job) => job,
+            },
+            None => job,
+        };
+        let result = store_worker::list_page(&store, job.cwd.as_deref(), job.cursor.as_deref());
+        self.respond(&job.request, result);
     }
 
     /// A link for this connection's workers to reach the client through the loop.
@@ -425,14 +487,17 @@ impl MainLoop {
     /// are killed by abort hooks at once). A worker stuck past that is left to the process exit.
     fn shutdown(&mut self) {
         let deadline = Instant::now() + EXIT_JOIN;
+        if let Some(worker) = self.store_worker.take() {
+            worker.stop(deadline);
+        }
         let mut workers = Vec::new();
-        let mut sessions: Vec<Session> = self.sessions.drain(..).collect();
+        let mut sessions: Vec<Reaped<Session>> = self.sessions.drain(..).collect();
         for session in &mut sessions {
             session.shut_down();
             workers.extend(session.last_worker.take());
         }
         for worker in workers {
-            crate::subagents::join_by(worker, deadline);
+            reaper::join_or_leave(worker, deadline, "a turn worker at exit");
         }
         for session in &mut sessions {
             session.flush_title();
@@ -443,6 +508,12 @@ impl MainLoop {
         let deadline = Instant::now() + STATE_SAVE;
         for session in &sessions {
             session.save_state(deadline);
+        }
+        // The sessions go to the reaper like closed ones; the process waits (bounded) for it
+        // to kill, reap and clean up what they held.
+        drop(sessions);
+        if !reaper::drain(Instant::now() + EXIT_REAP) {
+            log::warn!("teardown was still running at exit");
         }
     }
 }

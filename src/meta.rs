@@ -135,7 +135,8 @@ pub(crate) fn initialize_result(version: &str, auth_methods: Value) -> Value {
         },
         "authMethods": auth_methods,
         "agentInfo": { "name": "prime-agent", "title": "Prime Agent", "version": version },
-        "_meta": namespaced(json!({})),
+        // `_session/steering` joins a running prompt (docs/harnesses.md).
+        "_meta": { NAMESPACE: {}, "steering": { "supported": true } },
     })
 }
 
@@ -196,7 +197,10 @@ mod tests {
             r["agentInfo"],
             json!({"name":"prime-agent","title":"Prime Agent","version":"1.2.3"})
         );
-        assert_eq!(r["_meta"], json!({NAMESPACE: {}}));
+        assert_eq!(
+            r["_meta"],
+            json!({NAMESPACE: {}, "steering": {"supported": true}})
+        );
         assert!(r["agentCapabilities"].get("subagents").is_none());
     }
 }

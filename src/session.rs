@@ -595,6 +595,52 @@ impl Session {
         }
     }
 
+    /// `_session/steering`: while a client prompt runs, the text joins it before its next model
+    /// call (the turn takes it from the inbox, recorded as a user message) and the prompt is
+    /// answered only once a model call has seen it; otherwise the idle behaviour decides.
+    pub(crate) fn steer(
+        &mut self,
+        request: RequestId,
+        text: String,
+        idle: acp::IdleBehavior,
+        out: &mut Vec<Action>,
+    ) {
+        if self.closing.is_some() || self.closed {
+            let why = format!("ACP session is closing: {}", self.id);
+            out.push(Action::Respond(request, Err(RpcError::internal(why))));
+            return;
+        }
+        let prompt_running = self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.request.is_some() && a.cancel_deadline.is_none());
+        if prompt_running && self.ctx.inbox.steer(&text) {
+            out.push(Action::Respond(
+                request,
+                Ok(json!({ "outcome": "injected" })),
+            ));
+            return;
+        }
+        match idle {
+            acp::IdleBehavior::PromptRequired => out.push(Action::Respond(
+                request,
+                Ok(json!({ "outcome": "promptRequired", "reason": "noRunningTurn" })),
+            )),
+            acp::IdleBehavior::StartTurn => {
+                // A message for the main agent: it starts an unsolicited turn, or joins the
+                // unsolicited turn that runs.
+                let outcome = if self.active.is_some() {
+                    "injected"
+                } else {
+                    "startedNewTurn"
+                };
+                self.ctx.inbox.push(text);
+                out.push(Action::Respond(request, Ok(json!({ "outcome": outcome }))));
+                self.advance(out);
+            }
+        }
+    }
+
     /// `prompt` for any prompt turn's input (a slash command's local answer too).
     pub(crate) fn prompt_input(
         &mut self,
@@ -641,6 +687,8 @@ impl Session {
                 self.publish(update, 0, Phase::Event, None, out);
             }
         }
+        // A goal a continued session restored (`session/new` showed it with `announce`).
+        self.publish_goal(0, out);
     }
 
     /// `_meta…goal`, if the goal changed since it was last shown.
@@ -739,12 +787,28 @@ impl Session {
             self.write_title();
         }
         if let Some(close_id) = self.closing.take() {
-            out.push(match self.deleting {
-                true => Action::DeleteStored(close_id),
-                false => Action::Respond(close_id, Ok(json!({}))),
-            });
+            if self.deleting {
+                out.push(Action::DeleteStored(close_id));
+            } else {
+                // What ran after the last prompt's answer (a child finishing, an unsolicited
+                // turn).
+                let mut result = json!({});
+                crate::semantic::annotate(&mut result, &self.ctx.trace.take());
+                out.push(Action::Respond(close_id, Ok(result)));
+            }
         }
         out.push(Action::Closed);
+    }
+
+    /// A closed session lets go of its file at once (the lock, so it can be opened again
+    /// right away; closing a file descriptor does not wait), unless a worker still holds the
+    /// conversation: then the reaper's drop of the session does, once the worker is done.
+    pub(crate) fn release_file(&self) {
+        match self.conversation.try_lock() {
+            Ok(mut conv) => conv.recorder = None,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().recorder = None,
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
     }
 
     /// Ends everything at once (the process is exiting): aborts the turn, ends the family.
@@ -803,6 +867,7 @@ impl Session {
         };
         self.write_title();
         self.workers.set_main_busy(false);
+        self.ctx.inbox.close_steering();
         for id in &active.open_tool_calls {
             let update = json!({
                 "sessionUpdate": "tool_call_update",
@@ -897,10 +962,16 @@ impl Session {
         let abort = AbortFlag::new();
         let prompt_turn_id = if request.is_some() {
             self.prompt_counter += 1;
+            // A client prompt starts a new chain of `continuation` edges.
+            self.ctx.trace.begin_prompt();
             self.prompt_counter
         } else {
             0
         };
+        if request.is_some() {
+            // Steers join this prompt until its worker says it ended.
+            self.ctx.inbox.open_steering();
+        }
         out.push(Action::StartTurn(TurnStart {
             turn,
             abort: abort.clone(),
@@ -1042,8 +1113,14 @@ impl Session {
             TurnMsgKind::Event(event) => {
                 let open = &mut active.open_tool_calls;
                 match &event {
-                    AgentEvent::ToolStart { id, .. }
-                    | AgentEvent::ToolAwaitingApproval { id, .. } => open.push(id.clone()),
+                    AgentEvent::ToolAnnounced { id, .. }
+                    | AgentEvent::ToolPending { id, .. }
+                    | AgentEvent::ToolStart { id, .. }
+                    | AgentEvent::ToolAwaitingApproval { id, .. } => {
+                        if !open.contains(id) {
+                            open.push(id.clone());
+                        }
+                    }
                     AgentEvent::ToolEnd { id, .. } => open.retain(|o| o != id),
                     AgentEvent::BashStart { run_id, .. } => {
                         open.push(bash_tool_call_id(run_id.as_deref()))
@@ -1074,6 +1151,7 @@ impl Session {
         // The worker has let go of the conversation: a title given meanwhile is written.
         self.write_title();
         self.workers.set_main_busy(false);
+        self.ctx.inbox.close_steering();
         let Some(request) = active.request else {
             // An unsolicited turn belongs to the lifecycle of the last prompt turn: a failure
             // there makes that turn's terminal outcome "error".
@@ -1089,7 +1167,9 @@ impl Session {
         let id = active.prompt_turn_id;
         let (result, ok) = match outcome {
             TurnOutcome::Cancelled => {
-                out.push(Action::Respond(request, Ok(cancelled())));
+                let mut result = cancelled();
+                crate::semantic::annotate(&mut result, &self.ctx.trace.take());
+                out.push(Action::Respond(request, Ok(result)));
                 self.advance(out);
                 return;
             }
@@ -1108,12 +1188,16 @@ impl Session {
                 if let Some(u) = usage {
                     result["usage"] = autonomy::usage_value(u);
                 }
+                crate::semantic::annotate(&mut result, &self.ctx.trace.take());
                 (Ok(result), true)
             }
-            TurnOutcome::Failed(why) => (
-                Err(RpcError::internal(format!("{TURN_FAILED}{why}"))),
-                false,
-            ),
+            TurnOutcome::Failed(why) => {
+                let mut err = RpcError::internal(format!("{TURN_FAILED}{}", why.text));
+                if let Some(data) = err.data.as_mut() {
+                    data["kind"] = json!(why.kind);
+                }
+                (Err(err), false)
+            }
         };
         let boundary = meta::response_boundary(true);
         self.publish(boundary, id, Phase::ResponseBoundary, Some(ok), out);

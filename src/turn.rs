@@ -18,7 +18,9 @@ use crossbeam_channel::Sender;
 use serde_json::Value;
 
 mod compacting;
+pub(crate) mod guard;
 mod refining;
+pub(crate) mod streaming;
 
 use crate::abort::AbortFlag;
 use crate::autonomy::{self, Next};
@@ -38,6 +40,8 @@ use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
 use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolDisplay, ToolOutput, ToolSet};
 use crate::transport::Backlog;
+use guard::{Guard, Verdict};
+use streaming::Announcer;
 
 /// Everything fixed for the life of a session: provider, tool choice, prompt, cwd (one per
 /// process, or one per session with `--multi-session`).
@@ -52,9 +56,11 @@ pub struct Agent {
     /// The agent dir and the recursion depths every kernel of the process runs with.
     pub(crate) kernel_env: KernelEnv,
     pub(crate) system_prompt: String,
-    /// What `system_prompt` was built from, to build it again for another cwd (`None`: keep
-    /// it as it is).
+    /// What each agent's system prompt is built from (`AgentCtx`, with that agent's facts);
+    /// `None`: every agent uses `system_prompt` as it is.
     pub(crate) prompt_spec: Option<PromptSpec>,
+    /// The user's skills and prompt templates (commands, `/skill:` and `/<template>` prompts).
+    pub(crate) resources: Arc<crate::skills::Resources>,
     pub(crate) cwd: PathBuf,
     pub(crate) thinking: Thinking,
     /// `--model` / `--thinking` were given: a continued session keeps them instead of the
@@ -81,6 +87,14 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// The system prompt of one of this session's agents (`prompt_spec` with its facts).
+    pub(crate) fn system_prompt_for(&self, facts: &crate::prompt::AgentFacts<'_>) -> String {
+        match &self.prompt_spec {
+            Some(spec) => spec.build(facts),
+            None => self.system_prompt.clone(),
+        }
+    }
+
     /// The start-up model and reasoning level, what a new session begins with.
     pub(crate) fn turn_model(&self) -> TurnModel {
         TurnModel {
@@ -98,6 +112,7 @@ impl Agent {
             kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             prompt_spec: None,
+            resources: Arc::default(),
             cwd: std::env::temp_dir(),
             thinking: Thinking::Off,
             model_explicit: false,
@@ -124,6 +139,7 @@ impl Agent {
             kernel_env: KernelEnv::default(),
             system_prompt: String::new(),
             prompt_spec: None,
+            resources: Arc::default(),
             cwd,
             thinking: Thinking::Off,
             model_explicit: false,
@@ -154,6 +170,8 @@ pub(crate) struct AgentCtx {
     pub compaction: Arc<compaction::Control>,
     /// The session's MCP servers, offered as native tools (`None`: the client gave none).
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
+    /// This agent's place in the session's semantic edges (`semantic.rs`).
+    pub trace: crate::semantic::Tracer,
 }
 
 impl AgentCtx {
@@ -169,6 +187,7 @@ impl AgentCtx {
             inbox: Arc::default(),
             compaction: Arc::default(),
             mcp: None,
+            trace: crate::semantic::Tracer::alone("main"),
         }
     }
 }
@@ -176,20 +195,30 @@ impl AgentCtx {
 /// Messages waiting for an agent's next model call.
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {
+    queue: Mutex<InboxState>,
+}
+
+#[derive(Debug, Default)]
+struct InboxState {
     /// Each message, and the `custom_message` it is kept as (a heartbeat's prompt).
-    queue: Mutex<VecDeque<(String, Option<Custom>)>>,
+    messages: VecDeque<(String, Option<Custom>)>,
+    /// A client prompt runs and takes steers (`_session/steering`).
+    steering: bool,
+    /// Steered messages not yet taken by a model call: the prompt may not end before they are.
+    steers: usize,
 }
 
 impl Inbox {
+    fn state(&self) -> std::sync::MutexGuard<'_, InboxState> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn push(&self, message: String) {
         self.push_message(message, None);
     }
 
     pub(crate) fn push_message(&self, message: String, custom: Option<Custom>) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back((message, custom));
+        self.state().messages.push_back((message, custom));
     }
 
     pub(crate) fn drain(&self) -> Vec<String> {
@@ -197,26 +226,62 @@ impl Inbox {
     }
 
     pub(crate) fn drain_messages(&self) -> Vec<(String, Option<Custom>)> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-            .collect()
+        let mut state = self.state();
+        state.steers = 0;
+        state.messages.drain(..).collect()
     }
 
     /// Whether a firing of schedule `job_id` is still waiting here (not yet taken by a model
     /// call): the schedule skips its ticks meanwhile.
     pub(crate) fn holds_firing(&self, job_id: &str) -> bool {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.state()
+            .messages
             .iter()
             .filter_map(|(_, custom)| custom.as_ref()?.details.as_ref())
             .any(|d| d["jobId"] == job_id)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.state().messages.len()
+    }
+
+    /// A client prompt starts: steers join it from now on.
+    pub(crate) fn open_steering(&self) {
+        self.state().steering = true;
+    }
+
+    /// The prompt is over (answered, cancelled): steers no longer join it.
+    pub(crate) fn close_steering(&self) {
+        self.state().steering = false;
+    }
+
+    /// A steer for the running prompt: queued for its next model call, if the prompt still
+    /// takes steers. Decided under the same lock as `finish_steering`, so a steer is either
+    /// seen by the prompt or refused, never stranded.
+    pub(crate) fn steer(&self, text: &str) -> bool {
+        let mut state = self.state();
+        if !state.steering {
+            return false;
+        }
+        state.messages.push_back((text.to_owned(), None));
+        state.steers += 1;
+        true
+    }
+
+    /// Steered messages are waiting for a model call.
+    pub(crate) fn has_steers(&self) -> bool {
+        self.state().steers > 0
+    }
+
+    /// The prompt's work is done: true (and steering closed) unless steers are waiting, which
+    /// the prompt must still take to a model call before it answers.
+    pub(crate) fn finish_steering(&self) -> bool {
+        let mut state = self.state();
+        if state.steers > 0 {
+            return false;
+        }
+        state.steering = false;
+        true
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -285,10 +350,28 @@ pub(crate) enum TurnMsgKind {
 pub(crate) enum TurnOutcome {
     Completed(StopReason),
     /// The model or provider failed; the text follows `prime-agent turn failed: `.
-    Failed(String),
+    Failed(TurnFailure),
     /// A bug: the turn thread panicked. The process survives.
     Panicked(String),
     Cancelled,
+}
+
+/// Why a turn failed: the text (after `prime-agent turn failed: `) and the prompt error's
+/// `data.kind` (`ProviderError::kind`, or `model_config`, `model_context_overflow`,
+/// `compaction`, `agent_busy`; docs/harnesses.md lists them).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TurnFailure {
+    pub text: String,
+    pub kind: &'static str,
+}
+
+impl TurnFailure {
+    pub(crate) fn new(text: impl Into<String>, kind: &'static str) -> TurnFailure {
+        TurnFailure {
+            text: text.into(),
+            kind,
+        }
+    }
 }
 
 /// Tail cap and throttle for `in_progress` tool output (issue: bounded bandwidth for huge output).
@@ -350,7 +433,10 @@ pub(crate) fn spawn_turn(
             // started; one still running is stuck in a call no abort hook reaches. Wait for it
             // a bounded time, then give up on it rather than wedge the session.
             let Some(mut conv) = take_over(previous, &conversation, &flag) else {
-                finished(TurnOutcome::Failed(PREDECESSOR_STUCK.to_owned()));
+                finished(TurnOutcome::Failed(TurnFailure::new(
+                    PREDECESSOR_STUCK,
+                    "agent_busy",
+                )));
                 return;
             };
             let emit = |event| {
@@ -365,7 +451,7 @@ pub(crate) fn spawn_turn(
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
             }
-            let outcome = match &unattended {
+            let mut outcome = match &unattended {
                 Some(u) if matches!(input, TurnInput::Prompt(_)) => {
                     run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
                 }
@@ -376,6 +462,18 @@ pub(crate) fn spawn_turn(
                 }
                 _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
             };
+            if let Some(u) = &unattended {
+                // A client prompt answers only when its work is really over: a steer that came
+                // after its last model call gets a model call of its own first.
+                while matches!(outcome, TurnOutcome::Completed(_))
+                    && !flag.is_aborted()
+                    && !ctx.inbox.finish_steering()
+                {
+                    outcome = run_turn(&ctx, &model, &mut conv, TurnInput::Inbox, &flag, &emit);
+                }
+                ctx.inbox.close_steering();
+                save_goal(&mut autonomy::lock(u), &mut conv);
+            }
             // Before the outcome is reported: what the client sees acknowledged is written
             // (one `write` per line, no user-space buffer, so a killed process loses nothing).
             conv.persist();
@@ -403,12 +501,9 @@ fn take_over<'a>(
 ) -> Option<std::sync::MutexGuard<'a, Conversation>> {
     let deadline = Instant::now() + PREDECESSOR_WAIT;
     if let Some(previous) = previous {
-        while !previous.is_finished() && Instant::now() < deadline && !abort.is_aborted() {
-            let _ = abort.sleep(Duration::from_millis(5));
-        }
-        if previous.is_finished() {
-            let _ = previous.join();
-        } else {
+        if let crate::reaper::Joined::Running(previous) =
+            crate::reaper::join_by(previous, deadline, Some(abort))
+        {
             let n = ABANDONED_WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             log::error!(
                 "turn worker {:?} is stuck past its cancel and was abandoned ({n} so far)",
@@ -447,23 +542,28 @@ fn run_prompt(
     unattended: &autonomy::Shared,
 ) -> TurnOutcome {
     let usage_at_start = conv.usage;
-    let (mut calls_seen, mut usage_seen) = (conv.model_calls, conv.usage);
+    let mut calls_seen = conv.model_calls;
     let mut input = input;
+    // Counts every model call into `unattended` as it ends, and bounds the whole prompt.
+    let mut guard = Guard::for_prompt(unattended);
     let outcome = loop {
-        let outcome = run_turn(ctx, model, conv, input, abort, emit);
+        let outcome = run_guarded(ctx, model, conv, input, abort, emit, &mut guard);
         let now = Instant::now();
         let calls = conv.model_calls - calls_seen;
-        let usage = conv.usage.minus(usage_seen);
-        (calls_seen, usage_seen) = (conv.model_calls, conv.usage);
+        calls_seen = conv.model_calls;
         let mut state = autonomy::lock(unattended);
-        state.record(calls, usage, now);
         if let TurnOutcome::Failed(why) = &outcome {
-            state.goal_failed(why, now);
+            state.goal_failed(&why.text, now);
         }
         report_goal(&mut state, emit);
+        save_goal(&mut state, conv);
         let TurnOutcome::Completed(stop) = outcome else {
             break outcome;
         };
+        // A bound stopped the prompt (its reason is the outcome's): nothing continues it.
+        if guard.stopped().is_some() {
+            break outcome;
+        }
         // Only an assistant turn continues (a `!cmd` or an empty inbox made no model call).
         if calls == 0 {
             break outcome;
@@ -506,6 +606,17 @@ fn run_prompt(
     outcome
 }
 
+/// Writes the goal's state to the session file if it changed since it was last written
+/// (`thread_goal_state`), at once: a resume restores it however the process ends.
+fn save_goal(state: &mut autonomy::Unattended, conv: &mut Conversation) {
+    if let Some(r) = conv.recorder.as_mut() {
+        if let Some(record) = state.take_goal_to_save(Instant::now()) {
+            r.note_goal(record);
+            conv.persist();
+        }
+    }
+}
+
 /// Reports the goal's state if it changed since it was last reported (`_meta…goal`).
 fn report_goal(state: &mut autonomy::Unattended, emit: &dyn Fn(AgentEvent)) {
     if let Some(g) = state.take_goal_meta() {
@@ -523,8 +634,8 @@ pub(crate) fn goal_event(g: autonomy::GoalMeta) -> AgentEvent {
     }
 }
 
-/// Runs one turn to its end on the calling thread. Never panics: a panic inside becomes
-/// `TurnOutcome::Panicked`.
+/// Runs one turn to its end on the calling thread, bounded by the repeat guard alone. Never
+/// panics: a panic inside becomes `TurnOutcome::Panicked`.
 pub(crate) fn run_turn(
     ctx: &AgentCtx,
     model: &TurnModel,
@@ -533,12 +644,27 @@ pub(crate) fn run_turn(
     abort: &AbortFlag,
     emit: &dyn Fn(AgentEvent),
 ) -> TurnOutcome {
+    let mut guard = Guard::default();
+    run_guarded(ctx, model, conversation, input, abort, emit, &mut guard)
+}
+
+/// `run_turn` within `guard`'s bounds (a prompt's, kept across its continuations).
+fn run_guarded(
+    ctx: &AgentCtx,
+    model: &TurnModel,
+    conversation: &mut Conversation,
+    input: TurnInput,
+    abort: &AbortFlag,
+    emit: &dyn Fn(AgentEvent),
+    guard: &mut Guard,
+) -> TurnOutcome {
     let mut worker = Worker {
         ctx,
         agent: &ctx.agent,
         model,
         abort,
         emit,
+        guard,
     };
     // Read now, so the kernel's `compact.*` sees `compaction.agentCallable` from the first cell.
     let _ = ctx
@@ -568,6 +694,7 @@ struct Worker<'a> {
     model: &'a TurnModel,
     abort: &'a AbortFlag,
     emit: &'a dyn Fn(AgentEvent),
+    guard: &'a mut Guard,
 }
 
 impl Worker<'_> {
@@ -634,7 +761,7 @@ impl Worker<'_> {
         }
         let provider = match &self.model.provider {
             Ok(p) => p.clone(),
-            Err(why) => return TurnOutcome::Failed(why.clone()),
+            Err(why) => return TurnOutcome::Failed(TurnFailure::new(why.clone(), "model_config")),
         };
         let mut specs = self.ctx.tools.specs();
         let mut system = std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str());
@@ -658,6 +785,18 @@ impl Worker<'_> {
             if self.abort.is_aborted() {
                 return TurnOutcome::Cancelled;
             }
+            // The prompt's bounds (autonomous limits, the per-prompt cap), before every call.
+            if let Some(stop) = self.guard.before_model_call(Instant::now()) {
+                self.stop_notice(&stop);
+                return TurnOutcome::Completed(stop.reason);
+            }
+            // The window: compact before the call once the context is over the threshold
+            // (also inside a tool loop, whose results can fill a small window in one turn).
+            match self.compact_before_call(conv, &*provider) {
+                Ok(Some(done)) => prompt_at = prompt_at.and_then(|at| done.moved(at)),
+                Ok(None) => {}
+                Err(outcome) => return outcome,
+            }
             // Agent messages that arrived meanwhile reach the model now (mid-turn delivery).
             for (message, custom) in self.ctx.inbox.drain_messages() {
                 if let (Some(r), Some(c)) = (conv.recorder.as_mut(), custom) {
@@ -680,6 +819,7 @@ impl Worker<'_> {
                     images: Vec::new(),
                 });
             }
+            let request_id = crate::semantic::new_request_id();
             let request = ChatRequest {
                 system: &system,
                 messages: &conv.messages,
@@ -687,12 +827,26 @@ impl Worker<'_> {
                 thinking: self.model.thinking,
                 agent: &self.ctx.name,
                 max_tokens: None,
+                request_id: &request_id,
             };
             let emit = self.emit;
             emit(AgentEvent::AssistantMessageStart);
             let shown = &mut conv.notices_shown;
+            let mut announcer = Announcer::default();
             let result = provider.stream(&request, self.abort, &mut |ev| {
                 let (kind, delta) = match ev {
+                    StreamEvent::ToolCallStart { id, name } => {
+                        if let Some(e) = announcer.started(&id, &name) {
+                            emit(e);
+                        }
+                        return;
+                    }
+                    StreamEvent::ToolCallDelta { id, delta } => {
+                        if let Some(e) = announcer.arguments(&id, &delta, Instant::now()) {
+                            emit(e);
+                        }
+                        return;
+                    }
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
                     StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
                     StreamEvent::Retrying(wait) => {
@@ -736,10 +890,14 @@ impl Worker<'_> {
                 Err(_) if self.abort.is_aborted() => return TurnOutcome::Cancelled,
                 Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
                 Err(e) => {
-                    let mut failure = e.to_string();
+                    self.close_announced(&announcer, &[], CALL_FAILED);
+                    let mut failure = TurnFailure::new(e.to_string(), e.kind());
                     if e.is_context_overflow() && self.auto_compaction() {
                         if overflow_compacted {
-                            failure = compaction::OVERFLOW_RECOVERY_FAILED.to_owned();
+                            failure = TurnFailure::new(
+                                compaction::OVERFLOW_RECOVERY_FAILED,
+                                "model_context_overflow",
+                            );
                         } else {
                             match self.compact(conv, &*provider, compaction::Reason::Overflow, None)
                             {
@@ -766,6 +924,8 @@ impl Worker<'_> {
                 }
             };
             calls_ok += 1;
+            self.ctx.trace.committed(&request_id);
+            self.guard.model_call_done(reply.usage, Instant::now());
             conv.usage.add(reply.usage);
             conv.model_calls += 1;
             // What the model saw plus what it wrote is what the context now holds.
@@ -776,35 +936,80 @@ impl Worker<'_> {
             if let Some(prices) = provider.prices() {
                 conv.compaction.cost += prices.cost(&reply.usage);
             }
-            let calls = reply.message.tool_calls.clone();
-            conv.messages.push(Message::Assistant(reply.message));
+            let cut = reply.finish == FinishReason::Length;
+            let mut message = reply.message;
+            // Arguments that are not a JSON object (cut off, malformed) never go back to a
+            // server as they came: `{}` in the history, and the call's result says why.
+            let mut unusable = Vec::new();
+            for call in &mut message.tool_calls {
+                if crate::provider::arguments::invalid(&call.arguments).is_some() {
+                    let text = crate::provider::arguments::not_run_text(&call.arguments, cut);
+                    call.arguments = Value::Object(Default::default());
+                    unusable.push((call.id.clone(), text));
+                }
+            }
+            let calls = message.tool_calls.clone();
+            conv.messages.push(Message::Assistant(message));
             conv.compaction.record_reply(used, conv.messages.len());
+            if reply.finish != FinishReason::Length {
+                // All of this reply's calls are shown before its usage, then they run.
+                for call in &calls {
+                    self.announce(call);
+                }
+            }
             self.report_usage(conv, &*provider);
             conv.persist();
+            self.close_announced(&announcer, &calls, CALL_DROPPED);
+            if calls.is_empty() && self.ctx.inbox.has_steers() && !self.abort.is_aborted() {
+                // A steer arrived during this call: the turn goes on with it.
+                continue;
+            }
             if calls.is_empty() {
                 return TurnOutcome::Completed(match reply.finish {
                     FinishReason::Length => StopReason::MaxTokens,
                     _ => StopReason::EndTurn,
                 });
             }
-            if reply.finish == FinishReason::Length {
+            let unusable_text = |id: &str| {
+                unusable
+                    .iter()
+                    .find(|(u, _)| u == id)
+                    .map(|(_, text)| text.clone())
+            };
+            if cut {
                 // Tool arguments may be cut off: do not run them.
-                close_calls(
-                    &mut conv.messages,
-                    &calls,
-                    "Not executed: the reply hit the output token limit.",
-                );
+                for call in &calls {
+                    let text = unusable_text(&call.id).unwrap_or_else(|| {
+                        "Not executed: the reply hit the output token limit.".to_owned()
+                    });
+                    self.refuse_call(conv, &mut announcer, call, text);
+                }
                 return TurnOutcome::Completed(StopReason::MaxTokens);
             }
             for (i, call) in calls.iter().enumerate() {
                 // Checkpoint: before each tool.
                 if self.abort.is_aborted() {
-                    close_calls(
-                        &mut conv.messages,
-                        &calls[i..],
-                        "Cancelled by the user before it ran.",
-                    );
+                    self.not_run(conv, &calls[i..], "Cancelled by the user before it ran.");
                     return TurnOutcome::Cancelled;
+                }
+                match self.guard.before_tool_call(call) {
+                    Verdict::Run => {}
+                    Verdict::Refuse(text) => {
+                        self.refuse_call(conv, &mut announcer, call, text);
+                        continue;
+                    }
+                    Verdict::Stop(stop) => {
+                        let text = format!("Not run: {}", stop.description);
+                        for call in &calls[i..] {
+                            self.refuse_call(conv, &mut announcer, call, text.clone());
+                        }
+                        self.stop_notice(&stop);
+                        return TurnOutcome::Completed(stop.reason);
+                    }
+                }
+                if let Some(text) = unusable_text(&call.id) {
+                    self.refuse_call(conv, &mut announcer, call, text);
+                    continue;
                 }
                 let (output, shown) = self.run_tool(call);
                 if let Some(r) = conv.recorder.as_mut() {
@@ -825,8 +1030,8 @@ impl Worker<'_> {
                 });
                 conv.persist();
                 if self.abort.is_aborted() {
-                    close_calls(
-                        &mut conv.messages,
+                    self.not_run(
+                        conv,
                         &calls[i + 1..],
                         "Cancelled by the user before it ran.",
                     );
@@ -909,6 +1114,103 @@ impl Worker<'_> {
         } else {
             TurnOutcome::Completed(StopReason::EndTurn)
         })
+    }
+
+    /// Shows a reply's call before it runs (`ToolAnnounced`), as `run_tool` will show it.
+    fn announce(&self, call: &ToolCall) {
+        let mut tool = self.ctx.tools.get(&call.name);
+        let mcp_tool = match (&self.ctx.mcp, tool) {
+            (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
+            _ => None,
+        };
+        if tool.is_none() {
+            tool = mcp_tool.as_deref();
+        }
+        self.emit(AgentEvent::ToolAnnounced {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            args: call.arguments.clone(),
+            locations: tool
+                .map(|t| t.locations(&call.arguments, &self.agent.cwd))
+                .unwrap_or_default(),
+            display: tool.and_then(|t| t.display(&call.arguments)),
+        });
+    }
+
+    /// Announced calls that will not run: each gets `why` as its result, in the conversation
+    /// and for the client.
+    fn not_run(&self, conv: &mut Conversation, calls: &[ToolCall], why: &str) {
+        close_calls(&mut conv.messages, calls, why);
+        for call in calls {
+            self.emit(AgentEvent::ToolEnd {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                result: ToolResultView {
+                    text: Some(why.to_owned()),
+                    is_error: true,
+                    ..ToolResultView::default()
+                },
+            });
+        }
+    }
+
+    /// Answers a call without running it: `text` is its (error) result, for the model and
+    /// the client (who is shown the call first if it was not yet).
+    fn refuse_call(
+        &self,
+        conv: &mut Conversation,
+        announcer: &mut Announcer,
+        call: &ToolCall,
+        text: String,
+    ) {
+        if !announcer.contains(&call.id) {
+            self.emit(announcer.show(&call.id, &call.name, &call.arguments));
+        }
+        self.emit(AgentEvent::ToolEnd {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            result: ToolResultView {
+                text: Some(text.clone()),
+                is_error: true,
+                ..ToolResultView::default()
+            },
+        });
+        conv.messages.push(Message::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            text,
+            is_error: true,
+            images: Vec::new(),
+        });
+        conv.persist();
+    }
+
+    /// Ends the calls shown while they streamed that `kept` (the reply's calls) does not hold.
+    fn close_announced(&self, announcer: &Announcer, kept: &[ToolCall], text: &str) {
+        for id in announcer
+            .ids()
+            .filter(|id| !kept.iter().any(|c| c.id == *id))
+        {
+            self.emit(AgentEvent::ToolEnd {
+                id: id.to_owned(),
+                name: String::new(),
+                result: ToolResultView {
+                    text: Some(text.to_owned()),
+                    is_error: true,
+                    ..ToolResultView::default()
+                },
+            });
+        }
+    }
+
+    /// Tells the client why a bound ended the prompt.
+    fn stop_notice(&self, stop: &guard::Stop) {
+        log::warn!("{}: {}", stop.title, stop.description);
+        self.emit(AgentEvent::Notice {
+            severity: "warning".to_owned(),
+            title: stop.title.clone(),
+            description: Some(stop.description.clone()),
+        });
     }
 
     /// Runs one call; also returns how it was shown (the session file keeps that).
@@ -1022,6 +1324,11 @@ impl Worker<'_> {
     }
 }
 
+/// The result a call shown while it streamed gets when its model call failed.
+const CALL_FAILED: &str = "Not run: the model call failed before this tool call was complete.";
+/// … and when the finished reply did not hold it.
+const CALL_DROPPED: &str = "Not run: the model's finished reply did not include this tool call.";
+
 /// How a tool call was shown to the client beyond its name and arguments.
 struct Shown {
     locations: Vec<String>,
@@ -1053,6 +1360,19 @@ pub(crate) enum AgentEvent {
         kind: DeltaKind,
         delta: String,
     },
+    /// A model reply's tool call, announced before the reply's `ContextUsage` and before any
+    /// of its calls runs (shown `pending` with `rawInput`): trajectory builders close a step
+    /// at each `usage_update`, so every call of a reply must be known by then. A call may be
+    /// announced more than once (while its arguments stream, then complete); the mapping
+    /// sends `tool_call` once per id and refines it with `tool_call_update`s.
+    ToolAnnounced {
+        id: String,
+        name: String,
+        args: Value,
+        locations: Vec<String>,
+        display: Option<ToolDisplay>,
+    },
+    /// The call runs now (`in_progress`).
     ToolStart {
         id: String,
         name: String,
@@ -1060,6 +1380,14 @@ pub(crate) enum AgentEvent {
         locations: Vec<String>,
         /// Title and kind the tool decided (MCP tools); else the name decides.
         display: Option<ToolDisplay>,
+    },
+    /// A tool call the model is still writing (`args`: `None` while only its name is known,
+    /// else its arguments so far): shown `pending` (`turn/streaming.rs` decides when). A
+    /// `ToolStart`, `ToolAwaitingApproval` or `ToolEnd` of the same id follows.
+    ToolPending {
+        id: String,
+        name: String,
+        args: Option<Value>,
     },
     /// A tool call waiting for the user's approval (`ask` mode): shown `pending`. Either
     /// `ToolApproved` or a failed `ToolEnd` follows.
@@ -1287,6 +1615,9 @@ mod tests {
 
         // Not a shell command: goes to the (missing) model.
         let (_, outcome) = run_prompt(&conv, "!  ");
-        assert_eq!(outcome, TurnOutcome::Failed("no model".into()));
+        assert_eq!(
+            outcome,
+            TurnOutcome::Failed(TurnFailure::new("no model", "model_config"))
+        );
     }
 }

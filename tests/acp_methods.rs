@@ -404,7 +404,7 @@ fn the_client_system_prompt_and_additional_directories_reach_the_model() {
         ]}),
         json!({"steps": [{"expect": ["from the model"]}, {"text": "written and read"}]}),
         json!({"steps": [
-            {"expect_system": ["You are a terse release bot.", "Current working directory"]},
+            {"expect_system": ["You are a terse release bot.", "Working directory:"]},
             {"expect_system_none": ["You are Prime Agent"]},
             {"text": "ok"}
         ]}),

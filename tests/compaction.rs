@@ -122,8 +122,10 @@ fn a_failed_summary_fails_the_turn_and_loses_nothing() {
         json!({"steps": [{"text": long("ONE")}, {"usage": {"input": 100}}]}),
         json!({"steps": [{"text": "big"}, {"usage": {"input": 9500}}]}),
         json!({"error": "503 summariser overloaded"}),
-        // The next turn sees the whole conversation, as it was.
-        json!({"steps": [{"expect_first": ["user: hello"]}, {"expect_none": ["<summary>"]}, {"text": "intact"}, {"usage": {"input": 50}}]}),
+        // Still over the threshold, the next prompt compacts before its model call: the
+        // summariser sees the whole conversation, as it was.
+        json!({"steps": [{"expect_first": ["[User]: hello\n\n[Assistant]: ONE"]}, {"text": "the summary"}]}),
+        json!({"steps": [{"expect_first": ["<summary>\nthe summary"]}, {"text": "intact"}, {"usage": {"input": 50}}]}),
     ];
     let mut a = compacting_agent(&dir, &lines);
     assert_eq!(a.prompt_stop("hello"), "end_turn");
@@ -135,6 +137,8 @@ fn a_failed_summary_fails_the_turn_and_loses_nothing() {
     assert_eq!(compactions(&a), vec![json!({"reason": "threshold"})]);
     assert_eq!(a.prompt_stop("again"), "end_turn");
     assert!(a.text().ends_with("intact"));
+    assert_eq!(compactions(&a).len(), 2);
+    assert_eq!(compactions(&a)[1]["reason"], "threshold");
 }
 
 #[test]

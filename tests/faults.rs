@@ -463,7 +463,16 @@ fn a_stuck_turn_fails_the_next_prompt_instead_of_wedging_the_session() {
         message.starts_with("prime-agent turn failed: the previous turn is stuck"),
         "{r}"
     );
-    assert!(a.stderr_text().contains("was abandoned (1 so far)"));
+    // The log line and the response leave on different pipes: wait for the line (bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !a.stderr_text().contains("was abandoned (1 so far)") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no abandonment logged: {}",
+            a.stderr_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // Once it returns, prompts run again (each retry is itself bounded by the agent).
     let mut refused = 1;
     let reply = loop {

@@ -117,3 +117,74 @@ fn the_goal_continues_before_autonomy_and_ends_when_the_model_completes_it() {
     assert_eq!(ns(&completion)["autonomous"]["continuationsUsed"], 0);
     assert_eq!(ns(&completion)["autonomous"]["turnsUsed"], 3);
 }
+
+/// Defect: goals were never written to the session file, so every way of continuing a
+/// session forgot them. The goal's state is kept as `thread_goal_state` and comes back on
+/// `-c`, `-r`, `session/load` and `session/resume` with its status, objective and tokens.
+#[test]
+fn a_goal_survives_every_resume_path_with_its_status_objective_and_tokens() {
+    use crate::support::sessions;
+    let dir = TempDir::new("goal-resume");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"text":"started"},{"usage":{"input":20,"output":10}}]}),
+            json!({"steps":[{"expect":["<goal_context>"]},{"text":" more"},{"usage":{"input":20,"output":10}}]}),
+        ],
+    );
+    let mut a = sessions::in_dir(
+        &dir,
+        &script,
+        &["--goal", "reach <50> tokens", "--goal-token-budget", "50"],
+        &[],
+    );
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let want = json!({"status":"budget_limited","objective":"reach <50> tokens","tokenBudget":50,"tokensUsed":60});
+    assert_eq!(goal_metas(&a).last(), Some(&want));
+    assert!(a.finish().success());
+    let stored: Vec<Value> = sessions::lines_of(&sessions::session_file(&dir, &sid))
+        .into_iter()
+        .filter(|l| l["type"] == "custom" && l["customType"] == "thread_goal_state")
+        .collect();
+    let last = &stored.last().expect("the goal's state is in the file")["data"];
+    assert_eq!(
+        (
+            &last["status"],
+            &last["objective"],
+            &last["tokensUsed"],
+            &last["active"]
+        ),
+        (
+            &json!("budget_limited"),
+            &json!("reach <50> tokens"),
+            &json!(60),
+            &json!(false)
+        )
+    );
+    let idle = script_file(&dir, &[]);
+    let goal_after = |a: &mut Agent| -> Value {
+        let update = a.wait_for("the restored goal", |f| {
+            ns(&f["params"]["update"]).get("goal").is_some()
+        });
+        ns(&update["params"]["update"])["goal"].clone()
+    };
+    for args in [vec!["-c"], vec!["-r", &sid[..8]]] {
+        let mut b = sessions::in_dir(&dir, &idle, &args, &[]);
+        assert_eq!(b.handshake(), sid, "{args:?}");
+        assert_eq!(goal_after(&mut b), want, "{args:?}");
+        assert!(b.finish().success());
+    }
+    let cwd = dir.path().display().to_string();
+    for method in ["session/load", "session/resume"] {
+        let mut c = sessions::in_dir(&dir, &idle, &[], &[]);
+        c.call("initialize", json!({"protocolVersion": 1}));
+        let r = c.call(
+            method,
+            json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+        );
+        assert!(r["result"].is_object(), "{method}: {r}");
+        assert_eq!(goal_after(&mut c), want, "{method}");
+        assert!(c.finish().success());
+    }
+}

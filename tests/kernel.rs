@@ -62,7 +62,7 @@ fn keeps_state_across_cells_as_execute_calls() {
     let dir = TempDir::new("kernel-state");
     let mut a = kernel_agent(&dir, "state.jsonl", &[]);
     assert_eq!(a.prompt_stop("go"), "end_turn");
-    let starts: Vec<Value> = a.updates_of("tool_call");
+    let starts: Vec<Value> = a.tool_starts();
     assert_eq!(starts.len(), 2);
     assert_eq!(starts[1]["kind"], "execute");
     assert_eq!(
@@ -152,7 +152,7 @@ fn bash_cells_and_top_level_await() {
     let dir = TempDir::new("kernel-bash");
     let mut a = kernel_agent(&dir, "bash_await.jsonl", &[]);
     assert_eq!(a.prompt_stop("go"), "end_turn");
-    let starts: Vec<Value> = a.updates_of("tool_call");
+    let starts: Vec<Value> = a.tool_starts();
     assert_eq!(starts[0]["title"], "bash: echo hi");
 }
 

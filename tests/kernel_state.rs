@@ -391,3 +391,42 @@ fn a_snapshot_that_cannot_be_written_is_a_log_line_and_cells_go_on() {
     assert_eq!(a.prompt_stop("second"), "end_turn");
     assert_eq!(results(&a), ["", "42\n"]);
 }
+
+/// `session/close` writes a pending snapshot too (before, only the process exit did): the
+/// cell just before the close is on disk while the agent runs on, and a `-c` gets it back.
+#[test]
+fn a_cell_just_before_a_session_close_is_saved_by_the_close() {
+    let dir = TempDir::new("kstate-close");
+    let s = script(
+        &dir,
+        "close.jsonl",
+        &[
+            json!({"steps": [cell("c1", "x = 41")]}),
+            json!({"text": "One."}),
+            json!({"steps": [cell("c2", "x = 42\nclosing = True")]}),
+            json!({"text": "Two."}),
+        ],
+    );
+    let mut a = agent(&dir, &s, &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("first"), "end_turn");
+    let art = artifacts(&dir, &sid);
+    wait_for_snapshot(&art, "x");
+    assert_eq!(a.prompt_stop("second"), "end_turn");
+    let closed = a.call("session/close", json!({"sessionId": sid}));
+    assert_eq!(closed["result"], json!({}), "{closed}");
+    // The agent is still running (its stdin open): the close, not the exit, wrote it.
+    let manifest = wait_for_snapshot(&art, "closing");
+    assert!(
+        a.wait_exit(Duration::from_millis(1)).is_none(),
+        "still running"
+    );
+    let saved: Vec<&str> = manifest["saved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(saved, ["closing", "x"], "{manifest}");
+    assert!(a.finish().success());
+}

@@ -45,16 +45,7 @@ fn agent_with(dir: &TempDir, script: &[Value], servers: Value, env: &[(&str, &st
 }
 
 fn new_session(a: &mut Agent, cwd: &Path, servers: Value) -> String {
-    let r = a.call(
-        "session/new",
-        json!({"cwd": cwd.display().to_string(), "mcpServers": servers}),
-    );
-    let sid = r["result"]["sessionId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("session/new failed: {r}"))
-        .to_owned();
-    a.session_id = Some(sid.clone());
-    sid
+    a.new_session_in(cwd, servers)
 }
 
 /// Waits for an MCP status update in which every server has settled; returns the list.
@@ -172,7 +163,7 @@ fn reference_server_over_stdio_is_called_by_the_model() {
     assert_eq!(ev["status"], "ready", "{list:?}\n{}", a.stderr_text());
     assert!(ev["tools"].as_u64().unwrap() > 0, "{ev}");
     assert_eq!(a.prompt_stop("go"), "end_turn", "{}", a.stderr_text());
-    let start = &a.updates_of("tool_call")[0];
+    let start = &a.tool_starts()[0];
     assert_eq!(start["title"], "ev: echo");
     assert_eq!(start["rawInput"], json!({"message": "hi there"}));
     let end = tool_end(&a, "c1");
@@ -221,7 +212,7 @@ fn reference_server_over_streamable_http_is_listed_and_called() {
     assert_eq!(a.prompt_stop("go"), "end_turn", "{}", a.stderr_text());
     let listing = result_text(&tool_end(&a, "l1"));
     assert!(listing.contains("## echo"), "{listing}");
-    let calls = a.updates_of("tool_call");
+    let calls = a.tool_starts();
     assert_eq!(calls[1]["title"], "web: echo");
     let end = tool_end(&a, "c1");
     assert_eq!(

@@ -76,14 +76,22 @@ fn allow_always_covers_the_next_command_with_the_same_first_word() {
         .into_iter()
         .filter(|u| u["toolCallId"] == "c1")
         .collect();
-    assert_eq!(c1[1]["status"], "in_progress", "{c1:?}");
+    // Shown awaiting approval, then running once allowed.
+    let statuses: Vec<&str> = c1.iter().filter_map(|u| u["status"].as_str()).collect();
+    let pending = statuses.iter().rposition(|s| *s == "pending").unwrap();
+    assert_eq!(statuses[pending + 1], "in_progress", "{c1:?}");
     assert_eq!(c1.last().unwrap()["status"], "completed", "{c1:?}");
     let c2 = a
-        .updates_of("tool_call")
+        .tool_starts()
         .into_iter()
         .find(|u| u["toolCallId"] == "c2")
         .unwrap();
-    assert_eq!(c2["status"], "in_progress");
+    // Announced with its reply (`pending`), then run without a request.
+    assert_eq!(c2["status"], "pending");
+    assert!(a
+        .updates_of("tool_call_update")
+        .iter()
+        .any(|u| u["toolCallId"] == "c2" && u["status"] == "in_progress"));
 }
 
 #[test]
@@ -326,7 +334,7 @@ fn a_todo_list_reaches_the_client_as_plan_updates() {
     );
     assert_eq!(plans[0]["entries"][0]["status"], "in_progress");
     let call = a
-        .updates_of("tool_call")
+        .tool_starts()
         .into_iter()
         .find(|u| u["toolCallId"] == "p1")
         .unwrap();

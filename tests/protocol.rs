@@ -27,7 +27,10 @@ fn initialize_shape_and_version() {
             "additionalDirectories":{},"systemPrompt":{"mode":{"override":{}}}})
     );
     assert_eq!(res["agentCapabilities"]["loadSession"], true);
-    assert_eq!(res["_meta"], json!({NS:{}}));
+    assert_eq!(
+        res["_meta"],
+        json!({NS:{}, "steering": {"supported": true}})
+    );
     assert!(a.finish().success());
 }
 

@@ -386,11 +386,11 @@ fn unknown_provider_and_model_exit_1_before_initialize() {
     let cases: [(&[&str], &str); 2] = [
         (
             &["--provider", "nope"],
-            "Error: Unknown provider \"nope\". Available providers: prime-inference, anthropic, openai,",
+            "Error: Unknown provider \"nope\". Use \"prime-agent model list\" to see available providers/models.",
         ),
         (
             &["--model", "no-such-model"],
-            "Error: Model \"no-such-model\" not found. Pass --provider NAME with it to use a model the catalogue does not list, or add it to models.json.",
+            "Error: Model \"no-such-model\" not found. Use \"prime-agent model list\" to see available models.",
         ),
     ];
     for (args, want) in cases {

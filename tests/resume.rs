@@ -406,11 +406,10 @@ fn a_subagent_records_its_conversation_under_the_session_artifacts() {
     assert!(!other.path().join("sessions").exists());
 }
 
-/// `(toolCallId, title, kind)` of every `tool_call` among `updates`.
+/// `(toolCallId, title, kind)` of every tool call's start among `updates`.
 fn tool_calls(updates: &[Value]) -> Vec<(String, String, String)> {
-    updates
+    tool_starts(updates)
         .iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call")
         .map(|u| {
             let s = |k: &str| u[k].as_str().unwrap_or_default().to_owned();
             (s("toolCallId"), s("title"), s("kind"))

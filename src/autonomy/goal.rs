@@ -116,6 +116,61 @@ impl Goal {
         added > 0
     }
 
+    /// The goal's state as the session file keeps it (`thread_goal_state`, the spec's
+    /// fields), with the time used so far.
+    pub(crate) fn to_record(&self, now: Instant) -> Value {
+        let mut v = json!({
+            "active": self.status == GoalStatus::Active,
+            "status": self.status.as_str(),
+            "goalId": self.goal_id,
+            "objective": self.objective,
+            "tokensUsed": self.tokens_used,
+            "timeUsedSeconds": self.time_used_secs(now),
+            "continuationsUsed": self.continuations_used,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        });
+        let optional = [
+            ("tokenBudget", self.token_budget.map(|b| json!(b))),
+            ("lastReason", self.last_reason.as_ref().map(|r| json!(r))),
+            ("lastError", self.last_error.as_ref().map(|e| json!(e))),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                v[key] = value;
+            }
+        }
+        v
+    }
+
+    /// A goal read back from its record (`None`: no goal, a cleared one is `idle`); an
+    /// active goal's time accrues again from `now`.
+    pub(crate) fn from_record(v: &Value, now: Instant) -> Option<Goal> {
+        let status = match v["status"].as_str()? {
+            "active" => GoalStatus::Active,
+            "paused" => GoalStatus::Paused,
+            "budget_limited" => GoalStatus::BudgetLimited,
+            "complete" => GoalStatus::Complete,
+            "error" => GoalStatus::Error,
+            _ => return None,
+        };
+        let s = |k: &str| v[k].as_str().map(str::to_owned);
+        Some(Goal {
+            goal_id: s("goalId").unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            status,
+            objective: clean_objective(v["objective"].as_str()?),
+            token_budget: v["tokenBudget"].as_u64(),
+            tokens_used: v["tokensUsed"].as_u64().unwrap_or(0),
+            continuations_used: v["continuationsUsed"].as_u64().unwrap_or(0),
+            accrued_secs: v["timeUsedSeconds"].as_f64().unwrap_or(0.0),
+            active_since: (status == GoalStatus::Active).then_some(now),
+            created_at: s("createdAt").unwrap_or_default(),
+            updated_at: s("updatedAt").unwrap_or_default(),
+            last_reason: s("lastReason"),
+            last_error: s("lastError"),
+        })
+    }
+
     pub(crate) fn remaining_tokens(&self) -> Option<u64> {
         self.token_budget
             .map(|b| b.saturating_sub(self.tokens_used))
@@ -223,6 +278,55 @@ mod tests {
         // No longer active: nothing counts.
         assert!(!g.record(usage(5, 5), now, "T3"));
         assert_eq!(g.tokens_used, 110);
+    }
+
+    #[test]
+    fn a_goal_round_trips_through_its_record_with_status_objective_and_tokens() {
+        let t0 = Instant::now();
+        let mut g = Goal::new("ship <it>", Some(500), t0, "T0");
+        g.record(usage(30, 12), t0, "T1");
+        g.continuations_used = 2;
+        g.set_status(GoalStatus::Paused, t0 + Duration::from_secs(7), "T2");
+        g.last_reason = Some("why".into());
+        let record = g.to_record(t0 + Duration::from_secs(9));
+        assert_eq!(
+            record,
+            json!({"active": false, "status": "paused", "goalId": g.goal_id, "objective": "ship <it>",
+                "tokenBudget": 500, "tokensUsed": 42, "timeUsedSeconds": 7, "continuationsUsed": 2,
+                "createdAt": "T0", "updatedAt": "T2", "lastReason": "why"})
+        );
+        let back = Goal::from_record(&record, t0).unwrap();
+        assert_eq!(
+            (
+                back.status,
+                back.objective.as_str(),
+                back.tokens_used,
+                back.token_budget
+            ),
+            (GoalStatus::Paused, "ship <it>", 42, Some(500))
+        );
+        assert_eq!(
+            (back.goal_id.as_str(), back.continuations_used),
+            (g.goal_id.as_str(), 2)
+        );
+        assert_eq!(
+            back.time_used_secs(t0 + Duration::from_secs(100)),
+            7,
+            "paused: no time"
+        );
+        // Active again: time accrues from the restore on.
+        let mut active = g.clone();
+        active.set_status(GoalStatus::Active, t0, "T3");
+        let back = Goal::from_record(&active.to_record(t0), t0).unwrap();
+        assert_eq!(back.status, GoalStatus::Active);
+        assert_eq!(back.time_used_secs(t0 + Duration::from_secs(3)), 10);
+        for none in [
+            json!({"active": false, "status": "idle"}),
+            json!({}),
+            json!({"status": "active"}),
+        ] {
+            assert!(Goal::from_record(&none, t0).is_none(), "{none}");
+        }
     }
 
     #[test]

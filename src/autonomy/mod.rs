@@ -47,6 +47,9 @@ pub(crate) struct Config {
     pub max_tokens: u64,
     pub timeout: Duration,
     pub gates: GateConfig,
+    /// Model calls one prompt may make whether autonomous or not (`--max-model-calls`; `-p`
+    /// and `--mode json` default to `turn::guard::HEADLESS_MAX_MODEL_CALLS`; `None`: no cap).
+    pub max_model_calls: Option<u64>,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
                 max_retries: 3,
                 timeout: Duration::from_millis(300_000),
             },
+            max_model_calls: None,
         }
     }
 }
@@ -110,6 +114,8 @@ pub(crate) struct Unattended {
     /// Bumped on every goal change; `goal_reported` is the version last shown to the client.
     goal_version: u64,
     goal_reported: u64,
+    /// The version last written to the session file.
+    goal_saved: u64,
 }
 
 pub(crate) type Shared = Arc<Mutex<Unattended>>;
@@ -130,6 +136,7 @@ impl Unattended {
             goal: None,
             goal_version: 0,
             goal_reported: 0,
+            goal_saved: 0,
         }
     }
 
@@ -144,6 +151,7 @@ impl Unattended {
             goal: None,
             goal_version: 0,
             goal_reported: 0,
+            goal_saved: 0,
         }
     }
 
@@ -223,6 +231,27 @@ impl Unattended {
                 g.last_error = Some(why.to_owned());
             }
         }
+    }
+
+    /// The goal's state for the session file (`thread_goal_state`), once per change: the
+    /// record, or `idle` once cleared.
+    pub(crate) fn take_goal_to_save(&mut self, now: Instant) -> Option<Value> {
+        if self.goal_version == self.goal_saved {
+            return None;
+        }
+        self.goal_saved = self.goal_version;
+        Some(match &self.goal {
+            Some(g) => g.to_record(now),
+            None => json!({ "active": false, "status": "idle" }),
+        })
+    }
+
+    /// A continued session's goal, as its file last recorded it (shown to the client as a
+    /// change, not written again).
+    pub(crate) fn restore_goal(&mut self, record: &Value, now: Instant) {
+        self.goal = Goal::from_record(record, now);
+        self.goal_version += 1;
+        self.goal_saved = self.goal_version;
     }
 
     /// The goal's state for the client, once per change.
@@ -320,6 +349,25 @@ impl Unattended {
         if c.continuations_used >= l.max_continuations {
             Some(Limit::MaxContinuations)
         } else if c.turns_used >= l.max_turns {
+            Some(Limit::MaxTurns)
+        } else if c.tokens_used >= l.max_tokens {
+            Some(Limit::MaxTokens)
+        } else if self
+            .started_at
+            .is_some_and(|t| now.saturating_duration_since(t) >= l.timeout)
+        {
+            Some(Limit::Timeout)
+        } else {
+            None
+        }
+    }
+
+    /// The first limit a model call must not pass (model calls, tokens, wall clock; checked
+    /// before every call). The continuation limit is not one of them: it bounds
+    /// continuations, not the calls of the turn that runs.
+    pub(crate) fn call_limit(&self, now: Instant) -> Option<Limit> {
+        let (c, l) = (&self.counters, &self.config);
+        if c.turns_used >= l.max_turns {
             Some(Limit::MaxTurns)
         } else if c.tokens_used >= l.max_tokens {
             Some(Limit::MaxTokens)

@@ -89,6 +89,21 @@ impl Settings {
         settings
     }
 
+    /// These settings for a model with `window` tokens: `reserveTokens` at most a quarter of
+    /// the window and `keepRecentTokens` at most a fifth (`RESERVE_SHARE`, `KEEP_SHARE`), so
+    /// compaction works at any window; from about 100k tokens on the configured values hold
+    /// (the spec's defaults, 16,384 and 20,000).
+    pub(crate) fn for_window(self, window: Option<u64>) -> Settings {
+        match window {
+            Some(w) if w > 0 => Settings {
+                reserve_tokens: self.reserve_tokens.min(w / RESERVE_SHARE),
+                keep_recent_tokens: self.keep_recent_tokens.min(w / KEEP_SHARE),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
     /// The threshold trigger: after a turn, `used > window - reserve`.
     pub(crate) fn over_threshold(&self, used: u64, window: Option<u64>) -> bool {
         match window {
@@ -97,6 +112,13 @@ impl Settings {
         }
     }
 }
+
+/// `reserveTokens` takes at most 1/`RESERVE_SHARE` of the window: room for the next reply and
+/// for the summary (0.8 of it).
+pub(crate) const RESERVE_SHARE: u64 = 4;
+/// `keepRecentTokens` takes at most 1/`KEEP_SHARE` of the window, so what a compaction keeps,
+/// the summary and the system prompt stay well under the threshold.
+pub(crate) const KEEP_SHARE: u64 = 5;
 
 /// Why a compaction runs (the `reason` of `_meta…compaction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +371,8 @@ pub(crate) struct Job<'a> {
     pub settings: Settings,
     pub instructions: Option<&'a str>,
     pub abort: &'a AbortFlag,
+    /// The agent's semantic edges: each answered summary request is a compaction attempt.
+    pub trace: Option<&'a crate::semantic::Tracer>,
 }
 
 /// A finished compaction.
@@ -374,8 +398,9 @@ pub(crate) enum Failure {
     /// Everything is recent: there is nothing old enough to summarise.
     Nothing,
     Aborted,
-    /// The summary request failed; the text follows `Summarization failed: `.
-    Summary(String),
+    /// The summary request failed; the text follows `Summarization failed: `, and the kind
+    /// is the prompt error's `data.kind` (the provider's, or `compaction`).
+    Summary(String, &'static str),
 }
 
 /// Summarises the old part of `messages` and replaces it with one summary message (the
@@ -469,6 +494,7 @@ fn summarize(
         text,
         images: Vec::new(),
     }];
+    let request_id = crate::semantic::new_request_id();
     let request = ChatRequest {
         system: prompt::SYSTEM,
         messages: &request_messages,
@@ -480,15 +506,21 @@ fn summarize(
         },
         agent: job.agent,
         max_tokens: Some(max_tokens.max(1)),
+        request_id: &request_id,
     };
-    match job.provider.stream(&request, job.abort, &mut |_| {}) {
+    let result = job.provider.stream(&request, job.abort, &mut |_| {});
+    if let (Ok(_), Some(trace)) = (&result, job.trace) {
+        trace.summary_answered(&request_id);
+    }
+    match result {
         Ok(reply) if reply.message.text.trim().is_empty() => Err(Failure::Summary(
             "the model returned an empty summary".to_owned(),
+            "compaction",
         )),
         Ok(reply) => Ok(reply.message.text.trim().to_owned()),
         Err(_) if job.abort.is_aborted() => Err(Failure::Aborted),
         Err(ProviderError::Aborted) => Err(Failure::Aborted),
-        Err(e) => Err(Failure::Summary(e.to_string())),
+        Err(e) => Err(Failure::Summary(e.to_string(), e.kind())),
     }
 }
 

@@ -104,6 +104,7 @@ fn job<'a>(
         settings: settings(keep),
         instructions,
         abort,
+        trace: None,
     }
 }
 
@@ -256,7 +257,10 @@ fn a_failed_summary_leaves_the_conversation_as_it_was() {
         &mut Vec::new,
     )
     .unwrap_err();
-    assert_eq!(err, Failure::Summary("503 overloaded".into()));
+    assert_eq!(
+        err,
+        Failure::Summary("503 overloaded".into(), "model_protocol")
+    );
     assert_eq!(messages, before);
     assert_eq!(history.last_usage, Some((7, 4)));
     assert!(history.summary.is_none());

@@ -372,10 +372,16 @@ def bash_body(code):
     return None
 
 
+SHELL = {"path": "bash", "prefix": ""}
+
+
 def run_bash(body):
-    """A fresh `bash` per cell, writing straight to the kernel's stdout/stderr pipes."""
+    """A fresh shell per cell (`bash`, or settings `shellPath`; settings `shellCommandPrefix`
+    first), writing straight to the kernel's stdout/stderr pipes."""
+    if SHELL["prefix"]:
+        body = SHELL["prefix"] + "\n" + body
     try:
-        proc = subprocess.Popen(["bash", "-c", body], stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen([SHELL["path"], "-c", body], stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
         report_error(type(e).__name__, str(e), ["%s: %s" % (type(e).__name__, e)])
         return "error"
@@ -392,7 +398,7 @@ def run_bash(body):
         report_error("KeyboardInterrupt", "", ["KeyboardInterrupt"])
         return "error"
     if rc != 0:
-        evalue = "Command 'bash' returned non-zero exit status %d." % rc
+        evalue = "Command '%s' returned non-zero exit status %d." % (os.path.basename(SHELL["path"]), rc)
         report_error("CalledProcessError", evalue, ["CalledProcessError: " + evalue])
         return "error"
     return "ok"
@@ -412,26 +418,10 @@ def _sync_marker(cell):
     return ("\x00%s:%s\x00" % (STATE["token"], cell)).encode()
 
 
-def main():
-    global WIRE
-    STATE["token"] = os.environ.pop("PRIME_AGENT_KERNEL_TOKEN", "")
-    want_ipython = os.environ.pop("PRIME_AGENT_KERNEL_IPYTHON", "1") != "0"
-    # Protocol fds: host → kernel arrives on fd 0 and kernel → host leaves on fd 3. Both move to
-    # private non-inheritable fds so user code and its subprocesses never see them; fd 0
-    # becomes /dev/null (cells have no stdin).
-    proto_in = os.dup(0)
-    proto_out = os.dup(3)
-    os.close(3)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    WIRE = _Wire(proto_out)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
-        except (AttributeError, ValueError):
-            pass
-    signal.signal(signal.SIGINT, on_sigint)
+def bootstrap(want_ipython):
+    """Everything a kernel needs before its protocol fds: the user namespace, `rlm` and the
+    engine. A kernel runs it at start; a zygote (below) runs it once and forks kernels after it,
+    so each forked kernel starts with all of this done and its pages shared."""
     # The driver's directory must not shadow user imports; the cwd does, as in Jupyter.
     if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
         sys.path[0] = ""
@@ -462,6 +452,37 @@ def main():
         user.__dict__["display"] = rlm.display
         engine = PlainEngine(user.__dict__)
     STATE["engine"] = engine.name
+    return user, engine
+
+
+def main():
+    want_ipython = os.environ.pop("PRIME_AGENT_KERNEL_IPYTHON", "1") != "0"
+    user, engine = bootstrap(want_ipython)
+    serve(user, engine)
+
+
+def serve(user, engine):
+    """The kernel proper, from the protocol fds on (fd 0 host → kernel, fd 3 kernel → host)."""
+    global WIRE
+    STATE["token"] = os.environ.pop("PRIME_AGENT_KERNEL_TOKEN", "")
+    SHELL["path"] = os.environ.pop("PRIME_AGENT_SHELL_PATH", "") or "bash"
+    SHELL["prefix"] = os.environ.pop("PRIME_AGENT_SHELL_COMMAND_PREFIX", "")
+    # Protocol fds: host → kernel arrives on fd 0 and kernel → host leaves on fd 3. Both move to
+    # private non-inheritable fds so user code and its subprocesses never see them; fd 0
+    # becomes /dev/null (cells have no stdin).
+    proto_in = os.dup(0)
+    proto_out = os.dup(3)
+    os.close(3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    WIRE = _Wire(proto_out)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
+    signal.signal(signal.SIGINT, on_sigint)
 
     # A persistent session's main kernel saves its namespace after successful cells and, on
     # its first start in a resumed session, loads what was saved (see state.py).
@@ -533,5 +554,135 @@ def main():
             snapshots.touch()
 
 
+
+
+# --- zygote ------------------------------------------------------------------------------------
+#
+# `driver.py --zygote` (fd 3: a SOCK_SEQPACKET socket to the host, fd 0: a pipe whose EOF means
+# the agent is gone) pre-imports everything a kernel uses, runs `bootstrap`, and then forks one
+# kernel per request. A request is one packet `{"op": "fork", "seq", "cwd", "env"}` carrying
+# four fds (the kernel's fd 0, 1, 2 and 3); the answer is `{"op": "forked", "seq", "pid"}` or
+# `{"op": "fork_failed", "seq", "error"}`. The zygote reaps its children and reports each as
+# `{"op": "exited", "pid", "status"}` (the raw wait status), so the host, which is not their
+# parent, still learns how a kernel ended. Single-threaded, so a fork copies no lock held by
+# another thread, and `forked` always precedes that pid's `exited`.
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent):
+    """SIGKILL when `parent` dies (prctl(2)); if it is already gone, exit now."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass  # not Linux, or no libc to load: the pipes' EOF still ends us
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _fork_kernel(sock, ctl_fds, msg, fds, user, engine):
+    zygote = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        sock.close()
+        for fd in ctl_fds:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setpgid(0, 0)  # its own group: the host kills kernel and children with one killpg
+        _die_with_parent(zygote)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 3:
+                os.close(fd)
+        os.environ.update(msg.get("env") or {})
+        os.chdir(msg.get("cwd") or "/")
+        # What depends on this kernel's own env: the user's Python skills (the zygote's
+        # bootstrap ran without them).
+        rlm = sys.modules["rlm"]
+        rlm._install_user_skills(user.__dict__)
+        rlm._BASELINE = frozenset(user.__dict__)
+        serve(user, engine)
+        code = 0
+    except BaseException:
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+def zygote():
+    import gc
+    import select
+    import socket
+
+    agent = os.getppid()
+    _die_with_parent(agent)
+    want_ipython = os.environ.pop("PRIME_AGENT_KERNEL_IPYTHON", "1") != "0"
+    # What cells commonly reach for first, imported once here for every kernel.
+    import concurrent.futures  # noqa: F401  (host requests)
+    import pickle  # noqa: F401  (state snapshots: state.py itself loads only where it runs)
+
+    user, engine = bootstrap(want_ipython)
+    sock = socket.socket(fileno=3)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    # Freeze what start-up allocated: the collector then never touches (and so never copies)
+    # those pages in a forked kernel.
+    gc.collect()
+    gc.freeze()
+
+    def send(frame):
+        sock.sendall(json.dumps(frame).encode())
+
+    send({"op": "zygote_ready", "pid": os.getpid(), "engine": engine.name, "python": sys.version.split()[0]})
+    while True:
+        ready, _, _ = select.select([sock, wake_r, 0], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                send({"op": "exited", "pid": pid, "status": status})
+        if 0 in ready and not os.read(0, 4096):
+            os._exit(0)  # the agent is gone; PR_SET_PDEATHSIG ends the kernels
+        if sock in ready:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+            except OSError:
+                os._exit(0)
+            if not data:
+                os._exit(0)
+            msg = json.loads(data)
+            seq = msg.get("seq")
+            try:
+                if len(fds) != 4:
+                    raise ValueError("a fork request needs 4 fds, got %d" % len(fds))
+                pid = _fork_kernel(sock, (wake_r, wake_w), msg, fds, user, engine)
+                send({"op": "forked", "seq": seq, "pid": pid})
+            except Exception as e:
+                send({"op": "fork_failed", "seq": seq, "error": "%s: %s" % (type(e).__name__, e)})
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--zygote"]:
+        zygote()
+    else:
+        main()

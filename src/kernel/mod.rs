@@ -38,13 +38,15 @@
 pub(crate) mod host;
 pub(crate) mod state;
 pub(crate) mod wire;
+pub(crate) mod zygote;
 
+use std::io::PipeWriter;
 use std::io::{BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -195,11 +197,18 @@ enum Event {
     Abort,
 }
 
+/// The kernel's process: our child (started directly), or one the zygote forked, whose exit
+/// the zygote reports.
+enum Proc {
+    Child(Child),
+    Forked(Arc<zygote::Zygote>),
+}
+
 /// A running kernel. Dropping it kills its process group and removes its temp dir.
 pub struct Kernel {
-    child: Child,
+    proc: Proc,
     pid: i32,
-    stdin: Arc<Mutex<ChildStdin>>,
+    stdin: Arc<Mutex<PipeWriter>>,
     events: Receiver<Event>,
     events_tx: Sender<Event>,
     cell_source: Arc<Mutex<String>>,
@@ -208,7 +217,8 @@ pub struct Kernel {
     next_cell: u64,
     /// `%%bash` process groups, killed with the kernel.
     child_groups: Vec<i32>,
-    dir: PathBuf,
+    /// The driver files of a directly started kernel (a forked one uses the zygote's).
+    dir: Option<PathBuf>,
     engine: String,
     /// The `restore` report of the `ready` frame, until `take_restore_report`.
     restore: Option<Value>,
@@ -216,13 +226,24 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// Starts the driver and waits for its `ready` frame. `abort` cancels the wait.
+    /// Starts the driver and waits for its `ready` frame. `abort` cancels the wait. With this
+    /// process's zygote ready (`zygote::prewarm`), the kernel is forked from it; otherwise (or
+    /// if the fork fails) `python3 driver.py` starts as its own process.
     pub fn start(
         cfg: &KernelConfig,
         handler: Arc<dyn HostHandler>,
         abort: &AbortFlag,
     ) -> Result<Kernel, String> {
-        let dir = private_dir().map_err(|e| format!("cannot create the kernel directory: {e}"))?;
+        if let Some(z) = zygote::ready_for(&cfg.python, abort) {
+            match Kernel::fork(&z, cfg, handler.clone()) {
+                Ok(mut kernel) => {
+                    kernel.wait_ready(abort)?;
+                    return Ok(kernel);
+                }
+                Err(e) => log::warn!("kernel zygote: {e}; starting the kernel on its own"),
+            }
+        }
+        let dir = write_driver_dir()?;
         match Kernel::spawn(cfg, handler, abort, &dir) {
             Ok(kernel) => Ok(kernel),
             Err(e) => {
@@ -232,21 +253,39 @@ impl Kernel {
         }
     }
 
+    /// A kernel forked by the zygote, not yet ready.
+    fn fork(
+        z: &Arc<zygote::Zygote>,
+        cfg: &KernelConfig,
+        handler: Arc<dyn HostHandler>,
+    ) -> Result<Kernel, String> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let pipes = zygote::KernelPipes::new().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let mut env = cfg.env.clone();
+        env.push(("PRIME_AGENT_KERNEL_TOKEN".to_owned(), token.clone()));
+        let [a, b, c, d] = &pipes.theirs;
+        let pid = z.fork([a.as_fd(), b.as_fd(), c.as_fd(), d.as_fd()], &cfg.cwd, &env)?;
+        // Only the kernel may hold its ends now, so its death closes the streams.
+        drop(pipes.theirs);
+        Kernel::assemble(
+            Proc::Forked(z.clone()),
+            pid,
+            None,
+            &token,
+            handler,
+            pipes.stdin,
+            pipes.stdout,
+            pipes.stderr,
+            pipes.frames,
+        )
+    }
+
     fn spawn(
         cfg: &KernelConfig,
         handler: Arc<dyn HostHandler>,
         abort: &AbortFlag,
         dir: &Path,
     ) -> Result<Kernel, String> {
-        for (name, text) in [
-            ("driver.py", DRIVER_PY),
-            ("rlm.py", RLM_PY),
-            ("harness.py", HARNESS_PY),
-            ("state.py", STATE_PY),
-        ] {
-            write_private(&dir.join(name), text)
-                .map_err(|e| format!("cannot write the kernel driver: {e}"))?;
-        }
         let token = uuid::Uuid::new_v4().simple().to_string();
         let (frames_rx, frames_tx) =
             std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
@@ -271,6 +310,34 @@ impl Kernel {
             let _ = child.wait();
             return Err("the kernel's pipes were not set up".to_owned());
         };
+        let mut kernel = Kernel::assemble(
+            Proc::Child(child),
+            pid,
+            Some(dir.to_path_buf()),
+            &token,
+            handler,
+            PipeWriter::from(std::os::fd::OwnedFd::from(stdin)),
+            stdout,
+            stderr,
+            frames_rx,
+        )?;
+        kernel.wait_ready(abort)?;
+        Ok(kernel)
+    }
+
+    /// The host half around a started process: its reader threads and the `Kernel`.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        proc: Proc,
+        pid: i32,
+        dir: Option<PathBuf>,
+        token: &str,
+        handler: Arc<dyn HostHandler>,
+        stdin: PipeWriter,
+        stdout: impl Read + Send + 'static,
+        stderr: impl Read + Send + 'static,
+        frames_rx: std::io::PipeReader,
+    ) -> Result<Kernel, String> {
         let stdin = Arc::new(Mutex::new(stdin));
         let cell_source = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = unbounded();
@@ -283,13 +350,13 @@ impl Kernel {
             cell_source.clone(),
         )
         .and_then(|_| {
-            spawn_output_reader(stdout, Stream::Stdout, &token, tx.clone(), wanted.clone())
+            spawn_output_reader(stdout, Stream::Stdout, token, tx.clone(), wanted.clone())
         })
         .and_then(|_| {
-            spawn_output_reader(stderr, Stream::Stderr, &token, tx.clone(), wanted.clone())
+            spawn_output_reader(stderr, Stream::Stderr, token, tx.clone(), wanted.clone())
         });
         let mut kernel = Kernel {
-            child,
+            proc,
             pid,
             stdin,
             events: rx,
@@ -298,7 +365,7 @@ impl Kernel {
             wanted,
             next_cell: 0,
             child_groups: Vec::new(),
-            dir: dir.to_path_buf(),
+            dir,
             engine: String::new(),
             restore: None,
             exited: None,
@@ -307,7 +374,6 @@ impl Kernel {
             kernel.kill();
             return Err(format!("cannot start the kernel's reader threads: {e}"));
         }
-        kernel.wait_ready(abort)?;
         Ok(kernel)
     }
 
@@ -405,7 +471,10 @@ impl Kernel {
 
     fn reap(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none() {
-            self.exited = self.child.try_wait().ok().flatten();
+            self.exited = match &mut self.proc {
+                Proc::Child(child) => child.try_wait().ok().flatten(),
+                Proc::Forked(z) => z.try_exit(self.pid),
+            };
         }
         self.exited
     }
@@ -626,8 +695,16 @@ impl Kernel {
         }
         let _ = spawn::signal_group(self.pid, libc::SIGKILL);
         if self.exited.is_none() {
-            let _ = self.child.kill();
-            self.exited = self.child.wait().ok();
+            self.exited = match &mut self.proc {
+                Proc::Child(child) => {
+                    let _ = child.kill();
+                    child.wait().ok()
+                }
+                Proc::Forked(z) => {
+                    let _ = spawn::signal_process(self.pid, libc::SIGKILL);
+                    z.wait_exit(self.pid, zygote::EXIT_REPORT_TIMEOUT)
+                }
+            };
         }
     }
 }
@@ -635,7 +712,9 @@ impl Kernel {
 impl Drop for Kernel {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -671,7 +750,7 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-fn send_line(stdin: &Mutex<ChildStdin>, line: &str) -> bool {
+fn send_line(stdin: &Mutex<PipeWriter>, line: &str) -> bool {
     let Ok(mut w) = stdin.lock() else {
         return false;
     };
@@ -679,6 +758,23 @@ fn send_line(stdin: &Mutex<ChildStdin>, line: &str) -> bool {
         .and_then(|_| w.write_all(b"\n"))
         .and_then(|_| w.flush())
         .is_ok()
+}
+
+/// A fresh private directory holding the driver and its modules (a kernel's or the zygote's).
+pub(crate) fn write_driver_dir() -> Result<PathBuf, String> {
+    let dir = private_dir().map_err(|e| format!("cannot create the kernel directory: {e}"))?;
+    for (name, text) in [
+        ("driver.py", DRIVER_PY),
+        ("rlm.py", RLM_PY),
+        ("harness.py", HARNESS_PY),
+        ("state.py", STATE_PY),
+    ] {
+        if let Err(e) = write_private(&dir.join(name), text) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!("cannot write the kernel driver: {e}"));
+        }
+    }
+    Ok(dir)
 }
 
 /// A fresh `0700` directory under the OS temp dir.
@@ -706,7 +802,7 @@ fn spawn_frame_reader(
     frames: std::io::PipeReader,
     tx: Sender<Event>,
     handler: Arc<dyn HostHandler>,
-    stdin: Arc<Mutex<ChildStdin>>,
+    stdin: Arc<Mutex<PipeWriter>>,
     cell_source: Arc<Mutex<String>>,
 ) -> std::io::Result<()> {
     thread::Builder::new()

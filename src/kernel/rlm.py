@@ -2,8 +2,9 @@
 
 Module `rlm` (itself callable: `await rlm(prompt)` == `await rlm.run(prompt)`): the host bridge
 (`host_request`), subagent calls (`run`, `find_models`, `list_subagents`, `delete_subagent`)
-and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `compact`, `refine`, `goal`,
-`rlm_heartbeat`. Arguments are validated here, before anything reaches the host,
+and `rlm.harness`. Skills: `edit`, `attach_image`, `agent_message`, `agent_observe`, `compact`,
+`refine`, `goal`, `rlm_heartbeat`, `skill_creator`, the user's Python skills (PRIME_AGENT_PYTHON_SKILLS)
+and stubs for upstream's service-backed ones. Arguments are validated here, before anything reaches the host,
 so the model gets Python errors with exact texts. Standard library only.
 """
 
@@ -54,7 +55,15 @@ def _install(send_display, new_request, namespace):
         compact=compact,
         refine=refine,
         rlm_heartbeat=rlm_heartbeat,
+        agent_observe=agent_observe,
+        skill_creator=skill_creator,
     )
+    sys.modules["agent_observe"] = agent_observe
+    sys.modules["skill_creator"] = skill_creator
+    # Skills this build does not bundle: a clear error instead of a NameError (§3.6).
+    for name, reason in _third_party_reasons().items():
+        namespace[name] = _UnavailableSkill(name, reason)
+    _install_user_skills(namespace)
     global _BASELINE
     _BASELINE = frozenset(namespace)
 
@@ -337,10 +346,51 @@ def _image_mime(head):
     return None
 
 
+_MAX_SIDE = 1200
+_MAX_PIXELS = 36_000_000
+
+
+def _resize(data):
+    """`images.autoResize`: the image shrunk to at most 1200 px a side and 350,000 base64
+    chars with Pillow, as (mime, bytes); None when Pillow is missing or it cannot get there."""
+    try:
+        from PIL import Image
+    except Exception:
+        return None
+    import io
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            if img.width * img.height > _MAX_PIXELS:
+                return None
+            img.load()
+            alpha = img.mode in ("RGBA", "LA", "P")
+            img = img.convert("RGBA" if alpha else "RGB")
+            side = _MAX_SIDE
+            while side >= 100:
+                copy = img.copy()
+                copy.thumbnail((side, side))
+                out = io.BytesIO()
+                if alpha:
+                    copy.save(out, format="PNG", optimize=True)
+                    mime = "image/png"
+                else:
+                    copy.save(out, format="JPEG", quality=85)
+                    mime = "image/jpeg"
+                blob = out.getvalue()
+                if (len(blob) + 2) // 3 * 4 <= _MAX_ATTACHMENT_DATA_CHARS:
+                    return mime, blob
+                side = int(side * 0.75)
+    except Exception:
+        return None
+    return None
+
+
 def _attach_image(*paths):
     """Loads image files into the model's context as attachments."""
     if not paths:
         raise ValueError("attach_image requires at least one image path")
+    if os.environ.get("PRIME_AGENT_IMAGES_BLOCK") == "1":
+        raise RuntimeError("No image was loaded: images are turned off by the images.blockImages setting.")
     loaded = []
     for path in paths:
         target = Path(os.path.expanduser(str(path)))
@@ -357,10 +407,13 @@ def _attach_image(*paths):
                 "into context; open other files in the kernel instead." % path
             )
         if (len(data) + 2) // 3 * 4 > _MAX_ATTACHMENT_DATA_CHARS:
-            raise ValueError(
-                "%s is too large to attach (%d bytes; at most %d base64 chars). "
-                "Resize or crop it first." % (path, size, _MAX_ATTACHMENT_DATA_CHARS)
-            )
+            resized = _resize(data) if os.environ.get("PRIME_AGENT_IMAGES_AUTO_RESIZE", "1") == "1" else None
+            if resized is None:
+                raise ValueError(
+                    "%s is too large to attach (%d bytes; at most %d base64 chars). "
+                    "Resize or crop it first." % (path, size, _MAX_ATTACHMENT_DATA_CHARS)
+                )
+            mime, data = resized
         loaded.append((target, mime, data))
     info = host_request_sync("model.info")
     inputs = info.get("input") if isinstance(info, dict) else None
@@ -383,7 +436,161 @@ edit = _skill("edit", _edit, "edit(path, old_str, new_str): replace one unique s
 attach_image = _skill("attach_image", _attach_image, "attach_image(*paths): show images to the model.")
 
 
-# --- agent_message -----------------------------------------------------------------------------
+# --- unavailable and user skills ---------------------------------------------------------------
+
+class _UnavailableSkill:
+    """Stands in for a skill that cannot load here; any use raises the spec's text."""
+
+    def __init__(self, name, reason):
+        self._name = name
+        self._reason = reason
+
+    def _fail(self):
+        raise RuntimeError(
+            "Python skill %s is unavailable in this IPython kernel. Import error: %s" % (self._name, self._reason)
+        )
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._fail()
+
+    def __call__(self, *args, **kwargs):
+        self._fail()
+
+    def __repr__(self):
+        return "<unavailable Python skill %s: %s>" % (self._name, self._reason)
+
+
+def _third_party_reasons():
+    """Upstream's service-backed skills, and why each is missing here."""
+    def key(var, service):
+        if os.environ.get(var):
+            return "the %s client is not bundled with this prime-agent build" % service
+        return "%s is not set (the %s skill needs a key), and its client is not bundled with this build" % (var, service)
+    return {
+        "websearch": key("SERPER_API_KEY", "Serper web search"),
+        "linear": key("LINEAR_API_KEY", "Linear"),
+        "notion": key("NOTION_API_KEY", "Notion"),
+        "prime_intellect": key("PRIME_API_KEY", "Prime Intellect"),
+    }
+
+
+def _install_user_skills(namespace):
+    """Imports the Python packages of the user's skills (`python_import`), given by the host
+    as JSON in PRIME_AGENT_PYTHON_SKILLS; a failed import leaves a stub that says why."""
+    raw = os.environ.pop("PRIME_AGENT_PYTHON_SKILLS", "")
+    try:
+        skills = json.loads(raw) if raw else []
+    except ValueError:
+        skills = []
+    import importlib
+    for skill in skills:
+        module_name = str(skill.get("module", ""))
+        short = module_name.rsplit(".", 1)[-1]
+        for path in skill.get("paths", []):
+            if os.path.isdir(path) and path not in sys.path:
+                sys.path.append(path)
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as e:  # any failure: the model gets the reason on first use
+            namespace[short] = _UnavailableSkill(skill.get("name", short), "%s: %s" % (type(e).__name__, e))
+            continue
+        # A module with `run` is callable like the bundled skills: `skill(...)` == `skill.run(...)`.
+        if callable(getattr(module, "run", None)) and type(module) is types.ModuleType:
+            try:
+                module.__class__ = _Skill
+            except TypeError:
+                pass
+        namespace[short] = module
+
+
+# --- agent_observe -----------------------------------------------------------------------------
+
+async def _observe_list():
+    """Every agent of this family you may observe, with its status."""
+    return await host_request("agent_observe.list", {})
+
+
+async def _observe_get(target):
+    """One family agent's state: status, tokens, last assistant text, session dir."""
+    return await host_request("agent_observe.get", {"target": _target(target)})
+
+
+async def _observe_recent(target, limit=5):
+    """The last `limit` (1-50) messages of a family agent's conversation."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
+        raise ValueError("agent_observe.recent limit must be an integer from 1 to 50")
+    return await host_request("agent_observe.recent", {"target": _target(target), "limit": limit})
+
+
+def _target(target):
+    if isinstance(target, str) and target.strip():
+        return target.strip()
+    name = getattr(target, "rlm_child_id", None) or getattr(target, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    raise ValueError("agent_observe target must be an agent's name or id")
+
+
+agent_observe = types.ModuleType("agent_observe", "Look at the other agents of your family, through the host.")
+agent_observe.list = _observe_list
+agent_observe.get = _observe_get
+agent_observe.recent = _observe_recent
+
+
+# --- skill_creator (instructions) --------------------------------------------------------------
+
+SKILL_CREATOR = """How to write a skill for prime-agent
+
+A skill is a directory with a SKILL.md: YAML front matter, then instructions in Markdown.
+
+    ---
+    name: my-skill            # lowercase words joined by '-'; the command is /skill:my-skill
+    description: One sentence saying what the skill does and when to use it.
+    python_import: my_skill   # optional: a Python package in this directory the kernel imports
+    ---
+    # My skill
+    Steps, commands and checks, written for an agent that has never seen the task.
+
+Where: <project>/.agents/skills/<name>/SKILL.md (this project), or
+<agent dir>/skills/<name>/SKILL.md (every project); `--skill <dir>` loads one explicitly.
+Skills load when the agent starts, so a new one is there from the next session on.
+The description decides when a model reads the skill: make it specific. Keep the body short,
+put long references in files beside SKILL.md and name them by relative path.
+A Python package (a `my_skill/` directory with `__init__.py`, or `src/my_skill/`) is imported
+into the kernel as `my_skill`; a module-level `run(...)` makes `my_skill(...)` call it.
+`skill_creator.create(name, description, body, python_import=None, root=None)` writes a new
+SKILL.md (under ./.agents/skills by default) and returns its path.
+"""
+
+
+def _create_skill(name, description, body, python_import=None, root=None):
+    """Writes `<root>/<name>/SKILL.md` (root: ./.agents/skills) and returns its path."""
+    if not isinstance(name, str) or not name.strip() or any(c.isspace() or c in "/\\" for c in name.strip()):
+        raise ValueError("skill name must be a non-empty word without spaces or slashes")
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError("skill description must be a non-empty string")
+    name = name.strip()
+    folder = Path(root if root is not None else os.path.join(os.getcwd(), ".agents", "skills")) / name
+    target = folder / "SKILL.md"
+    if target.exists():
+        raise FileExistsError("%s already exists" % target)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["---", "name: %s" % name, "description: %s" % json.dumps(description.strip())]
+    if python_import:
+        lines.append("python_import: %s" % python_import)
+    lines += ["---", str(body).strip(), ""]
+    target.write_text("\n".join(lines), encoding="utf-8")
+    return str(target.resolve())
+
+
+skill_creator = types.ModuleType("skill_creator", SKILL_CREATOR)
+skill_creator.INSTRUCTIONS = SKILL_CREATOR
+skill_creator.create = _create_skill
+
+
+# --- agent_message -------------------------------------------------------------------------------
 
 async def _list_agents():
     """This agent's parent, siblings and children."""

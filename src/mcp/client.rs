@@ -139,11 +139,20 @@ impl Router {
 /// How messages reach a server. `send` does not wait for the answer: it arrives through the
 /// router (stdio: the reader thread; HTTP: the POST's own thread).
 pub(crate) trait Transport: Send + Sync {
-    /// Sends one message; `id` is the request's (None for a notification or a reply).
-    fn send(&self, msg: Value, id: Option<u64>) -> Result<(), McpError>;
+    /// Hands one message over; `id` is the request's (None for a notification or a reply).
+    /// Waits at most until the message is queued, `abort` is set, or `timeout` has passed,
+    /// never for the server to read it.
+    fn send(
+        &self,
+        msg: Value,
+        id: Option<u64>,
+        abort: &AbortFlag,
+        timeout: Duration,
+    ) -> Result<(), McpError>;
     /// Records the negotiated version (HTTP sends it as a header from then on).
     fn set_version(&self, _version: &'static str) {}
-    /// Ends the connection: kills a stdio server's group, DELETEs an HTTP session.
+    /// Ends the connection: kills a stdio server's group, DELETEs an HTTP session. Returns at
+    /// once; what must be waited for (reaps, joins, the DELETE) goes to the reaper.
     fn close(&self);
 }
 
@@ -179,8 +188,11 @@ impl Client {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let rx = self.router.register(id)?;
         let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        if let Err(e) = self.transport.send(msg, Some(id)) {
+        if let Err(e) = self.transport.send(msg, Some(id), abort, timeout) {
             self.router.forget(id);
+            if matches!(e, McpError::Aborted | McpError::Timeout(_)) {
+                log::debug!("MCP request {method} not sent: {e}");
+            }
             return Err(e);
         }
         let (abort_tx, abort_rx) = bounded::<()>(1);
@@ -210,7 +222,10 @@ impl Client {
     /// Sends a notification; a failure is only logged (nothing waits for it).
     pub(crate) fn notify(&self, method: &str, params: Value) {
         let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params });
-        if let Err(e) = self.transport.send(msg, None) {
+        // Never waits (a transport drops a notification it cannot queue at once), so it is
+        // not tied to the caller's abort: a cancellation notice is sent after one.
+        let never = AbortFlag::new();
+        if let Err(e) = self.transport.send(msg, None, &never, Duration::ZERO) {
             log::debug!("MCP notification {method} not sent: {e}");
         }
     }
@@ -286,7 +301,13 @@ mod tests {
     }
 
     impl Transport for Echo {
-        fn send(&self, msg: Value, _id: Option<u64>) -> Result<(), McpError> {
+        fn send(
+            &self,
+            msg: Value,
+            _id: Option<u64>,
+            _abort: &AbortFlag,
+            _timeout: Duration,
+        ) -> Result<(), McpError> {
             if let Some(a) = (self.answer)(&msg) {
                 self.router.deliver(a);
             }

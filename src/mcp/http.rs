@@ -15,10 +15,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::{McpError, Router, Transport};
+use crate::abort::AbortFlag;
 use crate::provider::sse::{SseDecoder, SseEvent};
+use crate::reaper;
 
 /// A request's whole life on the wire; the caller's own timeout (60 s) fires first.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(75);
+/// The DELETE at close: best effort, on its own thread, joined by the reaper.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most bytes of one JSON answer.
 const MAX_BODY: u64 = 64 * 1024 * 1024;
@@ -215,7 +218,14 @@ impl Inner {
 }
 
 impl Transport for HttpTransport {
-    fn send(&self, msg: Value, id: Option<u64>) -> Result<(), McpError> {
+    /// Starts the POST on its own thread and returns: the wait is on the router.
+    fn send(
+        &self,
+        msg: Value,
+        id: Option<u64>,
+        _abort: &AbortFlag,
+        _timeout: Duration,
+    ) -> Result<(), McpError> {
         // The handshake's end must reach the server before the first request after it; it is
         // sent during connect, where nobody waits to cancel.
         if msg["method"] == "notifications/initialized" {
@@ -241,6 +251,8 @@ impl Transport for HttpTransport {
         *self.inner.version.lock().unwrap_or_else(|e| e.into_inner()) = Some(version);
     }
 
+    /// Starts the DELETE of the MCP session on its own thread and hands it, with the POSTs
+    /// still running, to the reaper; returns at once.
     fn close(&self) {
         let session = self
             .inner
@@ -248,36 +260,51 @@ impl Transport for HttpTransport {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        let mut threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.reap());
         if let Some(sid) = session {
-            let mut b = self.inner.agent.delete(&self.inner.url);
-            for (k, v) in &self.inner.headers {
-                b = b.header(k.as_str(), v.as_str());
-            }
-            b = b.header("Mcp-Session-Id", sid.as_str());
-            if let Some(v) = *self.inner.version.lock().unwrap_or_else(|e| e.into_inner()) {
-                b = b.header("MCP-Protocol-Version", v);
-            }
-            match b
-                .config()
-                .timeout_global(Some(DELETE_TIMEOUT))
-                .build()
-                .call()
-            {
-                Ok(r) => log::debug!(
-                    "MCP server {}: DELETE → {}",
-                    self.inner.name,
-                    r.status().as_u16()
-                ),
-                Err(e) => log::debug!("MCP server {}: DELETE failed: {e}", self.inner.name),
+            let inner = self.inner.clone();
+            let deleting = std::thread::Builder::new()
+                .name(format!("mcp-{}-delete", self.inner.name))
+                .spawn(move || inner.delete(&sid));
+            match deleting {
+                Ok(t) => threads.push(t),
+                Err(e) => log::debug!("MCP server {}: no DELETE ({e})", self.inner.name),
             }
         }
-        // Running POSTs end with their request; wait a little for the ones about to.
-        let deadline = Instant::now() + Duration::from_millis(100);
-        let mut threads = self.reap();
-        while !threads.is_empty() && Instant::now() < deadline {
-            drop(threads);
-            std::thread::sleep(Duration::from_millis(2));
-            threads = self.reap();
+        if threads.is_empty() {
+            return;
+        }
+        let name = self.inner.name.clone();
+        reaper::later(move || {
+            // Running POSTs end with their request (their callers were told already); the
+            // DELETE ends by its own timeout.
+            let deadline = Instant::now() + DELETE_TIMEOUT + Duration::from_millis(100);
+            for t in threads {
+                reaper::join_or_leave(t, deadline, &format!("MCP server {name}: a request"));
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// `DELETE` of the MCP session (best effort, `DELETE_TIMEOUT`).
+    fn delete(&self, sid: &str) {
+        let mut b = self.agent.delete(&self.url);
+        for (k, v) in &self.headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
+        b = b.header("Mcp-Session-Id", sid);
+        if let Some(v) = *self.version.lock().unwrap_or_else(|e| e.into_inner()) {
+            b = b.header("MCP-Protocol-Version", v);
+        }
+        match b
+            .config()
+            .timeout_global(Some(DELETE_TIMEOUT))
+            .build()
+            .call()
+        {
+            Ok(r) => log::debug!("MCP server {}: DELETE → {}", self.name, r.status().as_u16()),
+            Err(e) => log::debug!("MCP server {}: DELETE failed: {e}", self.name),
         }
     }
 }

@@ -352,7 +352,9 @@ impl McpHub {
         json!({ "servers": servers })
     }
 
-    /// Ends every connection: stdio groups are killed, HTTP sessions DELETEd. Idempotent.
+    /// Ends every connection: stdio groups are killed, HTTP sessions DELETEd. Idempotent, and
+    /// returns at once: the connect threads are joined (bounded) by the reaper, which also
+    /// closes a connection that a connect finishes meanwhile.
     pub(crate) fn close(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
@@ -368,47 +370,38 @@ impl McpHub {
                 c.close();
             }
         }
-        // Connect threads see `closing` at once; a spawn that is under way ends quickly.
-        let deadline = Instant::now() + Duration::from_millis(500);
         let launcher = self
             .launcher
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some(t) = launcher {
-            join_by(t, deadline);
-        }
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        for t in threads {
-            join_by(t, deadline);
-        }
-        // A connect that finished after we took its client.
-        for server in &self.servers {
-            if let Some(c) = server.lock().client.take() {
-                c.close();
+        let threads: Vec<JoinHandle<()>> = launcher
+            .into_iter()
+            .chain(std::mem::take(
+                &mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()),
+            ))
+            .collect();
+        let servers = self.servers.clone();
+        crate::reaper::later(move || {
+            // Connect threads see `closing` at once; a spawn under way ends quickly.
+            let deadline = Instant::now() + Duration::from_millis(500);
+            for t in threads {
+                crate::reaper::join_or_leave(t, deadline, "an MCP connect thread");
             }
-        }
+            // A connect that finished after we took its client.
+            for server in &servers {
+                let client = server.lock().client.take();
+                if let Some(c) = client {
+                    c.close();
+                }
+            }
+        });
     }
 }
 
 impl Drop for McpHub {
     fn drop(&mut self) {
         self.close();
-    }
-}
-
-/// Joins `t` if it finishes by `deadline`; else leaves it (it ends on its own) and logs it.
-fn join_by(t: JoinHandle<()>, deadline: Instant) {
-    if t.thread().id() == std::thread::current().id() {
-        return; // A connect thread dropping the last hub: it ends right after.
-    }
-    while !t.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    if t.is_finished() {
-        let _ = t.join();
-    } else {
-        log::warn!("an MCP connect thread is still running at close; left to finish alone");
     }
 }
 

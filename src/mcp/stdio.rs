@@ -1,20 +1,24 @@
 //! The stdio transport: the server is a child in its own process group (`spawn::spawn_group`),
 //! in the session's cwd, with a scrubbed environment plus the client's `env`. One NDJSON line
-//! per message each way; a reader thread routes answers by id, another drains stderr to the
-//! log at debug. Closing kills the whole group.
+//! per message each way: a writer thread owns the server's stdin and takes lines from a
+//! bounded queue (so a server that stops reading blocks that thread, never a turn or the main
+//! loop), a reader thread routes answers by id and queues replies to the server's pings on the
+//! same writer, another drains stderr to the log at debug. Closing kills the whole group.
 
 use std::io::{BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{bounded, select, Sender, TrySendError};
 use serde_json::Value;
 
 use super::client::{McpError, Router, Transport};
+use crate::abort::AbortFlag;
 use crate::lines::{read_line_limited, LineRead};
-use crate::spawn;
+use crate::{reaper, spawn};
 
 /// The variables a server inherits from us (§1.17); everything else comes from the client.
 const KEPT_ENV: &[&str] = &["HOME", "PATH", "TMPDIR", "TEMP", "TMP"];
@@ -22,9 +26,22 @@ const KEPT_ENV: &[&str] = &["HOME", "PATH", "TMPDIR", "TEMP", "TMP"];
 /// The longest line we read from a server (a tool result with images can be large).
 const MAX_LINE: usize = 64 * 1024 * 1024;
 
+/// Messages queued for a server's writer thread at most; a server that stops reading holds
+/// the writer, then fills this, then makes `send` wait (bounded, abortable).
+const QUEUE: usize = 16;
+/// How long the reaper waits for the IO threads once the group is killed.
+const THREADS_GRACE: Duration = Duration::from_millis(200);
+
+/// No lock here is ever held across IO: the server's stdin belongs to the writer thread, and
+/// `close` only kills the group and hands what is left to the reaper.
 pub(crate) struct StdioTransport {
     name: String,
-    stdin: Mutex<Option<ChildStdin>>,
+    /// Lines for the writer thread (`mcp-<name>-in`), the only code that writes to stdin.
+    lines: Sender<Vec<u8>>,
+    /// Set by `close`: a `send` waiting for room gives up.
+    closing: AbortFlag,
+    /// Dropped by `close`: the idle writer stops (a busy one fails once the group is dead).
+    stop: Mutex<Option<Sender<()>>>,
     child: Mutex<Option<Child>>,
     pgid: i32,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -63,16 +80,49 @@ impl StdioTransport {
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         let stdin = child.stdin.take().expect("piped");
+        let (lines, queued) = bounded::<Vec<u8>>(QUEUE);
+        let (stop, stopped) = bounded::<()>(0);
         let transport = StdioTransport {
             name: name.to_owned(),
-            stdin: Mutex::new(Some(stdin)),
+            lines: lines.clone(),
+            closing: AbortFlag::new(),
+            stop: Mutex::new(Some(stop)),
             child: Mutex::new(Some(child)),
             pgid,
             threads: Mutex::default(),
         };
+        let server = name.to_owned();
+        let writer = std::thread::Builder::new()
+            .name(format!("mcp-{name}-in"))
+            .spawn(move || {
+                let mut stdin = stdin;
+                // Ends at `close` or when the pipe breaks (the group was killed).
+                loop {
+                    let line = select! {
+                        recv(queued) -> line => match line {
+                            Ok(line) => line,
+                            Err(_) => break,
+                        },
+                        recv(stopped) -> _ => break,
+                    };
+                    if let Err(e) = stdin.write_all(&line).and_then(|()| stdin.flush()) {
+                        log::debug!("MCP server {server}: writing failed: {e}");
+                        break;
+                    }
+                }
+            });
+        let writer = match writer {
+            Ok(t) => t,
+            Err(e) => {
+                transport.close();
+                return Err(McpError::Transport(format!("cannot start a thread: {e}")));
+            }
+        };
+        transport.threads.lock().unwrap().push(writer);
         let reader_router = router.clone();
-        // The reader answers the server's own requests (`ping`) on this pipe.
-        let reply_pipe = transport.stdin_clone();
+        // The reader answers the server's own requests (`ping`) through the same writer;
+        // it never waits for room (a server that does not read gets no pong).
+        let replies = lines;
         let server = name.to_owned();
         let reader = std::thread::Builder::new()
             .name(format!("mcp-{name}-out"))
@@ -94,15 +144,21 @@ impl StdioTransport {
                         continue;
                     };
                     if let Some(answer) = reader_router.deliver(msg) {
-                        if let Some(pipe) = &reply_pipe {
-                            let _ = write_line(&mut &*pipe, &answer);
+                        if replies.try_send(line_of(&answer)).is_err() {
+                            log::debug!("MCP server {server}: a reply dropped (queue full)");
                         }
                     }
                 };
                 reader_router.close(&why);
                 on_exit(why);
-            })
-            .map_err(|e| McpError::Transport(format!("cannot start a thread: {e}")))?;
+            });
+        let reader = match reader {
+            Ok(t) => t,
+            Err(e) => {
+                transport.close();
+                return Err(McpError::Transport(format!("cannot start a thread: {e}")));
+            }
+        };
         let server = name.to_owned();
         let drain = std::thread::Builder::new()
             .name(format!("mcp-{name}-err"))
@@ -117,66 +173,93 @@ impl StdioTransport {
                         String::from_utf8_lossy(&buf)
                     );
                 }
-            })
-            .map_err(|e| McpError::Transport(format!("cannot start a thread: {e}")))?;
+            });
+        let drain = match drain {
+            Ok(t) => t,
+            Err(e) => {
+                transport.threads.lock().unwrap().push(reader);
+                transport.close();
+                return Err(McpError::Transport(format!("cannot start a thread: {e}")));
+            }
+        };
         transport.threads.lock().unwrap().extend([reader, drain]);
         Ok(transport)
     }
-
-    /// A second handle on the server's stdin for the reader's replies (a dup of the pipe).
-    fn stdin_clone(&self) -> Option<std::fs::File> {
-        use std::os::fd::AsFd;
-        let guard = self.stdin.lock().ok()?;
-        let fd = guard.as_ref()?.as_fd().try_clone_to_owned().ok()?;
-        Some(std::fs::File::from(fd))
-    }
 }
 
-fn write_line(w: &mut impl Write, msg: &Value) -> std::io::Result<()> {
+fn line_of(msg: &Value) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(msg).expect("a JSON value always serialises");
     bytes.push(b'\n');
-    w.write_all(&bytes)?;
-    w.flush()
+    bytes
 }
 
 impl Transport for StdioTransport {
-    fn send(&self, msg: Value, _id: Option<u64>) -> Result<(), McpError> {
-        let mut guard = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(stdin) = guard.as_mut() else {
-            return Err(McpError::Closed("the connection is closed".into()));
+    /// Waits until the line is queued for the writer, the caller is aborted, the transport
+    /// closes, or `timeout` passes: never on the pipe itself.
+    fn send(
+        &self,
+        msg: Value,
+        id: Option<u64>,
+        abort: &AbortFlag,
+        timeout: Duration,
+    ) -> Result<(), McpError> {
+        let line = line_of(&msg);
+        let line = match self.lines.try_send(line) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Disconnected(_)) => {
+                return Err(McpError::Closed("the server is gone".into()))
+            }
+            // Nobody waits for a notification or a reply, and a server that is not reading
+            // would not read it either: it is dropped rather than waited for.
+            Err(TrySendError::Full(_)) if id.is_none() => {
+                return Err(McpError::Transport("the server is not reading".into()))
+            }
+            Err(TrySendError::Full(line)) => line,
         };
-        write_line(stdin, &msg).map_err(|e| McpError::Closed(format!("the server is gone ({e})")))
+        // The queue is full: the server is not reading. Wait for room, but not on the pipe.
+        let (woken, wake) = bounded::<()>(2);
+        let w = woken.clone();
+        let _abort = abort.on_abort(move || {
+            let _ = w.try_send(());
+        });
+        let _closing = self.closing.on_abort(move || {
+            let _ = woken.try_send(());
+        });
+        select! {
+            send(self.lines, line) -> sent => sent.map_err(|_| McpError::Closed("the server is gone".into())),
+            recv(wake) -> _ => Err(if self.closing.is_aborted() {
+                McpError::Closed("the connection is closed".into())
+            } else {
+                McpError::Aborted
+            }),
+            default(timeout) => Err(McpError::Timeout(timeout)),
+        }
     }
 
+    /// Kills the group first (the writer blocked on a full pipe then fails with EPIPE), and
+    /// hands the reap and the joins to the reaper: it returns at once and takes no lock that
+    /// any IO holds.
     fn close(&self) {
-        // Closing stdin first lets a well-behaved server see EOF; the group is killed anyway,
-        // so nothing it started outlives the session.
-        drop(self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take());
+        self.closing.abort();
         let _ = spawn::signal_group(self.pgid, libc::SIGKILL);
-        if let Some(mut child) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = child.wait();
+        drop(self.stop.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let child = self.child.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        if child.is_none() && threads.is_empty() {
+            return;
         }
-        // The pipes close with the group; a grandchild that left the group and kept them open
-        // must not hold us, so the join is bounded.
-        let deadline = Instant::now() + Duration::from_millis(200);
-        let threads: Vec<_> =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        for t in threads {
-            if t.thread().id() == std::thread::current().id() {
-                continue; // The reader itself, closing after the server exited: it ends next.
+        let name = self.name.clone();
+        reaper::later(move || {
+            if let Some(mut child) = child {
+                let _ = child.wait();
             }
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
+            // The pipes close with the group; a grandchild that left the group and kept them
+            // open must not hold the reaper, so the joins are bounded.
+            let deadline = Instant::now() + THREADS_GRACE;
+            for t in threads {
+                reaper::join_or_leave(t, deadline, &format!("MCP server {name}: an IO thread"));
             }
-            if t.is_finished() {
-                let _ = t.join();
-            } else {
-                log::warn!(
-                    "MCP server {}: a reader thread outlived the server",
-                    self.name
-                );
-            }
-        }
+        });
     }
 }
 

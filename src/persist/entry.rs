@@ -45,8 +45,95 @@ pub(crate) enum EntryKind {
     SessionInfo {
         name: String,
     },
-    /// Any other entry type (`compaction`, `custom`, `label`, …), kept verbatim.
+    /// `compaction`: what a compaction summarised away.
+    Compaction(Compaction),
+    /// `custom_message`: a user-role message the model sees and a replay does not show.
+    CustomMessage(CustomMessage),
+    /// `custom {customType, data}`: state kept with the session, outside the model's
+    /// context (the goal's `thread_goal_state`).
+    Custom(CustomData),
+    /// Any other entry type (`label`, `branch_summary`, …), kept verbatim.
     Other(Value),
+}
+
+/// The `customType` of the goal's state (behaviour spec §5.3).
+pub(crate) const GOAL_STATE: &str = "thread_goal_state";
+
+/// Keys of an entry this binary does not act on, kept so a line round-trips exactly.
+pub(crate) type Rest = Map<String, Value>;
+
+/// A `compaction` entry (upstream's fields, plus ours: the exact summary message).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Compaction {
+    pub summary: String,
+    pub first_kept_entry_id: Option<String>,
+    pub tokens_before: u64,
+    /// `primeAgentContext`: the summary message the model saw after the compaction.
+    pub context: Option<String>,
+    pub rest: Rest,
+}
+
+impl Compaction {
+    /// The user message that stands for what was summarised.
+    pub(crate) fn context_text(&self) -> &str {
+        self.context.as_deref().unwrap_or(&self.summary)
+    }
+}
+
+/// A `custom_message` entry.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct CustomMessage {
+    pub custom_type: String,
+    /// A string, or text blocks (upstream writes either).
+    pub content: Value,
+    pub display: bool,
+    pub details: Option<Value>,
+    pub rest: Rest,
+}
+
+impl CustomMessage {
+    /// The content as one text.
+    pub(crate) fn text(&self) -> String {
+        match &self.content {
+            Value::String(s) => s.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// A `custom` entry.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct CustomData {
+    pub custom_type: String,
+    pub data: Value,
+    pub rest: Rest,
+}
+
+/// `v`'s keys other than the envelope's and `known`.
+fn rest_of(v: &Value, known: &[&str]) -> Rest {
+    v.as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| {
+            !matches!(k.as_str(), "type" | "id" | "parentId" | "timestamp")
+                && !known.contains(&k.as_str())
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn with_rest(mut v: Value, rest: &Rest) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for (k, x) in rest {
+            o.entry(k.clone()).or_insert_with(|| x.clone());
+        }
+    }
+    v
 }
 
 /// A `message` entry's `message`.
@@ -120,6 +207,30 @@ pub(crate) fn entry_line(e: &Entry) -> Value {
             json!({ "type": "thinking_level_change", "thinkingLevel": level })
         }
         EntryKind::SessionInfo { name } => json!({ "type": "session_info", "name": name }),
+        EntryKind::Compaction(c) => {
+            let mut v = json!({
+                "type": "compaction", "summary": c.summary,
+                "firstKeptEntryId": c.first_kept_entry_id, "tokensBefore": c.tokens_before,
+            });
+            if let Some(context) = &c.context {
+                v["primeAgentContext"] = json!(context);
+            }
+            with_rest(v, &c.rest)
+        }
+        EntryKind::CustomMessage(m) => {
+            let mut v = json!({
+                "type": "custom_message", "customType": m.custom_type, "content": m.content,
+                "display": m.display,
+            });
+            if let Some(details) = &m.details {
+                v["details"] = details.clone();
+            }
+            with_rest(v, &m.rest)
+        }
+        EntryKind::Custom(c) => with_rest(
+            json!({ "type": "custom", "customType": c.custom_type, "data": c.data }),
+            &c.rest,
+        ),
         EntryKind::Other(v) => v.clone(),
     };
     v["id"] = json!(e.id);
@@ -141,6 +252,33 @@ pub(crate) fn parse_entry(v: &Value) -> Result<Entry, String> {
         },
         Some("thinking_level_change") => EntryKind::ThinkingLevelChange(s("thinkingLevel")),
         Some("session_info") => EntryKind::SessionInfo { name: s("name") },
+        Some("compaction") => EntryKind::Compaction(Compaction {
+            summary: s("summary"),
+            first_kept_entry_id: v["firstKeptEntryId"].as_str().map(str::to_owned),
+            tokens_before: v["tokensBefore"].as_u64().unwrap_or(0),
+            context: v["primeAgentContext"].as_str().map(str::to_owned),
+            rest: rest_of(
+                v,
+                &[
+                    "summary",
+                    "firstKeptEntryId",
+                    "tokensBefore",
+                    "primeAgentContext",
+                ],
+            ),
+        }),
+        Some("custom_message") => EntryKind::CustomMessage(CustomMessage {
+            custom_type: s("customType"),
+            content: v.get("content").cloned().unwrap_or(Value::Null),
+            display: v["display"].as_bool().unwrap_or(false),
+            details: v.get("details").filter(|d| !d.is_null()).cloned(),
+            rest: rest_of(v, &["customType", "content", "display", "details"]),
+        }),
+        Some("custom") => EntryKind::Custom(CustomData {
+            custom_type: s("customType"),
+            data: v.get("data").cloned().unwrap_or(Value::Null),
+            rest: rest_of(v, &["customType", "data"]),
+        }),
         Some(_) => EntryKind::Other(v.clone()),
         None => return Err("an entry has no type".to_owned()),
     };
@@ -241,6 +379,10 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
                 ReasoningBlock::ResponsesItem { model, item } => json!({
                     "type": "primeAgentResponsesItem", "model": model, "item": item,
                 }),
+                // A Gemini reply part with its thought signature, for the model that made it.
+                ReasoningBlock::GeminiPart { model, part } => json!({
+                    "type": "primeAgentGeminiPart", "model": model, "part": part,
+                }),
             });
         }
     }
@@ -273,7 +415,9 @@ fn assistant_json(m: &AssistantMessage, ts: u64) -> Value {
         .iter()
         .filter_map(|b| match b {
             ReasoningBlock::Signed { thinking, .. } => Some(thinking.as_str()),
-            ReasoningBlock::Redacted { .. } | ReasoningBlock::ResponsesItem { .. } => None,
+            ReasoningBlock::Redacted { .. }
+            | ReasoningBlock::ResponsesItem { .. }
+            | ReasoningBlock::GeminiPart { .. } => None,
         })
         .collect();
     if !m.reasoning_blocks.is_empty() && signed != m.thinking {
@@ -367,6 +511,10 @@ fn parse_assistant(v: &Value) -> AssistantMessage {
                     item: b["item"].clone(),
                 })
             }
+            Some("primeAgentGeminiPart") => m.reasoning_blocks.push(ReasoningBlock::GeminiPart {
+                model: s("model"),
+                part: b["part"].clone(),
+            }),
             Some("toolCall") => m.tool_calls.push(ToolCall {
                 id: s("id"),
                 name: s("name"),
@@ -467,6 +615,10 @@ mod tests {
                     model: "gpt-5".into(),
                     item: json!({"type": "reasoning", "encrypted_content": "e"}),
                 },
+                ReasoningBlock::GeminiPart {
+                    model: "gemini-3-pro".into(),
+                    part: json!({"functionCall": {"name": "t", "args": {}}, "thoughtSignature": "c2ln"}),
+                },
             ],
             tool_calls: vec![],
         });
@@ -559,11 +711,37 @@ mod tests {
     }
 
     #[test]
-    fn upstream_entries_we_do_not_act_on_are_kept_verbatim_and_bad_ones_refused() {
-        let compaction = json!({"type": "compaction", "id": "11111111", "parentId": null, "timestamp": "t", "summary": "s", "firstKeptEntryId": "x", "tokensBefore": 9});
+    fn typed_entries_and_upstream_ones_round_trip_exactly_and_bad_ones_are_refused() {
+        let compaction = json!({"type": "compaction", "id": "11111111", "parentId": null, "timestamp": "t", "summary": "s", "firstKeptEntryId": "x", "tokensBefore": 9, "details": {"readFiles": ["a"]}});
         let e = parse_entry(&compaction).unwrap();
+        let EntryKind::Compaction(c) = &e.kind else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            (c.summary.as_str(), c.tokens_before, c.context_text()),
+            ("s", 9, "s")
+        );
+        assert_eq!(entry_line(&e), compaction, "upstream's extra keys are kept");
+        let typed = [
+            json!({"type": "custom_message", "id": "1", "parentId": "0", "timestamp": "t", "customType": "heartbeat_prompt", "content": "BEAT", "display": true, "details": {"jobId": "hb-1"}}),
+            json!({"type": "custom_message", "id": "1", "parentId": "0", "timestamp": "t", "customType": "x", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "display": false}),
+            json!({"type": "custom", "id": "2", "parentId": "1", "timestamp": "t", "customType": GOAL_STATE, "data": {"status": "active", "tokensUsed": 5}}),
+            json!({"type": "compaction", "id": "3", "parentId": "2", "timestamp": "t", "summary": "s", "firstKeptEntryId": null, "tokensBefore": 1, "primeAgentContext": "ctx"}),
+        ];
+        for line in typed {
+            let e = parse_entry(&line).unwrap();
+            assert!(!matches!(e.kind, EntryKind::Other(_)), "{line}");
+            assert_eq!(entry_line(&e), line);
+        }
+        let EntryKind::CustomMessage(m) = parse_entry(&json!({"type": "custom_message", "id": "1", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})).unwrap().kind else {
+            panic!()
+        };
+        assert_eq!(m.text(), "a\nb");
+        let label =
+            json!({"type": "label", "id": "4", "parentId": null, "timestamp": "t", "label": "x"});
+        let e = parse_entry(&label).unwrap();
         assert!(matches!(e.kind, EntryKind::Other(_)));
-        assert_eq!(entry_line(&e), compaction);
+        assert_eq!(entry_line(&e), label);
         let custom = json!({"type": "message", "id": "22222222", "parentId": "11111111", "timestamp": "t", "message": {"role": "custom", "customType": "goal", "content": "c"}});
         let e = parse_entry(&custom).unwrap();
         assert!(matches!(e.kind, EntryKind::Message(Record::Other(_))));

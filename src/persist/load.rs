@@ -33,7 +33,14 @@ impl Loaded {
     /// The conversation the model sees, in order; tool calls a crash cut off before their
     /// result get one (`close_dangling_calls`), so the next model call is valid.
     pub(crate) fn messages(&self) -> Vec<Message> {
-        close_dangling_calls(self.stored_messages())
+        let mut messages = close_dangling_calls(self.stored_messages());
+        // A call whose arguments a reply cut off (a file written before the turn replaced them)
+        // would make every later request fail on a server that parses them.
+        let repaired = crate::provider::arguments::repair(&mut messages);
+        if repaired > 0 {
+            log::warn!("{repaired} tool call(s) with unusable arguments replayed as {{}}");
+        }
+        messages
     }
 
     fn stored_messages(&self) -> Vec<Message> {
@@ -60,23 +67,19 @@ impl Loaded {
                 )),
                 // Custom messages (the restored kernel state, a heartbeat's prompt): the model
                 // sees them as user messages, a replay not (live, the client saw none either).
-                EntryKind::Other(v) if v["type"] == "custom_message" => out.push((
+                EntryKind::CustomMessage(m) => out.push((
                     id,
                     Message::User {
-                        text: custom_message_text(&v["content"]),
+                        text: m.text(),
                         images: Vec::new(),
                     },
                 )),
-                EntryKind::Other(v) if v["type"] == "compaction" => {
-                    let kept = v["firstKeptEntryId"].as_str();
+                EntryKind::Compaction(c) => {
+                    let kept = c.first_kept_entry_id.as_deref();
                     let from = kept
                         .and_then(|k| out.iter().position(|(i, _)| i.as_deref() == Some(k)))
                         .unwrap_or(out.len());
-                    let text = v["primeAgentContext"]
-                        .as_str()
-                        .or(v["summary"].as_str())
-                        .unwrap_or_default()
-                        .to_owned();
+                    let text = c.context_text().to_owned();
                     let kept: Vec<_> = out.drain(from..).collect();
                     out.clear();
                     out.push((
@@ -110,6 +113,14 @@ impl Loaded {
         (model, thinking)
     }
 
+    /// The goal's state as last written (`custom` `thread_goal_state`), newest on the branch.
+    pub(crate) fn goal_state(&self) -> Option<&Value> {
+        self.entries.iter().rev().find_map(|e| match &e.kind {
+            EntryKind::Custom(c) if c.custom_type == entry::GOAL_STATE => Some(&c.data),
+            _ => None,
+        })
+    }
+
     pub(crate) fn title(&self) -> Option<String> {
         self.entries.iter().rev().find_map(|e| match &e.kind {
             EntryKind::SessionInfo { name } if !name.is_empty() => Some(name.clone()),
@@ -117,24 +128,12 @@ impl Loaded {
         })
     }
 
+    #[cfg(test)]
     pub(crate) fn updated_at(&self) -> String {
         self.entries
             .last()
             .map(|e| e.timestamp.clone())
             .unwrap_or_else(|| self.header.timestamp.clone())
-    }
-}
-
-/// A `custom_message`'s content (a string, or text blocks) as one text.
-pub(super) fn custom_message_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
     }
 }
 

@@ -6,17 +6,17 @@
 //! - `recorder.rs`: the `Recorder` a session's conversation carries (its turn worker appends
 //!   after each message, so the main loop never waits on the disk).
 //! - `claim.rs`: one owner per session file (an advisory lock).
+//! - `index.rs`: what listing needs of each file, from a small index and header + tail reads.
 //! - `store.rs`: the sessions directory (`Store`: list, resolve, open and lock, fork, and the
 //!   session `--continue` / `--resume` chose for the next `session/new`).
-//! - `replay.rs`: the pure mapping of a loaded session to `session/load`'s updates.
 //! - `schedule/`: heartbeats (the grammar, the jobs).
 
 mod claim;
 pub(crate) mod entry;
+mod index;
 mod load;
 mod manage;
 mod recorder;
-pub(crate) mod replay;
 pub(crate) mod schedule;
 mod store;
 
@@ -27,10 +27,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
+/// Defined in the leaf `content` (a prompt carries one); kept here under its old name.
+pub(crate) use crate::content::Custom;
 pub(crate) use claim::{Claim, ClaimError};
 pub(crate) use load::{load, LoadError, Loaded};
-pub(crate) use recorder::{Custom, Recorder};
-pub(crate) use store::{page, sessions_dir, OpenError, Pick, Store};
+pub(crate) use recorder::Recorder;
+pub(crate) use store::{page, sessions_dir, sync_file, OpenError, Pick, Store};
 
 /// A fresh entry id: 8 hex digits, as upstream.
 pub(super) fn entry_id() -> String {

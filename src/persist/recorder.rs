@@ -1,10 +1,10 @@
 //! The `Recorder`: writes a session's entries as its conversation grows, one line per
 //! `write`, strictly in conversation order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -13,18 +13,33 @@ use serde_json::Value;
 use super::claim::Claim;
 use super::entry::{self, BashRun, Entry, EntryKind, Header, Record};
 use super::{create_dir_private, entry_id, open_append, write_line, Loaded};
+use crate::content::Custom;
 use crate::provider::Message;
 use crate::time::now_iso;
 
-/// A user-role message the session file keeps as a `custom_message` entry rather than a
-/// plain user message: the model gets the text back on load, a replay shows nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Custom {
-    pub custom_type: &'static str,
-    /// Upstream's flag: whether its TUI shows the message (a heartbeat's prompt does, the
-    /// restored kernel state not).
-    pub display: bool,
-    pub details: Option<Value>,
+/// How the turn said an unwritten message is to be written, beyond its plain shape.
+#[derive(Debug)]
+enum Note {
+    /// A user shell run (`bashExecution`).
+    Bash(BashRun),
+    /// A user-role message kept as a `custom_message`.
+    Custom(Custom),
+}
+
+/// Everything noted about messages not yet written, in one place: the notes by the index the
+/// message will have (they move together when one is taken back, and go together at a
+/// compaction), and a tool result's details by its call id.
+#[derive(Debug, Default)]
+struct Notes {
+    by_index: BTreeMap<usize, Note>,
+    /// Tool-call id → what the client was shown of its result beyond the text.
+    details: HashMap<String, Value>,
+}
+
+impl Notes {
+    fn take(&mut self, index: usize) -> Option<Note> {
+        self.by_index.remove(&index)
+    }
 }
 
 /// Writes a session's entries as its conversation grows. Lives in the `Conversation`, so the
@@ -41,12 +56,8 @@ pub(crate) struct Recorder {
     last_id: Option<String>,
     /// Entries waiting for the next write (model and thinking changes, the title).
     pending: Vec<EntryKind>,
-    /// Tool-call id → what the client was shown of its result beyond the text.
-    details: HashMap<String, Value>,
-    /// Message index → the user shell run it holds.
-    bash: HashMap<usize, BashRun>,
-    /// Message index → how a user message is written as a `custom_message`.
-    custom: HashMap<usize, Custom>,
+    /// What the turn said about messages not yet written.
+    notes: Notes,
     model: Option<(String, String)>,
     thinking: Option<String>,
     titled: bool,
@@ -59,6 +70,9 @@ pub(crate) struct Recorder {
     /// The session was deleted (`session/delete`, set by the main loop): nothing more is
     /// written, so a turn still finishing cannot bring the file back.
     pub(super) gone: Arc<AtomicBool>,
+    /// Something that must be on disk now (the goal's state) waits: the file is created even
+    /// before the first assistant message.
+    flush: bool,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -71,6 +85,11 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
+    /// The session file this recorder writes (the prompt's conversation log).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// A new session's recorder; nothing is written until the first assistant message.
     pub(crate) fn create(path: PathBuf, header: Header) -> Recorder {
         Recorder {
@@ -81,9 +100,7 @@ impl Recorder {
             ids: Vec::new(),
             last_id: None,
             pending: Vec::new(),
-            details: HashMap::new(),
-            bash: HashMap::new(),
-            custom: HashMap::new(),
+            notes: Notes::default(),
             model: None,
             thinking: None,
             titled: false,
@@ -91,6 +108,7 @@ impl Recorder {
             failed: false,
             claim: None,
             gone: Arc::default(),
+            flush: false,
         }
     }
 
@@ -222,16 +240,27 @@ impl Recorder {
         }
     }
 
+    /// The goal changed: its state (`thread_goal_state`) is written with the next sync, which
+    /// creates the file if need be (the spec's explicit flush).
+    pub(crate) fn note_goal(&mut self, state: Value) {
+        self.pending.push(EntryKind::Custom(entry::CustomData {
+            custom_type: entry::GOAL_STATE.to_owned(),
+            data: state,
+            rest: entry::Rest::new(),
+        }));
+        self.flush = true;
+    }
+
     /// What the client was shown of a tool result, written with the result.
     pub(crate) fn note_tool_details(&mut self, call_id: &str, details: Option<Value>) {
         if let Some(d) = details {
-            self.details.insert(call_id.to_owned(), d);
+            self.notes.details.insert(call_id.to_owned(), d);
         }
     }
 
     /// The message about to be pushed at `index` is this user shell run.
     pub(crate) fn note_bash(&mut self, index: usize, run: BashRun) {
-        self.bash.insert(index, run);
+        self.notes.by_index.insert(index, Note::Bash(run));
     }
 
     /// The user message about to be pushed at `index` is hidden context for the model: it is
@@ -249,16 +278,16 @@ impl Recorder {
 
     /// The user message about to be pushed at `index` is written as this `custom_message`.
     pub(crate) fn note_custom(&mut self, index: usize, custom: Custom) {
-        self.custom.insert(index, custom);
+        self.notes.by_index.insert(index, Note::Custom(custom));
     }
 
     /// The unwritten message at `index` was taken back out of the conversation: what was
     /// noted of the later ones moves down with them.
     pub(crate) fn removed(&mut self, index: usize) {
-        self.custom = std::mem::take(&mut self.custom)
+        self.notes.by_index = std::mem::take(&mut self.notes.by_index)
             .into_iter()
             .filter(|(i, _)| *i != index)
-            .map(|(i, c)| (if i > index { i - 1 } else { i }, c))
+            .map(|(i, n)| (if i > index { i - 1 } else { i }, n))
             .collect();
     }
 
@@ -293,40 +322,47 @@ impl Recorder {
         }
         self.ids.truncate(self.written);
         if self.file.is_none() {
-            if !messages.iter().any(|m| matches!(m, Message::Assistant(_))) {
+            if !self.flush && !messages.iter().any(|m| matches!(m, Message::Assistant(_))) {
                 return;
             }
             if !self.create_file() {
                 return;
+            }
+            // The title goes right after the header, where a listing finds it without
+            // reading the conversation (`index.rs`).
+            if !self.titled {
+                let first = messages.iter().find_map(|m| match m {
+                    Message::User { text, .. } => Some(text),
+                    _ => None,
+                });
+                if let Some(name) = first.and_then(|t| crate::meta::session_title(t)) {
+                    self.titled = true;
+                    self.pending.push(EntryKind::SessionInfo { name });
+                }
             }
         }
         for kind in std::mem::take(&mut self.pending) {
             self.append(kind);
         }
         for (i, m) in messages.iter().enumerate().skip(self.written) {
-            if let (Some(custom), Message::User { text, .. }) = (self.custom.remove(&i), m) {
-                let mut entry = serde_json::json!({
-                    "type": "custom_message",
-                    "customType": custom.custom_type,
-                    "content": text,
-                    "display": custom.display,
-                });
-                if let Some(details) = custom.details {
-                    entry["details"] = details;
+            let record = match (self.notes.take(i), m) {
+                (Some(Note::Custom(custom)), Message::User { text, .. }) => {
+                    self.append(EntryKind::CustomMessage(entry::CustomMessage {
+                        custom_type: custom.custom_type.to_owned(),
+                        content: Value::String(text.clone()),
+                        display: custom.display,
+                        details: custom.details,
+                        rest: entry::Rest::new(),
+                    }));
+                    self.ids.push(self.last_id.clone());
+                    continue;
                 }
-                self.append(EntryKind::Other(entry));
-                self.ids.push(self.last_id.clone());
-                continue;
-            }
-            let record = if let Some(run) = self.bash.remove(&i) {
-                Record::Bash(run)
-            } else if let Message::ToolResult { call_id, .. } = m {
-                Record::ToolResult {
+                (Some(Note::Bash(run)), _) => Record::Bash(run),
+                (_, Message::ToolResult { call_id, .. }) => Record::ToolResult {
                     message: m.clone(),
-                    details: self.details.remove(call_id),
-                }
-            } else {
-                Record::Chat(m.clone())
+                    details: self.notes.details.remove(call_id),
+                },
+                _ => Record::Chat(m.clone()),
             };
             if let (false, None, Message::User { text, .. }) = (self.titled, &self.title, m) {
                 self.title = crate::meta::session_title(text);
@@ -374,24 +410,22 @@ impl Recorder {
             .take(kept_written)
             .cloned()
             .collect();
-        self.append(EntryKind::Other(serde_json::json!({
-            "type": "compaction",
-            "summary": summary,
-            "firstKeptEntryId": first_kept_id,
-            "tokensBefore": tokens_before,
-            "primeAgentContext": context,
-        })));
+        self.append(EntryKind::Compaction(entry::Compaction {
+            summary: summary.to_owned(),
+            first_kept_entry_id: first_kept_id,
+            tokens_before,
+            context: Some(context),
+            rest: entry::Rest::new(),
+        }));
         self.ids = std::iter::once(self.last_id.clone()).chain(kept).collect();
         self.written = self.ids.len();
-        self.bash.clear();
-        self.custom.clear();
+        self.notes.by_index.clear();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::persist::load::custom_message_text;
     use crate::persist::{load, Pick, Store};
     use crate::provider::{AssistantMessage, ToolCall};
     use std::fs;
@@ -467,9 +501,9 @@ mod tests {
                 "session",
                 "model_change",
                 "thinking_level_change",
+                "session_info",
                 "message:user",
                 "message:assistant",
-                "session_info",
                 "message:toolResult"
             ]
         );
@@ -558,13 +592,6 @@ mod tests {
         messages.push(user("more"));
         again.sync(&messages);
         assert_eq!(load(&path).unwrap().messages(), messages);
-        // Upstream's text blocks read too.
-        assert_eq!(
-            custom_message_text(
-                &serde_json::json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
-            ),
-            "a\nb"
-        );
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -709,10 +736,14 @@ mod tests {
         assert!(store.take_next().is_none(), "no session for that cwd");
         store.pick(&Pick::Continue, Path::new("/w")).unwrap();
         assert_eq!(store.take_next().unwrap().messages(), messages);
+        // A fork inherits its parent's schedules (and kernel state).
+        let jobs = serde_json::json!([{"id": "hb-1", "status": "active"}]);
+        store.write_jobs("0190aaaa-0000", &jobs).unwrap();
         store
             .pick(&Pick::Fork("0190aaaa-0000".into()), Path::new("/w"))
             .unwrap();
         let fork = store.take_next().unwrap();
+        assert_eq!(store.load_jobs(&fork.header.id), Some(jobs));
         assert_ne!(fork.header.id, "0190aaaa-0000");
         assert_eq!(
             fork.header.parent_session,

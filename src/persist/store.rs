@@ -1,7 +1,7 @@
 //! The sessions directory: listing, resolving `-r` arguments, forking, and the session the
 //! command line picked for the next `session/new`.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -10,22 +10,13 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::entry::{self, Header};
+use super::index::Summary;
 use super::{create_dir_private, load, open_append, write_line, Claim, ClaimError};
 use super::{LoadError, Loaded, Recorder};
 use crate::time::now_iso;
 
 /// A session's schedules beside its conversation (`<artifacts>/<id>/`).
 const JOBS_FILE: &str = "scheduled-jobs.json";
-
-/// One row of `session/list`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Summary {
-    pub id: String,
-    pub cwd: String,
-    pub title: Option<String>,
-    pub updated_at: String,
-    pub path: PathBuf,
-}
 
 /// The sessions directory of the process, and the session `--continue`, `--resume` or
 /// `--fork` picked for the next `session/new`.
@@ -71,10 +62,12 @@ impl Store {
     }
 
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
-    /// atomically).
-    pub(crate) fn save_jobs(&self, session_id: &str, jobs: &Value) {
+    /// atomically): the new file replaces the old one at once (a process that dies after this,
+    /// `kill -9` included, finds it), but nothing waits for the disk; `sync_file` on the
+    /// returned path (off the loop, on the reaper) makes it durable.
+    pub(crate) fn write_jobs(&self, session_id: &str, jobs: &Value) -> Result<PathBuf, String> {
         let Some(path) = self.jobs_file(session_id) else {
-            return;
+            return Err(format!("\"{session_id}\" cannot name a session"));
         };
         let tmp = path.with_extension("json.tmp");
         let write = || -> std::io::Result<()> {
@@ -86,12 +79,11 @@ impl Store {
                 .mode(0o600)
                 .open(&tmp)?;
             f.write_all(&serde_json::to_vec(&serde_json::json!({ "jobs": jobs }))?)?;
-            f.sync_data()?;
             fs::rename(&tmp, &path)
         };
-        if let Err(e) = write() {
-            log::error!("cannot store the schedules in {}: {e}", path.display());
-        }
+        write()
+            .map(|()| path.clone())
+            .map_err(|e| format!("cannot store the schedules in {}: {e}", path.display()))
     }
 
     /// A session's stored schedules.
@@ -239,7 +231,7 @@ impl Store {
     }
 
     /// `<id|path>`: a path to a file, else a session id (or a unique id prefix) in the dir.
-    fn resolve(&self, arg: &str) -> Result<PathBuf, String> {
+    pub(crate) fn resolve(&self, arg: &str) -> Result<PathBuf, String> {
         let as_path = Path::new(arg);
         if arg.ends_with(".jsonl") || arg.contains('/') {
             if as_path.is_file() {
@@ -291,37 +283,19 @@ impl Store {
         Ok(loaded)
     }
 
-    /// Every readable session, newest first.
+    /// Every readable session, newest first (`index.rs`: no whole file is parsed).
     pub(crate) fn list(&self) -> Vec<Summary> {
-        let Ok(dir) = fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let mut out: Vec<Summary> = dir
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .filter_map(|p| match load(&p) {
-                Ok(l) => Some(Summary {
-                    id: l.header.id.clone(),
-                    cwd: l.header.cwd.clone(),
-                    title: l.title(),
-                    updated_at: l.updated_at(),
-                    path: p,
-                }),
-                Err(e) => {
-                    log::warn!("skipping session file {}: {e}", p.display());
-                    None
-                }
-            })
-            .collect();
-        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-        out
+        super::index::list(&self.dir)
     }
 }
 
 /// The sessions directory: `--session-dir` > `PRIME_AGENT_SESSION_DIR` >
 /// `PRIME_AGENT_CODING_AGENT_SESSION_DIR` > `<agent dir>/sessions`.
-pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
+pub(crate) fn sessions_dir(
+    flag: Option<&Path>,
+    settings: Option<&Path>,
+    agent_dir: &Path,
+) -> PathBuf {
     if let Some(dir) = flag {
         return dir.to_path_buf();
     }
@@ -332,6 +306,10 @@ pub(crate) fn sessions_dir(flag: Option<&Path>, agent_dir: &Path) -> PathBuf {
         if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
             return PathBuf::from(dir);
         }
+    }
+    // Settings `sessionDir` (a relative one is the agent dir's).
+    if let Some(dir) = settings {
+        return agent_dir.join(dir);
     }
     agent_dir.join("sessions")
 }
@@ -361,6 +339,17 @@ pub(crate) fn page(
         matching[start..end].iter().map(|s| (*s).clone()).collect(),
         next,
     ))
+}
+
+/// Flushes a file written with `Store::write_jobs` and its directory entry to the disk.
+pub(crate) fn sync_file(path: &Path) {
+    let sync = |p: &Path| File::open(p).and_then(|f| f.sync_all());
+    if let Err(e) = sync(path) {
+        log::warn!("cannot flush {}: {e}", path.display());
+    }
+    if let Some(dir) = path.parent() {
+        let _ = sync(dir);
+    }
 }
 
 #[cfg(test)]

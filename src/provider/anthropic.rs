@@ -89,7 +89,9 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                             Some(json!({"type": "redacted_thinking", "data": data}))
                         }
                         // Another API's reasoning (the session switched models).
-                        ReasoningBlock::ResponsesItem { .. } => None,
+                        ReasoningBlock::ResponsesItem { .. } | ReasoningBlock::GeminiPart { .. } => {
+                            None
+                        }
                     })
                     .collect();
                 if !a.text.is_empty() {
@@ -273,19 +275,18 @@ impl StreamDecoder for Decoder {
                     Some("redacted_thinking") => Block::RedactedThinking {
                         data: field("data"),
                     },
-                    Some("tool_use") => Block::ToolUse {
-                        id: cb
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned(),
-                        name: cb
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned(),
-                        json: String::new(),
-                    },
+                    Some("tool_use") => {
+                        let (id, name) = (field("id"), field("name"));
+                        emit(StreamEvent::ToolCallStart {
+                            id: id.clone(),
+                            name: name.clone(),
+                        });
+                        Block::ToolUse {
+                            id,
+                            name,
+                            json: String::new(),
+                        }
+                    }
                     _ => Block::Other,
                 };
                 self.blocks.push((index, block));
@@ -320,8 +321,12 @@ impl StreamDecoder for Decoder {
                     }
                     Some("input_json_delta") => {
                         let part = s("partial_json").to_owned();
-                        if let Some(Block::ToolUse { json, .. }) = self.block_mut(index) {
+                        if let Some(Block::ToolUse { json, id, .. }) = self.block_mut(index) {
                             json.push_str(&part);
+                            if !part.is_empty() {
+                                let id = id.clone();
+                                emit(StreamEvent::ToolCallDelta { id, delta: part });
+                            }
                         }
                     }
                     _ => {}
@@ -439,8 +444,40 @@ mod tests {
             }]
         );
         assert_eq!(ev.last(), Some(&StreamEvent::Text("4".into())));
-        let r = run("anthropic-tools.sse").0.expect("ok");
+        let (r, ev) = run("anthropic-tools.sse");
+        let r = r.expect("ok");
         assert_eq!(r.finish, FinishReason::ToolCalls);
+        // Each tool_use block is named at its start; its input streams after.
+        let starts: Vec<&StreamEvent> = ev
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::ToolCallStart { .. }))
+            .collect();
+        assert_eq!(
+            starts,
+            [
+                &StreamEvent::ToolCallStart {
+                    id: "toolu_01".into(),
+                    name: "lookup".into()
+                },
+                &StreamEvent::ToolCallStart {
+                    id: "toolu_02".into(),
+                    name: "no_args".into()
+                },
+            ]
+        );
+        let args: String = ev
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCallDelta { id, delta } if id == "toolu_01" => {
+                    Some(delta.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            serde_json::from_str::<Value>(&args).unwrap(),
+            json!({"query": "rust", "limit": 3})
+        );
         assert_eq!(
             r.message.tool_calls[0].arguments,
             json!({"query": "rust", "limit": 3})
@@ -497,6 +534,7 @@ mod tests {
                 thinking: Thinking::Medium,
                 agent: "main",
                 max_tokens: None,
+                request_id: "test-request",
             },
         );
         let kinds: Vec<&str> = b["messages"][1]["content"]
@@ -579,6 +617,7 @@ mod tests {
                 thinking: Thinking::Medium,
                 agent: "main",
                 max_tokens: None,
+                request_id: "test-request",
             },
         );
         assert_eq!(b["system"], "sys");

@@ -13,7 +13,7 @@ mod select;
 
 pub(crate) use catalogue::{Api, Compat, ModelDef, ProviderDef};
 pub(crate) use models_json::Registry;
-pub(crate) use select::{select, Selection};
+pub(crate) use select::{scope, select, split_level, Selection};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -386,18 +386,13 @@ mod tests {
         let s = select(&r, Some("anthropic"), Some("claude-next"), &none).expect("custom");
         assert_eq!(s.model.id, "claude-next");
         assert!(s.model.reasoning, "custom models copy the default template");
-        let e = select(&r, Some("nope"), None, &none).unwrap_err();
-        assert!(
-            e.starts_with("Unknown provider \"nope\". Available providers: prime-inference, anthropic, openai,"),
-            "{e}"
-        );
-        assert!(
-            e.ends_with(", intercept. Add others in models.json."),
-            "{e}"
+        assert_eq!(
+            select(&r, Some("nope"), None, &none).unwrap_err(),
+            "Unknown provider \"nope\". Use \"prime-agent model list\" to see available providers/models."
         );
         assert_eq!(
             select(&r, None, Some("no-such-model"), &none).unwrap_err(),
-            "Model \"no-such-model\" not found. Pass --provider NAME with it to use a model the catalogue does not list, or add it to models.json."
+            "Model \"no-such-model\" not found. Use \"prime-agent model list\" to see available models."
         );
         let s = select(&r, None, None, &none).expect("fallback");
         assert_eq!(s.provider.name, "openai");
@@ -466,7 +461,7 @@ mod tests {
                        "models": [{"id": "gpt-5.4-pro", "api": "openai-responses"}]},
             "local": {"baseUrl": "http://127.0.0.1:1/v1", "api": "openai-responses",
                       "models": [{"id": "gpt-oss"}, {"id": "old", "api": "openai-completions"},
-                                 {"id": "odd", "api": "google-generative-ai"}]}
+                                 {"id": "odd", "api": "bedrock-converse-stream"}]}
         }}))
         .expect("merge");
         let api = |p: &str, m: &str| select(&r, Some(p), Some(m), &none).map(|s| s.api);
@@ -480,7 +475,7 @@ mod tests {
         assert_eq!(api("local", "old"), Ok(Api::OpenAiCompletions));
         assert_eq!(
             api("local", "odd"),
-            Err("Provider \"local\" uses API \"google-generative-ai\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages).".into())
+            Err("Provider \"local\" uses API \"bedrock-converse-stream\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses).".into())
         );
     }
 
@@ -538,7 +533,7 @@ mod tests {
     #[test]
     fn unsupported_api_is_an_error_only_when_chosen() {
         let mut r = Registry::builtin();
-        r.merge_models_json(&json!({"providers":{"g":{"baseUrl":"http://x","api":"google-generative-ai","models":[{"id":"m"}]}}}))
+        r.merge_models_json(&json!({"providers":{"g":{"baseUrl":"http://x","api":"mistral-conversations","models":[{"id":"m"}]}}}))
             .expect("merge");
         assert!(select(&r, Some("g"), None, &none)
             .unwrap_err()

@@ -51,8 +51,18 @@ pub(crate) struct HttpSettings {
     pub max_retries: u32,
 }
 
+/// Settings `retry.*`, set once at start-up (`setup`): every provider the process builds,
+/// the start-up one and each a model switch makes, reads it here.
+static RETRY: std::sync::OnceLock<crate::settings::Retry> = std::sync::OnceLock::new();
+
+/// Records the settings' retry policy (the first call wins).
+pub(crate) fn set_retry(retry: crate::settings::Retry) {
+    let _ = RETRY.set(retry);
+}
+
 impl HttpSettings {
     pub(crate) fn from_env() -> HttpSettings {
+        let retry = RETRY.get().copied().unwrap_or_default();
         let ms = |name: &str, default: u64| {
             Duration::from_millis(
                 std::env::var(name)
@@ -64,8 +74,9 @@ impl HttpSettings {
         HttpSettings {
             connect_timeout: ms("PRIME_AGENT_CONNECT_TIMEOUT_MS", 10_000),
             idle_timeout: ms("PRIME_AGENT_IDLE_TIMEOUT_MS", 120_000),
-            retry_base: ms("PRIME_AGENT_RETRY_BASE_MS", 2_000),
-            max_retries: 3,
+            // The environment (a test hook) wins over the settings' base delay.
+            retry_base: ms("PRIME_AGENT_RETRY_BASE_MS", retry.base_delay_ms),
+            max_retries: if retry.enabled { retry.max_retries } else { 0 },
         }
     }
 }
@@ -117,6 +128,28 @@ pub(crate) struct PostRequest<'a> {
     /// Sent as is; they may carry secrets, so they are never logged.
     pub headers: &'a [(String, String)],
     pub body: &'a [u8],
+    /// The logical call's id: sent with every attempt (`call_headers`), so a proxy can link
+    /// the call to semantic edges and tell a retry from a new call.
+    pub request_id: Option<&'a str>,
+}
+
+/// Correlation and retry headers of one model call (issue 21): `X-ACP-Model-Request-ID`
+/// (the id semantic edges name; verifiers' interception proxy strips it), `Idempotency-Key`
+/// (the same id on every attempt, so a proxy replays instead of recording a second turn) and
+/// `x-stainless-retry-count` (0 for the first attempt; the retry marker the stainless SDKs
+/// send). Ours replace any configured header of the same name.
+pub(crate) const CALL_HEADERS: [&str; 3] = [
+    "X-ACP-Model-Request-ID",
+    "Idempotency-Key",
+    "x-stainless-retry-count",
+];
+
+fn call_headers(request_id: &str, attempt: u32) -> [(&'static str, String); 3] {
+    [
+        (CALL_HEADERS[0], request_id.to_owned()),
+        (CALL_HEADERS[1], request_id.to_owned()),
+        (CALL_HEADERS[2], attempt.to_string()),
+    ]
 }
 
 /// A provider's HTTP client: the ureq agent is built on the first call, so start-up pays
@@ -170,7 +203,7 @@ impl HttpClient {
             let mut streamed = false;
             // A retried call has recovered once its first delta arrives (the client hears
             // so before the text), or when it completes without any.
-            let result = self.attempt(request, abort, new_decoder(), &mut |ev| {
+            let result = self.attempt(request, attempt, abort, new_decoder(), &mut |ev| {
                 if !streamed && attempt > 0 {
                     on_event(StreamEvent::Recovered { attempt });
                 }
@@ -264,6 +297,7 @@ impl HttpClient {
     fn attempt<D: StreamDecoder>(
         &self,
         request: &PostRequest<'_>,
+        attempt: u32,
         abort: &AbortFlag,
         mut decoder: D,
         emit: &mut dyn FnMut(StreamEvent),
@@ -277,8 +311,17 @@ impl HttpClient {
 
         log::debug!("{}: POST {}", request.label, request.url);
         let mut builder = self.agent().post(request.url);
-        for (name, value) in request.headers {
+        let ours = |name: &str| {
+            request.request_id.is_some()
+                && CALL_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+        };
+        for (name, value) in request.headers.iter().filter(|(n, _)| !ours(n)) {
             builder = builder.header(name.as_str(), value.as_str());
+        }
+        if let Some(id) = request.request_id {
+            for (name, value) in call_headers(id, attempt) {
+                builder = builder.header(name, value);
+            }
         }
         let response = builder
             .send(request.body)
@@ -322,9 +365,13 @@ impl HttpClient {
             }
             if n == 0 {
                 // A body that ends without a finish is a dropped connection, not an answer.
-                return decoder
-                    .finish()
-                    .map_err(|error| AttemptError::retryable(error, "stream_dropped"));
+                // (A transport failure: the connection ended, whatever the decoder says.)
+                return decoder.finish().map_err(|error| {
+                    AttemptError::retryable(
+                        ProviderError::Transport(error.to_string()),
+                        "stream_dropped",
+                    )
+                });
             }
         }
     }

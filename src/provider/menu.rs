@@ -28,6 +28,8 @@ impl MenuModel {
 pub(crate) struct ModelMenu {
     registry: Registry,
     credentials: Arc<Credentials>,
+    /// `--models` / settings `enabledModels`: only these `(provider, id)` are offered.
+    scope: Option<Vec<(String, String)>>,
 }
 
 impl ModelMenu {
@@ -35,6 +37,7 @@ impl ModelMenu {
         ModelMenu {
             registry,
             credentials,
+            scope: None,
         }
     }
 
@@ -48,26 +51,62 @@ impl ModelMenu {
         self.registry.find(name)
     }
 
+    /// The menu limited to `models` (`(provider, id)`, in the order given); an empty list
+    /// leaves it whole.
+    pub(crate) fn scoped(mut self, models: Vec<(String, String)>) -> ModelMenu {
+        self.scope = (!models.is_empty()).then_some(models);
+        self
+    }
+
     /// A provider needs no key when it is the user's own (models.json) and names none.
     fn usable(&self, p: &super::config::ProviderDef) -> bool {
         Api::parse(&p.api).is_some()
             && (self.credentials.has_key(p) || (p.custom && p.api_key.is_none()))
     }
 
-    /// Every model of every provider with credentials, in registry order.
-    pub(crate) fn models(&self) -> Vec<MenuModel> {
+    /// Every model this build can call of every provider with credentials, in registry order
+    /// (the whole menu, and `prime-agent model list`).
+    pub(crate) fn usable_models(
+        &self,
+    ) -> Vec<(&super::config::ProviderDef, &super::config::ModelDef)> {
         self.registry
             .providers
             .iter()
             .filter(|p| self.usable(p))
             .flat_map(|p| {
-                let speaks = |m: &&super::config::ModelDef| Api::parse(m.api_name(p)).is_some();
-                p.models.iter().filter(speaks).map(|m| MenuModel {
-                    provider: p.name.clone(),
-                    id: m.id.clone(),
-                    name: m.name.clone(),
-                    reasoning: m.reasoning,
+                p.models
+                    .iter()
+                    .filter(move |m| Api::parse(m.api_name(p)).is_some())
+                    .map(move |m| (p, m))
+            })
+            .collect()
+    }
+
+    /// Every model of every provider with credentials, in registry order (a scoped menu: the
+    /// scope's models with credentials, in its order).
+    pub(crate) fn models(&self) -> Vec<MenuModel> {
+        let all = self.all_models();
+        match &self.scope {
+            None => all,
+            Some(scope) => scope
+                .iter()
+                .filter_map(|(p, id)| {
+                    all.iter()
+                        .find(|m| m.provider == *p && m.id == *id)
+                        .cloned()
                 })
+                .collect(),
+        }
+    }
+
+    fn all_models(&self) -> Vec<MenuModel> {
+        self.usable_models()
+            .into_iter()
+            .map(|(p, m)| MenuModel {
+                provider: p.name.clone(),
+                id: m.id.clone(),
+                name: m.name.clone(),
+                reasoning: m.reasoning,
             })
             .collect()
     }

@@ -5,7 +5,10 @@
 //! the `AbortFlag` at every read, and return the assembled assistant reply.
 
 pub(crate) mod anthropic;
+pub(crate) mod arguments;
+pub(crate) mod azure;
 pub(crate) mod config;
+pub(crate) mod google;
 pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
@@ -58,6 +61,9 @@ pub(crate) enum ReasoningBlock {
     /// and the message and function-call items it pairs with by id), as received. Only `model`
     /// can read the encrypted reasoning, so no other model is sent it.
     ResponsesItem { model: String, item: Value },
+    /// One part of a Gemini reply (text, thought or function call, with its
+    /// `thoughtSignature`), as received and merged per block. Only `model` is sent it back.
+    GeminiPart { model: String, part: Value },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -160,6 +166,17 @@ pub(crate) enum StreamEvent {
         attempt: u32,
         error: String,
     },
+    /// The model named a tool call (`id` is the one the reply will carry); its arguments may
+    /// still be on the way.
+    ToolCallStart {
+        id: String,
+        name: String,
+    },
+    /// More of a named call's arguments: raw JSON text, not parseable until the call is done.
+    ToolCallDelta {
+        id: String,
+        delta: String,
+    },
     /// An advisory about the configuration, e.g. defaults assumed for an unknown model. The
     /// provider repeats it on every call; whoever shows it decides how often.
     Notice(Notice),
@@ -186,47 +203,8 @@ pub(crate) struct Notice {
     pub description: Option<String>,
 }
 
-/// Reasoning effort requested from the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Thinking {
-    Off,
-    Minimal,
-    Low,
-    #[default]
-    Medium,
-    High,
-    XHigh,
-    Max,
-}
-
-impl Thinking {
-    pub const NAMES: &'static str = "off, minimal, low, medium, high, xhigh, max";
-
-    pub fn parse(s: &str) -> Option<Thinking> {
-        Some(match s {
-            "off" => Thinking::Off,
-            "minimal" => Thinking::Minimal,
-            "low" => Thinking::Low,
-            "medium" => Thinking::Medium,
-            "high" => Thinking::High,
-            "xhigh" => Thinking::XHigh,
-            "max" => Thinking::Max,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Thinking::Off => "off",
-            Thinking::Minimal => "minimal",
-            Thinking::Low => "low",
-            Thinking::Medium => "medium",
-            Thinking::High => "high",
-            Thinking::XHigh => "xhigh",
-            Thinking::Max => "max",
-        }
-    }
-}
+/// Defined in the leaf `thinking` (settings read it too); re-exported under its usual path.
+pub(crate) use crate::thinking::Thinking;
 
 /// Everything one model call needs.
 #[derive(Debug, Clone, Copy)]
@@ -240,6 +218,9 @@ pub(crate) struct ChatRequest<'a> {
     pub agent: &'a str,
     /// A tighter output budget than the model's own (a compaction summary), if any.
     pub max_tokens: Option<u64>,
+    /// This logical call's id: every HTTP attempt of it carries it as `X-ACP-Model-Request-ID`
+    /// and `Idempotency-Key` (`semantic::new_request_id`), and semantic edges name it.
+    pub request_id: &'a str,
 }
 
 /// Why a model call failed. The `Display` text is what the client sees after
@@ -273,6 +254,21 @@ impl std::fmt::Display for ProviderError {
 impl std::error::Error for ProviderError {}
 
 impl ProviderError {
+    /// The prompt error's `data.kind` for this failure (docs/harnesses.md): `model_transport`
+    /// for a connection that failed, dropped or stalled (a harness may retry the rollout),
+    /// `model_http` for an error status from the server, `model_protocol` for a stream that
+    /// could not be read or an error event in it, `model_config` for a missing key or an
+    /// unusable configuration.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::Transport(_) => "model_transport",
+            ProviderError::Status { .. } => "model_http",
+            ProviderError::Stream(_) => "model_protocol",
+            ProviderError::Config(_) => "model_config",
+            ProviderError::Aborted => "cancelled",
+        }
+    }
+
     /// Whether the provider refused the request because it does not fit the model's context
     /// window (then a compaction and one retry may help; behaviour spec §5.2).
     pub(crate) fn is_context_overflow(&self) -> bool {

@@ -102,6 +102,9 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                         json!(a.text)
                     },
                 );
+                if model.reasoning && model.compat.reasoning_content_on_assistant {
+                    m.insert("reasoning_content".into(), json!(a.thinking));
+                }
                 if !a.tool_calls.is_empty() {
                     let calls: Vec<Value> = a
                         .tool_calls
@@ -192,6 +195,8 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    /// `ToolCallStart` was emitted: the id is fixed from then on.
+    announced: bool,
 }
 
 /// Assembles one streamed reply.
@@ -407,14 +412,32 @@ impl Decoder {
                 }
                 let slot = &mut self.calls[index];
                 if let Some(id) = call.get("id").and_then(Value::as_str) {
-                    slot.id = id.to_owned();
-                }
-                if let Some(f) = call.get("function") {
-                    if let Some(name) = f.get("name").and_then(Value::as_str) {
-                        slot.name.push_str(name);
+                    if !slot.announced && !id.is_empty() {
+                        slot.id = id.to_owned();
                     }
-                    if let Some(args) = f.get("arguments").and_then(Value::as_str) {
-                        slot.arguments.push_str(args);
+                }
+                let f = call.get("function");
+                if let Some(name) = f.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                    slot.name.push_str(name);
+                }
+                // Shown as soon as it has a name, under the id the reply will carry.
+                if !slot.announced && !slot.name.is_empty() {
+                    if slot.id.is_empty() {
+                        slot.id = format!("call_{index}");
+                    }
+                    slot.announced = true;
+                    emit(StreamEvent::ToolCallStart {
+                        id: slot.id.clone(),
+                        name: slot.name.clone(),
+                    });
+                }
+                if let Some(args) = f.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
+                    slot.arguments.push_str(args);
+                    if slot.announced && !args.is_empty() {
+                        emit(StreamEvent::ToolCallDelta {
+                            id: slot.id.clone(),
+                            delta: args.to_owned(),
+                        });
                     }
                 }
             }
@@ -512,8 +535,37 @@ mod tests {
         let reply = reply.expect("ok");
         assert_eq!(reply.message.thinking, "Let me think.");
         assert_eq!(events[0], StreamEvent::Thinking("Let me ".into()));
-        let (reply, _) = run("openai-tools.sse");
+        let (reply, events) = run("openai-tools.sse");
         let reply = reply.expect("ok");
+        // Each call is named as soon as its name arrives, under the id the reply carries;
+        // its arguments follow as they stream.
+        let calls: Vec<&StreamEvent> = events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. }
+                )
+            })
+            .collect();
+        let start = |id: &str, name: &str| StreamEvent::ToolCallStart {
+            id: id.into(),
+            name: name.into(),
+        };
+        let delta = |id: &str, d: &str| StreamEvent::ToolCallDelta {
+            id: id.into(),
+            delta: d.into(),
+        };
+        assert_eq!(
+            calls,
+            [
+                &start("call_aaa", "lookup"),
+                &delta("call_aaa", "{\"query\":"),
+                &start("call_bbb", "other_tool"),
+                &delta("call_bbb", "{\"n\": 2}"),
+                &delta("call_aaa", " \"rust\"}"),
+            ]
+        );
         assert_eq!(reply.finish, FinishReason::ToolCalls);
         assert_eq!(reply.message.tool_calls.len(), 2);
         assert_eq!(reply.message.tool_calls[0].id, "call_aaa");
@@ -622,6 +674,7 @@ mod tests {
             thinking: Thinking::Off,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         };
         let mut m = model(false);
         m.input = vec!["text".into()];
@@ -635,6 +688,37 @@ mod tests {
             "Read image file [image/png]\n\n(2 image(s) omitted: the model m does not accept images)"
         );
         assert_eq!(b["messages"].as_array().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn deepseek_gets_its_reasoning_back_as_reasoning_content() {
+        let messages = vec![Message::Assistant(AssistantMessage {
+            thinking: "plan".into(),
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "t".into(),
+                arguments: json!({}),
+            }],
+            ..Default::default()
+        })];
+        let req = ChatRequest {
+            system: "",
+            messages: &messages,
+            tools: &[],
+            thinking: Thinking::Medium,
+            agent: "main",
+            max_tokens: None,
+            request_id: "test-request",
+        };
+        let mut m = model(true);
+        assert!(body(&m, &req)["messages"][0]
+            .get("reasoning_content")
+            .is_none());
+        m.compat.reasoning_content_on_assistant = true;
+        assert_eq!(body(&m, &req)["messages"][0]["reasoning_content"], "plan");
+        let r = crate::provider::config::Registry::builtin();
+        let deepseek = r.find("deepseek").expect("built in");
+        assert!(deepseek.models[0].compat.reasoning_content_on_assistant);
     }
 
     #[test]
@@ -682,6 +766,7 @@ mod tests {
             thinking: Thinking::High,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         };
         let b = body(&model(true), &req);
         assert_eq!(b["stream"], true);
@@ -717,6 +802,7 @@ mod tests {
                 &m,
                 &ChatRequest {
                     max_tokens: Some(asked),
+                    request_id: "test-request",
                     ..req
                 },
             );

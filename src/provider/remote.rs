@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::http::{HttpClient, HttpSettings, PostRequest};
 use super::{
-    anthropic, openai, responses, ChatRequest, Message, Notice, Provider, ProviderError, Reply,
-    StreamEvent,
+    anthropic, azure, google, openai, responses, ChatRequest, Message, Notice, Provider,
+    ProviderError, Reply, StreamEvent,
 };
 use crate::abort::AbortFlag;
 
@@ -93,7 +93,11 @@ impl RemoteProvider {
     ) -> Option<(u64, WindowSource)> {
         let base = self.selection.provider.base_url.trim_end_matches('/');
         let models_url = match self.selection.api {
-            Api::OpenAiCompletions | Api::OpenAiResponses => format!("{base}/models"),
+            Api::OpenAiCompletions | Api::OpenAiResponses | Api::Google => {
+                format!("{base}/models")
+            }
+            // The Azure endpoint is known only at request time; its models are deployments.
+            Api::AzureOpenAiResponses => return None,
             Api::AnthropicMessages => format!("{base}/v1/models"),
         };
         let get = |url: &str| self.http.get_json(url, headers, DISCOVERY_TIMEOUT, abort);
@@ -122,7 +126,8 @@ impl RemoteProvider {
         };
         // The Responses API has no roles for the system prompt and keeps nothing either way.
         let (system, store) = match self.selection.api {
-            Api::OpenAiResponses => ("as instructions", "store: false"),
+            Api::OpenAiResponses | Api::AzureOpenAiResponses => ("as instructions", "store: false"),
+            Api::Google => ("as the system instruction", "no store"),
             Api::OpenAiCompletions | Api::AnthropicMessages => ("with role \"system\"", "no store"),
         };
         let window_text = match source {
@@ -155,6 +160,8 @@ fn window_field(entry: &Value) -> Option<u64> {
         "context_length",
         "context_window",
         "max_context_length",
+        // Gemini's `GET /models`.
+        "inputTokenLimit",
     ]
     .iter()
     .find_map(|k| entry.get(*k).and_then(Value::as_u64))
@@ -171,7 +178,10 @@ pub(crate) fn window_from_models(v: &Value, model: &str) -> Option<u64> {
         .as_array()?;
     let entry = list
         .iter()
-        .find(|e| e.get("id").and_then(Value::as_str) == Some(model))
+        .find(|e| {
+            e.get("id").and_then(Value::as_str) == Some(model)
+                || e.get("name").and_then(Value::as_str) == Some(&format!("models/{model}"))
+        })
         .or_else(|| (list.len() == 1).then(|| &list[0]))?;
     window_field(entry)
 }
@@ -247,6 +257,20 @@ impl Provider for RemoteProvider {
                 anthropic::headers(key.as_deref()),
                 anthropic::body(model, request),
             ),
+            Api::Google => (
+                google::url(&p.base_url, &model.id),
+                google::headers(key.as_deref()),
+                google::body(model, request),
+            ),
+            Api::AzureOpenAiResponses => {
+                let env = azure::AzureEnv::from_env();
+                let endpoint = azure::endpoint(&p.base_url, &env).map_err(ProviderError::Config)?;
+                (
+                    azure::url(&endpoint, &env),
+                    azure::headers(key.as_deref()),
+                    azure::body(model, request, &env),
+                )
+            }
         };
         for (name, raw) in &p.headers {
             let value = resolve_value(raw, abort).map_err(|e| {
@@ -283,6 +307,7 @@ impl Provider for RemoteProvider {
             url: &url,
             headers: &headers,
             body: &body,
+            request_id: Some(request.request_id),
         };
         match self.selection.api {
             Api::OpenAiCompletions => {
@@ -293,12 +318,16 @@ impl Provider for RemoteProvider {
                 self.http
                     .stream(&post, abort, anthropic::Decoder::new, on_event)
             }
-            Api::OpenAiResponses => self.http.stream(
+            Api::OpenAiResponses | Api::AzureOpenAiResponses => self.http.stream(
                 &post,
                 abort,
                 || responses::Decoder::new(&model.id),
                 on_event,
             ),
+            Api::Google => {
+                self.http
+                    .stream(&post, abort, || google::Decoder::new(&model.id), on_event)
+            }
         }
     }
 }
@@ -352,6 +381,10 @@ mod tests {
         let silent = json!({"data": [{"id": "o", "owned_by": "ollama"}]});
         assert_eq!(window_from_models(&silent, "o"), None);
         assert_eq!(window_from_models(&json!({"data": "x"}), "o"), None);
+        let gemini = json!({"models": [
+            {"name": "models/gemini-a", "inputTokenLimit": 1048576},
+            {"name": "models/gemini-b", "inputTokenLimit": 32768}]});
+        assert_eq!(window_from_models(&gemini, "gemini-b"), Some(32768));
         let props = json!({"default_generation_settings": {"n_ctx": 4096}});
         assert_eq!(window_from_props(&props), Some(4096));
         assert_eq!(window_from_props(&json!({"n_ctx": 2048})), Some(2048));

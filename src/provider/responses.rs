@@ -480,18 +480,36 @@ impl StreamDecoder for Decoder {
                 let item = e.item.as_ref().unwrap_or(&Value::Null);
                 if item.get("type").and_then(Value::as_str) == Some("function_call") {
                     let s = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-                    self.calls.push(PartialCall {
+                    let call = PartialCall {
                         item_id: s("id"),
                         call_id: s("call_id"),
                         name: s("name"),
                         arguments: s("arguments"),
+                    };
+                    // The id `finish` gives it.
+                    let id = [&call.call_id, &call.item_id]
+                        .into_iter()
+                        .find(|s| !s.is_empty())
+                        .cloned()
+                        .unwrap_or_else(|| format!("call_{}", self.calls.len()));
+                    emit(StreamEvent::ToolCallStart {
+                        id,
+                        name: call.name.clone(),
                     });
+                    self.calls.push(call);
                 }
             }
             "response.function_call_arguments.delta" => {
                 let d = delta();
                 if let Some(c) = self.call_mut(item_id) {
                     c.arguments.push_str(&d);
+                    let id = [&c.call_id, &c.item_id]
+                        .into_iter()
+                        .find(|s| !s.is_empty())
+                        .cloned();
+                    if let Some(id) = id.filter(|_| !d.is_empty()) {
+                        emit(StreamEvent::ToolCallDelta { id, delta: d });
+                    }
                 }
             }
             "response.function_call_arguments.done" => {
@@ -650,6 +668,7 @@ mod tests {
             thinking: t,
             agent: "main",
             max_tokens: None,
+            request_id: "test-request",
         }
     }
 
@@ -666,6 +685,23 @@ mod tests {
                 StreamEvent::Thinking("\n\nThen report.".into()),
                 StreamEvent::Text("I'll ".into()),
                 StreamEvent::Text("run it.".into()),
+                // The call is named as soon as its item is added, then its arguments stream.
+                StreamEvent::ToolCallStart {
+                    id: "call_test1".into(),
+                    name: "bash".into()
+                },
+                StreamEvent::ToolCallDelta {
+                    id: "call_test1".into(),
+                    delta: "{\"command\":".into()
+                },
+                StreamEvent::ToolCallDelta {
+                    id: "call_test1".into(),
+                    delta: "\"echo responses".into()
+                },
+                StreamEvent::ToolCallDelta {
+                    id: "call_test1".into(),
+                    delta: "-ok\"}".into()
+                },
             ],
             "each delta once; the whole items repeat nothing"
         );

@@ -16,9 +16,14 @@
 //! A line `{"config": {"input": ["text"]}}` is no reply: it makes the scripted model text-only
 //! (`accepts_images` false; the default takes text and images). `config` may also set
 //! `"context_window": n` (default 128,000) and `"cost": {"input", "output", "cacheRead",
-//! "cacheWrite"}` (USD per million tokens; default: no prices).
+//! "cacheWrite"}` (USD per million tokens; default: no prices), `"enforce_window": true` (a
+//! request whose text, at 4 chars a token, is over the window fails with llama.cpp's 400
+//! overflow text, as a small local server does) and `"summary": s` (every compaction summary
+//! request, no tools and an output budget, is answered `s` without using up a line).
 //!
 //! Steps: `{"text": s}`, `{"thinking": s}`, `{"tool_call": {"name", "arguments", "id"?}}`,
+//! `{"tool_call_start": {"name", "id"?}}` then `{"tool_call_args": s}` (a call whose
+//! arguments stream as raw text, parsed when the reply ends; invalid JSON stays raw),
 //! `{"usage": {"input", "output", "cache_read"?, "cache_write"?}}`, `{"sleep_ms": n}`, `{"repeat": {"text": s, "count": n}}`,
 //! `{"stuck_ms": n}` (blocks n ms ignoring cancel, like a call no abort hook can reach),
 //! `{"wait_for_cancel": true}` (streams nothing until the turn is cancelled),
@@ -58,6 +63,10 @@ pub(crate) struct ScriptedProvider {
     window: u64,
     /// `config.cost`.
     prices: Option<super::Prices>,
+    /// `config.enforce_window`.
+    enforce_window: bool,
+    /// `config.summary`.
+    summary: Option<String>,
 }
 
 impl ScriptedProvider {
@@ -69,6 +78,8 @@ impl ScriptedProvider {
         let mut images = true;
         let mut window = 128_000;
         let mut prices = None;
+        let mut enforce_window = false;
+        let mut summary = None;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with("//") {
@@ -93,6 +104,12 @@ impl ScriptedProvider {
                 if let Some(cost) = config.get("cost") {
                     prices = super::Prices::from_json(cost);
                 }
+                if let Some(e) = config.get("enforce_window").and_then(Value::as_bool) {
+                    enforce_window = e;
+                }
+                if let Some(text) = config.get("summary").and_then(Value::as_str) {
+                    summary = Some(text.to_owned());
+                }
                 continue;
             }
             replies.push(value);
@@ -105,6 +122,8 @@ impl ScriptedProvider {
             images,
             window,
             prices,
+            enforce_window,
+            summary,
         })
     }
 
@@ -164,12 +183,37 @@ impl Provider for ScriptedProvider {
         abort: &AbortFlag,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError> {
+        if self.enforce_window {
+            let tokens = request_tokens(request);
+            if tokens > self.window {
+                return Err(ProviderError::Status {
+                    status: 400,
+                    message: format!(
+                        "request ({tokens} tokens) exceeds the available context size ({} tokens), try increasing it",
+                        self.window
+                    ),
+                });
+            }
+        }
+        if let Some(summary) = &self.summary {
+            if request.tools.is_empty() && request.max_tokens.is_some() {
+                on_event(StreamEvent::Text(summary.clone()));
+                return Ok(Reply {
+                    message: AssistantMessage {
+                        text: summary.clone(),
+                        ..AssistantMessage::default()
+                    },
+                    usage: Usage::default(),
+                    finish: FinishReason::Stop,
+                });
+            }
+        }
         let (index, reply) = self.next_reply(request.agent)?;
         if let Some(msg) = reply.get("panic").and_then(Value::as_str) {
             panic!("scripted panic: {msg}");
         }
         let mut message = AssistantMessage::default();
-        let mut usage = Usage::default();
+        let usage = Usage::default();
         if let Some(text) = reply.get("text").and_then(Value::as_str) {
             emit_text(&mut message, on_event, text);
         }
@@ -178,17 +222,29 @@ impl Provider for ScriptedProvider {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        let mut draft = Draft {
+            message,
+            usage,
+            streamed: Vec::new(),
+        };
         for step in &steps {
             abort.check().map_err(|_| ProviderError::Aborted)?;
-            run_step(
-                step,
-                index,
-                request,
-                abort,
-                on_event,
-                &mut message,
-                &mut usage,
-            )?;
+            run_step(step, index, request, abort, on_event, &mut draft)?;
+        }
+        let Draft {
+            mut message,
+            usage,
+            streamed,
+        } = draft;
+        for i in streamed {
+            let call = &mut message.tool_calls[i];
+            if let Value::String(raw) = &call.arguments {
+                call.arguments = if raw.trim().is_empty() {
+                    Value::Object(Default::default())
+                } else {
+                    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
+                };
+            }
         }
         abort.check().map_err(|_| ProviderError::Aborted)?;
         if let Some(error) = reply.get("error").and_then(Value::as_str) {
@@ -207,6 +263,68 @@ impl Provider for ScriptedProvider {
     }
 }
 
+/// The reply being assembled by the steps.
+struct Draft {
+    message: AssistantMessage,
+    usage: Usage,
+    /// Calls whose arguments streamed as raw text (`tool_call_start`), parsed at the end.
+    streamed: Vec<usize>,
+}
+
+/// Adds a call named by `call` (`{name, id?}`) with empty raw arguments and announces it, as
+/// a wire decoder does once a call's name arrives; returns its id.
+fn start_call(
+    index: usize,
+    call: &Value,
+    message: &mut AssistantMessage,
+    on_event: &mut dyn FnMut(StreamEvent),
+) -> String {
+    let n = message.tool_calls.len();
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("call_{}_{n}", index + 1));
+    let name = call
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    on_event(StreamEvent::ToolCallStart {
+        id: id.clone(),
+        name: name.clone(),
+    });
+    message.tool_calls.push(ToolCall {
+        id: id.clone(),
+        name,
+        arguments: Value::String(String::new()),
+    });
+    id
+}
+
+/// A request's size at 4 chars a token: the system prompt, every message's text and every
+/// tool call's arguments.
+fn request_tokens(request: &ChatRequest<'_>) -> u64 {
+    let chars: usize = request.system.len()
+        + request
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User { text, .. } => text.len(),
+                Message::Assistant(a) => {
+                    a.text.len()
+                        + a.thinking.len()
+                        + a.tool_calls
+                            .iter()
+                            .map(|c| c.name.len() + c.arguments.to_string().len())
+                            .sum::<usize>()
+                }
+                Message::ToolResult { text, .. } => text.len(),
+            })
+            .sum::<usize>();
+    (chars / 4) as u64
+}
+
 fn emit_text(message: &mut AssistantMessage, on_event: &mut dyn FnMut(StreamEvent), text: &str) {
     message.text.push_str(text);
     on_event(StreamEvent::Text(text.to_owned()));
@@ -218,9 +336,13 @@ fn run_step(
     request: &ChatRequest<'_>,
     abort: &AbortFlag,
     on_event: &mut dyn FnMut(StreamEvent),
-    message: &mut AssistantMessage,
-    usage: &mut Usage,
+    draft: &mut Draft,
 ) -> Result<(), ProviderError> {
+    let Draft {
+        message,
+        usage,
+        streamed,
+    } = draft;
     let aborted = |_| ProviderError::Aborted;
     if let Some(text) = step.get("text").and_then(Value::as_str) {
         emit_text(message, on_event, text);
@@ -240,22 +362,31 @@ fn run_step(
         message.thinking.push_str(text);
         on_event(StreamEvent::Thinking(text.to_owned()));
     } else if let Some(call) = step.get("tool_call") {
-        let n = message.tool_calls.len();
-        message.tool_calls.push(ToolCall {
-            id: call
-                .get("id")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("call_{}_{n}", index + 1)),
-            name: call
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            arguments: call
-                .get("arguments")
-                .cloned()
-                .unwrap_or(Value::Object(Default::default())),
+        let arguments = call
+            .get("arguments")
+            .cloned()
+            .unwrap_or(Value::Object(Default::default()));
+        // Named and complete at once: shown `pending`, then started with its arguments.
+        start_call(index, call, message, on_event);
+        if let Some(last) = message.tool_calls.last_mut() {
+            last.arguments = arguments;
+        }
+    } else if let Some(call) = step.get("tool_call_start") {
+        // Its arguments follow in `tool_call_args` steps, as raw text (parsed at the end).
+        start_call(index, call, message, on_event);
+        streamed.push(message.tool_calls.len() - 1);
+    } else if let Some(part) = step.get("tool_call_args").and_then(Value::as_str) {
+        let Some(call) = message.tool_calls.last_mut() else {
+            return Err(ProviderError::Stream(
+                "scripted provider: tool_call_args before any tool_call_start".to_owned(),
+            ));
+        };
+        if let Value::String(raw) = &mut call.arguments {
+            raw.push_str(part);
+        }
+        on_event(StreamEvent::ToolCallDelta {
+            id: call.id.clone(),
+            delta: part.to_owned(),
         });
     } else if let Some(u) = step.get("usage") {
         let get = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);

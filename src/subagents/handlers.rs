@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{join_by, Family, FamilyMsg, Node, State, MAIN_NAME};
+use super::{Family, FamilyMsg, Node, State, MAIN_NAME};
 use crate::family::{self, ChildStatus, Party, TokenBucket};
 use crate::kernel::host::{unavailable, HostHandler};
 
@@ -33,6 +33,10 @@ impl HostHandler for NodeHandler {
             "rlm.delete_subagent" => family.delete_subagent(&self.node, &payload),
             "agent_message.list_agents" => Ok(family.list_agents(&self.node)),
             "agent_message.send" => family.send(&self.node, &payload),
+            "agent_observe.list" => Ok(family.list_agents(&self.node)),
+            "agent_observe.get" | "agent_observe.recent" => {
+                family.observe(&self.node, kind, &payload)
+            }
             "goal.get" | "goal.create" | "goal.complete" => {
                 family.goal_request(&self.node, kind, &payload)
             }
@@ -168,6 +172,8 @@ impl Family {
                     me.replied = true;
                 }
             }
+            // Before delivery: the message may wake the receiver, whose next call it feeds.
+            self.edges().message(from, target);
             let busy = self.push_to(&mut state, target, text);
             let (status, at_key) = if busy {
                 ("queued", "queuedAt")
@@ -232,6 +238,91 @@ impl Family {
             }
             _ => Err("receiver_role must be \"parent\", \"sibling\", or \"child\"".to_owned()),
         }
+    }
+
+    /// `agent_observe.get` / `.recent`: a family agent's state and, unless its turn holds its
+    /// conversation right now (never waited for), its last messages. The family only, like
+    /// `agent_message`: the parent, siblings and children of `me`.
+    fn observe(&self, me: &str, kind: &str, payload: &Value) -> Result<Value, String> {
+        use crate::provider::Message;
+        const TEXT_CHARS: usize = 2_000;
+        let target = payload
+            .get("target")
+            .and_then(Value::as_str)
+            .ok_or("agent_observe target must be an agent's name or id")?;
+        let state = self.lock();
+        let parent = state.nodes.get(me).map(|n| n.parent.clone());
+        let named = |id: &str| id == target || self.name_of(&state, id) == target;
+        if let Some(p) = parent.as_deref().filter(|p| named(p)) {
+            if !state.nodes.contains_key(p) {
+                // The session's own agent: its conversation lives in the session, not here.
+                let mut view = self.entry(&state, p, "parent");
+                view["observable"] = json!(false);
+                view["messages"] = json!([]);
+                return Ok(view);
+            }
+        }
+        let id = state
+            .find(|n| {
+                n.id != me
+                    && (n.parent == me
+                        || Some(&n.parent) == parent.as_ref()
+                        || Some(&n.id) == parent.as_ref())
+                    && (n.id == target || n.name == target)
+            })
+            .ok_or_else(|| format!("No agent of your family matches \"{target}\""))?;
+        let node = state.nodes.get(&id).ok_or("unknown agent")?;
+        let relationship = if Some(&id) == parent.as_ref() {
+            "parent"
+        } else if node.parent == me {
+            "child"
+        } else {
+            "sibling"
+        };
+        let mut view = self.entry(&state, &id, relationship);
+        view["tokenCount"] = json!(node.token_count);
+        view["sessionDir"] = json!(node.session_dir.display().to_string());
+        view["error"] = json!(node.error);
+        view["repliedSinceTask"] = json!(node.replied);
+        let cut = |t: &str| -> String { t.chars().take(TEXT_CHARS).collect() };
+        let Ok(conv) = node.conversation.try_lock() else {
+            // Its turn is running: the state above is current, the messages come later.
+            view["observable"] = json!(false);
+            view["messages"] = json!([]);
+            return Ok(view);
+        };
+        view["observable"] = json!(true);
+        view["lastAssistantText"] = json!(conv.messages.iter().rev().find_map(|m| match m {
+            Message::Assistant(a) if !a.text.is_empty() => Some(cut(&a.text)),
+            _ => None,
+        }));
+        if kind == "agent_observe.recent" {
+            let limit = payload
+                .get("limit")
+                .and_then(Value::as_u64)
+                .unwrap_or(5)
+                .clamp(1, 50) as usize;
+            let from = conv.messages.len().saturating_sub(limit);
+            let messages: Vec<Value> = conv.messages[from..]
+                .iter()
+                .map(|m| match m {
+                    Message::User { text, .. } => json!({"role": "user", "text": cut(text)}),
+                    Message::Assistant(a) => {
+                        let calls: Vec<&str> =
+                            a.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                        json!({"role": "assistant", "text": cut(&a.text), "toolCalls": calls})
+                    }
+                    Message::ToolResult {
+                        name,
+                        text,
+                        is_error,
+                        ..
+                    } => json!({"role": "tool", "tool": name, "text": cut(text), "isError": is_error}),
+                })
+                .collect();
+            view["messages"] = json!(messages);
+        }
+        Ok(view)
     }
 
     fn subagent_view(&self, node: &Node) -> Value {
@@ -307,7 +398,7 @@ impl Family {
         let deadline = Instant::now() + Duration::from_millis(500);
         for mut node in removed {
             if let Some(t) = node.thread.take() {
-                join_by(t, deadline);
+                crate::reaper::join_or_leave(t, deadline, "a deleted subagent");
             }
             // A recorded conversation stays: deleting ends the child, not its history.
             if !node.kept {

@@ -100,6 +100,8 @@ pub(crate) struct Family {
     /// The session's schedules (set once at `session/new`), for the main agent's
     /// `rlm_heartbeat`.
     heartbeats: OnceLock<Arc<Mutex<Jobs>>>,
+    /// The semantic edges between every agent's model calls (`semantic.rs`).
+    edges: Arc<Mutex<crate::semantic::Graph>>,
 }
 
 #[derive(Default)]
@@ -170,6 +172,7 @@ impl Family {
             unattended: Mutex::new(None),
             mcp: OnceLock::new(),
             heartbeats: OnceLock::new(),
+            edges: Arc::default(),
         })
     }
 
@@ -238,8 +241,9 @@ impl Family {
         Ok(result)
     }
 
-    /// The main agent's context: its tools answer host requests through this family.
-    pub(crate) fn main_ctx(&self) -> AgentCtx {
+    /// The main agent's context: its tools answer host requests through this family; `log`
+    /// is its session file (`None`: not persisted), which its prompt names.
+    pub(crate) fn main_ctx(&self, log: Option<&std::path::Path>) -> AgentCtx {
         let compaction = Arc::<crate::compaction::Control>::default();
         let mut host = self.kernel_host(&self.main_id, self.root_depth, &compaction);
         // Only the main agent's namespace survives the process (behaviour spec §4.1).
@@ -249,15 +253,58 @@ impl Family {
             .as_ref()
             .and_then(|s| s.artifacts_of(&self.main_id));
         let tools = self.agent.tools.build(&self.agent.kernel_env, Some(host));
+        let names = tools.names();
+        let env = &self.agent.kernel_env;
+        // Refine (and so the harness paragraph) is the main agent's at depth 0 (§5.4).
+        let harness = (self.root_depth == 0
+            && names.iter().any(|n| n == crate::tools::ipython::NAME))
+        .then(|| {
+            let global = env
+                .global_harness_dir
+                .as_ref()
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| env.agent_dir.join("harness"));
+            let mut stores = vec![("global", global)];
+            if let Some(local) = &env.harness_dir {
+                stores.push(("local", std::path::PathBuf::from(local)));
+            }
+            crate::prompt::harness_overview(&stores)
+        });
+        let system_prompt = self.agent.system_prompt_for(&crate::prompt::AgentFacts {
+            cwd: &self.agent.cwd,
+            tool_names: &names,
+            kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
+            depth: self.root_depth,
+            max_depth: env.max_depth,
+            log,
+            child: None,
+            harness: harness.as_deref(),
+        });
+        log::info!(
+            "system prompt: {} chars, about {} tokens (chars/4)",
+            system_prompt.chars().count(),
+            crate::compaction::estimate::text_tokens(&system_prompt)
+        );
         AgentCtx {
             agent: self.agent.clone(),
             tools,
-            system_prompt: self.agent.system_prompt.clone(),
+            system_prompt,
             name: MAIN_NAME.to_owned(),
             inbox: self.main_inbox.clone(),
             mcp: self.mcp(),
             compaction,
+            trace: self.tracer(&self.main_id),
         }
+    }
+
+    /// Agent `node`'s view of the family's semantic edges.
+    pub(crate) fn tracer(&self, node: &str) -> crate::semantic::Tracer {
+        crate::semantic::Tracer::new(self.edges.clone(), node)
+    }
+
+    /// Records an edge event in the family's graph.
+    fn edges(&self) -> std::sync::MutexGuard<'_, crate::semantic::Graph> {
+        self.edges.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The session's cwd (its MCP stdio servers run there).
@@ -320,35 +367,38 @@ impl Family {
         self.main_inbox.drain();
     }
 
-    /// `session/close` or disconnect: cancel everything and join the child threads (bounded;
-    /// abort hooks make them quick). No news is sent afterwards.
+    /// `session/close` or disconnect: cancel everything (abort hooks kill the children's
+    /// groups at once), end the MCP connections, and hand the joins of the child threads and
+    /// the drop of their agents (tools, kernels, session dirs) to the reaper. Returns at once;
+    /// no news is sent afterwards.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.cancel_all();
-        let threads: Vec<JoinHandle<()>> = self
-            .lock()
-            .nodes
-            .values_mut()
-            .filter_map(|n| n.thread.take())
-            .collect();
-        let deadline = Instant::now() + Duration::from_millis(500);
-        for t in threads {
-            join_by(t, deadline);
-        }
-        // Dropping the nodes drops their tools and kills their kernels.
-        let nodes: Vec<Node> = {
+        let (threads, nodes): (Vec<JoinHandle<()>>, Vec<Node>) = {
             let mut state = self.lock();
             state.order.clear();
-            state.nodes.drain().map(|(_, n)| n).collect()
+            let mut nodes: Vec<Node> = state.nodes.drain().map(|(_, n)| n).collect();
+            (
+                nodes.iter_mut().filter_map(|n| n.thread.take()).collect(),
+                nodes,
+            )
         };
-        for node in nodes.iter().filter(|n| !n.kept) {
-            let _ = std::fs::remove_dir_all(&node.session_dir);
-        }
-        let _ = std::fs::remove_dir(subagent_root());
-        // Stdio servers' groups are killed, HTTP sessions DELETEd.
+        // Stdio servers' groups are killed, HTTP sessions DELETEd (off this thread).
         if let Some(hub) = self.mcp.get() {
             hub.close();
         }
+        crate::reaper::later(move || {
+            let deadline = Instant::now() + Duration::from_millis(500);
+            for t in threads {
+                crate::reaper::join_or_leave(t, deadline, "a subagent");
+            }
+            // Dropping the nodes drops their tools and kills their kernels.
+            for node in nodes.iter().filter(|n| !n.kept) {
+                let _ = std::fs::remove_dir_all(&node.session_dir);
+            }
+            drop(nodes);
+            let _ = std::fs::remove_dir(subagent_root());
+        });
     }
 
     /// Whether `node` may still speak for the family (the main agent or a live child).
@@ -454,17 +504,6 @@ impl Family {
 /// Where subagents' session dirs live (removed when their family closes).
 fn subagent_root() -> PathBuf {
     std::env::temp_dir().join(format!("prime-agent-{}", std::process::id()))
-}
-
-/// Joins `thread` if it finishes by `deadline`; otherwise leaves it to the process exit (it was
-/// aborted and holds nothing the caller needs).
-pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) {
-    while !thread.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    if thread.is_finished() {
-        let _ = thread.join();
-    }
 }
 
 fn preview(text: &str) -> String {

@@ -102,6 +102,7 @@ impl Family {
                 .unwrap_or(inherited),
         };
         self.notify_child(&node);
+        self.edges().spawned(parent, &id);
         state.order.push(id.clone());
         state.nodes.insert(id.clone(), node);
         let task = format!("[task from parent]\n\n{prompt}");
@@ -153,12 +154,24 @@ impl Family {
                     &self.agent.kernel_env,
                     Some(self.kernel_host(id, node.depth, &compaction)),
                 );
-                let system_prompt = format!(
-                    "{}\n\n# You are a subagent\nYou are a child agent named {} (depth {}), started by {parent_name} to do one task. \
-                     Your task arrives labeled `[task from parent]`. Do it, then send your result to your parent from the ipython tool with \
-                     `await agent_message.send(<result>, receiver_role=\"parent\")` and stop. Messages from your family arrive as user messages.",
-                    self.agent.system_prompt, node.name, node.depth
-                );
+                let names = tools.names();
+                let log = node
+                    .conversation
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .recorder
+                    .as_ref()
+                    .map(|r| r.path().to_path_buf());
+                let system_prompt = self.agent.system_prompt_for(&crate::prompt::AgentFacts {
+                    cwd: &self.agent.cwd,
+                    tool_names: &names,
+                    kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
+                    depth: node.depth,
+                    max_depth: self.agent.kernel_env.max_depth,
+                    log: log.as_deref(),
+                    child: Some((&node.name, &parent_name)),
+                    harness: None,
+                });
                 let ctx = Arc::new(AgentCtx {
                     agent: self.agent.clone(),
                     tools,
@@ -167,6 +180,7 @@ impl Family {
                     inbox: node.inbox.clone(),
                     compaction,
                     mcp: self.mcp(),
+                    trace: self.tracer(id),
                 });
                 node.ctx = Some(ctx.clone());
                 ctx
@@ -248,8 +262,12 @@ impl Family {
             TurnOutcome::Cancelled => (ChildStatus::Cancelled, "cancelled".to_owned()),
             _ if aborted => (ChildStatus::Cancelled, "cancelled".to_owned()),
             TurnOutcome::Completed(_) if !node.inbox.is_empty() => return true,
-            TurnOutcome::Completed(_) => (ChildStatus::Done, preview(&last_text)),
-            TurnOutcome::Failed(e) | TurnOutcome::Panicked(e) => (ChildStatus::Error, e),
+            TurnOutcome::Completed(_) => {
+                self.edges().returned(id, &node.parent);
+                (ChildStatus::Done, preview(&last_text))
+            }
+            TurnOutcome::Failed(e) => (ChildStatus::Error, e.text),
+            TurnOutcome::Panicked(e) => (ChildStatus::Error, e),
         };
         node.status = status;
         node.token_count = tokens;

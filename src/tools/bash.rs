@@ -10,7 +10,10 @@ use super::truncate::{truncate_tail, MAX_BYTES, MAX_LINES};
 use super::{Tool, ToolContext, ToolOutput};
 use crate::content::ToolSpec;
 
-pub(crate) struct Bash;
+pub(crate) struct Bash {
+    /// Settings `shellCommandPrefix`, put on its own line before every command (§3.3).
+    pub prefix: Option<String>,
+}
 
 const DESCRIPTION: &str = "Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to last 2000 lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds.";
 
@@ -38,6 +41,14 @@ impl Tool for Bash {
             return ToolOutput::error(
                 "Validation failed for tool \"bash\": command must be a string.",
             );
+        };
+        let prefixed;
+        let command = match &self.prefix {
+            Some(prefix) => {
+                prefixed = format!("{prefix}\n{command}");
+                prefixed.as_str()
+            }
+            None => command,
         };
         let timeout_secs = match args.get("timeout") {
             None | Some(Value::Null) => None,

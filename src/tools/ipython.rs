@@ -153,8 +153,41 @@ impl IpythonTool {
                 ),
                 ("PRIME_AGENT_CODING_AGENT_DIR".into(), path(&env.agent_dir)),
                 ("NO_COLOR".into(), "1".into()),
+                (
+                    "PRIME_AGENT_IMAGES_AUTO_RESIZE".into(),
+                    if env.images.auto_resize { "1" } else { "0" }.into(),
+                ),
+                (
+                    "PRIME_AGENT_IMAGES_BLOCK".into(),
+                    if env.images.block { "1" } else { "0" }.into(),
+                ),
             ],
         };
+        if let Some(shell) = &env.shell_path {
+            cfg.env
+                .push(("PRIME_AGENT_SHELL_PATH".into(), shell.clone()));
+        }
+        if let Some(prefix) = &env.shell_command_prefix {
+            cfg.env
+                .push(("PRIME_AGENT_SHELL_COMMAND_PREFIX".into(), prefix.clone()));
+        }
+        if !env.python_skills.is_empty() {
+            let skills: Vec<serde_json::Value> = env
+                .python_skills
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "name": s.name,
+                        "module": s.module,
+                        "paths": [path(&s.dir), path(&s.dir.join("src"))],
+                    })
+                })
+                .collect();
+            cfg.env.push((
+                "PRIME_AGENT_PYTHON_SKILLS".into(),
+                serde_json::Value::Array(skills).to_string(),
+            ));
+        }
         if let Some(dir) = &self.state_dir {
             cfg.env.push((state::STATE_DIR_ENV.into(), path(dir)));
             cfg.env.push((

@@ -369,6 +369,24 @@ pub(crate) struct KernelEnv {
     pub global_harness_dir: Option<String>,
     /// `RLM_HARNESS_STATE_DIR` when set (else a per-session dir under the OS temp dir).
     pub harness_dir: Option<String>,
+    /// Settings `shellPath`: `%%bash` cells run in this shell.
+    pub shell_path: Option<String>,
+    /// Settings `shellCommandPrefix`: prepended to every `%%bash` cell and `bash` command.
+    pub shell_command_prefix: Option<String>,
+    /// User skills with a Python package (`python_import`), imported into every kernel.
+    pub python_skills: Vec<PythonSkill>,
+    /// Settings `images.*` (the kernel's `attach_image`).
+    pub images: crate::settings::Images,
+}
+
+/// A skill whose Python package the kernel imports (behaviour spec §3.6).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PythonSkill {
+    pub name: String,
+    /// The import name (`python_import`).
+    pub module: String,
+    /// The skill's directory: on the kernel's `sys.path` (and its `src/` when present).
+    pub dir: PathBuf,
 }
 
 impl Default for KernelEnv {
@@ -380,6 +398,10 @@ impl Default for KernelEnv {
             max_depth: 1,
             global_harness_dir: None,
             harness_dir: None,
+            shell_path: None,
+            shell_command_prefix: None,
+            python_skills: Vec::new(),
+            images: crate::settings::Images::default(),
         }
     }
 }
@@ -396,15 +418,24 @@ impl ToolChoice {
         let mut all: Vec<Box<dyn Tool>> = Vec::new();
         all.extend(ipython::IpythonTool::detect(env, host).map(|t| Box::new(t) as Box<dyn Tool>));
         all.push(Box::new(read::Read));
-        all.push(Box::new(bash::Bash));
+        all.push(Box::new(bash::Bash {
+            prefix: env.shell_command_prefix.clone(),
+        }));
         all.push(Box::new(edit::Edit));
         all.push(Box::new(write::Write));
         all.push(Box::new(todo::Todo));
-        ToolSet::new(
-            all.into_iter()
-                .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
-                .collect(),
-        )
+        let tools: Vec<Box<dyn Tool>> = all
+            .into_iter()
+            .filter(|t| only.is_none_or(|names| names.iter().any(|n| *n == t.spec().name)))
+            .collect();
+        // An agent with a kernel: warm this process's zygote now, in the background, so the
+        // first cell forks a ready kernel instead of starting Python (kernel/zygote.rs).
+        if tools.iter().any(|t| t.spec().name == ipython::NAME) {
+            if let Some(python) = crate::kernel::find_python() {
+                crate::kernel::zygote::prewarm(&python);
+            }
+        }
+        ToolSet::new(tools)
     }
 }
 

@@ -3,7 +3,7 @@
 //! around a model call, manual `/compact`), and what the client sees (`CompactionEnd`, then a
 //! `ContextUsage`). The summarising itself is `crate::compaction`.
 
-use super::{AgentEvent, Conversation, TurnOutcome, Worker};
+use super::{AgentEvent, Conversation, TurnFailure, TurnOutcome, Worker};
 use crate::compaction::{self, Compacted, Failure, Job, Reason};
 use crate::provider::Provider;
 use crate::stop_reason::StopReason;
@@ -37,6 +37,26 @@ impl Worker<'_> {
             .settings(&self.agent.kernel_env.agent_dir, &self.agent.cwd)
     }
 
+    /// The settings scaled to the model's window (`Settings::for_window`).
+    fn window_settings(&self, provider: &dyn Provider) -> compaction::Settings {
+        self.settings().for_window(provider.context_window())
+    }
+
+    /// Before a model call: the threshold, checked after every model call (and the tool
+    /// results that followed it), so a tool loop compacts before it fills the window.
+    pub(super) fn compact_before_call(
+        &self,
+        conv: &mut Conversation,
+        provider: &dyn Provider,
+    ) -> Result<Option<Compacted>, TurnOutcome> {
+        let settings = self.window_settings(provider);
+        let (used, window) = self.context_usage(conv, provider);
+        if !settings.over_threshold(used, window) {
+            return Ok(None);
+        }
+        self.compact(conv, provider, Reason::Threshold, None)
+    }
+
     /// Whether the automatic triggers (threshold, overflow) are on (`compaction.enabled`).
     pub(super) fn auto_compaction(&self) -> bool {
         self.settings().enabled
@@ -56,9 +76,10 @@ impl Worker<'_> {
             provider,
             agent: &self.ctx.name,
             thinking: self.model.thinking,
-            settings: self.settings(),
+            settings: self.window_settings(provider),
             instructions,
             abort: self.abort,
+            trace: Some(&self.ctx.trace),
         };
         let (tools, abort) = (&self.ctx.tools, self.abort);
         // The file holds every message the compaction may keep before it records it.
@@ -80,6 +101,7 @@ impl Worker<'_> {
         self.emit(AgentEvent::CompactionStart);
         match result {
             Ok(done) => {
+                self.ctx.trace.compacted();
                 if let Some(r) = conv.recorder.as_mut() {
                     r.compacted(
                         &conv.messages,
@@ -107,10 +129,11 @@ impl Worker<'_> {
                 self.emit(ended(None, None, None));
                 Err(TurnOutcome::Cancelled)
             }
-            Err(Failure::Summary(message)) => {
+            Err(Failure::Summary(message, kind)) => {
                 self.emit(ended(None, None, Some(message.clone())));
-                Err(TurnOutcome::Failed(format!(
-                    "Summarization failed: {message}"
+                Err(TurnOutcome::Failed(TurnFailure::new(
+                    format!("Summarization failed: {message}"),
+                    kind,
                 )))
             }
         }
@@ -149,7 +172,10 @@ impl Worker<'_> {
             Some(instructions) => (Reason::Requested, instructions),
             None => {
                 let (used, window) = self.context_usage(conv, &**provider);
-                if !self.settings().over_threshold(used, window) {
+                if !self
+                    .window_settings(&**provider)
+                    .over_threshold(used, window)
+                {
                     return outcome;
                 }
                 (Reason::Threshold, None)
@@ -169,7 +195,7 @@ impl Worker<'_> {
     ) -> TurnOutcome {
         let provider = match &self.model.provider {
             Ok(p) => p.clone(),
-            Err(why) => return TurnOutcome::Failed(why.clone()),
+            Err(why) => return TurnOutcome::Failed(TurnFailure::new(why.clone(), "model_config")),
         };
         match self.compact(conv, &*provider, Reason::Manual, instructions) {
             Ok(Some(_)) => TurnOutcome::Completed(StopReason::EndTurn),

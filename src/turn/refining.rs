@@ -92,6 +92,7 @@ impl Worker<'_> {
             text,
             images: Vec::new(),
         }];
+        let request_id = crate::semantic::new_request_id();
         let request = ChatRequest {
             system: refine::PLANNER_SYSTEM,
             messages: &messages,
@@ -99,6 +100,7 @@ impl Worker<'_> {
             thinking: self.model.thinking,
             agent: &self.ctx.name,
             max_tokens: Some(PLANNER_MAX_TOKENS),
+            request_id: &request_id,
         };
         let reply = match provider.stream(&request, self.abort, &mut |_| {}) {
             Ok(reply) => reply,

@@ -117,6 +117,10 @@ impl Recorded {
 /// `GET path` → a JSON body with status 200.
 pub type Routes = Vec<(String, Value)>;
 
+/// Picks the reply to a model call from the request and its number (0-based): for agents
+/// whose calls interleave (subagents), where a fixed order would race.
+pub type Responder = Arc<dyn Fn(&Recorded, usize) -> Canned + Send + Sync>;
+
 pub struct LlmServer {
     pub port: u16,
     requests: Arc<Mutex<Vec<Recorded>>>,
@@ -138,13 +142,25 @@ impl LlmServer {
     /// As `start_on`, answering `GET`s from `routes`.
     pub fn start_routed(port: u16, replies: Vec<Canned>, routes: Routes) -> LlmServer {
         assert!(!replies.is_empty());
+        let responder: Responder = Arc::new(move |_, i| replies[i.min(replies.len() - 1)].clone());
+        LlmServer::start_with(port, responder, routes)
+    }
+
+    /// Answers each model call with what `responder` picks for it.
+    pub fn start_responding(
+        responder: impl Fn(&Recorded, usize) -> Canned + Send + Sync + 'static,
+    ) -> LlmServer {
+        LlmServer::start_with(0, Arc::new(responder), Vec::new())
+    }
+
+    fn start_with(port: u16, responder: Responder, routes: Routes) -> LlmServer {
         let routes = Arc::new(routes);
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind loopback");
         let port = listener.local_addr().expect("addr").port();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (closed_tx, closed) = unbounded();
-        let replies = Arc::new(replies);
+        let replies = responder;
         let next = Arc::new(AtomicUsize::new(0));
         let (reqs, stop2) = (requests.clone(), stop.clone());
         thread::spawn(move || {
@@ -203,7 +219,7 @@ impl Drop for LlmServer {
 
 fn serve(
     conn: TcpStream,
-    replies: &[Canned],
+    replies: &Responder,
     routes: &Routes,
     next: &AtomicUsize,
     requests: &Mutex<Vec<Recorded>>,
@@ -217,7 +233,7 @@ fn serve(
         };
         let get = request.method == "GET";
         let path = request.path.split('?').next().unwrap_or("").to_owned();
-        requests.lock().unwrap().push(request);
+        requests.lock().unwrap().push(request.clone());
         if get {
             let body = routes.iter().find(|(p, _)| *p == path).map(|(_, b)| b);
             let reply = Canned {
@@ -234,7 +250,7 @@ fn serve(
             continue;
         }
         let i = next.fetch_add(1, Ordering::SeqCst);
-        let reply = &replies[i.min(replies.len() - 1)];
+        let reply = &replies(&request, i);
         if write_reply(&mut conn, reply).is_err() {
             return;
         }

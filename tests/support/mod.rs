@@ -41,6 +41,13 @@ pub const PROVIDER_KEY_VARS: &[&str] = &[
     "FIREWORKS_API_KEY",
     "GEMINI_API_KEY",
     "AI_GATEWAY_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_OPENAI_BASE_URL",
+    "AZURE_OPENAI_RESOURCE_NAME",
+    "AZURE_OPENAI_API_VERSION",
+    "AZURE_OPENAI_DEPLOYMENT_NAME_MAP",
+    "MINIMAX_API_KEY",
+    "KIMI_API_KEY",
 ];
 /// Generous: these bound hangs, they do not measure speed.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -457,6 +464,20 @@ impl Agent {
         sid
     }
 
+    /// `session/new` in `cwd` with these `mcpServers`; the session becomes the current one.
+    pub fn new_session_in(&mut self, cwd: &Path, servers: Value) -> String {
+        let r = self.call(
+            "session/new",
+            json!({"cwd": cwd.display().to_string(), "mcpServers": servers}),
+        );
+        let sid = r["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session/new failed: {r}"))
+            .to_owned();
+        self.session_id = Some(sid.clone());
+        sid
+    }
+
     pub fn sid(&self) -> String {
         self.session_id.clone().expect("handshake first")
     }
@@ -495,6 +516,13 @@ impl Agent {
             .into_iter()
             .filter(|u| u["sessionUpdate"] == kind)
             .collect()
+    }
+
+    /// The update that starts each tool call, in order: the one with its kind, title and
+    /// `rawInput` (a `tool_call`, or the `tool_call_update` that completes a call shown
+    /// `pending` while the model was still writing it).
+    pub fn tool_starts(&self) -> Vec<Value> {
+        tool_starts(&self.updates())
     }
 
     pub fn cancel(&mut self) {
@@ -646,4 +674,17 @@ pub fn ns(update: &Value) -> &Value {
 pub fn script_file(dir: &TempDir, lines: &[Value]) -> String {
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     dir.write("script.jsonl", &text).display().to_string()
+}
+
+/// The updates among `updates` that start a tool call (see `Agent::tool_starts`).
+pub fn tool_starts(updates: &[Value]) -> Vec<Value> {
+    updates
+        .iter()
+        .filter(|u| {
+            (u["sessionUpdate"] == "tool_call" || u["sessionUpdate"] == "tool_call_update")
+                && u.get("kind").is_some()
+                && u.get("rawInput").is_some()
+        })
+        .cloned()
+        .collect()
 }

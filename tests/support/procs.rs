@@ -108,3 +108,27 @@ pub fn settle_to(pid: u32, base: &Snapshot) -> Snapshot {
         }
     }
 }
+
+/// The process group of `pid` (0 when unreadable).
+pub fn pgid_of(pid: &str) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // After the `(comm)`: state, ppid, pgrp.
+            let rest = stat.rsplit(')').next()?.to_owned();
+            rest.split_whitespace().nth(2)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The live processes (zombies excluded) of process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| pgid_of(pid) == pgid && alive(pid))
+        .collect()
+}

@@ -5,12 +5,13 @@
 
 use super::grammar::{parse, parse_cron, Schedule, DEFAULT_HEARTBEAT};
 
-/// Who set a job: the user's `/heartbeat` (one per session) or the agent's `rlm_heartbeat`
-/// (many).
+/// Who set a job: the user's `/heartbeat` (one per session), the agent's `rlm_heartbeat`
+/// (many), or `prime-agent schedule add` (many; upstream's `cron` source).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Source {
     Heartbeat,
     RlmHeartbeat,
+    Cron,
 }
 
 impl Source {
@@ -18,6 +19,7 @@ impl Source {
         match self {
             Source::Heartbeat => "heartbeat",
             Source::RlmHeartbeat => "rlm_heartbeat",
+            Source::Cron => "cron",
         }
     }
 }
@@ -199,7 +201,7 @@ impl Jobs {
     /// heartbeats at once: `/heartbeat` shows only the live one).
     fn prune(&mut self) {
         self.jobs
-            .retain(|j| j.live() || j.source == Source::RlmHeartbeat);
+            .retain(|j| j.live() || j.source != Source::Heartbeat);
         let inactive = self.jobs.iter().filter(|j| !j.live()).count();
         let mut drop = inactive.saturating_sub(KEEP_INACTIVE);
         self.jobs.retain(|j| {
@@ -207,6 +209,27 @@ impl Jobs {
             drop -= usize::from(gone);
             !gone
         });
+    }
+
+    /// A job from `prime-agent schedule add` (the session runs it once it is open again).
+    pub(crate) fn add_scheduled(
+        &mut self,
+        expression: &str,
+        prompt: &str,
+        now_ms: u64,
+    ) -> Result<&Job, String> {
+        if prompt.trim().is_empty() {
+            return Err("The scheduled prompt is empty".to_owned());
+        }
+        let job = Job::new(Source::Cron, expression, prompt, now_ms)?;
+        self.jobs.push(job);
+        Ok(self.jobs.last().expect("just pushed"))
+    }
+
+    /// Takes job `id` out of the list, whatever its source or status.
+    pub(crate) fn remove(&mut self, id: &str) -> Option<Job> {
+        let i = self.jobs.iter().position(|j| j.id == id)?;
+        Some(self.jobs.remove(i))
     }
 
     pub(crate) fn active(&self) -> impl Iterator<Item = &Job> {
@@ -330,6 +353,7 @@ impl Jobs {
                 };
                 let source = match j["source"].as_str() {
                     Some("rlm_heartbeat") => Source::RlmHeartbeat,
+                    Some("cron") => Source::Cron,
                     _ => Source::Heartbeat,
                 };
                 Some(Job {
@@ -374,6 +398,7 @@ impl Jobs {
                 let who = match j.source {
                     Source::Heartbeat => "Heartbeat",
                     Source::RlmHeartbeat => "Agent heartbeat",
+                    Source::Cron => "Scheduled job",
                 };
                 format!(
                     "{who} {} ({}), {next}, ran {} time(s): {}",
@@ -496,6 +521,11 @@ impl Jobs {
             .position(|j| j.id == id)
             .ok_or_else(|| format!("No heartbeat with id \"{id}\""))?;
         let j = &self.jobs[i];
+        if j.source == Source::Cron {
+            return Err(format!(
+                "Job \"{id}\" was scheduled with prime-agent schedule add; remove it with prime-agent schedule remove {id}"
+            ));
+        }
         if j.source != Source::RlmHeartbeat {
             return Err(format!(
                 "Heartbeat \"{id}\" was set by the user with /heartbeat; only they can change it"

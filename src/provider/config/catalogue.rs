@@ -12,18 +12,24 @@ pub(crate) enum Api {
     /// OpenAI's Responses API (`POST /responses`).
     OpenAiResponses,
     AnthropicMessages,
+    /// Gemini (`POST /models/{id}:streamGenerateContent`).
+    Google,
+    /// The Responses API on an Azure OpenAI resource.
+    AzureOpenAiResponses,
 }
 
 impl Api {
     /// The names `models.json` accepts, for the error that lists them.
     pub(crate) const NAMES: &'static str =
-        "openai-completions, openai-responses, anthropic-messages";
+        "openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses";
 
     pub(crate) fn parse(name: &str) -> Option<Api> {
         match name {
             "openai-completions" => Some(Api::OpenAiCompletions),
             "openai-responses" => Some(Api::OpenAiResponses),
             "anthropic-messages" => Some(Api::AnthropicMessages),
+            "google-generative-ai" => Some(Api::Google),
+            "azure-openai-responses" => Some(Api::AzureOpenAiResponses),
             _ => None,
         }
     }
@@ -37,6 +43,9 @@ pub(crate) struct Compat {
     pub supports_developer_role: bool,
     pub supports_reasoning_effort: bool,
     pub supports_store: bool,
+    /// Assistant messages carry their reasoning back as `reasoning_content` (DeepSeek's
+    /// thinking mode refuses a tool-call turn without it).
+    pub reasoning_content_on_assistant: bool,
 }
 
 impl Default for Compat {
@@ -46,6 +55,7 @@ impl Default for Compat {
             supports_developer_role: false,
             supports_reasoning_effort: true,
             supports_store: false,
+            reasoning_content_on_assistant: false,
         }
     }
 }
@@ -66,6 +76,9 @@ impl Compat {
         }
         if let Some(b) = flag("supportsStore") {
             self.supports_store = b;
+        }
+        if let Some(b) = flag("requiresReasoningContentOnAssistantMessages") {
+            self.reasoning_content_on_assistant = b;
         }
         self
     }
@@ -152,6 +165,8 @@ struct Builtin {
     api: &'static str,
     env: &'static [&'static str],
     compat: Compat,
+    /// Headers the provider's server wants from every client (config values).
+    headers: &'static [(&'static str, &'static str)],
     /// `(id, reasoning, context window, max tokens, images)`; the first is the default.
     models: &'static [(&'static str, bool, u64, u64, bool)],
 }
@@ -161,12 +176,14 @@ const OPENAI_COMPAT: Compat = Compat {
     supports_developer_role: false,
     supports_reasoning_effort: true,
     supports_store: false,
+    reasoning_content_on_assistant: false,
 };
 const MAX_TOKENS_NO_EFFORT: Compat = Compat {
     max_tokens_field: true,
     supports_developer_role: false,
     supports_reasoning_effort: false,
     supports_store: false,
+    reasoning_content_on_assistant: false,
 };
 
 /// Built-in models called through the Responses API rather than their provider's Chat
@@ -184,6 +201,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["PRIME_API_KEY"],
         compat: MAX_TOKENS_NO_EFFORT,
+        headers: &[],
         models: &[("z-ai/glm-5.2", true, 200_000, 32_000, false)],
     },
     Builtin {
@@ -192,6 +210,7 @@ const BUILTINS: &[Builtin] = &[
         api: "anthropic-messages",
         env: &["ANTHROPIC_API_KEY"],
         compat: OPENAI_COMPAT,
+        headers: &[],
         models: &[
             ("claude-opus-4-7", true, 200_000, 32_000, true),
             ("claude-sonnet-4-5", true, 200_000, 64_000, true),
@@ -208,11 +227,28 @@ const BUILTINS: &[Builtin] = &[
             supports_developer_role: true,
             supports_reasoning_effort: true,
             supports_store: true,
+            reasoning_content_on_assistant: false,
         },
+        headers: &[],
         models: &[
             ("gpt-5.4", true, 400_000, 128_000, true),
             ("gpt-5-mini", true, 400_000, 128_000, true),
             ("gpt-4.1", false, 1_047_576, 32_768, true),
+        ],
+    },
+    Builtin {
+        name: "google",
+        base_url: "https://generativelanguage.googleapis.com/v1beta",
+        api: "google-generative-ai",
+        env: &["GEMINI_API_KEY"],
+        compat: OPENAI_COMPAT,
+        headers: &[],
+        models: &[
+            ("gemini-3.1-pro-preview", true, 1_048_576, 65_536, true),
+            ("gemini-3-flash-preview", true, 1_048_576, 65_536, true),
+            ("gemini-2.5-pro", true, 1_048_576, 65_536, true),
+            ("gemini-2.5-flash", true, 1_048_576, 65_536, true),
+            ("gemini-2.5-flash-lite", true, 1_048_576, 65_536, true),
         ],
     },
     Builtin {
@@ -221,6 +257,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["OPENROUTER_API_KEY"],
         compat: OPENAI_COMPAT,
+        headers: &[],
         models: &[("moonshotai/kimi-k2.6", true, 262_144, 32_000, true)],
     },
     Builtin {
@@ -228,7 +265,11 @@ const BUILTINS: &[Builtin] = &[
         base_url: "https://api.deepseek.com",
         api: "openai-completions",
         env: &["DEEPSEEK_API_KEY"],
-        compat: MAX_TOKENS_NO_EFFORT,
+        compat: Compat {
+            reasoning_content_on_assistant: true,
+            ..MAX_TOKENS_NO_EFFORT
+        },
+        headers: &[],
         models: &[("deepseek-v4-pro", true, 128_000, 32_000, false)],
     },
     Builtin {
@@ -240,6 +281,7 @@ const BUILTINS: &[Builtin] = &[
             supports_reasoning_effort: false,
             ..OPENAI_COMPAT
         },
+        headers: &[],
         models: &[("grok-4.20-0309-reasoning", true, 256_000, 32_000, true)],
     },
     Builtin {
@@ -248,6 +290,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["GROQ_API_KEY"],
         compat: OPENAI_COMPAT,
+        headers: &[],
         models: &[("openai/gpt-oss-120b", true, 131_072, 32_000, false)],
     },
     Builtin {
@@ -256,6 +299,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["ZAI_API_KEY"],
         compat: MAX_TOKENS_NO_EFFORT,
+        headers: &[],
         models: &[("glm-5.1", true, 200_000, 32_000, false)],
     },
     Builtin {
@@ -265,6 +309,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["MISTRAL_API_KEY"],
         compat: MAX_TOKENS_NO_EFFORT,
+        headers: &[],
         models: &[("devstral-medium-latest", false, 128_000, 32_000, false)],
     },
     Builtin {
@@ -273,6 +318,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["CEREBRAS_API_KEY"],
         compat: OPENAI_COMPAT,
+        headers: &[],
         models: &[("gpt-oss-120b", true, 131_072, 32_000, false)],
     },
     Builtin {
@@ -281,6 +327,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["MOONSHOT_API_KEY"],
         compat: MAX_TOKENS_NO_EFFORT,
+        headers: &[],
         models: &[("kimi-k2.6", true, 262_144, 32_000, true)],
     },
     Builtin {
@@ -289,6 +336,7 @@ const BUILTINS: &[Builtin] = &[
         api: "openai-completions",
         env: &["HF_TOKEN"],
         compat: MAX_TOKENS_NO_EFFORT,
+        headers: &[],
         models: &[("openai/gpt-oss-120b", true, 131_072, 32_000, false)],
     },
     Builtin {
@@ -298,6 +346,7 @@ const BUILTINS: &[Builtin] = &[
         api: "anthropic-messages",
         env: &["FIREWORKS_API_KEY"],
         compat: OPENAI_COMPAT,
+        headers: &[],
         models: &[(
             "accounts/fireworks/models/kimi-k2p6",
             true,
@@ -305,6 +354,64 @@ const BUILTINS: &[Builtin] = &[
             32_000,
             false,
         )],
+    },
+    Builtin {
+        // No base URL of its own: the resource comes from AZURE_OPENAI_BASE_URL or
+        // AZURE_OPENAI_RESOURCE_NAME at request time (provider/azure.rs), or --base-url.
+        name: "azure-openai-responses",
+        base_url: "",
+        api: "azure-openai-responses",
+        env: &["AZURE_OPENAI_API_KEY"],
+        compat: Compat {
+            supports_developer_role: true,
+            supports_store: true,
+            ..OPENAI_COMPAT
+        },
+        headers: &[],
+        models: &[
+            ("gpt-5.4", true, 400_000, 128_000, true),
+            ("gpt-5-mini", true, 400_000, 128_000, true),
+            ("gpt-4.1", false, 1_047_576, 32_768, true),
+        ],
+    },
+    Builtin {
+        // Vercel's AI Gateway speaks the Messages API: POST {base}/v1/messages.
+        name: "vercel-ai-gateway",
+        base_url: "https://ai-gateway.vercel.sh",
+        api: "anthropic-messages",
+        env: &["AI_GATEWAY_API_KEY"],
+        compat: OPENAI_COMPAT,
+        headers: &[],
+        models: &[
+            ("anthropic/claude-opus-4.7", true, 200_000, 32_000, true),
+            ("moonshotai/kimi-k2.6", true, 262_144, 32_000, true),
+        ],
+    },
+    Builtin {
+        // MiniMax's Anthropic-compatible endpoint.
+        name: "minimax",
+        base_url: "https://api.minimax.io/anthropic",
+        api: "anthropic-messages",
+        env: &["MINIMAX_API_KEY"],
+        compat: OPENAI_COMPAT,
+        headers: &[],
+        models: &[
+            ("MiniMax-M2.7", true, 204_800, 131_072, false),
+            ("MiniMax-M2.7-highspeed", true, 204_800, 131_072, false),
+        ],
+    },
+    Builtin {
+        // Kimi's coding plan: the Messages API, and its server wants its CLI's user agent.
+        name: "kimi-coding",
+        base_url: "https://api.kimi.com/coding",
+        api: "anthropic-messages",
+        env: &["KIMI_API_KEY"],
+        compat: OPENAI_COMPAT,
+        headers: &[("User-Agent", "KimiCLI/1.5")],
+        models: &[
+            ("kimi-for-coding", true, 262_144, 32_768, true),
+            ("k3", true, 1_048_576, 131_072, true),
+        ],
     },
 ];
 
@@ -318,7 +425,11 @@ impl Registry {
                 api: b.api.to_owned(),
                 env_keys: b.env.iter().map(|s| (*s).to_owned()).collect(),
                 api_key: None,
-                headers: Vec::new(),
+                headers: b
+                    .headers
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                    .collect(),
                 compat: b.compat,
                 default_model: b.models.first().map(|m| m.0.to_owned()),
                 models: b

@@ -13,20 +13,13 @@ pub(crate) struct Selection {
     pub assumed_defaults: bool,
 }
 
-/// There is no `prime-agent model list` in this build (upstream's texts point at one), so the
-/// error names the providers it knows.
-fn unknown_provider(registry: &Registry, name: &str) -> String {
-    let names: Vec<&str> = registry.providers.iter().map(|p| p.name.as_str()).collect();
-    format!(
-        "Unknown provider \"{name}\". Available providers: {}. Add others in models.json.",
-        names.join(", ")
-    )
+/// The spec's texts (behaviour spec §1.1); `prime-agent model list` shows what there is.
+fn unknown_provider(name: &str) -> String {
+    format!("Unknown provider \"{name}\". Use \"prime-agent model list\" to see available providers/models.")
 }
 
 fn unknown_model(id: &str) -> String {
-    format!(
-        "Model \"{id}\" not found. Pass --provider NAME with it to use a model the catalogue does not list, or add it to models.json."
-    )
+    format!("Model \"{id}\" not found. Use \"prime-agent model list\" to see available models.")
 }
 
 /// A model of `p` with this id, or a custom one built from the provider's default model.
@@ -75,6 +68,120 @@ pub(crate) fn api_of(p: &ProviderDef, m: &ModelDef) -> Result<Api, String> {
     })
 }
 
+/// `*` and `?` wildcards, case-insensitive.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|i| glob(rest, &text[i..])),
+        Some((c, rest)) => text
+            .split_first()
+            .is_some_and(|(t, tail)| (*c == b'?' || c.eq_ignore_ascii_case(t)) && glob(rest, tail)),
+    }
+}
+
+/// The models a pattern names (§6.2), best first: a glob (`*`, `?`) against `provider/id`
+/// and `id`; `provider/rest` within that provider (case-insensitive); else an exact id
+/// (case-insensitive), else every model whose id or name contains the pattern.
+pub(crate) fn matches<'r>(
+    registry: &'r Registry,
+    pattern: &str,
+) -> Vec<(&'r ProviderDef, &'r ModelDef)> {
+    let all = || {
+        registry
+            .providers
+            .iter()
+            .flat_map(|p| p.models.iter().map(move |m| (p, m)))
+    };
+    let lower = pattern.to_ascii_lowercase();
+    if pattern.contains(['*', '?']) {
+        return all()
+            .filter(|(p, m)| {
+                glob(lower.as_bytes(), format!("{}/{}", p.name, m.id).as_bytes())
+                    || glob(lower.as_bytes(), m.id.as_bytes())
+            })
+            .collect();
+    }
+    if let Some((prefix, rest)) = pattern.split_once('/') {
+        if let Some(p) = registry.find(prefix) {
+            let exact: Vec<_> = p
+                .models
+                .iter()
+                .filter(|m| m.id.eq_ignore_ascii_case(rest))
+                .map(|m| (p, m))
+                .collect();
+            if !exact.is_empty() {
+                return exact;
+            }
+            let rest = rest.to_ascii_lowercase();
+            return p
+                .models
+                .iter()
+                .filter(|m| m.id.to_ascii_lowercase().contains(&rest))
+                .map(|m| (p, m))
+                .collect();
+        }
+    }
+    let exact: Vec<_> = all()
+        .filter(|(_, m)| m.id.eq_ignore_ascii_case(pattern))
+        .collect();
+    if !exact.is_empty() {
+        return exact;
+    }
+    all()
+        .filter(|(_, m)| {
+            m.id.to_ascii_lowercase().contains(&lower)
+                || m.name.to_ascii_lowercase().contains(&lower)
+        })
+        .collect()
+}
+
+/// `--models a,b` / settings `enabledModels`: each pattern's models (a pattern may end in
+/// `:<level>`), in pattern order without repeats, with each pattern's level. A pattern that
+/// names nothing is a warning: the spec's text for an unknown id of a known provider, else
+/// ours.
+pub(crate) fn scope(
+    registry: &Registry,
+    patterns: &[String],
+    warn: &mut dyn FnMut(String),
+) -> Vec<(String, String, Option<crate::provider::Thinking>)> {
+    let mut out: Vec<(String, String, Option<crate::provider::Thinking>)> = Vec::new();
+    for raw in patterns {
+        let (pattern, level) = split_level(raw);
+        let hits = matches(registry, pattern);
+        if hits.is_empty() {
+            match pattern
+                .split_once('/')
+                .and_then(|(p, id)| registry.find(p).map(|p| (p, id)))
+            {
+                Some((p, id)) => warn(format!(
+                    "Model \"{id}\" not found for provider \"{}\". Using custom model id.",
+                    p.name
+                )),
+                None => warn(format!("No models match pattern \"{pattern}\"")),
+            }
+            continue;
+        }
+        for (p, m) in hits {
+            if !out.iter().any(|(op, om, _)| *op == p.name && *om == m.id) {
+                out.push((p.name.clone(), m.id.clone(), level));
+            }
+        }
+    }
+    out
+}
+
+/// `id:<level>` → (`id`, level), when the suffix is a thinking level; anything else (a
+/// model id with a colon, `qwen3:8b`) is left whole.
+pub(crate) fn split_level(model: &str) -> (&str, Option<crate::provider::Thinking>) {
+    match model.rsplit_once(':') {
+        Some((id, level)) if !id.is_empty() => match crate::provider::Thinking::parse(level) {
+            Some(t) => (id, Some(t)),
+            None => (model, None),
+        },
+        _ => (model, None),
+    }
+}
+
 /// Resolves `--provider` / `--model` (§6.2). `has_key` tells auto-selection which providers
 /// are usable.
 pub(crate) fn select(
@@ -85,9 +192,7 @@ pub(crate) fn select(
 ) -> Result<Selection, String> {
     let (p, m) = match (provider, model) {
         (Some(name), model) => {
-            let p = registry
-                .find(name)
-                .ok_or_else(|| unknown_provider(registry, name))?;
+            let p = registry.find(name).ok_or_else(|| unknown_provider(name))?;
             let m = match model {
                 Some(id) => match p.models.iter().find(|m| m.id == id) {
                     Some(m) => m.clone(),
@@ -122,6 +227,14 @@ pub(crate) fn select(
                     .flat_map(|p| p.models.iter().map(move |m| (p, m)))
                     .filter(|(_, m)| m.id == id)
                     .collect();
+                let fuzzy;
+                let hits = if hits.is_empty() {
+                    // No exact id: a pattern (`sonnet`, `gpt-5*`), the best match first.
+                    fuzzy = matches(registry, id);
+                    &fuzzy
+                } else {
+                    &hits
+                };
                 let (p, m) = hits
                     .iter()
                     .find(|(p, _)| has_key(p))
@@ -139,7 +252,7 @@ pub(crate) fn select(
                 .iter()
                 .find(|p| has_key(p) && p.default_model.is_some())
                 .or_else(|| registry.find("openai"))
-                .ok_or_else(|| unknown_provider(registry, "openai"))?;
+                .ok_or_else(|| unknown_provider("openai"))?;
             let id = p.default_model.clone().unwrap_or_default();
             (p, model_or_custom(p, &id))
         }
@@ -151,4 +264,65 @@ pub(crate) fn select(
         api,
         assumed_defaults: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Thinking;
+
+    #[test]
+    fn levels_and_patterns() {
+        assert_eq!(
+            split_level("openai/gpt-5.4:high"),
+            ("openai/gpt-5.4", Some(Thinking::High))
+        );
+        assert_eq!(split_level("qwen3:8b"), ("qwen3:8b", None));
+        assert_eq!(split_level(":high"), (":high", None));
+        assert!(glob(b"gpt-5*", b"GPT-5.4"));
+        assert!(glob(b"a?c", b"abc") && !glob(b"a?c", b"ac"));
+        let registry = Registry::builtin();
+        let ids = |pattern: &str| -> Vec<String> {
+            matches(&registry, pattern)
+                .iter()
+                .map(|(p, m)| format!("{}/{}", p.name, m.id))
+                .collect()
+        };
+        assert_eq!(ids("OpenAI/GPT-5.4"), vec!["openai/gpt-5.4"]);
+        // A glob names `provider/id` or the id alone (gateways' ids such as
+        // `vercel-ai-gateway/anthropic/…` match too).
+        assert!(ids("anthropic/*")
+            .iter()
+            .all(|v| v.starts_with("anthropic/") || v.contains("/anthropic/")));
+        assert!(!ids("anthropic/*").is_empty());
+        assert!(ids("opus").iter().all(|v| v.contains("opus")));
+        assert!(ids("no-such-model-anywhere").is_empty());
+        // A bare --model pattern without an exact id: the best match.
+        let picked = select(&registry, None, Some("OPUS"), &|_| false).expect("a match");
+        assert!(picked.model.id.contains("opus"), "{}", picked.model.id);
+        assert!(select(&registry, None, Some("no-such-model-anywhere"), &|_| false).is_err());
+        let mut warnings = Vec::new();
+        let scoped = scope(
+            &registry,
+            &[
+                "openai/gpt-5.4:low".into(),
+                "openai/nope".into(),
+                "zzz".into(),
+                "openai/gpt-5.4".into(),
+            ],
+            &mut |w| warnings.push(w),
+        );
+        assert_eq!(
+            scoped,
+            vec![("openai".into(), "gpt-5.4".into(), Some(Thinking::Low))]
+        );
+        assert_eq!(
+            warnings,
+            vec![
+                "Model \"nope\" not found for provider \"openai\". Using custom model id."
+                    .to_owned(),
+                "No models match pattern \"zzz\"".to_owned(),
+            ]
+        );
+    }
 }

@@ -10,7 +10,7 @@ use super::socket::CallSlot;
 use crate::provider::ProviderError;
 
 /// Why one attempt failed, and whether another attempt may help.
-pub(super) struct AttemptError {
+pub(crate) struct AttemptError {
     pub(super) error: ProviderError,
     pub(super) retryable: bool,
     pub(super) retry_after: Option<Duration>,
@@ -63,16 +63,28 @@ pub(super) fn status_error(
         .into_reader()
         .take(MAX_ERROR_BODY)
         .read_to_end(&mut body);
-    let message = error_text(&String::from_utf8_lossy(&body), status);
+    classify_status(status, &String::from_utf8_lossy(&body), retry_after)
+}
+
+/// An error answer's status and body, classified (pure: the table tests' entry point).
+pub(crate) fn classify_status(
+    status: u16,
+    body: &str,
+    retry_after: Option<Duration>,
+) -> AttemptError {
+    let message = error_text(body, status);
     // A server that cannot take this kind of input (images for a text-only llama.cpp answer
     // 500) answers the same way every time: retrying only makes the user wait.
     let unsupported = is_unsupported_input(&message);
     // Nor does a request too long for the window get shorter by waiting (some local servers
     // answer it with a 500); the turn compacts and retries it instead.
     let overflow = is_context_overflow(&message);
+    // Nor one the server could not parse (llama.cpp answers a tool call with invalid JSON
+    // arguments in the history with a 500): the same bytes fail the same way.
+    let unparsable = is_unparsable_request(&message);
     AttemptError {
         error: ProviderError::Status { status, message },
-        retryable: (status == 429 || status >= 500) && !unsupported && !overflow,
+        retryable: (status == 429 || status >= 500) && !unsupported && !overflow && !unparsable,
         retry_after,
         max_retries: None,
         reason: if status == 429 {
@@ -106,6 +118,27 @@ pub(crate) fn is_unsupported_input(message: &str) -> bool {
     .iter()
     .any(|k| m.contains(k));
     negative && input
+}
+
+/// Whether an error text says the server could not parse the request or a tool call in it
+/// (llama.cpp's `Failed to parse tool call arguments as JSON`, its `[json.exception.parse_error…]`,
+/// vLLM's and Ollama's JSON decode errors): a request that will fail the same way every time.
+pub(crate) fn is_unparsable_request(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    const PHRASES: &[&str] = &[
+        "failed to parse",
+        "could not parse",
+        "unable to parse",
+        "cannot parse",
+        "parse error",
+        "json.exception",
+        "invalid json",
+        "jsondecodeerror",
+        "json decode error",
+        "cannot unmarshal",
+        "invalid character",
+    ];
+    PHRASES.iter().any(|p| m.contains(p))
 }
 
 /// Whether an error text says the request exceeds the model's context window, in the words
@@ -379,6 +412,82 @@ mod tests {
     }
 
     #[test]
+    fn error_answers_whole_bodies() {
+        // (status, body, retried, a context overflow)
+        let cases: &[(u16, &str, bool, bool)] = &[
+            // llama.cpp: the overflow (400) and the cut tool call in the history (500).
+            (
+                400,
+                r#"{"error":{"code":400,"message":"request (6638 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":6638,"n_ctx":4096}}"#,
+                false,
+                true,
+            ),
+            (
+                500,
+                r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 30: syntax error while parsing value - invalid string: missing closing quote; last read: '"print('Hello, World!'","type":"server_error"}}"#,
+                false,
+                false,
+            ),
+            // vLLM: its overflow is a 400 with the OpenAI shape.
+            (
+                400,
+                r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+                false,
+                true,
+            ),
+            // Ollama's OpenAI-compatible endpoint, and a plain-text 500 from it.
+            (
+                400,
+                r#"{"error":{"message":"the input length exceeds the context length","type":"invalid_request_error","param":null,"code":null}}"#,
+                false,
+                true,
+            ),
+            (
+                500,
+                "json: cannot unmarshal number into Go value of type string",
+                false,
+                false,
+            ),
+            // Transient: retried.
+            (
+                503,
+                r#"{"error":{"message":"Loading model","type":"unavailable_error"}}"#,
+                true,
+                false,
+            ),
+            (500, "internal error in test", true, false),
+            (429, r#"{"error":{"message":"slow down"}}"#, true, false),
+        ];
+        for (status, body, retried, overflow) in cases {
+            let e = classify_status(*status, body, None);
+            assert_eq!(e.retryable, *retried, "{status} {body}");
+            assert_eq!(e.error.is_context_overflow(), *overflow, "{status} {body}");
+        }
+    }
+
+    #[test]
+    fn unparsable_request_texts() {
+        // (text, unparsable)
+        let cases: &[(&str, bool)] = &[
+            // llama.cpp, the 500 a cut tool call in the history gets.
+            ("Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 29: syntax error while parsing value - invalid string: missing closing quote; last read: '\"print('Hello, World!'", true),
+            ("[json.exception.parse_error.101] parse error at line 1, column 1", true),
+            // vLLM (Python's json module); Ollama (Go's).
+            ("JSONDecodeError: Unterminated string starting at: line 1 column 10 (char 9)", true),
+            ("json: cannot unmarshal string into Go struct field Message.messages.tool_calls", true),
+            ("invalid character '}' looking for beginning of object key string", true),
+            ("Could not parse the request body", true),
+            // Transient or unrelated: retried as before.
+            ("internal error in test", false),
+            ("model overloaded, try again", false),
+            ("Service Unavailable", false),
+        ];
+        for (text, want) in cases {
+            assert_eq!(is_unparsable_request(text), *want, "{text}");
+        }
+    }
+
+    #[test]
     fn context_overflow_texts() {
         for text in [
             // Anthropic.
@@ -390,8 +499,16 @@ mod tests {
             // vLLM.
             "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion).",
             "The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure that `max_model_len` is no smaller than the number of text tokens.",
-            // llama.cpp.
+            // llama.cpp (older and current wording; the body's `type` too).
             "the request exceeds the available context size, try increasing it",
+            "request (6638 tokens) exceeds the available context size (4096 tokens), try increasing it",
+            "exceed_context_size_error",
+            // vLLM (current wording, with max_tokens).
+            "'max_tokens' or 'max_completion_tokens' is too large: 2000. This model's maximum context length is 4096 tokens and your request has 3000 input tokens (2000 > 4096 - 3000).",
+            "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce the length of the input messages.",
+            // Ollama (native and OpenAI-compatible endpoints).
+            "input length exceeds the context length",
+            "the input length exceeds the context length",
             // LM Studio.
             "The number of tokens to keep from the initial prompt is greater than the context length.",
             // Ollama.

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::entry::{Entry, EntryKind, Record};
 use crate::content::{Attachment, FileDiff, IpythonDetails};
 use crate::events::{to_session_updates, MappingState};
+use crate::persist::entry::{Entry, EntryKind, Record};
 use crate::provider::Message;
 use crate::tools::ToolDisplay;
 use crate::turn::{AgentEvent, ToolResultView};
@@ -73,24 +73,34 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
     let events = |event: AgentEvent, out: &mut Vec<Value>, state: &mut MappingState| {
         out.extend(to_session_updates(&event, state));
     };
+    // Each call's stored details, so a reply's calls are announced with them before any runs,
+    // as the live turn shows them.
+    let details: HashMap<&str, &Value> = entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::Message(Record::ToolResult {
+                message: Message::ToolResult { call_id, .. },
+                details: Some(d),
+            }) => Some((call_id.as_str(), d)),
+            _ => None,
+        })
+        .collect();
     for entry in entries {
         let EntryKind::Message(record) = &entry.kind else {
             if let EntryKind::SessionInfo { name } = &entry.kind {
                 out.push(json!({ "sessionUpdate": "session_info_update", "title": name }));
             }
-            if let EntryKind::Other(v) = &entry.kind {
-                if v["type"] == "compaction" {
-                    events(
-                        AgentEvent::CompactionEnd {
-                            error: None,
-                            tokens_before: v["tokensBefore"].as_u64(),
-                            summary: v["summary"].as_str().map(str::to_owned),
-                            reason: None,
-                        },
-                        &mut out,
-                        &mut state,
-                    );
-                }
+            if let EntryKind::Compaction(c) = &entry.kind {
+                events(
+                    AgentEvent::CompactionEnd {
+                        error: None,
+                        tokens_before: Some(c.tokens_before),
+                        summary: Some(c.summary.clone()),
+                        reason: None,
+                    },
+                    &mut out,
+                    &mut state,
+                );
             }
             continue;
         };
@@ -118,6 +128,20 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
                     if !text.is_empty() {
                         out.push(json!({ "sessionUpdate": kind, "content": text_block(text), "messageId": id }));
                     }
+                }
+                for c in &m.tool_calls {
+                    let d = details.get(c.id.as_str()).copied().unwrap_or(&Value::Null);
+                    events(
+                        AgentEvent::ToolAnnounced {
+                            id: c.id.clone(),
+                            name: c.name.clone(),
+                            args: c.arguments.clone(),
+                            locations: locations_of(d),
+                            display: display_of(&c.name, &c.arguments, d),
+                        },
+                        &mut out,
+                        &mut state,
+                    );
                 }
                 open.extend(
                     m.tool_calls
@@ -182,6 +206,15 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
     out
 }
 
+fn locations_of(details: &Value) -> Vec<String> {
+    details["locations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_str().map(str::to_owned))
+        .collect()
+}
+
 fn tool_result(
     message: &Message,
     details: Option<&Value>,
@@ -205,13 +238,9 @@ fn tool_result(
     };
     let none = Value::Null;
     let details = details.unwrap_or(&none);
-    let locations = details["locations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|l| l.as_str().map(str::to_owned))
-        .collect();
+    let locations = locations_of(details);
     let display = display_of(name, &args, details);
+    // Announced with its reply (`pending`); here it runs and ends.
     for event in [
         AgentEvent::ToolStart {
             id: call_id.clone(),
@@ -318,20 +347,23 @@ mod tests {
             json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "edit it"}, "messageId": "prime-agent-replay-user-1"}),
             json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "plan"}, "messageId": "prime-agent-replay-assistant-1"}),
             json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "On it."}, "messageId": "prime-agent-replay-assistant-1"}),
-            json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Edit a.txt", "kind": "edit", "status": "in_progress", "rawInput": {"path": "a.txt"}, "locations": [{"path": "/w/a.txt"}]}),
-            got[4].clone(),
-            json!({"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "sum", "kind": "execute", "status": "in_progress", "rawInput": {"code": "# sum\n1+1"}}),
-            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "failed", "content": [{"type": "content", "content": {"type": "text", "text": "boom"}}]}),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Edit a.txt", "kind": "edit", "status": "pending", "rawInput": {"path": "a.txt"}, "locations": [{"path": "/w/a.txt"}]}),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "sum", "kind": "execute", "status": "pending", "rawInput": {"code": "# sum\n1+1"}}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"}),
+            got[6].clone(),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "in_progress"}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "failed", "content": [{"type": "content", "content": {"type": "text", "text": "boom"}}], "rawOutput": {"output": "boom", "isError": true}}),
             json!({"sessionUpdate": "session_info_update", "title": "t"}),
             json!({"sessionUpdate": "tool_call", "toolCallId": "prime-agent-replay-bash-1", "title": "ls", "kind": "execute", "status": "in_progress", "rawInput": {"command": "ls"}}),
             json!({"sessionUpdate": "tool_call_update", "toolCallId": "prime-agent-replay-bash-1", "status": "completed", "content": [{"type": "content", "content": {"type": "text", "text": "a.txt\n"}}]}),
             json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Done."}, "messageId": "prime-agent-replay-assistant-2"}),
-            json!({"sessionUpdate": "tool_call", "toolCallId": "c3", "title": "sleep 9", "kind": "execute", "status": "in_progress", "rawInput": {"command": "sleep 9"}}),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c3", "title": "sleep 9", "kind": "execute", "status": "pending", "rawInput": {"command": "sleep 9"}}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c3", "status": "in_progress"}),
             json!({"sessionUpdate": "tool_call_update", "toolCallId": "c3", "status": "failed"}),
         ];
         assert_eq!(got, want);
         // The edit's end carries its text and its diff, as live.
-        let end = &got[4];
+        let end = &got[6];
         assert_eq!(end["status"], "completed");
         let content = end["content"].as_array().unwrap();
         assert!(
@@ -358,6 +390,23 @@ mod tests {
         let mut live_state = MappingState::default();
         let mut live = Vec::new();
         for event in [
+            AgentEvent::ToolAnnounced {
+                id: "m1".into(),
+                name: "mcp__fx__lookup".into(),
+                args: args.clone(),
+                locations: Vec::new(),
+                display: Some(shown.clone()),
+            },
+            AgentEvent::ToolAnnounced {
+                id: "m2".into(),
+                name: "mcp_call_fx".into(),
+                args: json!({"tool": "slow"}),
+                locations: Vec::new(),
+                display: crate::mcp::tools::display_from_name(
+                    "mcp_call_fx",
+                    &json!({"tool": "slow"}),
+                ),
+            },
             AgentEvent::ToolStart {
                 id: "m1".into(),
                 name: "mcp__fx__lookup".into(),
@@ -408,11 +457,11 @@ mod tests {
             })),
         ];
         let got = replay(&entries);
-        assert_eq!(got[..2], live[..], "the replay is the live stream");
+        assert_eq!(got[..4], live[..], "the replay is the live stream");
         assert_eq!(got[0]["title"], "fx: lookup");
         assert_eq!(got[0]["kind"], "read");
-        assert_eq!(got[2]["title"], "fx: slow", "{:?}", got[2]);
-        assert_eq!(got[2]["kind"], "other");
+        assert_eq!(got[1]["title"], "fx: slow", "{:?}", got[1]);
+        assert_eq!(got[1]["kind"], "other");
         // A file naming a kind ACP lacks reads back as `other`.
         let odd = display_of(
             "t",
@@ -433,9 +482,11 @@ mod tests {
                 }],
             }),
             e(EntryKind::Message(Record::Other(json!({"role": "custom"})))),
-            e(EntryKind::Other(
-                json!({"type": "compaction", "summary": "s", "tokensBefore": 5}),
-            )),
+            e(EntryKind::Compaction(crate::persist::entry::Compaction {
+                summary: "s".into(),
+                tokens_before: 5,
+                ..Default::default()
+            })),
             e(EntryKind::Other(json!({"type": "label"}))),
         ];
         let got = replay(&entries);
