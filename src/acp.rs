@@ -24,11 +24,38 @@ pub(crate) const CANCEL_REQUEST: &str = "$/cancel_request";
 pub(crate) const SESSION_LOAD: &str = "session/load";
 pub(crate) const SESSION_RESUME: &str = "session/resume";
 pub(crate) const SESSION_LIST: &str = "session/list";
+pub(crate) const SESSION_DELETE: &str = "session/delete";
+/// Unstable (`sessionCapabilities.fork`).
+pub(crate) const SESSION_FORK: &str = "session/fork";
+/// Unstable (`sessionCapabilities.title`).
+pub(crate) const SESSION_SET_TITLE: &str = "session/set_title";
+pub(crate) const AUTHENTICATE: &str = "authenticate";
+pub(crate) const LOGOUT: &str = "logout";
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct NewSessionParams {
     pub cwd: String,
     pub mcp_servers: Vec<McpServer>,
+    /// Roots besides `cwd` the session's tools work in (`additionalDirectories`), absolute.
+    pub additional_directories: Vec<PathBuf>,
+    /// The client's `systemPrompt`.
+    pub system_prompt: Option<ClientPrompt>,
+}
+
+/// How a client's `systemPrompt` combines with the agent's own instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PromptMode {
+    /// Added after everything the agent builds.
+    Append,
+    /// Replaces the agent's base instructions; the environment facts and context files stay.
+    Override,
+}
+
+/// A validated `systemPrompt`: its mode and its text blocks joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientPrompt {
+    pub mode: PromptMode,
+    pub text: String,
 }
 
 /// A validated MCP server entry, kept for the kernel's `mcp` object.
@@ -117,7 +144,103 @@ pub(crate) fn parse_new_session(params: &Value) -> Result<NewSessionParams, RpcE
         Some(Value::Array(items)) => validate_mcp_servers(items)?,
         Some(_) => return Err(RpcError::invalid_params("mcpServers must be an array")),
     };
-    Ok(NewSessionParams { cwd, mcp_servers })
+    Ok(NewSessionParams {
+        cwd,
+        mcp_servers,
+        additional_directories: parse_additional_directories(obj.get("additionalDirectories"))?,
+        system_prompt: parse_system_prompt(obj.get("systemPrompt"))?,
+    })
+}
+
+/// `additionalDirectories`: absolute paths (whether each is a directory is checked by the
+/// caller, which may touch the filesystem); duplicates are dropped.
+fn parse_additional_directories(v: Option<&Value>) -> Result<Vec<PathBuf>, RpcError> {
+    let items = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "additionalDirectories must be an array of absolute paths",
+            ))
+        }
+    };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = item.as_str().map(Path::new).filter(|p| p.is_absolute());
+        let Some(path) = path else {
+            return Err(RpcError::invalid_params(format!(
+                "additionalDirectories[{i}] must be an absolute path: {item}"
+            )));
+        };
+        if !out.iter().any(|p| p == path) {
+            out.push(path.to_path_buf());
+        }
+    }
+    Ok(out)
+}
+
+/// `systemPrompt {mode, content}`: `append` or `override`, text blocks only, not empty. Any
+/// other mode or block is refused (the schema: an agent MUST NOT treat it as another mode).
+fn parse_system_prompt(v: Option<&Value>) -> Result<Option<ClientPrompt>, RpcError> {
+    let obj = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(obj)) => obj,
+        Some(_) => return Err(RpcError::invalid_params("systemPrompt must be an object")),
+    };
+    let mode = match obj.get("mode").and_then(Value::as_str) {
+        Some("append") => PromptMode::Append,
+        Some("override") => PromptMode::Override,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "systemPrompt.mode \"{other}\" is not supported (append, override)"
+            )))
+        }
+        None => return Err(RpcError::invalid_params("systemPrompt.mode is required")),
+    };
+    let blocks = match obj.get("content") {
+        Some(Value::Array(blocks)) if !blocks.is_empty() => blocks,
+        Some(Value::Array(_)) => {
+            return Err(RpcError::invalid_params(
+                "systemPrompt.content must not be empty",
+            ))
+        }
+        _ => {
+            return Err(RpcError::invalid_params(
+                "systemPrompt.content must be an array of text blocks",
+            ))
+        }
+    };
+    let mut parts = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        match (block["type"].as_str(), block["text"].as_str()) {
+            (Some("text"), Some(text)) => parts.push(text),
+            _ => {
+                return Err(RpcError::invalid_params(format!(
+                    "systemPrompt.content[{i}] must be a text block"
+                )))
+            }
+        }
+    }
+    Ok(Some(ClientPrompt {
+        mode,
+        text: parts.join("\n\n"),
+    }))
+}
+
+/// `session/set_title {sessionId, title}`: the session id and the trimmed, non-empty title.
+pub(crate) fn parse_set_title(params: &Value) -> Result<(String, String), RpcError> {
+    let obj = params_object(params, SESSION_SET_TITLE)?;
+    let session_id = required_str(obj, "sessionId")?.to_owned();
+    let title = required_str(obj, "title")?.trim();
+    if title.is_empty() {
+        return Err(RpcError::invalid_params("title must not be empty"));
+    }
+    Ok((session_id, title.to_owned()))
+}
+
+/// `authenticate {methodId}`.
+pub(crate) fn parse_authenticate(params: &Value) -> Result<String, RpcError> {
+    Ok(required_str(params_object(params, AUTHENTICATE)?, "methodId")?.to_owned())
 }
 
 /// `session/load` / `session/resume` params: the session id, then what `session/new` takes.

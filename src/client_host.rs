@@ -41,6 +41,10 @@ pub(crate) struct ClientCaps {
     pub read_text_file: bool,
     pub write_text_file: bool,
     pub terminal: bool,
+    /// `session.notices` / `session.compaction` (objects; `null` or absent: not taken): the
+    /// standard `notice` and `compaction_update` updates replace our `_meta` forms.
+    pub notices: bool,
+    pub compaction: bool,
 }
 
 impl ClientCaps {
@@ -51,6 +55,8 @@ impl ClientCaps {
             read_text_file: caps["fs"]["readTextFile"] == true,
             write_text_file: caps["fs"]["writeTextFile"] == true,
             terminal: caps["terminal"] == true,
+            notices: caps["session"]["notices"].is_object(),
+            compaction: caps["session"]["compaction"].is_object(),
         }
     }
 }
@@ -66,9 +72,26 @@ pub(crate) struct ClientHost {
     link: Option<ClientLink>,
     caps: ClientCaps,
     policy: Mutex<Policy>,
+    /// The session's additional directories: permission scopes of their own.
+    roots: Vec<std::path::PathBuf>,
 }
 
 impl ClientHost {
+    /// The session's additional directories (`additionalDirectories`), each a permission
+    /// scope: an `allow_always` for a change in one covers every change under it.
+    pub(crate) fn with_roots(mut self, roots: Vec<std::path::PathBuf>) -> ClientHost {
+        self.roots = roots;
+        self
+    }
+
+    /// Which standard session updates the client takes.
+    pub(crate) fn standard_updates(&self) -> crate::events::Standard {
+        crate::events::Standard {
+            notices: self.caps.notices,
+            compaction: self.caps.compaction,
+        }
+    }
+
     pub(crate) fn new(
         session_id: String,
         link: Option<ClientLink>,
@@ -83,6 +106,7 @@ impl ClientHost {
                 mode,
                 rules: Rules::default(),
             }),
+            roots: Vec::new(),
         }
     }
 
@@ -120,7 +144,7 @@ impl ToolHost for ClientHost {
         abort: &AbortFlag,
         asking: &mut dyn FnMut(),
     ) -> Approval {
-        let guarded = permissions::guard(call.name, call.args, call.cwd);
+        let guarded = permissions::guard(call.name, call.args, call.cwd, &self.roots);
         let decision = {
             let policy = self.policy();
             permissions::decide(policy.mode, &policy.rules, call.name, guarded.as_ref())
@@ -307,9 +331,15 @@ mod tests {
             ClientCaps {
                 read_text_file: true,
                 write_text_file: false,
-                terminal: true
+                terminal: true,
+                ..ClientCaps::default()
             }
         );
+        // The standard session updates are taken with an object, not with `true` or `null`.
+        let session = caps(json!({"session": {"notices": {}, "compaction": null}}));
+        assert!(session.notices && !session.compaction);
+        let session = caps(json!({"session": {"notices": true, "compaction": {}}}));
+        assert!(!session.notices && session.compaction);
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub(crate) enum Command {
     /// Show the model, or switch to `provider/id`.
     Model(Option<String>),
     Compact(Option<String>),
+    /// Name the session (`session_info_update`, stored, shown by `session/list`).
+    Rename(Option<String>),
     Help,
 }
 
@@ -43,12 +45,13 @@ pub(crate) enum GoalCommand {
     Invalid(String),
 }
 
+pub(crate) const RENAME_USAGE: &str = "Usage: /rename <title>";
 const AUTONOMOUS_USAGE: &str = "Usage: /autonomous on|off|status";
 const GOAL_USAGE: &str =
     "Usage: /goal [--token-budget N] <objective>, or /goal status|pause|resume|clear";
 
 /// The commands with their descriptions and input hints (`available_commands_update`).
-pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 7] = [
+pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 8] = [
     (
         "autonomous",
         "Turn autonomous mode on or off, or show its counters",
@@ -69,6 +72,7 @@ pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 7] = [
         "Summarise the conversation to free context",
         Some("[instructions]"),
     ),
+    ("rename", "Give the session a title", Some("<title>")),
     // Parsed where they run (`refine::command` in the turn, `schedule::heartbeat_command` in
     // the handlers); listed here so clients and `/help` show them.
     (
@@ -106,6 +110,7 @@ pub(crate) fn parse(text: &str) -> Option<Command> {
         "goal" => Command::Goal(parse_goal(arg)),
         "model" => Command::Model((!arg.is_empty()).then(|| arg.to_owned())),
         "compact" => Command::Compact((!arg.is_empty()).then(|| arg.to_owned())),
+        "rename" => Command::Rename((!arg.is_empty()).then(|| arg.to_owned())),
         "help" => Command::Help,
         _ => return None,
     })
@@ -158,7 +163,7 @@ pub(crate) fn run_on(command: &Command, state: &mut Unattended, now: Instant) ->
         }
         Command::Goal(goal) => run_goal(goal, state, now),
         Command::Help => help_text(),
-        Command::Model(_) | Command::Compact(_) => String::new(),
+        Command::Model(_) | Command::Compact(_) | Command::Rename(_) => String::new(),
     }
 }
 
@@ -323,6 +328,11 @@ mod tests {
                 Some(Command::Compact(Some("keep the plan".into()))),
             ),
             ("/help", Some(Command::Help)),
+            ("/rename", Some(Command::Rename(None))),
+            (
+                "/rename  Release notes ",
+                Some(Command::Rename(Some("Release notes".into()))),
+            ),
             ("/skill:foo", None),
             ("/unknown word", None),
             ("/", None),
@@ -384,9 +394,9 @@ mod tests {
         let u = available_commands_update(&[]);
         assert_eq!(u["sessionUpdate"], "available_commands_update");
         let list = u["availableCommands"].as_array().unwrap();
-        assert_eq!(list.len(), 7);
+        assert_eq!(list.len(), 8);
         assert_eq!(list[0]["name"], "autonomous");
         assert_eq!(list[0]["input"], json!({"hint": "on | off | status"}));
-        assert!(list[6].get("input").is_none());
+        assert!(list[7].get("input").is_none());
     }
 }

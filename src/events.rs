@@ -23,6 +23,13 @@ pub(crate) struct MappingState {
     bash_output: String,
     /// Assistant messages started so far; chunks carry `messageId: prime-agent-assistant-<n>`.
     assistant_messages: u64,
+    /// The client takes ACP's standard forms (`clientCapabilities.session`): `notice` updates
+    /// instead of `_meta…notice`, `compaction_update` instead of `_meta…compaction`.
+    standard: Standard,
+    /// Compactions started so far (`compactionId: prime-agent-compaction-<n>`), and whether
+    /// the newest one has not ended yet.
+    compactions: u64,
+    compaction_open: bool,
     /// Tool calls already sent as `tool_call` and not yet ended: every later event of one
     /// refines it (`tool_call_update`), so each id is announced exactly once, whichever event
     /// comes first (`ToolAnnounced`, `ToolAwaitingApproval`, `ToolStart`).
@@ -33,7 +40,31 @@ pub(crate) struct MappingState {
     detailed: std::collections::HashSet<String>,
 }
 
+/// Which standard session updates the client opted into.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Standard {
+    pub notices: bool,
+    pub compaction: bool,
+}
+
 impl MappingState {
+    /// The state of a session whose client opted into `standard` updates.
+    pub(crate) fn for_client(standard: Standard) -> MappingState {
+        MappingState {
+            standard,
+            ..MappingState::default()
+        }
+    }
+
+    /// The id of the compaction `CompactionStart` opens (or a lone `CompactionEnd` is).
+    fn compaction_id(&mut self, starting: bool) -> String {
+        if starting || !self.compaction_open {
+            self.compactions += 1;
+        }
+        self.compaction_open = starting;
+        format!("prime-agent-compaction-{}", self.compactions)
+    }
+
     /// The current assistant message number, once one has started (for `messageId`).
     pub(crate) fn assistant_message(&self) -> Option<u64> {
         (self.assistant_messages > 0).then_some(self.assistant_messages)
@@ -372,7 +403,47 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             }
             vec![update]
         }
+        AgentEvent::CompactionStart if state.standard.compaction => {
+            vec![json!({
+                "sessionUpdate": "compaction_update",
+                "compactionId": state.compaction_id(true),
+                "status": "in_progress",
+            })]
+        }
+        AgentEvent::CompactionStart => vec![],
         AgentEvent::CompactionEnd {
+            error,
+            tokens_before,
+            summary,
+            reason,
+        } if state.standard.compaction => {
+            let status = match (summary, error) {
+                (Some(_), _) => "completed",
+                (None, Some(_)) => "failed",
+                (None, None) => "cancelled",
+            };
+            let mut update = json!({
+                "sessionUpdate": "compaction_update",
+                "compactionId": state.compaction_id(false),
+                "status": status,
+            });
+            if let Some(s) = summary {
+                update["summary"] = json!([{ "type": "text", "text": s }]);
+            }
+            if let Some(e) = error {
+                update["error"] = json!(e);
+            }
+            // What only we report (as in the `_meta` form): the size before, and why.
+            let mut ours = Map::new();
+            put(&mut ours, "tokensBefore", *tokens_before);
+            put(&mut ours, "reason", reason.clone());
+            if !ours.is_empty() {
+                update["_meta"] = namespaced(Value::Object(ours));
+            }
+            vec![update]
+        }
+        AgentEvent::CompactionEnd {
+            error: _,
             tokens_before,
             summary,
             reason,
@@ -462,6 +533,17 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
                 }
             };
             vec![info_update(json!({ "autoRetry": retry }))]
+        }
+        AgentEvent::Notice {
+            severity,
+            title,
+            description,
+        } if state.standard.notices && !title.is_empty() => {
+            let mut n = json!({ "sessionUpdate": "notice", "severity": severity, "title": title });
+            if let Some(d) = description {
+                n["description"] = json!(d);
+            }
+            vec![n]
         }
         AgentEvent::Notice {
             severity,
@@ -951,6 +1033,7 @@ mod tests {
     #[test]
     fn c11_compaction_is_meta() {
         let ev = AgentEvent::CompactionEnd {
+            error: None,
             tokens_before: Some(1234),
             summary: Some("compacted".into()),
             reason: None,
@@ -960,6 +1043,7 @@ mod tests {
             json!({"tokensBefore":1234,"summary":"compacted"})
         );
         let aborted = AgentEvent::CompactionEnd {
+            error: None,
             tokens_before: None,
             summary: None,
             reason: None,
@@ -967,6 +1051,7 @@ mod tests {
         assert_eq!(meta(&map(aborted)[0])["compaction"], json!({}));
         // Ours, additive: why it ran.
         let failed = AgentEvent::CompactionEnd {
+            error: None,
             tokens_before: None,
             summary: None,
             reason: Some("overflow".into()),
@@ -1068,6 +1153,7 @@ mod tests {
             .contains("hi"));
         assert_eq!(e[0]["status"], "completed");
         let c = AgentEvent::CompactionEnd {
+            error: None,
             tokens_before: Some(90000),
             summary: Some("kept the last turns".into()),
             reason: None,

@@ -24,6 +24,8 @@ use crate::store_worker::{self, ListJob};
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, Local, TurnInput};
 
+mod manage;
+
 pub(crate) const ONE_SESSION: &str =
     "prime-agent ACP mode hosts one session per connection; start another prime-agent process for a second session";
 
@@ -33,7 +35,7 @@ impl MainLoop {
             acp::INITIALIZE => acp::parse_initialize(&params).map(|()| {
                 // What the client serves decides whether tools use its files (`client_host`).
                 self.client_caps = ClientCaps::from_initialize(&params);
-                meta::initialize_result(&self.version)
+                meta::initialize_result(&self.version, crate::auth::methods())
             }),
             acp::SESSION_NEW => {
                 let result = self.session_new(&params);
@@ -68,6 +70,36 @@ impl MainLoop {
                 Ok(()) => return,
                 Err(e) => Err(e),
             },
+            acp::SESSION_DELETE => match self.session_delete(id.clone(), &params) {
+                // The open session is closed first and answers once deleted.
+                Ok(None) => return,
+                other => other.map(Option::unwrap_or_default),
+            },
+            acp::SESSION_FORK => {
+                let result = self.session_fork(&params);
+                let sid = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r["sessionId"].as_str())
+                    .map(str::to_owned);
+                self.respond(&id, result);
+                // As after `session/new`: the fork is a new session to the client.
+                if let Some(sid) = sid {
+                    let extra = self.agent.resources.commands(&commands::names());
+                    let commands = commands::available_commands_update(&extra);
+                    self.with_session(&sid, |s, _, out| {
+                        s.announce(commands, out);
+                        s.publish_opening_notices(out);
+                    });
+                }
+                return;
+            }
+            acp::SESSION_SET_TITLE => match self.set_title(id.clone(), &params) {
+                Ok(None) => return,
+                other => other.map(Option::unwrap_or_default),
+            },
+            acp::AUTHENTICATE => self.authenticate(&params),
+            acp::LOGOUT => self.logout(&params),
             acp::SESSION_PROMPT => match self.session_prompt(id.clone(), &params) {
                 // The session answers (when the turn finishes, or at once if it refuses).
                 Ok(()) => return,
@@ -102,8 +134,7 @@ impl MainLoop {
                 self.session_cancel(&params);
                 Ok(json!({}))
             }
-            // Includes ACP methods this agent does not serve (§1.10): `authenticate`,
-            // `session/load`, `session/set_mode`, …
+            // Includes ACP methods this agent does not serve (`session/archive`, …).
             _ => Err(RpcError::method_not_found(method)),
         };
         self.respond(&id, result);
@@ -217,6 +248,13 @@ impl MainLoop {
         } else {
             (*self.agent).clone()
         };
+        check_directories(&p.additional_directories)?;
+        // What the client asked for goes last, after the agent's own prompt.
+        setup::apply_client_prompt(
+            &mut agent,
+            p.system_prompt.as_ref(),
+            &p.additional_directories,
+        );
         let id = match &resumed {
             Some(l) => l.header.id.clone(),
             None => uuid::Uuid::new_v4().to_string(),
@@ -226,12 +264,15 @@ impl MainLoop {
         let mut caps = self.client_caps;
         // Client terminals only when asked for: they change where commands run.
         caps.terminal &= agent.client_terminal;
-        let client = Arc::new(ClientHost::new(
-            id.clone(),
-            Some(self.client_link()),
-            caps,
-            agent.permission_mode,
-        ));
+        let client = Arc::new(
+            ClientHost::new(
+                id.clone(),
+                Some(self.client_link()),
+                caps,
+                agent.permission_mode,
+            )
+            .with_roots(p.additional_directories.clone()),
+        );
         agent.host = client.clone();
         let agent = Arc::new(agent);
         self.next_generation += 1;
@@ -275,7 +316,8 @@ impl MainLoop {
             p.mcp_servers,
             self.timing,
         );
-        session.restore(conversation);
+        let titled = resumed.as_ref().is_some_and(|l| l.title().is_some());
+        session.restore(conversation, titled);
         if let Some(loaded) = &resumed {
             self.restore_model(&mut session, loaded);
         }
@@ -442,6 +484,13 @@ impl MainLoop {
     fn run_command(&mut self, i: usize, command: &Command) -> Local {
         match command {
             Command::Compact(instructions) => Local::Compact(instructions.clone()),
+            Command::Rename(None) => Local::Reply(commands::RENAME_USAGE.to_owned()),
+            Command::Rename(Some(title)) => {
+                let title = title.clone();
+                let reply = format!("Session renamed: {title}");
+                self.with_session_at(i, |s, _, out| s.set_title(title, out));
+                Local::Reply(reply)
+            }
             Command::Model(None) => Local::Reply(match &self.sessions[i].model().provider {
                 Ok(p) => format!("Model: {}", p.label()),
                 Err(why) => format!("No model is usable: {why}"),
@@ -604,6 +653,28 @@ fn unattended_of(agent: &Agent) -> autonomy::Shared {
         autonomy::lock(&shared).set_goal(objective, *budget, now);
     }
     shared
+}
+
+/// `additionalDirectories` must name existing directories (`-32602` otherwise).
+fn check_directories(dirs: &[PathBuf]) -> Result<(), RpcError> {
+    for dir in dirs {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(RpcError::invalid_params(format!(
+                    "additional directory is not a directory: {}",
+                    dir.display()
+                )))
+            }
+            Err(e) => {
+                return Err(RpcError::invalid_params(format!(
+                    "additional directory {} cannot be used: {e}",
+                    dir.display()
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A `--multi-session` session's cwd: an absolute path to an existing directory.

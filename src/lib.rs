@@ -11,9 +11,11 @@
 
 mod abort;
 mod acp;
+mod auth;
 mod autonomy;
 mod cli;
 mod client_host;
+mod client_prompt;
 mod client_requests;
 mod commands;
 mod compaction;

@@ -319,6 +319,10 @@ impl MainLoop {
                     }
                 }
                 Action::Closed => closed = true,
+                Action::DeleteStored(request) => {
+                    let id = self.sessions[idx].id().to_owned();
+                    self.respond(&request, self.delete_closed(&id));
+                }
                 Action::SaveHeartbeats(jobs) => {
                     // Rare (a `/heartbeat` command, a firing) and small: replaced here, so the
                     // schedule the client saw acknowledged survives the process, and flushed to
@@ -494,6 +498,9 @@ impl MainLoop {
         }
         for worker in workers {
             reaper::join_or_leave(worker, deadline, "a turn worker at exit");
+        }
+        for session in &mut sessions {
+            session.flush_title();
         }
         // With the turns stopped, a kernel snapshot still waiting for its quiet moment is
         // written now (bounded by the snapshot's own time limit), so a cell that ran just

@@ -109,17 +109,31 @@ pub(crate) fn session_title(prompt: &str) -> Option<String> {
     Some(title)
 }
 
-/// The `initialize` result (§1.3); `version` is the crate version.
-pub(crate) fn initialize_result(version: &str) -> Value {
+/// The `initialize` result (§1.3); `version` is the crate version, `auth_methods` the
+/// `authMethods` (`auth::methods`).
+pub(crate) fn initialize_result(version: &str, auth_methods: Value) -> Value {
     json!({
         "protocolVersion": 1,
         "agentCapabilities": {
             "loadSession": true,
             "promptCapabilities": { "image": true, "embeddedContext": true },
             "mcpCapabilities": { "http": true },
-            // Sessions live on disk (`persist`): listed, loaded with a replay, resumed.
-            "sessionCapabilities": { "close": {}, "list": {}, "resume": {} },
+            // Sessions live on disk (`persist`): listed, loaded with a replay, resumed,
+            // deleted, forked (unstable) and renamed (`title`, unstable); the client's
+            // `systemPrompt` (append and override) and `additionalDirectories` are taken.
+            "sessionCapabilities": {
+                "close": {},
+                "list": {},
+                "resume": {},
+                "delete": {},
+                "fork": {},
+                "title": {},
+                "additionalDirectories": {},
+                "systemPrompt": { "mode": { "override": {} } },
+            },
+            "auth": { "logout": {} },
         },
+        "authMethods": auth_methods,
         "agentInfo": { "name": "prime-agent", "title": "Prime Agent", "version": version },
         // `_session/steering` joins a running prompt (docs/harnesses.md).
         "_meta": { NAMESPACE: {}, "steering": { "supported": true } },
@@ -177,7 +191,7 @@ mod tests {
 
     #[test]
     fn initialize_shape() {
-        let r = initialize_result("1.2.3");
+        let r = initialize_result("1.2.3", json!([{"id": "a", "name": "A"}]));
         assert_eq!(r["protocolVersion"], 1);
         assert_eq!(
             r["agentInfo"],

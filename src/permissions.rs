@@ -6,7 +6,7 @@
 //! No IO and no channels: `client_host.rs` asks the client and keeps the remembered rules.
 //! See ACP `session/request_permission` and `session/set_mode`.
 
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -101,6 +101,9 @@ pub(crate) enum Scope {
     Command(String),
     /// Edits and writes of this absolute path.
     Path(String),
+    /// Edits and writes anywhere under this directory: one the client gave the session
+    /// (`additionalDirectories`), which it granted as a whole.
+    Dir(String),
     /// Every call of this tool (Python cells, an MCP tool).
     Tool(String),
 }
@@ -111,6 +114,7 @@ impl Scope {
         match self {
             Scope::Command(word) => format!("`{word}` commands"),
             Scope::Path(path) => format!("changes to {path}"),
+            Scope::Dir(dir) => format!("changes in {dir}"),
             Scope::Tool(name) => format!("{name} calls"),
         }
     }
@@ -126,8 +130,9 @@ pub(crate) struct Guarded {
     pub compound: bool,
 }
 
-/// `None`: the call only reads (or plans) and runs in every mode.
-pub(crate) fn guard(name: &str, args: &Value, cwd: &Path) -> Option<Guarded> {
+/// `None`: the call only reads (or plans) and runs in every mode. `roots`: the session's
+/// additional directories; a change inside one is scoped to the directory.
+pub(crate) fn guard(name: &str, args: &Value, cwd: &Path, roots: &[PathBuf]) -> Option<Guarded> {
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or("");
     let scope = match name {
         "read" | "todo" => return None,
@@ -139,7 +144,7 @@ pub(crate) fn guard(name: &str, args: &Value, cwd: &Path) -> Option<Guarded> {
                 compound: is_compound(command),
             });
         }
-        "edit" | "write" => Scope::Path(resolve_path(cwd, text("path")).display().to_string()),
+        "edit" | "write" => path_scope(&resolve_path(cwd, text("path")), roots),
         // Listing a server's tools only reads.
         n if n.starts_with("mcp_list_tools_") => return None,
         // The generic MCP proxy: the server's tool it calls is the scope.
@@ -151,6 +156,16 @@ pub(crate) fn guard(name: &str, args: &Value, cwd: &Path) -> Option<Guarded> {
         scope,
         compound: false,
     })
+}
+
+/// A change of `path`: scoped to the root it lies in, else to the path. A path with `..` is
+/// never inside a root (it could climb out of it).
+fn path_scope(path: &Path, roots: &[PathBuf]) -> Scope {
+    let plain = !path.components().any(|c| c == Component::ParentDir);
+    match roots.iter().find(|r| plain && path.starts_with(r)) {
+        Some(root) => Scope::Dir(root.display().to_string()),
+        None => Scope::Path(path.display().to_string()),
+    }
 }
 
 fn is_compound(command: &str) -> bool {
@@ -281,7 +296,33 @@ mod tests {
     use super::*;
 
     fn g(name: &str, args: Value) -> Option<Guarded> {
-        guard(name, &args, Path::new("/w"))
+        guard(name, &args, Path::new("/w"), &[])
+    }
+
+    #[test]
+    fn changes_in_an_additional_directory_are_scoped_to_it() {
+        let roots = [PathBuf::from("/data/extra")];
+        let scope = |path: &str| {
+            guard("write", &json!({ "path": path }), Path::new("/w"), &roots).map(|g| g.scope)
+        };
+        let dir = Some(Scope::Dir("/data/extra".into()));
+        let cases = [
+            ("/data/extra/a.txt", dir.clone()),
+            ("/data/extra/deep/b.txt", dir),
+            (
+                "/data/extra/../etc/passwd",
+                Some(Scope::Path("/data/extra/../etc/passwd".into())),
+            ),
+            ("/data/extrax/c", Some(Scope::Path("/data/extrax/c".into()))),
+            ("src/x.rs", Some(Scope::Path("/w/src/x.rs".into()))),
+        ];
+        for (path, want) in cases {
+            assert_eq!(scope(path), want, "{path}");
+        }
+        assert_eq!(
+            Scope::Dir("/data/extra".into()).describe(),
+            "changes in /data/extra"
+        );
     }
 
     #[test]

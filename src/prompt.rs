@@ -95,8 +95,6 @@ pub(crate) struct PromptSpec {
 impl PromptSpec {
     /// This spec with a client's own parts (ACP `systemPrompt` on `session/new`): `base`
     /// replaces the base prompt, `append` goes after every other appended text.
-    // The ACP `systemPrompt` of `session/new` composes through this (issue 22).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn with_client(&self, base: Option<String>, append: Option<String>) -> PromptSpec {
         let mut spec = self.clone();
         if base.is_some() {

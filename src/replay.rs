@@ -93,6 +93,7 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
             if let EntryKind::Compaction(c) = &entry.kind {
                 events(
                     AgentEvent::CompactionEnd {
+                        error: None,
                         tokens_before: Some(c.tokens_before),
                         summary: Some(c.summary.clone()),
                         reason: None,

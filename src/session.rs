@@ -96,6 +96,9 @@ pub(crate) enum Action {
     Closed,
     /// Store the session's schedules (the job records) with the session.
     SaveHeartbeats(Value),
+    /// The session is closed for `session/delete`: delete it from the store, then answer
+    /// the request (`Closed` follows).
+    DeleteStored(RequestId),
 }
 
 /// The part of the subagent family the state machine consults.
@@ -223,6 +226,15 @@ pub(crate) struct Session {
     /// Warnings for the client once the response that opened the session is written (a
     /// stored model this agent cannot run).
     opening_notices: Vec<String>,
+    /// The session has a title (stored, given, or from its first prompt): the first prompt
+    /// does not name it again.
+    titled: bool,
+    /// A title given while a turn held the conversation: written when the turn ends.
+    pending_title: Option<String>,
+    /// The recorder's "deleted" switch, reachable while a turn holds the conversation.
+    recorder_gone: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The close in progress is a `session/delete`'s.
+    deleting: bool,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
     /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
     pub(crate) last_worker: Option<JoinHandle<()>>,
@@ -242,7 +254,7 @@ impl Session {
             id,
             generation,
             timing,
-            mapping: MappingState::default(),
+            mapping: MappingState::for_client(client.standard_updates()),
             sequence: 0,
             prompt_counter: 0,
             conversation: Arc::default(),
@@ -261,6 +273,10 @@ impl Session {
             mcp_servers,
             unattended: Arc::new(Mutex::new(autonomy::Unattended::disabled())),
             opening_notices: Vec::new(),
+            titled: false,
+            pending_title: None,
+            recorder_gone: None,
+            deleting: false,
             last_worker: None,
         }
     }
@@ -281,8 +297,47 @@ impl Session {
 
     /// Sets the conversation a new session starts with: empty with a recorder for its file,
     /// or one continued from disk (`session/load`, `--continue`, …).
-    pub(crate) fn restore(&mut self, conversation: Conversation) {
+    pub(crate) fn restore(&mut self, conversation: Conversation, titled: bool) {
+        self.recorder_gone = conversation.recorder.as_ref().map(|r| r.gone_flag());
+        self.titled = titled;
         self.conversation = Arc::new(Mutex::new(conversation));
+    }
+
+    /// `session/set_title`, `/rename`: the session's title from now on, told to the client
+    /// (`session_info_update`) and written to its file (at once, or when the running turn
+    /// lets go of the conversation).
+    pub(crate) fn set_title(&mut self, title: String, out: &mut Vec<Action>) {
+        self.titled = true;
+        self.pending_title = Some(title.clone());
+        self.write_title();
+        let update = json!({ "sessionUpdate": "session_info_update", "title": title });
+        let turn = self.active.as_ref().map_or(0, |a| a.prompt_turn_id);
+        self.publish(update, turn, Phase::Event, None, out);
+    }
+
+    /// Writes a pending title unless a turn holds the conversation (never waits for it).
+    fn write_title(&mut self) {
+        let Some(title) = self.pending_title.take() else {
+            return;
+        };
+        match self.conversation.try_lock() {
+            Ok(mut conv) => {
+                if let Some(r) = conv.recorder.as_mut() {
+                    r.set_title(title);
+                }
+            }
+            Err(std::sync::TryLockError::Poisoned(e)) => {
+                if let Some(r) = e.into_inner().recorder.as_mut() {
+                    r.set_title(title);
+                }
+            }
+            Err(std::sync::TryLockError::WouldBlock) => self.pending_title = Some(title),
+        }
+    }
+
+    /// The process is exiting with the turns stopped: a title still waiting is written.
+    pub(crate) fn flush_title(&mut self) {
+        self.write_title();
     }
 
     /// Schedules stored with a continued session (the owner fields stay the session's).
@@ -685,12 +740,34 @@ impl Session {
     /// `session/close`: answered `{}` once the running turn (if any) has been cancelled and
     /// answered, so nothing of this session is written after the close response.
     pub(crate) fn close(&mut self, request: RequestId, now: Instant, out: &mut Vec<Action>) {
+        self.close_then(request, false, now, out);
+    }
+
+    /// `session/delete` of this open session: closed as by `session/close`, then deleted
+    /// from the store (`Action::DeleteStored`) before the request is answered.
+    pub(crate) fn close_and_delete(
+        &mut self,
+        request: RequestId,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        self.close_then(request, true, now, out);
+    }
+
+    fn close_then(
+        &mut self,
+        request: RequestId,
+        delete: bool,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
         if self.closing.is_some() {
             let why = format!("ACP session is already closing: {}", self.id);
             out.push(Action::Respond(request, Err(RpcError::internal(why))));
             return;
         }
         self.closing = Some(request);
+        self.deleting = delete;
         self.cancel(now, out);
         if self.active.is_none() {
             self.finish_close(out);
@@ -700,11 +777,25 @@ impl Session {
     fn finish_close(&mut self, out: &mut Vec<Action>) {
         self.closed = true;
         self.workers.close();
+        if self.deleting {
+            // A turn that outlived its grace may still hold the conversation: its recorder
+            // stops writing, so the deleted file does not come back.
+            if let Some(gone) = &self.recorder_gone {
+                gone.store(true, Ordering::Relaxed);
+            }
+        } else {
+            self.write_title();
+        }
         if let Some(close_id) = self.closing.take() {
-            // What ran after the last prompt's answer (a child finishing, an unsolicited turn).
-            let mut result = json!({});
-            crate::semantic::annotate(&mut result, &self.ctx.trace.take());
-            out.push(Action::Respond(close_id, Ok(result)));
+            if self.deleting {
+                out.push(Action::DeleteStored(close_id));
+            } else {
+                // What ran after the last prompt's answer (a child finishing, an unsolicited
+                // turn).
+                let mut result = json!({});
+                crate::semantic::annotate(&mut result, &self.ctx.trace.take());
+                out.push(Action::Respond(close_id, Ok(result)));
+            }
         }
         out.push(Action::Closed);
     }
@@ -774,6 +865,7 @@ impl Session {
         let Some(active) = self.active.take() else {
             return;
         };
+        self.write_title();
         self.workers.set_main_busy(false);
         self.ctx.inbox.close_steering();
         for id in &active.open_tool_calls {
@@ -859,11 +951,13 @@ impl Session {
     /// Starts a turn of the main agent: a client prompt (`request` is its id) or an
     /// unsolicited turn over the inbox.
     fn start_turn(&mut self, request: Option<RequestId>, input: TurnInput, out: &mut Vec<Action>) {
-        // The first prompt names the session, so editors can title the thread.
-        let title = match (&input, self.prompt_counter) {
-            (TurnInput::Prompt(p), 0) if request.is_some() => meta::session_title(&p.text),
+        // The first prompt names the session, so editors can title the thread (unless it has
+        // a title already: stored, or given by the client).
+        let title = match (&input, self.titled) {
+            (TurnInput::Prompt(p), false) if request.is_some() => meta::session_title(&p.text),
             _ => None,
         };
+        self.titled |= title.is_some();
         let turn = NEXT_TURN.fetch_add(1, Ordering::Relaxed) + 1;
         let abort = AbortFlag::new();
         let prompt_turn_id = if request.is_some() {
@@ -1054,6 +1148,8 @@ impl Session {
         let Some(active) = self.active.take() else {
             return;
         };
+        // The worker has let go of the conversation: a title given meanwhile is written.
+        self.write_title();
         self.workers.set_main_busy(false);
         self.ctx.inbox.close_steering();
         let Some(request) = active.request else {
@@ -1246,6 +1342,7 @@ mod tests {
                         TurnInput::Local(l) => format!("start local {l:?}"),
                     },
                     Action::Closed => "closed".to_owned(),
+                    Action::DeleteStored(id) => format!("delete {}", id.0),
                     Action::SaveHeartbeats(_) => "save heartbeats".to_owned(),
                 })
                 .collect()

@@ -286,6 +286,39 @@ fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
     Ok(ToolChoice::Only(list.clone()))
 }
 
+/// Puts what a session's client asked for into its agent's prompt: an `override` replaces the
+/// base instructions (the environment facts, context files and skills stay), then
+/// `client_prompt::tail` (the additional directories, an `append` text) goes after every other
+/// appended text. Each agent of the session builds its prompt from the spec (`prompt.rs`).
+pub(crate) fn apply_client_prompt(
+    agent: &mut Agent,
+    client: Option<&crate::acp::ClientPrompt>,
+    dirs: &[PathBuf],
+) {
+    use crate::acp::PromptMode;
+    let base = client
+        .filter(|c| c.mode == PromptMode::Override)
+        .map(|c| c.text.clone());
+    let append = client
+        .filter(|c| c.mode == PromptMode::Append)
+        .map(|c| c.text.as_str());
+    let tail = crate::client_prompt::tail(dirs, append);
+    match &agent.prompt_spec {
+        Some(spec) => agent.prompt_spec = Some(spec.with_client(base, tail)),
+        // An agent built without prompt inputs (in-process tests): the text alone.
+        None => {
+            let mut prompt = base.unwrap_or_else(|| agent.system_prompt.clone());
+            if let Some(tail) = tail {
+                if !prompt.is_empty() {
+                    prompt.push_str("\n\n");
+                }
+                prompt.push_str(&tail);
+            }
+            agent.system_prompt = prompt;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1434,9 +1434,13 @@ pub(crate) enum AgentEvent {
         exit_code: Option<i32>,
         cancelled: bool,
     },
+    /// A compaction starts (shown only to clients that take ACP's `compaction_update`).
+    CompactionStart,
     /// A compaction ended: the tokens before it and the summary, both absent when it failed
-    /// or was cancelled; `reason` is `manual`, `threshold`, `overflow` or `requested`.
+    /// (`error` says why) or was cancelled; `reason` is `manual`, `threshold`, `overflow` or
+    /// `requested`.
     CompactionEnd {
+        error: Option<String>,
         tokens_before: Option<u64>,
         summary: Option<String>,
         reason: Option<String>,

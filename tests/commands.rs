@@ -41,6 +41,7 @@ fn commands_are_advertised_right_after_session_new() {
             "goal",
             "model",
             "compact",
+            "rename",
             "refine",
             "heartbeat",
             "help"

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod acp_methods;
 mod acpx;
 mod autonomy;
 mod client_fs;

@@ -23,7 +23,8 @@ fn initialize_shape_and_version() {
     );
     assert_eq!(
         res["agentCapabilities"]["sessionCapabilities"],
-        json!({"close":{},"list":{},"resume":{}})
+        json!({"close":{},"list":{},"resume":{},"delete":{},"fork":{},"title":{},
+            "additionalDirectories":{},"systemPrompt":{"mode":{"override":{}}}})
     );
     assert_eq!(res["agentCapabilities"]["loadSession"], true);
     assert_eq!(

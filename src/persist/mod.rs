@@ -15,6 +15,7 @@ mod claim;
 pub(crate) mod entry;
 mod index;
 mod load;
+mod manage;
 mod recorder;
 pub(crate) mod schedule;
 mod store;

@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -64,7 +66,10 @@ pub(crate) struct Recorder {
     /// A write failed: logged once, then the session goes on in memory.
     failed: bool,
     /// The lock on the file (`claim.rs`): nothing is appended without it.
-    claim: Option<Claim>,
+    pub(super) claim: Option<Claim>,
+    /// The session was deleted (`session/delete`, set by the main loop): nothing more is
+    /// written, so a turn still finishing cannot bring the file back.
+    pub(super) gone: Arc<AtomicBool>,
     /// Something that must be on disk now (the goal's state) waits: the file is created even
     /// before the first assistant message.
     flush: bool,
@@ -102,6 +107,7 @@ impl Recorder {
             title: None,
             failed: false,
             claim: None,
+            gone: Arc::default(),
             flush: false,
         }
     }
@@ -154,6 +160,56 @@ impl Recorder {
             Err(e) => r.fail(&e),
         }
         r
+    }
+
+    /// Names the session now (`session/set_title`, `/rename`): a `session_info {name}` entry,
+    /// written at once (the file is created for it if the session has none yet, as the spec
+    /// allows for `session_info`). The title the first prompt would give is not written after.
+    pub(crate) fn set_title(&mut self, name: String) {
+        self.titled = true;
+        self.title = None;
+        if self.failed || self.gone.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.file.is_none() && !self.create_file() {
+            return;
+        }
+        self.append(EntryKind::SessionInfo { name });
+    }
+
+    /// Set when the session is deleted: the recorder writes nothing from then on (a turn
+    /// still finishing holds the conversation; the main loop holds this).
+    pub(crate) fn gone_flag(&self) -> Arc<AtomicBool> {
+        self.gone.clone()
+    }
+
+    /// Creates the file with its header and takes its claim; false when that failed (logged).
+    pub(super) fn create_file(&mut self) -> bool {
+        if let Some(dir) = self.path.parent() {
+            if let Err(e) = create_dir_private(dir) {
+                self.fail(&e);
+                return false;
+            }
+        }
+        // Created new (an existing file is someone else's), then locked before anything
+        // but the header is written.
+        let created = open_append(&self.path, true).and_then(|mut f| {
+            write_line(&mut f, &entry::header_line(&self.header))?;
+            let claim = Claim::take(&self.path)
+                .map_err(|e| std::io::Error::other(e.text(&self.header.id)))?;
+            Ok((f, claim))
+        });
+        match created {
+            Ok((f, claim)) => {
+                self.file = Some(f);
+                self.claim = Some(claim);
+                true
+            }
+            Err(e) => {
+                self.fail(&e);
+                false
+            }
+        }
     }
 
     fn fail(&mut self, e: &std::io::Error) {
@@ -236,6 +292,9 @@ impl Recorder {
     }
 
     fn append(&mut self, kind: EntryKind) {
+        if self.gone.load(Ordering::Relaxed) {
+            return;
+        }
         let entry = Entry {
             id: entry_id(),
             parent_id: self.last_id.clone(),
@@ -254,7 +313,7 @@ impl Recorder {
     /// Writes every message not yet written (and what waits before them). The file is
     /// created with the first assistant message.
     pub(crate) fn sync(&mut self, messages: &[Message]) {
-        if self.failed {
+        if self.failed || self.gone.load(Ordering::Relaxed) {
             return;
         }
         if messages.len() < self.written {
@@ -266,25 +325,8 @@ impl Recorder {
             if !self.flush && !messages.iter().any(|m| matches!(m, Message::Assistant(_))) {
                 return;
             }
-            if let Some(dir) = self.path.parent() {
-                if let Err(e) = create_dir_private(dir) {
-                    return self.fail(&e);
-                }
-            }
-            // Created new (an existing file is someone else's), then locked before anything
-            // but the header is written.
-            let created = open_append(&self.path, true).and_then(|mut f| {
-                write_line(&mut f, &entry::header_line(&self.header))?;
-                let claim = Claim::take(&self.path)
-                    .map_err(|e| std::io::Error::other(e.text(&self.header.id)))?;
-                Ok((f, claim))
-            });
-            match created {
-                Ok((f, claim)) => {
-                    self.file = Some(f);
-                    self.claim = Some(claim);
-                }
-                Err(e) => return self.fail(&e),
+            if !self.create_file() {
+                return;
             }
             // The title goes right after the header, where a listing finds it without
             // reading the conversation (`index.rs`).

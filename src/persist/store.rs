@@ -254,7 +254,7 @@ impl Store {
     }
 
     /// A copy of the session at `source` under a new id, with `parentSession`.
-    fn fork(&self, source: &Path, cwd: &Path) -> Result<Loaded, String> {
+    pub(super) fn fork(&self, source: &Path, cwd: &Path) -> Result<Loaded, String> {
         let original = self.read(source)?;
         let id = uuid::Uuid::new_v4().to_string();
         let path = self.dir.join(format!("{id}.jsonl"));

@@ -31,6 +31,8 @@ pub(crate) struct Credentials {
     pub agent_dir: PathBuf,
     /// `!cmd` results from auth.json, cached for the life of the process.
     command_cache: Mutex<HashMap<String, String>>,
+    /// ACP `logout`: no key is used until the next `authenticate`.
+    signed_out: std::sync::atomic::AtomicBool,
 }
 
 /// Credentials files should be private (mode 0600); say so once if one is not.
@@ -55,7 +57,25 @@ impl Credentials {
             cli_key: cli_key.filter(|k| !k.is_empty()),
             agent_dir,
             command_cache: Mutex::new(HashMap::new()),
+            signed_out: Default::default(),
         }
+    }
+
+    /// ACP `logout`: requests fail (`auth::SIGNED_OUT`) until `sign_in`; cached `!command`
+    /// results are forgotten, so the next use runs the command again.
+    pub(crate) fn sign_out(&self) {
+        self.signed_out
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.command_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// ACP `authenticate`: keys are used again.
+    pub(crate) fn sign_in(&self) {
+        self.signed_out
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn auth_json_entry(&self, provider: &str) -> Option<String> {
@@ -92,6 +112,9 @@ impl Credentials {
         p: &ProviderDef,
         abort: &AbortFlag,
     ) -> Result<Option<String>, String> {
+        if self.signed_out.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(crate::auth::SIGNED_OUT.to_owned());
+        }
         if let Some(k) = &self.cli_key {
             return Ok(Some(k.clone()));
         }

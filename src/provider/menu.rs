@@ -41,6 +41,16 @@ impl ModelMenu {
         }
     }
 
+    /// Where keys come from (ACP `authenticate` and `logout` act on it).
+    pub(crate) fn credentials(&self) -> &Arc<Credentials> {
+        &self.credentials
+    }
+
+    /// The provider called `name`.
+    pub(crate) fn provider_def(&self, name: &str) -> Option<&super::config::ProviderDef> {
+        self.registry.find(name)
+    }
+
     /// The menu limited to `models` (`(provider, id)`, in the order given); an empty list
     /// leaves it whole.
     pub(crate) fn scoped(mut self, models: Vec<(String, String)>) -> ModelMenu {

@@ -34,6 +34,8 @@
 //! `{"expect_first": [s, ...]}` (the same for the request's first message),
 //! `{"expect_system": [s, ...]}` (the same for its system prompt),
 //! `{"expect_system_none": [s, ...]}` (its system prompt contains none of them),
+//! `{"notice": {"severity", "title", "description"?}}` (reports an advisory, as a real
+//! provider does for defaults it assumed),
 //! `{"expect_none": [s, ...]}` (no message of the request contains any s), and
 //! `{"expect_history": [s, ...]}` (fail unless the whole request, every message in order,
 //! rendered one per line, contains each s: a resumed session's history reached the model).
@@ -344,6 +346,18 @@ fn run_step(
     let aborted = |_| ProviderError::Aborted;
     if let Some(text) = step.get("text").and_then(Value::as_str) {
         emit_text(message, on_event, text);
+    } else if let Some(n) = step.get("notice") {
+        // An advisory, as a real provider reports defaults it assumed.
+        let severity = match n["severity"].as_str() {
+            Some("info") => "info",
+            Some("error") => "error",
+            _ => "warning",
+        };
+        on_event(StreamEvent::Notice(super::Notice {
+            severity,
+            title: n["title"].as_str().unwrap_or_default().to_owned(),
+            description: n["description"].as_str().map(str::to_owned),
+        }));
     } else if let Some(text) = step.get("thinking").and_then(Value::as_str) {
         message.thinking.push_str(text);
         on_event(StreamEvent::Thinking(text.to_owned()));

@@ -91,11 +91,14 @@ impl Worker<'_> {
             tokens_before,
             &mut || tools.kernel_names(abort),
         );
-        let ended = |tokens_before, summary| AgentEvent::CompactionEnd {
+        let ended = |tokens_before, summary, error| AgentEvent::CompactionEnd {
+            error,
             tokens_before,
             summary,
             reason: Some(reason.as_str().to_owned()),
         };
+        // Clients that take ACP's `compaction_update` see it start (the others see nothing).
+        self.emit(AgentEvent::CompactionStart);
         match result {
             Ok(done) => {
                 self.ctx.trace.compacted();
@@ -113,17 +116,21 @@ impl Worker<'_> {
                     done.tokens_before,
                     done.first_kept_old
                 );
-                self.emit(ended(Some(done.tokens_before), Some(done.summary.clone())));
+                self.emit(ended(
+                    Some(done.tokens_before),
+                    Some(done.summary.clone()),
+                    None,
+                ));
                 self.report_usage(conv, provider);
                 Ok(Some(done))
             }
             Err(Failure::Nothing) => Ok(None),
             Err(Failure::Aborted) => {
-                self.emit(ended(None, None));
+                self.emit(ended(None, None, None));
                 Err(TurnOutcome::Cancelled)
             }
             Err(Failure::Summary(message, kind)) => {
-                self.emit(ended(None, None));
+                self.emit(ended(None, None, Some(message.clone())));
                 Err(TurnOutcome::Failed(TurnFailure::new(
                     format!("Summarization failed: {message}"),
                     kind,

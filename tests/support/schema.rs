@@ -138,6 +138,12 @@ fn check_in(which: Which, def: &'static str, value: &Value, what: &str) -> Resul
     ))
 }
 
+/// Checks `value` against definition `def` of the unstable schema (for a stable frame that
+/// also carries unstable fields, such as the `initialize` result advertising `fork`).
+pub fn check_unstable(def: &'static str, value: &Value) -> Result<(), String> {
+    check_in(Which::Unstable, def, value, "the value")
+}
+
 fn only_keys(frame: &Value, allowed: &[&str]) -> Result<(), String> {
     let obj = frame.as_object().ok_or("a frame must be a JSON object")?;
     match obj.keys().find(|k| !allowed.contains(&k.as_str())) {

@@ -1,0 +1,163 @@
+//! Session management and authentication methods: `session/delete`, `session/fork`
+//! (unstable), `session/set_title` (unstable) and `/rename`, `authenticate`, `logout`.
+//! Parsing is `acp.rs`'s, the store's side `persist/manage.rs`'s, the texts `auth.rs`'s.
+
+use serde_json::{json, Value};
+
+use crate::acp;
+use crate::auth;
+use crate::main_loop::MainLoop;
+use crate::persist;
+use crate::rpc::{RequestId, RpcError};
+use crate::session::Action;
+
+use super::{session_cwd, ONE_SESSION};
+
+impl MainLoop {
+    /// `session/delete {sessionId}`: an open session is closed first (as `session/close`,
+    /// its running turn cancelled) and answered once deleted; a stored one is deleted at
+    /// once; an unknown one is answered `{}` (ACP: deleting what is gone succeeds).
+    /// `Ok(None)`: the session answers.
+    pub(crate) fn session_delete(
+        &mut self,
+        request: RequestId,
+        params: &Value,
+    ) -> Result<Option<Value>, RpcError> {
+        let session_id = acp::parse_session_id(params, acp::SESSION_DELETE)?;
+        if let Some(i) = self.session_index(&session_id) {
+            self.with_session_at(i, |s, now, out| s.close_and_delete(request, now, out));
+            return Ok(None);
+        }
+        self.delete_stored(&session_id).map(Some)
+    }
+
+    /// Deletes a session that is not open from the store (file and artifacts).
+    pub(crate) fn delete_stored(&self, session_id: &str) -> Result<Value, RpcError> {
+        if let Some(store) = &self.agent.store {
+            store.delete(session_id).map_err(RpcError::internal)?;
+        }
+        Ok(json!({}))
+    }
+
+    /// Deletes the session just closed for `session/delete` (this process holds its claim).
+    pub(crate) fn delete_closed(&self, session_id: &str) -> Result<Value, RpcError> {
+        if let Some(store) = &self.agent.store {
+            store.delete_owned(session_id).map_err(RpcError::internal)?;
+        }
+        Ok(json!({}))
+    }
+
+    /// `session/fork {sessionId, cwd, mcpServers?, additionalDirectories?, systemPrompt?}`:
+    /// a copy of the session's stored conversation (the `--fork` machinery) opened as a new
+    /// session beside the original, which is not touched. Answered like `session/new`.
+    pub(crate) fn session_fork(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let (source, p) = acp::parse_load_session(params, acp::SESSION_FORK)?;
+        let Some(store) = self.agent.store.clone() else {
+            return Err(RpcError::invalid_params(
+                "session/fork needs sessions on disk, and this agent runs with --no-session",
+            ));
+        };
+        if !self.agent.multi_session && !self.sessions.is_empty() {
+            return Err(RpcError::internal(ONE_SESSION));
+        }
+        let cwd = if self.agent.multi_session {
+            session_cwd(&p.cwd)?
+        } else {
+            self.agent.cwd.clone()
+        };
+        let open = self.session_index(&source).is_some();
+        let loaded = match store.fork_stored(&source, &cwd) {
+            Ok(Some(l)) => l,
+            // Open but nothing written yet: the fork starts as empty as the original.
+            Ok(None) if open => store.fork_empty(&cwd).map_err(RpcError::internal)?,
+            Ok(None) => {
+                return Err(RpcError::invalid_params(format!(
+                    "Unknown ACP session: {source}"
+                )))
+            }
+            Err(e) => return Err(RpcError::internal(e)),
+        };
+        let fork_id = loaded.header.id.clone();
+        log::info!("forked session {source} into {fork_id}");
+        let result = self.open_session(p, Some(loaded), true);
+        if result.is_err() {
+            // Nothing the client was told of: the copy goes again.
+            let _ = store.delete(&fork_id);
+        }
+        result
+    }
+
+    /// `session/set_title {sessionId, title}`: an open session is renamed live
+    /// (`session_info_update`), a stored one in its file; both show in `session/list`.
+    /// `Ok(None)`: the session answered.
+    pub(crate) fn set_title(
+        &mut self,
+        request: RequestId,
+        params: &Value,
+    ) -> Result<Option<Value>, RpcError> {
+        let (session_id, title) = acp::parse_set_title(params)?;
+        if let Some(i) = self.session_index(&session_id) {
+            // The answer names the title as stored (trimmed), which clients show.
+            let answer = json!({ "title": title });
+            self.with_session_at(i, |s, _, out| {
+                out.push(Action::Respond(request, Ok(answer)));
+                s.set_title(title, out);
+            });
+            return Ok(None);
+        }
+        let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
+        let store = self.agent.store.as_ref().ok_or_else(unknown)?;
+        match store.rename(&session_id, title.clone()) {
+            Ok(()) => Ok(Some(json!({ "title": title }))),
+            Err(persist::OpenError::Unknown) => Err(unknown()),
+            Err(persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why)) => {
+                Err(RpcError::internal(why))
+            }
+        }
+    }
+
+    /// `authenticate {methodId}`: one of `auth::methods`; lifts a `logout` and checks that the
+    /// start-up model's provider has a key (from any source), else says how to add one
+    /// through the source the method names.
+    pub(crate) fn authenticate(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let method = acp::parse_authenticate(params)?;
+        let source = auth::Source::parse(&method)
+            .ok_or_else(|| RpcError::invalid_params(auth::unknown_method(&method)))?;
+        let Some(menu) = self.agent.models.as_ref() else {
+            // A scripted model needs no key.
+            return Ok(json!({}));
+        };
+        let credentials = menu.credentials();
+        credentials.sign_in();
+        let label = match &self.agent.provider {
+            Ok(p) => p.label(),
+            Err(_) => return Ok(json!({})),
+        };
+        let provider = label.split_once('/').map_or(label.as_str(), |(p, _)| p);
+        let Some(def) = menu.provider_def(provider) else {
+            return Ok(json!({}));
+        };
+        // Any source will do: the method only says where the user would put a missing key.
+        if credentials.has_key(def) || credentials.cli_key.is_some() {
+            return Ok(json!({}));
+        }
+        Err(auth::required(&auth::missing(
+            source,
+            provider,
+            &def.env_keys,
+            &credentials.agent_dir.join("auth.json"),
+        )))
+    }
+
+    /// `logout`: this process stops using provider keys until `authenticate` (nothing is
+    /// deleted: the keys in the environment and auth.json are the user's).
+    pub(crate) fn logout(&mut self, params: &Value) -> Result<Value, RpcError> {
+        if !(params.is_null() || params.is_object()) {
+            return Err(RpcError::invalid_params("logout params must be an object"));
+        }
+        if let Some(menu) = self.agent.models.as_ref() {
+            menu.credentials().sign_out();
+        }
+        Ok(json!({}))
+    }
+}
