@@ -223,7 +223,7 @@ fn family_responder(r: &Recorded, _: usize) -> Canned {
         .and_then(|m| m["content"].as_str())
         .unwrap_or("");
     let answered = messages.iter().filter(|m| m["role"] == "assistant").count();
-    let child = system.contains("You are a subagent");
+    let child = system.contains("# Your role: a child agent");
     let code = |c: &str| ("c", "ipython", json!({ "code": c }));
     match (child, answered) {
         (false, 0) => {
@@ -262,7 +262,7 @@ fn an_rlm_child_is_linked_to_the_call_that_started_it_and_the_call_it_returned_t
         p.body["messages"][0]["content"]
             .as_str()
             .unwrap_or("")
-            .contains("You are a subagent")
+            .contains("# Your role: a child agent")
     };
     let parent: Vec<String> = posts
         .iter()
@@ -420,11 +420,16 @@ fn a_reply_s_calls_are_announced_before_its_usage_then_run_and_end_with_raw_outp
         .collect();
     assert_eq!(usage.len(), 3, "one per model call");
     for (call, reply_usage) in [("t1", usage[0]), ("t2", usage[0]), ("t3", usage[1])] {
+        // Shown `pending` (by name while it streams), and with its arguments before its
+        // reply's usage.
         let announced = at(&|u| u["sessionUpdate"] == "tool_call" && u["toolCallId"] == call);
-        let u = &updates[announced];
-        assert_eq!(u["status"], "pending");
-        assert!(u["rawInput"]["command"].is_string(), "{u}");
-        assert!(announced < reply_usage, "{call} announced after its usage");
+        assert_eq!(updates[announced]["status"], "pending");
+        let detailed = at(&|u| {
+            u["toolCallId"] == call
+                && u["status"] == "pending"
+                && u["rawInput"]["command"].is_string()
+        });
+        assert!(detailed < reply_usage, "{call} announced after its usage");
         let runs = at(&|u| {
             u["sessionUpdate"] == "tool_call_update"
                 && u["toolCallId"] == call

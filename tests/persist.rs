@@ -81,6 +81,13 @@ fn comparable(updates: &[Value]) -> Vec<Value> {
                 u["sessionUpdate"] = json!("tool_call");
                 out.push(u)
             }
+            // Announced with its reply after it streamed: what a replay's `tool_call` says.
+            "tool_call_update" if u["status"] == "pending" && u.get("title").is_some() => {
+                u["sessionUpdate"] = json!("tool_call");
+                out.push(u)
+            }
+            // Its arguments so far, while it streams.
+            "tool_call_update" if u.get("status").is_none() => {}
             "tool_call_update" if u["status"] != "in_progress" => out.push(u),
             _ => {}
         }
