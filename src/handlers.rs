@@ -39,21 +39,7 @@ impl MainLoop {
             }),
             acp::SESSION_NEW => {
                 let result = self.session_new(&params);
-                let sid = result
-                    .as_ref()
-                    .ok()
-                    .and_then(|r| r["sessionId"].as_str())
-                    .map(str::to_owned);
-                self.respond(&id, result);
-                // After the response, so the client knows the session the update names.
-                if let Some(sid) = sid {
-                    let extra = self.agent.resources.commands(&commands::names());
-                    let commands = commands::available_commands_update(&extra);
-                    self.with_session(&sid, |s, _, out| {
-                        s.announce(commands, out);
-                        s.publish_opening_notices(out);
-                    });
-                }
+                self.answer_new_session(&id, result);
                 return;
             }
             acp::SESSION_LOAD | acp::SESSION_RESUME => {
@@ -76,22 +62,9 @@ impl MainLoop {
                 other => other.map(Option::unwrap_or_default),
             },
             acp::SESSION_FORK => {
-                let result = self.session_fork(&params);
-                let sid = result
-                    .as_ref()
-                    .ok()
-                    .and_then(|r| r["sessionId"].as_str())
-                    .map(str::to_owned);
-                self.respond(&id, result);
                 // As after `session/new`: the fork is a new session to the client.
-                if let Some(sid) = sid {
-                    let extra = self.agent.resources.commands(&commands::names());
-                    let commands = commands::available_commands_update(&extra);
-                    self.with_session(&sid, |s, _, out| {
-                        s.announce(commands, out);
-                        s.publish_opening_notices(out);
-                    });
-                }
+                let result = self.session_fork(&params);
+                self.answer_new_session(&id, result);
                 return;
             }
             acp::SESSION_SET_TITLE => match self.set_title(id.clone(), &params) {
@@ -138,6 +111,25 @@ impl MainLoop {
             _ => Err(RpcError::method_not_found(method)),
         };
         self.respond(&id, result);
+    }
+
+    /// Answers a request that opened a session (`session/new`, `session/fork`), then, so the
+    /// client knows the session the updates name, its command list and opening notices.
+    fn answer_new_session(&mut self, id: &RequestId, result: Result<Value, RpcError>) {
+        let sid = result
+            .as_ref()
+            .ok()
+            .and_then(|r| r["sessionId"].as_str())
+            .map(str::to_owned);
+        self.respond(id, result);
+        if let Some(sid) = sid {
+            let extra = self.agent.resources.commands(&commands::names());
+            let commands = commands::available_commands_update(&extra);
+            self.with_session(&sid, |s, _, out| {
+                s.announce(commands, out);
+                s.publish_opening_notices(out);
+            });
+        }
     }
 
     pub(crate) fn on_notification(&mut self, method: &str, params: &Value) {
