@@ -1116,16 +1116,18 @@ impl Worker<'_> {
         })
     }
 
-    /// Shows a reply's call before it runs (`ToolAnnounced`), as `run_tool` will show it.
-    fn announce(&self, call: &ToolCall) {
-        let mut tool = self.ctx.tools.get(&call.name);
-        let mcp_tool = match (&self.ctx.mcp, tool) {
+    /// The session's MCP servers' tool for a call, when no built-in has the name.
+    fn mcp_tool(&self, call: &ToolCall) -> Option<Box<dyn crate::tools::Tool>> {
+        match (&self.ctx.mcp, self.ctx.tools.get(&call.name)) {
             (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
             _ => None,
-        };
-        if tool.is_none() {
-            tool = mcp_tool.as_deref();
         }
+    }
+
+    /// Shows a reply's call before it runs (`ToolAnnounced`), as `run_tool` will show it.
+    fn announce(&self, call: &ToolCall) {
+        let mcp_tool = self.mcp_tool(call);
+        let tool = self.ctx.tools.get(&call.name).or(mcp_tool.as_deref());
         self.emit(AgentEvent::ToolAnnounced {
             id: call.id.clone(),
             name: call.name.clone(),
@@ -1215,15 +1217,8 @@ impl Worker<'_> {
 
     /// Runs one call; also returns how it was shown (the session file keeps that).
     fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Shown) {
-        let mut tool = self.ctx.tools.get(&call.name);
-        // The session's MCP servers' tools, when no built-in has the name.
-        let mcp_tool = match (&self.ctx.mcp, tool) {
-            (Some(hub), None) => crate::mcp::tools::find(hub, &self.ctx.tools.names(), &call.name),
-            _ => None,
-        };
-        if tool.is_none() {
-            tool = mcp_tool.as_deref();
-        }
+        let mcp_tool = self.mcp_tool(call);
+        let tool = self.ctx.tools.get(&call.name).or(mcp_tool.as_deref());
         let locations = tool
             .map(|t| t.locations(&call.arguments, &self.agent.cwd))
             .unwrap_or_default();

@@ -345,20 +345,11 @@ impl Unattended {
 
     /// The first limit reached, in the spec's order.
     pub(crate) fn limit(&self, now: Instant) -> Option<Limit> {
-        let (c, l) = (&self.counters, &self.config);
-        if c.continuations_used >= l.max_continuations {
+        // The continuation limit comes first in the spec's order; the rest are the call limits.
+        if self.counters.continuations_used >= self.config.max_continuations {
             Some(Limit::MaxContinuations)
-        } else if c.turns_used >= l.max_turns {
-            Some(Limit::MaxTurns)
-        } else if c.tokens_used >= l.max_tokens {
-            Some(Limit::MaxTokens)
-        } else if self
-            .started_at
-            .is_some_and(|t| now.saturating_duration_since(t) >= l.timeout)
-        {
-            Some(Limit::Timeout)
         } else {
-            None
+            self.call_limit(now)
         }
     }
 
