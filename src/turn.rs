@@ -697,7 +697,21 @@ struct Worker<'a> {
     guard: &'a mut Guard,
 }
 
-impl Worker<'_> {
+/// Arguments that are not a JSON object (cut off, malformed) never go back to a server as
+/// they came: `{}` in the history, and the call's result says why (returned by call id).
+fn set_aside_unusable(calls: &mut [ToolCall], cut: bool) -> Vec<(String, String)> {
+    let mut unusable = Vec::new();
+    for call in calls {
+        if crate::provider::arguments::invalid(&call.arguments).is_some() {
+            let text = crate::provider::arguments::not_run_text(&call.arguments, cut);
+            call.arguments = Value::Object(Default::default());
+            unusable.push((call.id.clone(), text));
+        }
+    }
+    unusable
+}
+
+impl<'a> Worker<'a> {
     fn emit(&self, event: AgentEvent) {
         (self.emit)(event);
     }
@@ -709,74 +723,15 @@ impl Worker<'_> {
         }
         // Where this turn's prompt sits, so a failure before any model answered can take it
         // back out (messages from the inbox stay: nobody would send them again).
-        let mut prompt_at = None;
-        match input {
-            TurnInput::Prompt(prompt) => {
-                // Before the provider: `!cmd` needs no model, so it works without one.
-                if prompt.typed {
-                    if let Some(outcome) = self.user_shell(conv, &prompt.text) {
-                        return outcome;
-                    }
-                    match crate::refine::command(&prompt.text) {
-                        Some(Ok(command)) => return self.refine(conv, command, "manual"),
-                        Some(Err(usage)) => {
-                            self.refine_failed(usage);
-                            return TurnOutcome::Completed(StopReason::EndTurn);
-                        }
-                        None => {}
-                    }
-                }
-                if self.model.provider.is_ok() {
-                    prompt_at = Some(conv.messages.len());
-                    if let (Some(r), Some(c)) = (conv.recorder.as_mut(), prompt.custom) {
-                        r.note_custom(conv.messages.len(), c);
-                    }
-                    conv.messages.push(Message::User {
-                        text: prompt.text,
-                        images: prompt.images,
-                    });
-                }
-            }
-            TurnInput::Inbox => {
-                if self.ctx.inbox.is_empty() {
-                    return TurnOutcome::Completed(StopReason::EndTurn);
-                }
-            }
-            TurnInput::Local(local) => {
-                let text = match local {
-                    Local::Reply(text) => text,
-                    // Compaction reports itself (`_meta…compaction`, or a notice).
-                    Local::Compact(instructions) => {
-                        return self.manual_compact(conv, instructions.as_deref())
-                    }
-                };
-                self.emit(AgentEvent::AssistantMessageStart);
-                self.emit(AgentEvent::MessageDelta {
-                    assistant: true,
-                    kind: DeltaKind::Text,
-                    delta: text,
-                });
-                return TurnOutcome::Completed(StopReason::EndTurn);
-            }
-        }
+        let mut prompt_at = match self.take_input(conv, input) {
+            Ok(at) => at,
+            Err(outcome) => return outcome,
+        };
         let provider = match &self.model.provider {
             Ok(p) => p.clone(),
             Err(why) => return TurnOutcome::Failed(TurnFailure::new(why.clone(), "model_config")),
         };
-        let mut specs = self.ctx.tools.specs();
-        let mut system = std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str());
-        if let Some(hub) = &self.ctx.mcp {
-            // The model should see the servers' tools: wait (bounded by the start timeout,
-            // cut short by cancel) for the ones still connecting.
-            hub.wait_ready(self.abort);
-            hub.refresh_changed(self.abort);
-            specs.extend(crate::mcp::tools::specs(hub, &self.ctx.tools.names()));
-            system = std::borrow::Cow::Owned(format!(
-                "{}\n\n{}",
-                self.ctx.system_prompt,
-                crate::mcp::wire::prompt_section(&hub.statuses())
-            ));
-        }
+        let (specs, system) = self.tools_and_system();
         let mut calls_ok = 0usize;
         // An overflow gets one compaction and one retry (behaviour spec §5.2).
         let mut overflow_compacted = false;
@@ -797,28 +752,7 @@ impl Worker<'_> {
                 Ok(None) => {}
                 Err(outcome) => return outcome,
             }
-            // Agent messages that arrived meanwhile reach the model now (mid-turn delivery).
-            for (message, custom) in self.ctx.inbox.drain_messages() {
-                if let (Some(r), Some(c)) = (conv.recorder.as_mut(), custom) {
-                    r.note_custom(conv.messages.len(), c);
-                }
-                conv.messages.push(Message::User {
-                    text: message,
-                    images: Vec::new(),
-                });
-            }
-            // What the tools have to tell the model alone (a restored kernel state), after the
-            // results of the calls that produced it; recorded as hidden, so no replay shows it.
-            for notice in self.ctx.tools.take_notices() {
-                let at = conv.messages.len();
-                if let Some(r) = conv.recorder.as_mut() {
-                    r.note_hidden(at, notice.custom_type);
-                }
-                conv.messages.push(Message::User {
-                    text: notice.text,
-                    images: Vec::new(),
-                });
-            }
+            self.deliver_waiting(conv);
             let request_id = crate::semantic::new_request_id();
             let request = ChatRequest {
                 system: &system,
@@ -938,16 +872,7 @@ impl Worker<'_> {
             }
             let cut = reply.finish == FinishReason::Length;
             let mut message = reply.message;
-            // Arguments that are not a JSON object (cut off, malformed) never go back to a
-            // server as they came: `{}` in the history, and the call's result says why.
-            let mut unusable = Vec::new();
-            for call in &mut message.tool_calls {
-                if crate::provider::arguments::invalid(&call.arguments).is_some() {
-                    let text = crate::provider::arguments::not_run_text(&call.arguments, cut);
-                    call.arguments = Value::Object(Default::default());
-                    unusable.push((call.id.clone(), text));
-                }
-            }
+            let unusable = set_aside_unusable(&mut message.tool_calls, cut);
             let calls = message.tool_calls.clone();
             conv.messages.push(Message::Assistant(message));
             conv.compaction.record_reply(used, conv.messages.len());
@@ -1114,6 +1039,116 @@ impl Worker<'_> {
         } else {
             TurnOutcome::Completed(StopReason::EndTurn)
         })
+    }
+
+    /// Step one: what the turn starts from. `Ok(at)` goes on to the model, with the prompt's
+    /// place in the history when one was added; `Err` is the whole turn, answered without a
+    /// model (`!cmd`, `/refine`, a local reply or compaction, an empty inbox).
+    fn take_input(
+        &mut self,
+        conv: &mut Conversation,
+        input: TurnInput,
+    ) -> Result<Option<usize>, TurnOutcome> {
+        match input {
+            TurnInput::Prompt(prompt) => {
+                // Before the provider: `!cmd` needs no model, so it works without one.
+                if prompt.typed {
+                    if let Some(outcome) = self.user_shell(conv, &prompt.text) {
+                        return Err(outcome);
+                    }
+                    match crate::refine::command(&prompt.text) {
+                        Some(Ok(command)) => return Err(self.refine(conv, command, "manual")),
+                        Some(Err(usage)) => {
+                            self.refine_failed(usage);
+                            return Err(TurnOutcome::Completed(StopReason::EndTurn));
+                        }
+                        None => {}
+                    }
+                }
+                if self.model.provider.is_ok() {
+                    let at = conv.messages.len();
+                    if let (Some(r), Some(c)) = (conv.recorder.as_mut(), prompt.custom) {
+                        r.note_custom(conv.messages.len(), c);
+                    }
+                    conv.messages.push(Message::User {
+                        text: prompt.text,
+                        images: prompt.images,
+                    });
+                    return Ok(Some(at));
+                }
+            }
+            TurnInput::Inbox => {
+                if self.ctx.inbox.is_empty() {
+                    return Err(TurnOutcome::Completed(StopReason::EndTurn));
+                }
+            }
+            TurnInput::Local(local) => {
+                let text = match local {
+                    Local::Reply(text) => text,
+                    // Compaction reports itself (`_meta…compaction`, or a notice).
+                    Local::Compact(instructions) => {
+                        return Err(self.manual_compact(conv, instructions.as_deref()))
+                    }
+                };
+                self.emit(AgentEvent::AssistantMessageStart);
+                self.emit(AgentEvent::MessageDelta {
+                    assistant: true,
+                    kind: DeltaKind::Text,
+                    delta: text,
+                });
+                return Err(TurnOutcome::Completed(StopReason::EndTurn));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The tools and system prompt the model sees: the built-ins, plus the session's MCP
+    /// servers' tools and their section of the prompt.
+    fn tools_and_system(&self) -> (Vec<crate::content::ToolSpec>, std::borrow::Cow<'a, str>) {
+        let mut specs = self.ctx.tools.specs();
+        let Some(hub) = &self.ctx.mcp else {
+            return (
+                specs,
+                std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str()),
+            );
+        };
+        // The model should see the servers' tools: wait (bounded by the start timeout, cut
+        // short by cancel) for the ones still connecting.
+        hub.wait_ready(self.abort);
+        hub.refresh_changed(self.abort);
+        specs.extend(crate::mcp::tools::specs(hub, &self.ctx.tools.names()));
+        let system = format!(
+            "{}\n\n{}",
+            self.ctx.system_prompt,
+            crate::mcp::wire::prompt_section(&hub.statuses())
+        );
+        (specs, std::borrow::Cow::Owned(system))
+    }
+
+    /// Before each model call: what waits for the model joins the history.
+    fn deliver_waiting(&self, conv: &mut Conversation) {
+        // Agent messages that arrived meanwhile reach the model now (mid-turn delivery).
+        for (message, custom) in self.ctx.inbox.drain_messages() {
+            if let (Some(r), Some(c)) = (conv.recorder.as_mut(), custom) {
+                r.note_custom(conv.messages.len(), c);
+            }
+            conv.messages.push(Message::User {
+                text: message,
+                images: Vec::new(),
+            });
+        }
+        // What the tools have to tell the model alone (a restored kernel state), after the
+        // results of the calls that produced it; recorded as hidden, so no replay shows it.
+        for notice in self.ctx.tools.take_notices() {
+            let at = conv.messages.len();
+            if let Some(r) = conv.recorder.as_mut() {
+                r.note_hidden(at, notice.custom_type);
+            }
+            conv.messages.push(Message::User {
+                text: notice.text,
+                images: Vec::new(),
+            });
+        }
     }
 
     /// The session's MCP servers' tool for a call, when no built-in has the name.
