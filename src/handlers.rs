@@ -233,63 +233,22 @@ impl MainLoop {
         if !multi && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
-        // With several sessions each runs where its client says; alone, the process cwd is
-        // the session's and a different request is reported (as upstream).
-        let mut agent = if multi {
-            setup::agent_in_cwd(&self.agent, session_cwd(&p.cwd)?)
-        } else {
-            (*self.agent).clone()
-        };
-        check_directories(&p.additional_directories)?;
-        // What the client asked for goes last, after the agent's own prompt.
-        setup::apply_client_prompt(
-            &mut agent,
-            p.system_prompt.as_ref(),
-            &p.additional_directories,
-        );
+        let mut agent = self.session_agent(&p)?;
         let id = match &resumed {
             Some(l) => l.header.id.clone(),
             None => uuid::Uuid::new_v4().to_string(),
         };
         let conversation = conversation_of(&agent, &id, resumed.as_mut());
-        // The session's tools reach its client (approvals, files) through this.
-        let mut caps = self.client_caps;
-        // Client terminals only when asked for: they change where commands run.
-        caps.terminal &= agent.client_terminal;
-        let client = Arc::new(
-            ClientHost::new(
-                id.clone(),
-                Some(self.client_link()),
-                caps,
-                agent.permission_mode,
-            )
-            .with_roots(p.additional_directories.clone()),
-        );
+        let client = self.client_host(&id, &agent, &p);
         agent.host = client.clone();
-        let agent = Arc::new(agent);
         self.next_generation += 1;
         let family = Family::new(
             self.next_generation,
-            agent,
+            Arc::new(agent),
             id.clone(),
             self.family_tx.clone(),
         );
-        if !p.mcp_servers.is_empty() {
-            // Connects in the background: the response is not delayed by a slow server.
-            let tx = self.family_tx.clone();
-            let generation = self.next_generation;
-            let hub = McpHub::start(
-                p.mcp_servers.clone(),
-                family.cwd().to_path_buf(),
-                Box::new(move |servers| {
-                    let _ = tx.send(FamilyMsg::Mcp {
-                        generation,
-                        servers,
-                    });
-                }),
-            );
-            family.set_mcp(hub);
-        }
+        self.start_mcp(&family, &p.mcp_servers);
         let log = conversation
             .recorder
             .as_ref()
@@ -313,8 +272,86 @@ impl MainLoop {
         if let Some(loaded) = &resumed {
             self.restore_model(&mut session, loaded);
         }
+        self.restore_schedules(&mut session, &family, resumed.as_ref());
+        self.restore_unattended(&mut session, &family, resumed.as_ref());
+        let mut result = json!({
+            "sessionId": id,
+            "modes": session.modes(),
+            "configOptions": session.config_options(),
+        });
+        self.sessions.push(crate::reaper::Reaped::new(session));
+        if let Some(cwd) = self.cwd_meta(&p.cwd, loading) {
+            result["_meta"] = cwd;
+        }
+        Ok(result)
+    }
+
+    /// The new session's agent: where it runs, and the client's part of its prompt.
+    fn session_agent(&self, p: &acp::NewSessionParams) -> Result<Agent, RpcError> {
+        // With several sessions each runs where its client says; alone, the process cwd is
+        // the session's and a different request is reported (as upstream).
+        let mut agent = if self.agent.multi_session {
+            setup::agent_in_cwd(&self.agent, session_cwd(&p.cwd)?)
+        } else {
+            (*self.agent).clone()
+        };
+        check_directories(&p.additional_directories)?;
+        // What the client asked for goes last, after the agent's own prompt.
+        setup::apply_client_prompt(
+            &mut agent,
+            p.system_prompt.as_ref(),
+            &p.additional_directories,
+        );
+        Ok(agent)
+    }
+
+    /// The session's tools reach its client (approvals, files) through this.
+    fn client_host(&self, id: &str, agent: &Agent, p: &acp::NewSessionParams) -> Arc<ClientHost> {
+        let mut caps = self.client_caps;
+        // Client terminals only when asked for: they change where commands run.
+        caps.terminal &= agent.client_terminal;
+        Arc::new(
+            ClientHost::new(
+                id.to_owned(),
+                Some(self.client_link()),
+                caps,
+                agent.permission_mode,
+            )
+            .with_roots(p.additional_directories.clone()),
+        )
+    }
+
+    /// The session's MCP servers connect in the background: the response is not delayed by a
+    /// slow server; the family hears when they are up.
+    fn start_mcp(&self, family: &Family, servers: &[acp::McpServer]) {
+        if servers.is_empty() {
+            return;
+        }
+        let tx = self.family_tx.clone();
+        let generation = self.next_generation;
+        let hub = McpHub::start(
+            servers.to_vec(),
+            family.cwd().to_path_buf(),
+            Box::new(move |servers| {
+                let _ = tx.send(FamilyMsg::Mcp {
+                    generation,
+                    servers,
+                });
+            }),
+        );
+        family.set_mcp(hub);
+    }
+
+    /// A continued session's stored jobs come back; every session's jobs name their owner
+    /// (the session, its file, its cwd) so a firing knows where it belongs.
+    fn restore_schedules(
+        &self,
+        session: &mut Session,
+        family: &Family,
+        resumed: Option<&persist::Loaded>,
+    ) {
+        let id = session.id().to_owned();
         let stored_jobs = resumed
-            .as_ref()
             .zip(self.agent.store.as_ref())
             .and_then(|(_, store)| store.load_jobs(&id));
         if let Some(jobs) = stored_jobs {
@@ -323,41 +360,54 @@ impl MainLoop {
                 crate::time::schedule_now_ms(),
             ));
         }
+        let session_file = match resumed {
+            Some(l) => Some(l.path.clone()),
+            None => self.agent.store.as_ref().and_then(|s| s.path_of(&id)),
+        };
         {
-            let session_file = match &resumed {
-                Some(l) => Some(l.path.clone()),
-                None => self.agent.store.as_ref().and_then(|s| s.path_of(&id)),
-            };
             let mut jobs = session
                 .heartbeats()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
             jobs.owner = schedule::Owner {
-                session_id: id.clone(),
+                session_id: id,
                 session_file: session_file.map(|p| p.display().to_string()),
                 cwd: family.cwd().display().to_string(),
             };
         }
         family.set_heartbeats(session.heartbeats().clone());
+    }
+
+    /// The session's unattended state, shared with its family; a continued session's goal
+    /// (active, paused, …) comes back as its file last said.
+    fn restore_unattended(
+        &self,
+        session: &mut Session,
+        family: &Family,
+        resumed: Option<&persist::Loaded>,
+    ) {
         let unattended = unattended_of(&self.agent);
-        // A continued session's goal (active, paused, …) comes back as its file last said.
-        if let Some(record) = resumed.as_ref().and_then(|l| l.goal_state()) {
+        if let Some(record) = resumed.and_then(|l| l.goal_state()) {
             autonomy::lock(&unattended).restore_goal(record, Instant::now());
         }
         family.set_unattended(unattended.clone());
         session.set_unattended(unattended);
-        let mut result = json!({
-            "sessionId": id,
-            "modes": session.modes(),
-            "configOptions": session.config_options(),
-        });
-        self.sessions.push(crate::reaper::Reaped::new(session));
-        if !loading && !multi && !p.cwd.is_empty() && !acp::same_cwd(&p.cwd, &self.agent.cwd) {
-            let actual = self.agent.cwd.display().to_string();
-            result["_meta"] =
-                meta::namespaced(json!({ "cwd": { "requested": p.cwd, "actual": actual } }));
+    }
+
+    /// Alone, a session runs in the process cwd: a new session that asked for another one is
+    /// told where it really runs (`_meta…cwd`). A load says nothing: its cwd is the file's.
+    fn cwd_meta(&self, requested: &str, loading: bool) -> Option<Value> {
+        if loading
+            || self.agent.multi_session
+            || requested.is_empty()
+            || acp::same_cwd(requested, &self.agent.cwd)
+        {
+            return None;
         }
-        Ok(result)
+        let actual = self.agent.cwd.display().to_string();
+        Some(meta::namespaced(
+            json!({ "cwd": { "requested": requested, "actual": actual } }),
+        ))
     }
 
     /// A continued session runs the model and reasoning level its file last names
