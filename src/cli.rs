@@ -172,185 +172,241 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         return Ok(Command::Sub(sub));
     }
     let mut cfg = Config::default();
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i].as_str();
-        if arg == "--" {
+    let mut cursor = Cursor {
+        args,
+        at: 0,
+        inline: None,
+    };
+    while let Some(flag) = cursor.next_flag() {
+        if flag == "--" && cursor.inline.is_none() {
             // POSIX end of options: the rest is positional, even when it starts with `-`.
-            cfg.prompt_args.extend(args[i + 1..].iter().cloned());
+            cfg.prompt_args.extend(cursor.rest());
             break;
         }
-        // `--flag=value` is accepted for every flag that takes a value.
+        if let Some(done) = apply_flag(&mut cfg, &mut cursor, flag)? {
+            return Ok(done);
+        }
+    }
+    finish(cfg)
+}
+
+/// Where `parse` is in the arguments, and the value the current flag carried inline.
+struct Cursor<'a> {
+    args: &'a [String],
+    /// The next argument to read.
+    at: usize,
+    inline: Option<String>,
+}
+
+impl<'a> Cursor<'a> {
+    /// The next flag (or positional argument), without an inline `=value`: `--flag=value` is
+    /// accepted for every flag that takes a value.
+    fn next_flag(&mut self) -> Option<&'a str> {
+        let arg = self.args.get(self.at)?.as_str();
+        self.at += 1;
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
             _ => (arg, None),
         };
-        let mut value = |name: &str| -> Result<String, String> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
+        self.inline = inline;
+        Some(flag)
+    }
+
+    /// The current flag's value: inline, or the next argument unless that is a long flag.
+    fn value(&mut self, name: &str) -> Result<String, String> {
+        if let Some(v) = self.inline.clone() {
+            return Ok(v);
+        }
+        match self.args.get(self.at) {
+            Some(v) if !v.starts_with("--") => {
+                self.at += 1;
+                Ok(v.clone())
             }
-            i += 1;
-            match args.get(i) {
-                Some(v) if !v.starts_with("--") => Ok(v.clone()),
-                _ => Err(format!("{name} requires a value")),
+            _ => Err(format!("{name} requires a value")),
+        }
+    }
+
+    /// Skips an unknown flag's value, if the next argument looks like one.
+    fn skip_value(&mut self) {
+        if self.inline.is_none() && self.args.get(self.at).is_some_and(|v| !v.starts_with('-')) {
+            self.at += 1;
+        }
+    }
+
+    /// Everything after `--`.
+    fn rest(&mut self) -> Vec<String> {
+        let rest = self.args[self.at..].to_vec();
+        self.at = self.args.len();
+        rest
+    }
+}
+
+/// One flag into `cfg`. `Ok(Some(_))` is a command that ends parsing (`--help`, `--version`).
+fn apply_flag(
+    cfg: &mut Config,
+    cursor: &mut Cursor<'_>,
+    flag: &str,
+) -> Result<Option<Command>, String> {
+    match flag {
+        "-h" | "--help" => return Ok(Some(Command::Help)),
+        "-v" | "--version" => return Ok(Some(Command::Version)),
+        "--mode" => cfg.json = json_mode(&cursor.value("--mode")?)?,
+        "-p" | "--print" => cfg.print = true,
+        "--provider" => cfg.provider = Some(cursor.value("--provider")?),
+        "--model" => {
+            let raw = cursor.value("--model")?;
+            let (id, level) = crate::provider::config::split_level(&raw);
+            cfg.model = Some(id.to_owned());
+            cfg.model_thinking = level;
+        }
+        "--models" => cfg.models.extend(
+            cursor
+                .value("--models")?
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        ),
+        "--skill" => cfg.skills.push(PathBuf::from(cursor.value("--skill")?)),
+        "-ns" | "--no-skills" => cfg.no_skills = true,
+        "--prompt-template" => cfg
+            .prompt_templates
+            .push(PathBuf::from(cursor.value("--prompt-template")?)),
+        "-np" | "--no-prompt-templates" => cfg.no_prompt_templates = true,
+        "--api-key" => cfg.api_key = Some(cursor.value("--api-key")?),
+        "--base-url" => cfg.base_url = Some(cursor.value("--base-url")?),
+        "--thinking" => {
+            let level = cursor.value("--thinking")?;
+            match Thinking::parse(&level) {
+                Some(t) => cfg.thinking = Some(t),
+                None => cfg.warnings.push(format!(
+                    "Invalid thinking level \"{level}\". Valid values: {}",
+                    Thinking::NAMES
+                )),
             }
-        };
-        match flag {
-            "-h" | "--help" => return Ok(Command::Help),
-            "-v" | "--version" => return Ok(Command::Version),
-            "--mode" => {
-                let mode = value("--mode")?;
-                match mode.as_str() {
-                    "acp" => cfg.json = false,
-                    "json" => cfg.json = true,
-                    "text" | "rpc" | "daemon" => {
-                        return Err(format!(
-                            "--mode {mode} is not supported by this build; use --mode acp"
-                        ))
-                    }
-                    other => {
-                        return Err(format!(
-                            "Unknown mode \"{other}\". Valid modes: text, json, rpc, acp, daemon"
-                        ))
-                    }
-                }
+        }
+        "--context-window" => {
+            let raw = cursor.value("--context-window")?;
+            match raw.trim().parse::<u64>() {
+                Ok(n) if n > 0 => cfg.context_window = Some(n),
+                _ => return Err("--context-window must be a positive integer".to_owned()),
             }
-            "-p" | "--print" => cfg.print = true,
-            "--provider" => cfg.provider = Some(value("--provider")?),
-            "--model" => {
-                let raw = value("--model")?;
-                let (id, level) = crate::provider::config::split_level(&raw);
-                cfg.model = Some(id.to_owned());
-                cfg.model_thinking = level;
+        }
+        "--autonomous" => cfg.autonomy.enabled = true,
+        "--autonomous-gate" => {
+            let command = cursor.value("--autonomous-gate")?;
+            cfg.autonomy.enabled = true;
+            cfg.autonomy.gates.commands.push(command);
+        }
+        "--autonomous-gate-retries"
+        | "--autonomous-gate-timeout-ms"
+        | "--autonomous-max-continuations"
+        | "--autonomous-max-turns"
+        | "--autonomous-max-tokens"
+        | "--autonomous-timeout-ms" => {
+            let n = positive(flag, &cursor.value(flag)?)?;
+            let a = &mut cfg.autonomy;
+            a.enabled = true;
+            match flag {
+                "--autonomous-gate-retries" => a.gates.max_retries = n,
+                "--autonomous-gate-timeout-ms" => a.gates.timeout = Duration::from_millis(n),
+                "--autonomous-max-continuations" => a.max_continuations = n,
+                "--autonomous-max-turns" => a.max_turns = n,
+                "--autonomous-max-tokens" => a.max_tokens = n,
+                _ => a.timeout = Duration::from_millis(n),
             }
-            "--models" => cfg.models.extend(
-                value("--models")?
-                    .split(',')
+        }
+        "--goal" => {
+            let objective = cursor.value("--goal").unwrap_or_default();
+            if objective.trim().is_empty() {
+                return Err("--goal requires a non-empty objective".to_owned());
+            }
+            cfg.goal = Some(objective.trim().to_owned());
+        }
+        "--max-model-calls" => {
+            let raw = cursor.value("--max-model-calls")?;
+            cfg.max_model_calls = Some(
+                raw.trim()
+                    .parse()
+                    .map_err(|_| "--max-model-calls must be a non-negative integer".to_owned())?,
+            );
+        }
+        "--goal-token-budget" => {
+            let raw = cursor.value("--goal-token-budget")?;
+            cfg.goal_token_budget = Some(positive("--goal-token-budget", &raw)?);
+        }
+        "--script" => cfg.script = Some(PathBuf::from(cursor.value("--script")?)),
+        "--multi-session" => cfg.multi_session = true,
+        "--client-terminal" => cfg.client_terminal = true,
+        "--permission-mode" => {
+            let mode = cursor.value("--permission-mode")?;
+            if crate::permissions::Mode::parse(&mode).is_none() {
+                return Err(crate::permissions::unknown_mode(&mode));
+            }
+            cfg.permission_mode = Some(mode);
+        }
+        "--cwd" => cfg.cwd = Some(PathBuf::from(cursor.value("--cwd")?)),
+        "-t" | "--tools" => {
+            let list = cursor.value("--tools")?;
+            cfg.tools = Some(
+                list.split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .map(str::to_owned),
-            ),
-            "--skill" => cfg.skills.push(PathBuf::from(value("--skill")?)),
-            "-ns" | "--no-skills" => cfg.no_skills = true,
-            "--prompt-template" => cfg
-                .prompt_templates
-                .push(PathBuf::from(value("--prompt-template")?)),
-            "-np" | "--no-prompt-templates" => cfg.no_prompt_templates = true,
-            "--api-key" => cfg.api_key = Some(value("--api-key")?),
-            "--base-url" => cfg.base_url = Some(value("--base-url")?),
-            "--thinking" => {
-                let level = value("--thinking")?;
-                match Thinking::parse(&level) {
-                    Some(t) => cfg.thinking = Some(t),
-                    None => cfg.warnings.push(format!(
-                        "Invalid thinking level \"{level}\". Valid values: {}",
-                        Thinking::NAMES
-                    )),
-                }
-            }
-            "--context-window" => {
-                let raw = value("--context-window")?;
-                match raw.trim().parse::<u64>() {
-                    Ok(n) if n > 0 => cfg.context_window = Some(n),
-                    _ => return Err("--context-window must be a positive integer".to_owned()),
-                }
-            }
-            "--autonomous" => cfg.autonomy.enabled = true,
-            "--autonomous-gate" => {
-                let command = value("--autonomous-gate")?;
-                cfg.autonomy.enabled = true;
-                cfg.autonomy.gates.commands.push(command);
-            }
-            "--autonomous-gate-retries"
-            | "--autonomous-gate-timeout-ms"
-            | "--autonomous-max-continuations"
-            | "--autonomous-max-turns"
-            | "--autonomous-max-tokens"
-            | "--autonomous-timeout-ms" => {
-                let n = positive(flag, &value(flag)?)?;
-                let a = &mut cfg.autonomy;
-                a.enabled = true;
-                match flag {
-                    "--autonomous-gate-retries" => a.gates.max_retries = n,
-                    "--autonomous-gate-timeout-ms" => a.gates.timeout = Duration::from_millis(n),
-                    "--autonomous-max-continuations" => a.max_continuations = n,
-                    "--autonomous-max-turns" => a.max_turns = n,
-                    "--autonomous-max-tokens" => a.max_tokens = n,
-                    _ => a.timeout = Duration::from_millis(n),
-                }
-            }
-            "--goal" => {
-                let objective = value("--goal").unwrap_or_default();
-                if objective.trim().is_empty() {
-                    return Err("--goal requires a non-empty objective".to_owned());
-                }
-                cfg.goal = Some(objective.trim().to_owned());
-            }
-            "--max-model-calls" => {
-                let raw = value("--max-model-calls")?;
-                cfg.max_model_calls =
-                    Some(raw.trim().parse().map_err(|_| {
-                        "--max-model-calls must be a non-negative integer".to_owned()
-                    })?);
-            }
-            "--goal-token-budget" => {
-                let raw = value("--goal-token-budget")?;
-                cfg.goal_token_budget = Some(positive("--goal-token-budget", &raw)?);
-            }
-            "--script" => cfg.script = Some(PathBuf::from(value("--script")?)),
-            "--multi-session" => cfg.multi_session = true,
-            "--client-terminal" => cfg.client_terminal = true,
-            "--permission-mode" => {
-                let mode = value("--permission-mode")?;
-                if crate::permissions::Mode::parse(&mode).is_none() {
-                    return Err(crate::permissions::unknown_mode(&mode));
-                }
-                cfg.permission_mode = Some(mode);
-            }
-            "--cwd" => cfg.cwd = Some(PathBuf::from(value("--cwd")?)),
-            "-t" | "--tools" => {
-                let list = value("--tools")?;
-                cfg.tools = Some(
-                    list.split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_owned)
-                        .collect(),
-                );
-            }
-            "-nt" | "--no-tools" => cfg.no_tools = true,
-            "-nbt" | "--no-builtin-tools" => cfg.no_builtin_tools = true,
-            "--verbose" => cfg.verbose = true,
-            "--list-models" => return Err(LIST_MODELS_REMOVED.to_owned()),
-            "--export" => return Err(EXPORT_REMOVED.to_owned()),
-            "-e" | "--extension" | "-ne" | "--no-extensions" => {
-                return Err(EXTENSIONS_UNSUPPORTED.to_owned())
-            }
-            "--system-prompt" => cfg.system_prompt = Some(value("--system-prompt")?),
-            "--append-system-prompt" => cfg
-                .append_system_prompt
-                .push(value("--append-system-prompt")?),
-            "-nc" | "--no-context-files" => cfg.no_context_files = true,
-            "--no-session" => cfg.no_session = true,
-            "--session-dir" => cfg.session_dir = Some(PathBuf::from(value("--session-dir")?)),
-            "-c" | "--continue" => cfg.continue_session = true,
-            "-r" | "--resume" => cfg.resume = Some(value("--resume")?),
-            "--fork" => cfg.fork = Some(value("--fork")?),
-            "--offline" => cfg.offline = true,
-            "--daemon-socket" => cfg.daemon_socket = Some(PathBuf::from(value("--daemon-socket")?)),
-            _ if flag.starts_with("--") => {
-                // Upstream keeps unknown long flags for extensions; we have none, so we say so
-                // and skip the flag (and its value, if it has one).
-                cfg.warnings.push(format!("Ignoring unknown option {flag}"));
-                if inline.is_none() && args.get(i + 1).is_some_and(|v| !v.starts_with('-')) {
-                    i += 1;
-                }
-            }
-            _ if flag.starts_with('-') => return Err(format!("Unknown option: {flag}")),
-            _ => cfg.prompt_args.push(arg.to_owned()),
+                    .map(str::to_owned)
+                    .collect(),
+            );
         }
-        i += 1;
+        "-nt" | "--no-tools" => cfg.no_tools = true,
+        "-nbt" | "--no-builtin-tools" => cfg.no_builtin_tools = true,
+        "--verbose" => cfg.verbose = true,
+        "--list-models" => return Err(LIST_MODELS_REMOVED.to_owned()),
+        "--export" => return Err(EXPORT_REMOVED.to_owned()),
+        "-e" | "--extension" | "-ne" | "--no-extensions" => {
+            return Err(EXTENSIONS_UNSUPPORTED.to_owned())
+        }
+        "--system-prompt" => cfg.system_prompt = Some(cursor.value("--system-prompt")?),
+        "--append-system-prompt" => cfg
+            .append_system_prompt
+            .push(cursor.value("--append-system-prompt")?),
+        "-nc" | "--no-context-files" => cfg.no_context_files = true,
+        "--no-session" => cfg.no_session = true,
+        "--session-dir" => cfg.session_dir = Some(PathBuf::from(cursor.value("--session-dir")?)),
+        "-c" | "--continue" => cfg.continue_session = true,
+        "-r" | "--resume" => cfg.resume = Some(cursor.value("--resume")?),
+        "--fork" => cfg.fork = Some(cursor.value("--fork")?),
+        "--offline" => cfg.offline = true,
+        "--daemon-socket" => {
+            cfg.daemon_socket = Some(PathBuf::from(cursor.value("--daemon-socket")?))
+        }
+        _ if flag.starts_with("--") => {
+            // Upstream keeps unknown long flags for extensions; we have none, so we say so
+            // and skip the flag (and its value, if it has one).
+            cfg.warnings.push(format!("Ignoring unknown option {flag}"));
+            cursor.skip_value();
+        }
+        _ if flag.starts_with('-') => return Err(format!("Unknown option: {flag}")),
+        _ => cfg.prompt_args.push(flag.to_owned()),
     }
+    Ok(None)
+}
+
+/// `--mode`: whether output is JSON; the modes this build does not have are errors.
+fn json_mode(mode: &str) -> Result<bool, String> {
+    match mode {
+        "acp" => Ok(false),
+        "json" => Ok(true),
+        "text" | "rpc" | "daemon" => Err(format!(
+            "--mode {mode} is not supported by this build; use --mode acp"
+        )),
+        other => Err(format!(
+            "Unknown mode \"{other}\". Valid modes: text, json, rpc, acp, daemon"
+        )),
+    }
+}
+
+/// What holds across flags: positional arguments mean something only headless, and a goal
+/// budget needs a goal.
+fn finish(mut cfg: Config) -> Result<Command, String> {
     if !cfg.headless() {
         for arg in &cfg.prompt_args {
             cfg.warnings.push(format!(
