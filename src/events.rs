@@ -223,22 +223,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             assistant: true,
             kind,
             delta,
-        } if !delta.is_empty() => {
-            let update = match kind {
-                DeltaKind::Text => "agent_message_chunk",
-                DeltaKind::Thinking => "agent_thought_chunk",
-                DeltaKind::ToolCall => return vec![],
-            };
-            let mut chunk =
-                json!({ "sessionUpdate": update, "content": { "type": "text", "text": delta } });
-            if state.assistant_messages > 0 {
-                chunk["messageId"] = json!(format!(
-                    "prime-agent-assistant-{}",
-                    state.assistant_messages
-                ));
-            }
-            vec![chunk]
-        }
+        } if !delta.is_empty() => message_chunk(*kind, delta, state).into_iter().collect(),
         AgentEvent::AssistantMessageStart => {
             state.assistant_messages += 1;
             vec![]
@@ -247,35 +232,11 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             used,
             size: Some(size),
             cost,
-        } if *used > 0 => {
-            let mut update = json!({ "sessionUpdate": "usage_update", "used": used, "size": size });
-            if let Some(amount) = cost {
-                update["cost"] = json!({ "amount": amount, "currency": "USD" });
-            }
-            vec![update]
-        }
+        } if *used > 0 => vec![usage_update(*used, *size, *cost)],
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
         AgentEvent::ToolPending { id, name, args } => {
-            if !state.announced.insert(id.clone()) {
-                let mut update = json!({ "sessionUpdate": "tool_call_update", "toolCallId": id });
-                if let Some(args) = args {
-                    update["title"] = json!(tool_title(name, args));
-                    update["rawInput"] = raw_input(name, args);
-                }
-                return vec![update];
-            }
-            let mut update = json!({
-                "sessionUpdate": "tool_call",
-                "toolCallId": id,
-                "title": tool_title(name, args.as_ref().unwrap_or(&Value::Null)),
-                "kind": tool_kind(name),
-                "status": "pending",
-            });
-            if let Some(args) = args {
-                update["rawInput"] = raw_input(name, args);
-            }
-            vec![update]
+            vec![tool_pending(id, name, args.as_ref(), state)]
         }
         AgentEvent::ToolAnnounced {
             id,
@@ -283,35 +244,37 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             args,
             locations,
             display,
-        } => {
-            let mut update = tool_call(id, name, args, locations, display.as_ref(), "pending");
-            state.detailed.insert(id.clone());
-            if !state.announced.insert(id.clone()) {
-                // Known already (its arguments streamed): the update refines it.
-                update["sessionUpdate"] = json!("tool_call_update");
-            }
-            vec![update]
+        } => vec![tool_shown(
+            state,
+            ToolShown {
+                id,
+                name,
+                args,
+                locations,
+                display: display.as_ref(),
+                status: "pending",
+            },
+        )],
+        AgentEvent::ToolStart { id, .. } if state.detailed.contains(id) => {
+            vec![tool_status(id, "in_progress")]
         }
-        AgentEvent::ToolStart { id, .. } if state.detailed.contains(id) => vec![json!({
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": id,
-            "status": "in_progress",
-        })],
         AgentEvent::ToolStart {
             id,
             name,
             args,
             locations,
             display,
-        } => {
-            let mut call = tool_call(id, name, args, locations, display.as_ref(), "in_progress");
-            state.detailed.insert(id.clone());
-            if !state.announced.insert(id.clone()) {
-                // Shown by name while it streamed: the start adds everything now known.
-                call["sessionUpdate"] = json!("tool_call_update");
-            }
-            vec![call]
-        }
+        } => vec![tool_shown(
+            state,
+            ToolShown {
+                id,
+                name,
+                args,
+                locations,
+                display: display.as_ref(),
+                status: "in_progress",
+            },
+        )],
         // Announced calls are shown `pending` already; the permission request names the call.
         AgentEvent::ToolAwaitingApproval { id, .. } if state.detailed.contains(id) => vec![],
         AgentEvent::ToolAwaitingApproval {
@@ -320,34 +283,25 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             args,
             locations,
             display,
-        } => {
-            let mut call = tool_call(id, name, args, locations, display.as_ref(), "pending");
-            state.detailed.insert(id.clone());
-            if !state.announced.insert(id.clone()) {
-                call["sessionUpdate"] = json!("tool_call_update");
-            }
-            vec![call]
-        }
-        AgentEvent::Plan(entries) => {
-            let entries: Vec<Value> = entries
-                .iter()
-                .map(
-                    |e| json!({ "content": e.content, "status": e.status, "priority": e.priority }),
-                )
-                .collect();
-            vec![json!({ "sessionUpdate": "plan", "entries": entries })]
-        }
+        } => vec![tool_shown(
+            state,
+            ToolShown {
+                id,
+                name,
+                args,
+                locations,
+                display: display.as_ref(),
+                status: "pending",
+            },
+        )],
+        AgentEvent::Plan(entries) => vec![plan_update(entries)],
         AgentEvent::ToolTerminal { id, terminal_id } => vec![json!({
             "sessionUpdate": "tool_call_update",
             "toolCallId": id,
             "status": "in_progress",
             "content": [{ "type": "terminal", "terminalId": terminal_id }],
         })],
-        AgentEvent::ToolApproved { id } => vec![json!({
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": id,
-            "status": "in_progress",
-        })],
+        AgentEvent::ToolApproved { id } => vec![tool_status(id, "in_progress")],
         AgentEvent::ToolProgress { id, output } => vec![json!({
             "sessionUpdate": "tool_call_update",
             "toolCallId": id,
@@ -359,50 +313,13 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             state.detailed.remove(id);
             vec![tool_end(id, name, result)]
         }
-        AgentEvent::BashStart { run_id, command } => {
-            state.active_bash_run_id = run_id.clone();
-            state.bash_output.clear();
-            vec![json!({
-                "sessionUpdate": "tool_call",
-                "toolCallId": bash_tool_call_id(run_id.as_deref()),
-                "title": command,
-                "kind": "execute",
-                "status": "in_progress",
-                "rawInput": { "command": command },
-            })]
-        }
-        AgentEvent::BashOutput { chunk } => {
-            push_tail(&mut state.bash_output, chunk, BASH_TAIL_BYTES);
-            vec![json!({
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": bash_tool_call_id(state.active_bash_run_id.as_deref()),
-                "status": "in_progress",
-                "content": [text_content(&state.bash_output)],
-            })]
-        }
+        AgentEvent::BashStart { run_id, command } => vec![bash_start(run_id, command, state)],
+        AgentEvent::BashOutput { chunk } => vec![bash_output(chunk, state)],
         AgentEvent::BashEnd {
             run_id,
             exit_code,
             cancelled,
-        } => {
-            let output = if state.active_bash_run_id == *run_id {
-                state.active_bash_run_id = None;
-                std::mem::take(&mut state.bash_output)
-            } else {
-                String::new()
-            };
-            let ok = *exit_code == Some(0) && !cancelled;
-            let mut update = json!({
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": bash_tool_call_id(run_id.as_deref()),
-                "status": if ok { "completed" } else { "failed" },
-            });
-            // The final output rides along so a client that missed updates still shows it.
-            if !output.is_empty() {
-                update["content"] = json!([text_content(&output)]);
-            }
-            vec![update]
-        }
+        } => vec![bash_end(run_id, *exit_code, *cancelled, state)],
         AgentEvent::CompactionStart if state.standard.compaction => {
             vec![json!({
                 "sessionUpdate": "compaction_update",
@@ -416,32 +333,13 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             tokens_before,
             summary,
             reason,
-        } if state.standard.compaction => {
-            let status = match (summary, error) {
-                (Some(_), _) => "completed",
-                (None, Some(_)) => "failed",
-                (None, None) => "cancelled",
-            };
-            let mut update = json!({
-                "sessionUpdate": "compaction_update",
-                "compactionId": state.compaction_id(false),
-                "status": status,
-            });
-            if let Some(s) = summary {
-                update["summary"] = json!([{ "type": "text", "text": s }]);
-            }
-            if let Some(e) = error {
-                update["error"] = json!(e);
-            }
-            // What only we report (as in the `_meta` form): the size before, and why.
-            let mut ours = Map::new();
-            put(&mut ours, "tokensBefore", *tokens_before);
-            put(&mut ours, "reason", reason.clone());
-            if !ours.is_empty() {
-                update["_meta"] = namespaced(Value::Object(ours));
-            }
-            vec![update]
-        }
+        } if state.standard.compaction => vec![compaction_update(
+            error.as_deref(),
+            *tokens_before,
+            summary.as_deref(),
+            reason.as_deref(),
+            state,
+        )],
         AgentEvent::CompactionEnd {
             error: _,
             tokens_before,
@@ -454,16 +352,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             put(&mut c, "reason", reason.clone());
             vec![info_update(json!({ "compaction": c }))]
         }
-        AgentEvent::ChildUpdate(child) => {
-            let mut c = Map::new();
-            c.insert("id".into(), json!(child.id));
-            put(&mut c, "sessionName", child.session_name.clone());
-            c.insert("status".into(), json!(child.status));
-            put(&mut c, "model", child.model.clone());
-            put(&mut c, "tokenCount", child.token_count);
-            put(&mut c, "error", child.error.clone());
-            vec![info_update(json!({ "subagents": [c] }))]
-        }
+        AgentEvent::ChildUpdate(child) => vec![child_info(child)],
         AgentEvent::GoalUpdate {
             status,
             objective,
@@ -477,18 +366,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             put(&mut g, "tokensUsed", *tokens_used);
             vec![info_update(json!({ "goal": g }))]
         }
-        AgentEvent::RefineComplete { summary, edits } => {
-            let mut r = Map::new();
-            r.insert("status".into(), json!("complete"));
-            put(&mut r, "summary", summary.clone());
-            let changes: Vec<String> = edits
-                .iter()
-                .filter(|e| e.applied)
-                .map(|e| format!("{} {}:{}", e.action, e.kind, e.id))
-                .collect();
-            r.insert("changes".into(), json!(changes));
-            vec![info_update(json!({ "refinement": r }))]
-        }
+        AgentEvent::RefineComplete { summary, edits } => vec![refine_info(summary, edits)],
         AgentEvent::RefineFailed { error } => {
             vec![info_update(
                 json!({ "refinement": { "status": "failed", "error": error } }),
@@ -506,34 +384,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             vec![info_update(json!({ "agentMessage": m }))]
         }
         AgentEvent::HeartbeatsChanged => vec![info_update(json!({ "heartbeatsChanged": true }))],
-        AgentEvent::AutoRetry(phase) => {
-            let retry = match phase {
-                RetryPhase::Waiting {
-                    attempt,
-                    max_attempts,
-                    delay_ms,
-                    reason,
-                    error_message,
-                } => json!({
-                    "phase": "waiting",
-                    "attempt": attempt,
-                    "maxAttempts": max_attempts,
-                    "delayMs": delay_ms,
-                    "reason": reason,
-                    "errorMessage": error_message,
-                }),
-                RetryPhase::Recovered { attempt } => {
-                    json!({ "phase": "recovered", "attempt": attempt })
-                }
-                RetryPhase::Exhausted {
-                    attempt,
-                    error_message,
-                } => {
-                    json!({ "phase": "exhausted", "attempt": attempt, "errorMessage": error_message })
-                }
-            };
-            vec![info_update(json!({ "autoRetry": retry }))]
-        }
+        AgentEvent::AutoRetry(phase) => vec![info_update(json!({ "autoRetry": retry(phase) }))],
         AgentEvent::Notice {
             severity,
             title,
@@ -557,6 +408,235 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             vec![info_update(json!({ "notice": n }))]
         }
         AgentEvent::McpStatus(servers) => vec![info_update(json!({ "mcp": servers }))],
+    }
+}
+
+/// An assistant text or thought chunk, tagged with its message; a tool call's streamed
+/// arguments are shown through `ToolPending`, not as a chunk.
+fn message_chunk(kind: DeltaKind, delta: &str, state: &MappingState) -> Option<Value> {
+    let update = match kind {
+        DeltaKind::Text => "agent_message_chunk",
+        DeltaKind::Thinking => "agent_thought_chunk",
+        DeltaKind::ToolCall => return None,
+    };
+    let mut chunk =
+        json!({ "sessionUpdate": update, "content": { "type": "text", "text": delta } });
+    if state.assistant_messages > 0 {
+        chunk["messageId"] = json!(format!(
+            "prime-agent-assistant-{}",
+            state.assistant_messages
+        ));
+    }
+    Some(chunk)
+}
+
+fn usage_update(used: u64, size: u64, cost: Option<f64>) -> Value {
+    let mut update = json!({ "sessionUpdate": "usage_update", "used": used, "size": size });
+    if let Some(amount) = cost {
+        update["cost"] = json!({ "amount": amount, "currency": "USD" });
+    }
+    update
+}
+
+/// A call the model is still writing: first shown by name, then refined as its arguments
+/// stream.
+fn tool_pending(id: &str, name: &str, args: Option<&Value>, state: &mut MappingState) -> Value {
+    if !state.announced.insert(id.to_owned()) {
+        let mut update = json!({ "sessionUpdate": "tool_call_update", "toolCallId": id });
+        if let Some(args) = args {
+            update["title"] = json!(tool_title(name, args));
+            update["rawInput"] = raw_input(name, args);
+        }
+        return update;
+    }
+    let mut update = json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": id,
+        "title": tool_title(name, args.unwrap_or(&Value::Null)),
+        "kind": tool_kind(name),
+        "status": "pending",
+    });
+    if let Some(args) = args {
+        update["rawInput"] = raw_input(name, args);
+    }
+    update
+}
+
+/// What `tool_shown` shows of a call.
+struct ToolShown<'a> {
+    id: &'a str,
+    name: &'a str,
+    args: &'a Value,
+    locations: &'a [String],
+    display: Option<&'a ToolDisplay>,
+    status: &'a str,
+}
+
+/// A call shown with all that is known of it (announced, started, awaiting approval). A call
+/// the client knows already (shown by name while it streamed) gets it as an update.
+fn tool_shown(state: &mut MappingState, call: ToolShown<'_>) -> Value {
+    let mut update = tool_call(
+        call.id,
+        call.name,
+        call.args,
+        call.locations,
+        call.display,
+        call.status,
+    );
+    state.detailed.insert(call.id.to_owned());
+    if !state.announced.insert(call.id.to_owned()) {
+        update["sessionUpdate"] = json!("tool_call_update");
+    }
+    update
+}
+
+fn tool_status(id: &str, status: &str) -> Value {
+    json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": id,
+        "status": status,
+    })
+}
+
+fn plan_update(entries: &[crate::content::PlanEntry]) -> Value {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|e| json!({ "content": e.content, "status": e.status, "priority": e.priority }))
+        .collect();
+    json!({ "sessionUpdate": "plan", "entries": entries })
+}
+
+fn bash_start(run_id: &Option<String>, command: &str, state: &mut MappingState) -> Value {
+    state.active_bash_run_id = run_id.clone();
+    state.bash_output.clear();
+    json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": bash_tool_call_id(run_id.as_deref()),
+        "title": command,
+        "kind": "execute",
+        "status": "in_progress",
+        "rawInput": { "command": command },
+    })
+}
+
+fn bash_output(chunk: &str, state: &mut MappingState) -> Value {
+    push_tail(&mut state.bash_output, chunk, BASH_TAIL_BYTES);
+    json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": bash_tool_call_id(state.active_bash_run_id.as_deref()),
+        "status": "in_progress",
+        "content": [text_content(&state.bash_output)],
+    })
+}
+
+fn bash_end(
+    run_id: &Option<String>,
+    exit_code: Option<i32>,
+    cancelled: bool,
+    state: &mut MappingState,
+) -> Value {
+    let output = if state.active_bash_run_id == *run_id {
+        state.active_bash_run_id = None;
+        std::mem::take(&mut state.bash_output)
+    } else {
+        String::new()
+    };
+    let ok = exit_code == Some(0) && !cancelled;
+    let mut update = json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": bash_tool_call_id(run_id.as_deref()),
+        "status": if ok { "completed" } else { "failed" },
+    });
+    // The final output rides along so a client that missed updates still shows it.
+    if !output.is_empty() {
+        update["content"] = json!([text_content(&output)]);
+    }
+    update
+}
+
+/// The standard `compaction_update` that ends a compaction.
+fn compaction_update(
+    error: Option<&str>,
+    tokens_before: Option<u64>,
+    summary: Option<&str>,
+    reason: Option<&str>,
+    state: &mut MappingState,
+) -> Value {
+    let status = match (summary, error) {
+        (Some(_), _) => "completed",
+        (None, Some(_)) => "failed",
+        (None, None) => "cancelled",
+    };
+    let mut update = json!({
+        "sessionUpdate": "compaction_update",
+        "compactionId": state.compaction_id(false),
+        "status": status,
+    });
+    if let Some(s) = summary {
+        update["summary"] = json!([{ "type": "text", "text": s }]);
+    }
+    if let Some(e) = error {
+        update["error"] = json!(e);
+    }
+    // What only we report (as in the `_meta` form): the size before, and why.
+    let mut ours = Map::new();
+    put(&mut ours, "tokensBefore", tokens_before);
+    put(&mut ours, "reason", reason.map(str::to_owned));
+    if !ours.is_empty() {
+        update["_meta"] = namespaced(Value::Object(ours));
+    }
+    update
+}
+
+fn child_info(child: &crate::turn::ChildSnapshot) -> Value {
+    let mut c = Map::new();
+    c.insert("id".into(), json!(child.id));
+    put(&mut c, "sessionName", child.session_name.clone());
+    c.insert("status".into(), json!(child.status));
+    put(&mut c, "model", child.model.clone());
+    put(&mut c, "tokenCount", child.token_count);
+    put(&mut c, "error", child.error.clone());
+    info_update(json!({ "subagents": [c] }))
+}
+
+fn refine_info(summary: &Option<String>, edits: &[crate::turn::RefineEdit]) -> Value {
+    let mut r = Map::new();
+    r.insert("status".into(), json!("complete"));
+    put(&mut r, "summary", summary.clone());
+    let changes: Vec<String> = edits
+        .iter()
+        .filter(|e| e.applied)
+        .map(|e| format!("{} {}:{}", e.action, e.kind, e.id))
+        .collect();
+    r.insert("changes".into(), json!(changes));
+    info_update(json!({ "refinement": r }))
+}
+
+fn retry(phase: &RetryPhase) -> Value {
+    match phase {
+        RetryPhase::Waiting {
+            attempt,
+            max_attempts,
+            delay_ms,
+            reason,
+            error_message,
+        } => json!({
+            "phase": "waiting",
+            "attempt": attempt,
+            "maxAttempts": max_attempts,
+            "delayMs": delay_ms,
+            "reason": reason,
+            "errorMessage": error_message,
+        }),
+        RetryPhase::Recovered { attempt } => {
+            json!({ "phase": "recovered", "attempt": attempt })
+        }
+        RetryPhase::Exhausted {
+            attempt,
+            error_message,
+        } => {
+            json!({ "phase": "exhausted", "attempt": attempt, "errorMessage": error_message })
+        }
     }
 }
 
