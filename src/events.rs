@@ -238,62 +238,49 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
         AgentEvent::ToolPending { id, name, args } => {
             vec![tool_pending(id, name, args.as_ref(), state)]
         }
+        AgentEvent::ToolStart { id, .. } if state.detailed.contains(id) => {
+            vec![tool_status(id, "in_progress")]
+        }
+        // Announced calls are shown `pending` already; the permission request names the call.
+        AgentEvent::ToolAwaitingApproval { id, .. } if state.detailed.contains(id) => vec![],
         AgentEvent::ToolAnnounced {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_shown(
-            state,
-            ToolShown {
-                id,
-                name,
-                args,
-                locations,
-                display: display.as_ref(),
-                status: "pending",
-            },
-        )],
-        AgentEvent::ToolStart { id, .. } if state.detailed.contains(id) => {
-            vec![tool_status(id, "in_progress")]
         }
-        AgentEvent::ToolStart {
+        | AgentEvent::ToolStart {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_shown(
-            state,
-            ToolShown {
-                id,
-                name,
-                args,
-                locations,
-                display: display.as_ref(),
-                status: "in_progress",
-            },
-        )],
-        // Announced calls are shown `pending` already; the permission request names the call.
-        AgentEvent::ToolAwaitingApproval { id, .. } if state.detailed.contains(id) => vec![],
-        AgentEvent::ToolAwaitingApproval {
+        }
+        | AgentEvent::ToolAwaitingApproval {
             id,
             name,
             args,
             locations,
             display,
-        } => vec![tool_shown(
-            state,
-            ToolShown {
-                id,
-                name,
-                args,
-                locations,
-                display: display.as_ref(),
-                status: "pending",
-            },
-        )],
+        } => {
+            let status = if matches!(event, AgentEvent::ToolStart { .. }) {
+                "in_progress"
+            } else {
+                "pending"
+            };
+            vec![tool_shown(
+                state,
+                ToolShown {
+                    id,
+                    name,
+                    args,
+                    locations,
+                    display: display.as_ref(),
+                    status,
+                },
+            )]
+        }
         AgentEvent::Plan(entries) => vec![plan_update(entries)],
         AgentEvent::ToolTerminal { id, terminal_id } => vec![json!({
             "sessionUpdate": "tool_call_update",

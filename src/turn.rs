@@ -1179,16 +1179,21 @@ impl<'a> Worker<'a> {
     fn not_run(&self, conv: &mut Conversation, calls: &[ToolCall], why: &str) {
         close_calls(&mut conv.messages, calls, why);
         for call in calls {
-            self.emit(AgentEvent::ToolEnd {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                result: ToolResultView {
-                    text: Some(why.to_owned()),
-                    is_error: true,
-                    ..ToolResultView::default()
-                },
-            });
+            self.end_failed(call.id.clone(), call.name.clone(), why);
         }
+    }
+
+    /// Shows the client a call ended with an error `text` (not run, dropped, failed).
+    fn end_failed(&self, id: String, name: String, text: &str) {
+        self.emit(AgentEvent::ToolEnd {
+            id,
+            name,
+            result: ToolResultView {
+                text: Some(text.to_owned()),
+                is_error: true,
+                ..ToolResultView::default()
+            },
+        });
     }
 
     /// Answers a call without running it: `text` is its (error) result, for the model and
@@ -1203,22 +1208,8 @@ impl<'a> Worker<'a> {
         if !announcer.contains(&call.id) {
             self.emit(announcer.show(&call.id, &call.name, &call.arguments));
         }
-        self.emit(AgentEvent::ToolEnd {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            result: ToolResultView {
-                text: Some(text.clone()),
-                is_error: true,
-                ..ToolResultView::default()
-            },
-        });
-        conv.messages.push(Message::ToolResult {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            text,
-            is_error: true,
-            images: Vec::new(),
-        });
+        self.end_failed(call.id.clone(), call.name.clone(), &text);
+        close_calls(&mut conv.messages, std::slice::from_ref(call), &text);
         conv.persist();
     }
 
@@ -1228,15 +1219,7 @@ impl<'a> Worker<'a> {
             .ids()
             .filter(|id| !kept.iter().any(|c| c.id == *id))
         {
-            self.emit(AgentEvent::ToolEnd {
-                id: id.to_owned(),
-                name: String::new(),
-                result: ToolResultView {
-                    text: Some(text.to_owned()),
-                    is_error: true,
-                    ..ToolResultView::default()
-                },
-            });
+            self.end_failed(id.to_owned(), String::new(), text);
         }
     }
 
