@@ -149,6 +149,27 @@ pub(crate) struct Reply {
     pub finish: FinishReason,
 }
 
+impl Reply {
+    /// A finished reply from APIs that report a plain stop for a reply that calls tools: the
+    /// calls make it a `ToolCalls` finish (a cut-off one stays `Length`).
+    pub(crate) fn calling_tools(
+        message: AssistantMessage,
+        usage: Usage,
+        finish: FinishReason,
+    ) -> Self {
+        let finish = if finish == FinishReason::Stop && !message.tool_calls.is_empty() {
+            FinishReason::ToolCalls
+        } else {
+            finish
+        };
+        Reply {
+            message,
+            usage,
+            finish,
+        }
+    }
+}
+
 /// What a provider reports while a call runs: streamed deltas, forwarded to the client as they
 /// arrive, and facts about the call itself (retries, advisories).
 #[derive(Debug, Clone, PartialEq)]

@@ -474,16 +474,7 @@ impl Decoder {
                 arguments: parse_arguments(&c.arguments),
             });
         }
-        let finish = if finish == FinishReason::Stop && !self.message.tool_calls.is_empty() {
-            FinishReason::ToolCalls
-        } else {
-            finish
-        };
-        Ok(Reply {
-            message: self.message,
-            usage: self.usage,
-            finish,
-        })
+        Ok(Reply::calling_tools(self.message, self.usage, finish))
     }
 }
 
