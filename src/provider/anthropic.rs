@@ -351,9 +351,17 @@ impl StreamDecoder for Decoder {
                     .and_then(Value::as_str)
                     .unwrap_or("unknown error");
                 let kind = err.get("type").and_then(Value::as_str).unwrap_or("error");
-                return Err(ProviderError::Stream(one_line(&format!(
-                    "{message} ({kind})"
-                ))));
+                let text = one_line(&format!("{message} ({kind})"));
+                // `overloaded_error` and `api_error` mid-stream are transient: made again.
+                return Err(
+                    match crate::provider::http::transient_event_status(None, Some(kind)) {
+                        Some(status) => ProviderError::Status {
+                            status,
+                            message: text,
+                        },
+                        None => ProviderError::Stream(text),
+                    },
+                );
             }
             // ping, content_block_stop and future event types carry nothing we need.
             _ => {}
