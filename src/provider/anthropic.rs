@@ -496,7 +496,13 @@ mod tests {
             FinishReason::Length
         );
         let e = run("anthropic-error-event.sse").0.unwrap_err();
-        assert_eq!(e.to_string(), "Overloaded in test (overloaded_error)");
+        assert_eq!(
+            e,
+            ProviderError::Status {
+                status: 529,
+                message: "Overloaded in test (overloaded_error)".into()
+            }
+        );
     }
 
     #[test]

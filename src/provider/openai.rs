@@ -597,8 +597,20 @@ mod tests {
         );
         let err = run("openai-partial.sse").0.unwrap_err();
         assert!(err.to_string().contains("ended before"), "{err}");
+        // A 5xx error event is the transient status it stands for (made again by the retry
+        // loop, which reports it in the event's own words).
         let err = run("openai-error-event.sse").0.unwrap_err();
-        assert_eq!(err.to_string(), "upstream overloaded in test");
+        assert_eq!(
+            err,
+            ProviderError::Status {
+                status: 502,
+                message: "upstream overloaded in test".into()
+            }
+        );
+        let err = Decoder::new()
+            .on_chunk(r#"{"error":{"message":"boom"}}"#, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(err, ProviderError::Stream("boom".into()));
     }
 
     /// The fast path and the general path agree on every chunk: same events, same errors,

@@ -56,9 +56,11 @@ impl AttemptError {
         match error {
             // Classified like the same status as an answer (not an overflow, not a request the
             // server could not parse), then marked as one that voids a partial reply.
+            // The error keeps the event's own words (and `data.kind` "model_protocol").
             ProviderError::Status { status, message } => {
                 let classified = classify_status(status, &message, None);
                 AttemptError {
+                    error: ProviderError::Stream(message),
                     restarts: classified.retryable,
                     reason: "stream_error",
                     ..classified
