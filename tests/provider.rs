@@ -653,14 +653,12 @@ fn an_unknown_model_on_a_custom_server_gets_conservative_defaults_and_one_notice
     let body = &posts[0].body;
     assert_eq!(body["model"], "local-llama");
     assert_eq!(body["messages"][0]["role"], "system", "{body}");
-    for field in [
-        "reasoning_effort",
-        "store",
-        "max_completion_tokens",
-        "max_tokens",
-    ] {
+    for field in ["reasoning_effort", "store", "max_tokens"] {
         assert!(body.get(field).is_none(), "{field} sent: {body}");
     }
+    // The server's window is known before the body is built: replies get the quarter of it
+    // that compaction reserves, so a model that runs on cannot fill the window.
+    assert_eq!(body["max_completion_tokens"], 1024, "{body}");
     // The window is the server's, not the flagship's 400,000.
     assert_eq!(usage_sizes(&a), vec![json!(4096)]);
     let gets: Vec<String> = server
@@ -731,12 +729,14 @@ fn an_unknown_model_on_a_silent_server_assumes_32768() {
     assert_eq!(stop_reason(&ask(&mut a, "hi")), "end_turn");
     assert_eq!(usage_sizes(&a), vec![json!(32_768)]);
     let notices = info_meta(&a, "notice");
+    let description = notices[0]["description"].as_str().unwrap_or_default();
     assert!(
-        notices[0]["description"]
-            .as_str()
-            .is_some_and(|d| d.contains("--context-window")),
+        description.contains("--context-window") && description.contains("no output limit"),
         "{notices:?}"
     );
+    // A guessed window could be larger than the real one: no output limit is sent.
+    let body = &server.posts()[0].body;
+    assert!(body.get("max_completion_tokens").is_none(), "{body}");
 }
 
 #[test]
