@@ -115,7 +115,8 @@ impl Settings {
 
 /// `reserveTokens` takes at most 1/`RESERVE_SHARE` of the window: room for the next reply and
 /// for the summary (0.8 of it).
-pub(crate) const RESERVE_SHARE: u64 = 4;
+/// (The provider caps an unknown model's replies at the same share: `provider::REPLY_SHARE`.)
+pub(crate) const RESERVE_SHARE: u64 = crate::provider::REPLY_SHARE;
 /// `keepRecentTokens` takes at most 1/`KEEP_SHARE` of the window, so what a compaction keeps,
 /// the summary and the system prompt stay well under the threshold.
 pub(crate) const KEEP_SHARE: u64 = 5;

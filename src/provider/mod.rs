@@ -211,6 +211,11 @@ pub(crate) struct Notice {
 /// Defined in the leaf `thinking` (settings read it too); re-exported under its usual path.
 pub(crate) use crate::thinking::Thinking;
 
+/// The share of a known window an unknown model's reply may take (1/`REPLY_SHARE`); compaction
+/// reserves the same share (`compaction::RESERVE_SHARE`), so a prompt under its threshold plus
+/// one reply fits the window.
+pub(crate) const REPLY_SHARE: u64 = 4;
+
 /// Everything one model call needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ChatRequest<'a> {

@@ -118,7 +118,7 @@ impl RemoteProvider {
 
     /// The output budget of an unknown model (whose own limit we do not know) once its window
     /// is known for real (configured, or the server said): the share of the window compaction
-    /// reserves for the reply (`compaction::RESERVE_SHARE`). A small model that degenerates
+    /// reserves for the reply (`REPLY_SHARE`). A small model that degenerates
     /// into repeating itself then stops at a length cut instead of writing until the window is
     /// full, which would leave no room for the next request; and a prompt kept under the
     /// threshold plus this budget fits the window, so a server that checks both (vLLM) accepts
@@ -133,7 +133,7 @@ impl RemoteProvider {
             (_, Some(&(w, source))) if source != WindowSource::Default => w,
             _ => return None,
         };
-        Some((window / crate::compaction::RESERVE_SHARE).max(1))
+        Some((window / super::REPLY_SHARE).max(1))
     }
 
     /// What the client is told once per session about an unknown model.
@@ -166,7 +166,7 @@ impl RemoteProvider {
             WindowSource::Default => "no output limit".to_owned(),
             _ => format!(
                 "replies of at most {} tokens (a quarter of the window)",
-                (window / crate::compaction::RESERVE_SHARE).max(1)
+                (window / super::REPLY_SHARE).max(1)
             ),
         };
         Notice {
