@@ -20,6 +20,13 @@ pub fn python(test: &str) -> Option<PathBuf> {
     found(path, test, "pip", "the .deps/py venv")
 }
 
+/// The Python of `.deps/harness` (verifiers 0.4.0 and Harbor, installed by
+/// `make harness-check`), for checking what the agent sends with their own validators.
+pub fn harness_python(test: &str) -> Option<PathBuf> {
+    let path = deps().join("harness/bin/python");
+    found(path, test, "harness-check", "verifiers 0.4.0 (`make harness-check`)")
+}
+
 fn found(path: PathBuf, test: &str, kind: &str, what: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
