@@ -116,7 +116,11 @@ fn verifiers_accepts(test: &str, responses: &[&Value]) {
     };
     let sets: Vec<Value> = responses
         .iter()
-        .filter_map(|r| r["result"]["_meta"].get("ai.prime.acp/semantic-edges-v1").cloned())
+        .filter_map(|r| {
+            r["result"]["_meta"]
+                .get("ai.prime.acp/semantic-edges-v1")
+                .cloned()
+        })
         .collect();
     assert!(!sets.is_empty());
     let code = "import importlib.util, json, sys\n\

@@ -24,7 +24,12 @@ pub fn python(test: &str) -> Option<PathBuf> {
 /// `make harness-check`), for checking what the agent sends with their own validators.
 pub fn harness_python(test: &str) -> Option<PathBuf> {
     let path = deps().join("harness/bin/python");
-    found(path, test, "harness-check", "verifiers 0.4.0 (`make harness-check`)")
+    found(
+        path,
+        test,
+        "harness-check",
+        "verifiers 0.4.0 (`make harness-check`)",
+    )
 }
 
 fn found(path: PathBuf, test: &str, kind: &str, what: &str) -> Option<PathBuf> {
