@@ -847,6 +847,10 @@ impl Worker<'_> {
                         }
                         return;
                     }
+                    StreamEvent::Restarted => {
+                        announcer.void(CALL_VOIDED).into_iter().for_each(emit);
+                        return;
+                    }
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
                     StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
                     StreamEvent::Retrying(wait) => {
@@ -1326,6 +1330,8 @@ impl Worker<'_> {
 
 /// The result a call shown while it streamed gets when its model call failed.
 const CALL_FAILED: &str = "Not run: the model call failed before this tool call was complete.";
+const CALL_VOIDED: &str =
+    "Not run: the model server broke off the reply this call was in; the call is made again.";
 /// … and when the finished reply did not hold it.
 const CALL_DROPPED: &str = "Not run: the model's finished reply did not include this tool call.";
 

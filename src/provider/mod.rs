@@ -161,6 +161,11 @@ pub(crate) enum StreamEvent {
     Recovered {
         attempt: u32,
     },
+    /// The server broke off a reply it had started streaming with a transient error event
+    /// (llama.cpp's `500 … does not match the expected … format`, an overloaded upstream):
+    /// what this attempt streamed is void, a `Retrying` wait follows and the call is made
+    /// again. The turn closes the calls it announced from the void attempt.
+    Restarted,
     /// The last of `attempt` retries failed too; the call fails with `error`.
     RetriesExhausted {
         attempt: u32,
