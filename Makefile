@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test test-deps static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -85,6 +85,17 @@ static:
 ## the ignored `.deps/`; see scripts/test-deps.sh). Tests needing one skip, saying so, without it.
 test-deps:
 	bash scripts/test-deps.sh
+
+## Optional, not in `make test`: the binary driven through the harnesses' own code
+## (docs/harnesses.md#make-harness-check). Installs verifiers 0.4.0 and Harbor 0.25.0 into
+## `.deps/harness` (scripts/harness-deps.sh), runs one rollout through each against a loopback
+## model (scripts/harness_check.py), then the `harness::` tests, whose edge sets verifiers'
+## own `SemanticEdgeSet` then validates.
+harness-check: build
+	bash scripts/harness-deps.sh
+	PATH="$(CURDIR)/.deps/harness/bin:$$PATH" UV_CACHE_DIR="$(CURDIR)/.deps/harness/uv-cache" \
+		.deps/harness/bin/python scripts/harness_check.py target/debug/prime-agent
+	set -o pipefail; $(CARGO) test --test integration harness:: 2>&1 | grep -E "^test |skipped:|test result"
 
 ## Installs what `make static` needs (the musl target and musl-gcc; apt-get needs root).
 static-setup:

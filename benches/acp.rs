@@ -539,9 +539,11 @@ impl Bench {
     }
 
     /// A tool turn as harnesses see it (docs/harnesses.md): one model call with a tool call
-    /// (announced, usage, run, `rawOutput`), then the answer; every call gets a request id and
-    /// its edges. Run the same section with `BENCH_BIN` pointing at a build without them to
-    /// compare.
+    /// (announced, usage, run, `rawOutput`), then the answer, and the edge between them (the
+    /// scripted provider sends no HTTP, so no headers); then a one-call turn over loopback
+    /// HTTP, whose request carries the request id and retry markers. The features cannot be
+    /// switched off: run the section with `BENCH_BIN` pointing at a build without them (the
+    /// commit before they landed) to compare.
     fn harness(&mut self) {
         let turns = self.runs(100, 20);
         let mut lines = Vec::new();
@@ -573,6 +575,23 @@ impl Bench {
         p.finish();
         self.report.add(
             "prompt round trip, one tool call + answer (scripted)",
+            "ms",
+            per_turn,
+        );
+        let server = Server::start();
+        let (mut p, sid) = self.provider_agent(&server);
+        let mut per_turn = Vec::new();
+        for i in 0..turns {
+            let id = 10 + i as u64;
+            server.plan(Plan::Blast(1));
+            let t = Instant::now();
+            p.prompt(id, &sid);
+            p.response(id);
+            per_turn.push(ms(t.elapsed()));
+        }
+        p.finish();
+        self.report.add(
+            "prompt round trip, one model call (loopback HTTP)",
             "ms",
             per_turn,
         );

@@ -781,6 +781,10 @@ impl<'a> Worker<'a> {
                         }
                         return;
                     }
+                    StreamEvent::Restarted => {
+                        announcer.void(CALL_VOIDED).into_iter().for_each(emit);
+                        return;
+                    }
                     StreamEvent::Text(t) => (DeltaKind::Text, t),
                     StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
                     StreamEvent::Retrying(wait) => {
@@ -1339,6 +1343,8 @@ impl<'a> Worker<'a> {
 
 /// The result a call shown while it streamed gets when its model call failed.
 const CALL_FAILED: &str = "Not run: the model call failed before this tool call was complete.";
+const CALL_VOIDED: &str =
+    "Not run: the model server broke off the reply this call was in; the call is made again.";
 /// … and when the finished reply did not hold it.
 const CALL_DROPPED: &str = "Not run: the model's finished reply did not include this tool call.";
 

@@ -106,6 +106,40 @@ fn edge(s: &str, t: &str, k: &str) -> (String, String, String) {
     (s.to_owned(), t.to_owned(), k.to_owned())
 }
 
+/// Checks each response's edge set with verifiers' own `SemanticEdgeSet` (pydantic, strict:
+/// the request-id and label patterns, no self-edges) when `make harness-check` installed it;
+/// otherwise says it skipped. The module is loaded from its file, without importing the rest
+/// of verifiers (seconds of imports per test).
+fn verifiers_accepts(test: &str, responses: &[&Value]) {
+    let Some(python) = crate::support::deps::harness_python(test) else {
+        return;
+    };
+    let sets: Vec<Value> = responses
+        .iter()
+        .filter_map(|r| {
+            r["result"]["_meta"]
+                .get("ai.prime.acp/semantic-edges-v1")
+                .cloned()
+        })
+        .collect();
+    assert!(!sets.is_empty());
+    let code = "import importlib.util, json, sys\n\
+        root = importlib.util.find_spec('verifiers').submodule_search_locations[0]\n\
+        spec = importlib.util.spec_from_file_location('semantic', root + '/v1/semantic.py')\n\
+        m = importlib.util.module_from_spec(spec); sys.modules['semantic'] = m\n\
+        spec.loader.exec_module(m)\n\
+        for s in json.loads(sys.argv[1]):\n    m.SemanticEdgeSet.model_validate(s)\n";
+    let out = std::process::Command::new(python)
+        .args(["-c", code, &Value::Array(sets).to_string()])
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "verifiers rejects the edges: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn no_self_or_duplicate(list: &[(String, String, String)]) {
     let mut seen = std::collections::HashSet::new();
     for e in list {
@@ -142,6 +176,7 @@ fn every_attempt_carries_the_call_s_id_and_its_retry_count_and_a_tool_loop_is_li
     }
     let list = edges(&r);
     assert_eq!(list, [edge(&ids[1], &ids[2], "continuation")]);
+    verifiers_accepts("harness::tool_loop", &[&r]);
     // A new prompt starts a new chain: its one call has no edge.
     let id = a.prompt("again");
     let r = a.response(&id);
@@ -209,6 +244,7 @@ fn a_compaction_links_its_summary_to_the_work_before_and_the_call_after() {
         [edge(&ids[1], &ids[2], "compaction_attempt")]
     );
     assert_eq!(edges(&after), [edge(&ids[2], &ids[3], "compaction")]);
+    verifiers_accepts("harness::compaction", &[&first, &compacted, &after]);
 }
 
 /// The child's model calls and the parent's interleave (the child's reply and its end reach
@@ -296,6 +332,7 @@ fn an_rlm_child_is_linked_to_the_call_that_started_it_and_the_call_it_returned_t
         assert_eq!(fed.len(), 1, "{kind}: {all:?}");
         assert!(parent[1..].contains(&fed[0].1), "{kind} feeds {:?}", fed[0]);
     }
+    verifiers_accepts("harness::rlm_child", &[&r, &next, &close]);
     // Every edge names calls the server saw.
     let seen: Vec<String> = posts.iter().map(request_id).collect();
     assert!(all

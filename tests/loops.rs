@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::support::llm_server::{Canned, End, LlmServer};
-use crate::support::model::{env_for, stop_reason};
+use crate::support::model::{env_for, spawn_plain, stop_reason};
 use crate::support::sessions::session_file;
 use crate::support::*;
 
@@ -510,6 +510,95 @@ fn llama_cpp_s_overflow_answer_at_a_4k_window_is_recovered_by_one_compaction() {
         .filter(|c| !c.is_null())
         .collect();
     assert_eq!(c[0]["reason"], "overflow");
+    assert!(a.finish().success());
+}
+
+/// A small model that degenerates into repeating itself (seen with Qwen2.5-Coder-0.5B on
+/// llama.cpp): at a 4k window an unknown model's replies are capped at a quarter of it, and a
+/// run-on reply already in the history is summarised, not kept, and cut down to fit the
+/// summary request, so every request after it fits the window.
+#[test]
+fn a_run_on_reply_at_a_4k_window_is_summarised_and_every_request_fits() {
+    let dir = TempDir::new("loops-run-on");
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id":"r","object":"chat.completion.chunk","model":"qwen","choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
+        )
+    };
+    let mut body = chunk(json!({"role":"assistant","content":""}), Value::Null);
+    for i in 0..500 {
+        body += &chunk(
+            json!({"content": format!("The sea is vast, line {i:03}. ")}),
+            Value::Null,
+        );
+    }
+    body += &chunk(json!({}), json!("stop"));
+    body += &format!(
+        "data: {}\n\n",
+        json!({"id":"r","object":"chat.completion.chunk","model":"qwen","choices":[],"usage":{"prompt_tokens":400,"completion_tokens":3500}})
+    );
+    body += "data: [DONE]\n\n";
+    let server = LlmServer::start(vec![
+        Canned::sse_bytes(body.into_bytes()),
+        Canned::sse("openai-text.sse"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let base = format!("{}/v1", server.url());
+    let mut a = spawn_plain(
+        &[
+            "--provider",
+            "openai",
+            "--model",
+            "qwen",
+            "--api-key",
+            "x",
+            "--base-url",
+            &base,
+            "--context-window",
+            "4096",
+            "--no-session",
+            "--offline",
+            "--no-context-files",
+        ],
+        &dir,
+    );
+    a.handshake();
+    assert_eq!(a.prompt_stop("write a poem about the sea"), "end_turn");
+    assert_eq!(a.prompt_stop("now count its lines"), "end_turn");
+    let posts = server.posts();
+    assert_eq!(
+        posts.len(),
+        3,
+        "the run-on reply, the summary, the next call"
+    );
+    let chars = |b: &Value| b["messages"].to_string().chars().count() as u64;
+    // Replies of an unknown model get a quarter of the window.
+    assert_eq!(posts[0].body["max_completion_tokens"], 1024);
+    assert_eq!(posts[2].body["max_completion_tokens"], 1024);
+    // The summary request carries the run-on reply cut to fit the window with its budget.
+    let summary = &posts[1].body;
+    assert!(
+        summary.get("tools").is_none(),
+        "the summary request: {summary}"
+    );
+    let budget = summary["max_completion_tokens"].as_u64().unwrap();
+    assert!(
+        chars(summary) / 4 + budget < 4096,
+        "{} chars + {budget}",
+        chars(summary)
+    );
+    let text = summary["messages"].to_string();
+    assert!(
+        text.contains("line 000") && text.contains("line 499"),
+        "start and end kept"
+    );
+    assert!(text.contains("left out to fit"));
+    // The next call holds the summary and the new prompt, not the run-on reply.
+    let next = posts[2].body["messages"].to_string();
+    assert!(!next.contains("line 250"), "{next}");
+    assert!(next.contains("now count its lines"));
+    assert!(chars(&posts[2].body) / 4 < 3072);
     assert!(a.finish().success());
 }
 

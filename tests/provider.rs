@@ -153,10 +153,79 @@ fn a_mid_stream_drop_fails_the_prompt() {
 }
 
 #[test]
-fn an_error_object_in_the_stream_fails_the_prompt() {
-    let (_server, mut s) = openai(vec![Canned::sse("openai-error-event.sse")]);
+fn an_error_object_in_the_stream_is_made_again_then_fails_the_prompt() {
+    // A 5xx error event inside the stream voids the reply: the call is made again (three
+    // retries), and when every attempt breaks off the prompt fails with the server's words.
+    let (server, mut s) = openai(vec![Canned::sse("openai-error-event.sse")]);
     let details = failure(&ask(&mut s.agent, "hi"));
     assert!(details.contains("upstream overloaded in test"), "{details}");
+    assert_eq!(server.posts().len(), 4, "one call plus three retries");
+    let retries = info_meta(&s.agent, "autoRetry");
+    assert_eq!(retries[0]["reason"], "stream_error", "{retries:?}");
+    assert_eq!(retries.last().unwrap()["phase"], "exhausted", "{retries:?}");
+}
+
+#[test]
+fn an_error_event_that_is_not_transient_is_not_retried() {
+    let server = LlmServer::start(vec![Canned::sse_bytes(concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+        "data: {\"error\":{\"message\":\"content policy in test\",\"type\":\"invalid_request_error\"}}\n\n"
+    )
+    .as_bytes()
+    .to_vec())]);
+    let mut s = spawn_with(&server, "openai-completions", "cold/test-model", &[]);
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(details.contains("content policy in test"), "{details}");
+    assert_eq!(server.posts().len(), 1);
+}
+
+/// llama.cpp's parser rejecting what the model wrote, after text and a named call streamed:
+/// the call shown from the void attempt ends failed, the same logical call (same request id,
+/// retry count 1) is made again, and its reply is the one that counts.
+#[test]
+fn a_reply_the_server_voids_mid_stream_is_made_again_and_its_calls_closed() {
+    let (server, mut s) = openai(vec![
+        Canned::sse("openai-voided.sse"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let r = ask(&mut s.agent, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let posts = server.posts();
+    assert_eq!(posts.len(), 2);
+    let id = |p: &crate::support::llm_server::Recorded| {
+        p.header("x-acp-model-request-id").map(str::to_owned)
+    };
+    assert!(id(&posts[0]).is_some());
+    assert_eq!(id(&posts[0]), id(&posts[1]), "one logical call");
+    assert_eq!(posts[1].header("x-stainless-retry-count"), Some("1"));
+    // The retry's request is the first one's: nothing of the void reply entered the history.
+    assert_eq!(posts[0].body["messages"], posts[1].body["messages"]);
+    let updates = s.agent.updates();
+    let of_call: Vec<&Value> = updates
+        .iter()
+        .filter(|u| u["toolCallId"] == "void-call-1")
+        .collect();
+    assert_eq!(of_call[0]["sessionUpdate"], "tool_call", "{of_call:?}");
+    let last = of_call.last().unwrap();
+    assert_eq!(last["status"], "failed", "{of_call:?}");
+    assert!(
+        last["content"][0]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("broke off")),
+        "{last}"
+    );
+    let retries = info_meta(&s.agent, "autoRetry");
+    assert_eq!(retries[0]["phase"], "waiting", "{retries:?}");
+    assert_eq!(retries[0]["reason"], "stream_error");
+    assert!(retries[0]["errorMessage"]
+        .as_str()
+        .is_some_and(|m| m.contains("peg-native")));
+    // The retried reply's text follows what the void one had shown.
+    assert!(
+        s.agent.text().ends_with("Hello, wörld!"),
+        "{}",
+        s.agent.text()
+    );
 }
 
 #[test]
@@ -344,9 +413,11 @@ fn anthropic_thinking_and_tool_use_round_trip() {
 
 #[test]
 fn anthropic_error_event_and_401_fail_the_prompt() {
-    let (_server, mut s) = anthropic(vec![Canned::sse("anthropic-error-event.sse")]);
+    // `overloaded_error` mid-stream is transient: made again, then the prompt fails.
+    let (server, mut s) = anthropic(vec![Canned::sse("anthropic-error-event.sse")]);
     let details = failure(&ask(&mut s.agent, "hi"));
     assert!(details.contains("Overloaded in test"), "{details}");
+    assert_eq!(server.posts().len(), 4, "one call plus three retries");
     let (_server, mut s) = anthropic(vec![Canned::error(401, "anthropic-error-401.json")]);
     let details = failure(&ask(&mut s.agent, "hi"));
     assert!(
@@ -582,14 +653,12 @@ fn an_unknown_model_on_a_custom_server_gets_conservative_defaults_and_one_notice
     let body = &posts[0].body;
     assert_eq!(body["model"], "local-llama");
     assert_eq!(body["messages"][0]["role"], "system", "{body}");
-    for field in [
-        "reasoning_effort",
-        "store",
-        "max_completion_tokens",
-        "max_tokens",
-    ] {
+    for field in ["reasoning_effort", "store", "max_tokens"] {
         assert!(body.get(field).is_none(), "{field} sent: {body}");
     }
+    // The server's window is known before the body is built: replies get the quarter of it
+    // that compaction reserves, so a model that runs on cannot fill the window.
+    assert_eq!(body["max_completion_tokens"], 1024, "{body}");
     // The window is the server's, not the flagship's 400,000.
     assert_eq!(usage_sizes(&a), vec![json!(4096)]);
     let gets: Vec<String> = server
@@ -660,12 +729,14 @@ fn an_unknown_model_on_a_silent_server_assumes_32768() {
     assert_eq!(stop_reason(&ask(&mut a, "hi")), "end_turn");
     assert_eq!(usage_sizes(&a), vec![json!(32_768)]);
     let notices = info_meta(&a, "notice");
+    let description = notices[0]["description"].as_str().unwrap_or_default();
     assert!(
-        notices[0]["description"]
-            .as_str()
-            .is_some_and(|d| d.contains("--context-window")),
+        description.contains("--context-window") && description.contains("no output limit"),
         "{notices:?}"
     );
+    // A guessed window could be larger than the real one: no output limit is sent.
+    let body = &server.posts()[0].body;
+    assert!(body.get("max_completion_tokens").is_none(), "{body}");
 }
 
 #[test]

@@ -42,20 +42,41 @@ pub(crate) fn find_cut(messages: &[Message], start: usize, keep_recent: u64) -> 
             turn_start: None,
         };
     };
+    // A message that alone takes the kept part far past the budget (a small model's
+    // runaway reply, one huge tool result) is summarised rather than kept: keeping it could
+    // leave the compacted context as large as before, and at a small window still over it.
+    // The cut then moves past it, to the next valid start, or keeps nothing.
+    if kept > keep_recent.saturating_mul(OVERSIZE) {
+        let first_kept = (i + 1..end)
+            .find(|&c| may_start_kept(&messages[c]))
+            .unwrap_or(end);
+        return Cut {
+            first_kept,
+            turn_start: turn_start_of(messages, start, first_kept),
+        };
+    }
     // The nearest valid start at or after `i`; if only tool results follow, keep a little more.
     let first_kept = (i..end)
         .find(|&c| may_start_kept(&messages[c]))
         .or_else(|| (start..i).rev().find(|&c| may_start_kept(&messages[c])))
         .unwrap_or(start);
-    let turn_start = match messages.get(first_kept) {
+    Cut {
+        first_kept,
+        turn_start: turn_start_of(messages, start, first_kept),
+    }
+}
+
+/// How far past `keep_recent` the kept part may reach because of the one message that
+/// reached the budget (upstream keeps it whatever its size; past this it is summarised).
+const OVERSIZE: u64 = 2;
+
+/// For a cut at an assistant message: where its turn starts (a split turn).
+fn turn_start_of(messages: &[Message], start: usize, first_kept: usize) -> Option<usize> {
+    match messages.get(first_kept) {
         Some(Message::Assistant(_)) => (start..first_kept)
             .rev()
             .find(|&c| matches!(messages[c], Message::User { .. })),
         _ => None,
-    };
-    Cut {
-        first_kept,
-        turn_start,
     }
 }
 
@@ -64,7 +85,8 @@ mod tests {
     use super::*;
     use crate::provider::{AssistantMessage, ToolCall};
 
-    /// `u`, `a`, `c` (assistant with a tool call) and `r` (tool result), each 40 chars = 10 tokens.
+    /// `u`, `a`, `c` (assistant with a tool call) and `r` (tool result), each 40 chars = 10 tokens;
+    /// `A` and `R`, an assistant reply and a tool result of 400 chars = 100 tokens.
     fn conv(shape: &str) -> Vec<Message> {
         let text = "x".repeat(40);
         shape
@@ -87,10 +109,18 @@ mod tests {
                     }],
                     ..Default::default()
                 }),
-                'r' => Message::ToolResult {
+                'A' => Message::Assistant(AssistantMessage {
+                    text: "x".repeat(400),
+                    ..Default::default()
+                }),
+                'r' | 'R' => Message::ToolResult {
                     call_id: "1".into(),
                     name: "bash".into(),
-                    text: text.clone(),
+                    text: if k == 'R' {
+                        "x".repeat(400)
+                    } else {
+                        text.clone()
+                    },
                     is_error: false,
                     images: vec![],
                 },
@@ -121,6 +151,13 @@ mod tests {
             ("uuaua", 1, 30, 2, Some(1)),
             // No user message in range before an assistant cut: not a split turn.
             ("uaua", 1, 30, 1, None),
+            // One message takes the kept part past twice the budget: it is summarised too,
+            // and the cut moves to the next valid start (here the newest user message)...
+            ("uAu", 0, 8, 2, None),
+            // ... or keeps nothing when none follows (a huge last tool result).
+            ("ucR", 0, 8, 3, None),
+            // A run-on reply inside a turn: the cut moves to the assistant after it.
+            ("ucrAa", 0, 15, 4, Some(0)),
         ];
         for &(shape, start, keep, first_kept, turn_start) in cases {
             let got = find_cut(&conv(shape), start, keep);

@@ -115,7 +115,8 @@ impl Settings {
 
 /// `reserveTokens` takes at most 1/`RESERVE_SHARE` of the window: room for the next reply and
 /// for the summary (0.8 of it).
-pub(crate) const RESERVE_SHARE: u64 = 4;
+/// (The provider caps an unknown model's replies at the same share: `provider::REPLY_SHARE`.)
+pub(crate) const RESERVE_SHARE: u64 = crate::provider::REPLY_SHARE;
 /// `keepRecentTokens` takes at most 1/`KEEP_SHARE` of the window, so what a compaction keeps,
 /// the summary and the system prompt stay well under the threshold.
 pub(crate) const KEEP_SHARE: u64 = 5;
@@ -476,6 +477,28 @@ pub(crate) fn compact(
     })
 }
 
+/// How many chars of serialised conversation a summary request may carry so that it, the
+/// summary prompt around it and the summary's own budget fit `window` (estimated at four
+/// chars a token, with a tenth of the window to spare for what the estimate misses). At the
+/// windows hosted models have this never cuts anything; at a local model's 4k it keeps a
+/// run-on reply from making the summary request itself overflow.
+fn summary_room_chars(
+    window: u64,
+    max_tokens: u64,
+    previous: Option<&str>,
+    part: prompt::Part,
+    instructions: Option<&str>,
+) -> usize {
+    let frame = estimate::text_tokens(prompt::SYSTEM)
+        + estimate::text_tokens(&prompt::request_text("", previous, part, instructions));
+    let room = window
+        .saturating_sub(max_tokens)
+        .saturating_sub(frame)
+        .saturating_sub(window / 10);
+    // At least something of the conversation, even if the frame alone is too big.
+    usize::try_from(room.max(64) * 4).unwrap_or(usize::MAX)
+}
+
 /// One summary request with the session's model: no tools, nothing streamed to the client.
 fn summarize(
     job: &Job<'_>,
@@ -484,12 +507,15 @@ fn summarize(
     part: prompt::Part,
     max_tokens: u64,
 ) -> Result<String, Failure> {
-    let text = prompt::request_text(
-        &serialize::serialize(messages),
-        previous,
-        part,
-        job.instructions,
-    );
+    let conversation = serialize::serialize(messages);
+    let conversation = match job.provider.context_window() {
+        Some(window) => serialize::fit(
+            &conversation,
+            summary_room_chars(window, max_tokens, previous, part, job.instructions),
+        ),
+        None => conversation,
+    };
+    let text = prompt::request_text(&conversation, previous, part, job.instructions);
     let request_messages = [Message::User {
         text,
         images: Vec::new(),

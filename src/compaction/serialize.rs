@@ -73,6 +73,29 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+/// `text` cut to at most about `max` chars for a summary request that must fit a small
+/// window: its start (a quarter: the task as first stated) and its end (the rest: the latest
+/// state), with what was left out said in the middle. Unchanged when it fits.
+pub(crate) fn fit(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let head = max / 4;
+    let tail = max - head;
+    let head_end = text.char_indices().nth(head).map_or(text.len(), |(i, _)| i);
+    let tail_start = text
+        .char_indices()
+        .nth(total - tail)
+        .map_or(text.len(), |(i, _)| i);
+    format!(
+        "{}\n\n[... {} characters of the conversation left out to fit the model's context window ...]\n\n{}",
+        &text[..head_end],
+        total - head - tail,
+        &text[tail_start..]
+    )
+}
+
 /// Files the summarised messages read and modified, carried from one compaction to the next.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct FileOps {
@@ -181,6 +204,19 @@ mod tests {
             truncate("éééé", 3),
             "ééé\n\n[... 1 more characters truncated]"
         );
+    }
+
+    #[test]
+    fn fit_keeps_the_start_and_the_end() {
+        assert_eq!(fit("short", 10), "short");
+        let text: String = ('a'..='z').collect();
+        let cut = fit(&text, 8);
+        assert!(cut.starts_with("ab\n"), "{cut}");
+        assert!(cut.ends_with("\nuvwxyz"), "{cut}");
+        assert!(cut.contains("[... 18 characters"), "{cut}");
+        // Multi-byte text is cut at char boundaries.
+        let cut = fit(&"é".repeat(100), 20);
+        assert!(cut.starts_with("ééééé\n") && cut.ends_with(&"é".repeat(15)));
     }
 
     #[test]

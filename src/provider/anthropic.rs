@@ -351,9 +351,17 @@ impl StreamDecoder for Decoder {
                     .and_then(Value::as_str)
                     .unwrap_or("unknown error");
                 let kind = err.get("type").and_then(Value::as_str).unwrap_or("error");
-                return Err(ProviderError::Stream(one_line(&format!(
-                    "{message} ({kind})"
-                ))));
+                let text = one_line(&format!("{message} ({kind})"));
+                // `overloaded_error` and `api_error` mid-stream are transient: made again.
+                return Err(
+                    match crate::provider::http::transient_event_status(None, Some(kind)) {
+                        Some(status) => ProviderError::Status {
+                            status,
+                            message: text,
+                        },
+                        None => ProviderError::Stream(text),
+                    },
+                );
             }
             // ping, content_block_stop and future event types carry nothing we need.
             _ => {}
@@ -488,7 +496,13 @@ mod tests {
             FinishReason::Length
         );
         let e = run("anthropic-error-event.sse").0.unwrap_err();
-        assert_eq!(e.to_string(), "Overloaded in test (overloaded_error)");
+        assert_eq!(
+            e,
+            ProviderError::Status {
+                status: 529,
+                message: "Overloaded in test (overloaded_error)".into()
+            }
+        );
     }
 
     #[test]

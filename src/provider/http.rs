@@ -12,7 +12,7 @@
 pub(crate) mod failure;
 mod socket;
 
-pub(crate) use failure::{error_text, one_line};
+pub(crate) use failure::{error_text, one_line, transient_event_status};
 
 use failure::{classify_ureq_error, read_error, status_error, AttemptError};
 use socket::{AbortableResolver, AbortableTcpConnector, CallSlot, CurrentSlot};
@@ -187,7 +187,8 @@ impl HttpClient {
     }
 
     /// POSTs `request` and streams the SSE reply through a fresh decoder per attempt.
-    /// Retries 429, 5xx and connection failures (never once a delta reached the client), and
+    /// Retries 429, 5xx and connection failures (once a delta reached the client only a
+    /// transient error event inside the stream, which voids the partial reply), and
     /// reports each wait and its end through `on_event` (`Retrying`, `Recovered`,
     /// `RetriesExhausted`).
     pub(crate) fn stream<D: StreamDecoder>(
@@ -224,8 +225,10 @@ impl HttpClient {
                 .max_retries
                 .unwrap_or(self.settings.max_retries)
                 .min(self.settings.max_retries);
-            if !failure.retryable || streamed || attempt >= max_attempts {
-                if attempt > 0 && !streamed {
+            if !failure.retryable || (streamed && !failure.restarts) || attempt >= max_attempts {
+                // (An attempt that streamed and then failed for good said nothing of retries,
+                // unless its failure is one that voids what it streamed.)
+                if attempt > 0 && (!streamed || failure.restarts) {
                     on_event(StreamEvent::RetriesExhausted {
                         attempt,
                         error: failure.error.to_string(),
@@ -236,6 +239,11 @@ impl HttpClient {
             let delay = failure
                 .retry_after
                 .unwrap_or_else(|| self.settings.retry_base * 2u32.saturating_pow(attempt));
+            if streamed {
+                // The server voided the reply it was streaming: the client hears so before
+                // the wait, and the next attempt's reply replaces it (`StreamEvent::Restarted`).
+                on_event(StreamEvent::Restarted);
+            }
             attempt += 1;
             log::warn!(
                 "{}: {}; retry {attempt}/{max_attempts} in {:.1} s",
@@ -358,7 +366,7 @@ impl HttpClient {
                     .map_err(|_| AttemptError::fatal(ProviderError::Aborted))?;
                 if decoder
                     .on_event(&event, emit)
-                    .map_err(AttemptError::fatal)?
+                    .map_err(AttemptError::from_decoder)?
                 {
                     return decoder.finish().map_err(AttemptError::fatal);
                 }

@@ -182,6 +182,11 @@ pub(crate) enum StreamEvent {
     Recovered {
         attempt: u32,
     },
+    /// The server broke off a reply it had started streaming with a transient error event
+    /// (llama.cpp's `500 … does not match the expected … format`, an overloaded upstream):
+    /// what this attempt streamed is void, a `Retrying` wait follows and the call is made
+    /// again. The turn closes the calls it announced from the void attempt.
+    Restarted,
     /// The last of `attempt` retries failed too; the call fails with `error`.
     RetriesExhausted {
         attempt: u32,
@@ -226,6 +231,11 @@ pub(crate) struct Notice {
 
 /// Defined in the leaf `thinking` (settings read it too); re-exported under its usual path.
 pub(crate) use crate::thinking::Thinking;
+
+/// The share of a known window an unknown model's reply may take (1/`REPLY_SHARE`); compaction
+/// reserves the same share (`compaction::RESERVE_SHARE`), so a prompt under its threshold plus
+/// one reply fits the window.
+pub(crate) const REPLY_SHARE: u64 = 4;
 
 /// Everything one model call needs.
 #[derive(Debug, Clone, Copy)]

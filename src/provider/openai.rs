@@ -343,6 +343,18 @@ impl StreamDecoder for Decoder {
     }
 }
 
+/// An error event inside the stream: a transient server failure (llama.cpp sends
+/// `{"error":{"code":500,"type":"server_error",…}}` when its tool-call parser rejects what the
+/// model wrote) as the status it stands for, so the call is made again; any other as final.
+fn stream_error(err: &Value, message: String) -> ProviderError {
+    let code = err.get("code").and_then(Value::as_u64);
+    let kind = err.get("type").and_then(Value::as_str);
+    match crate::provider::http::transient_event_status(code, kind) {
+        Some(status) => ProviderError::Status { status, message },
+        None => ProviderError::Stream(message),
+    }
+}
+
 impl Decoder {
     /// The general path: any chunk, as a `Value`.
     fn on_chunk(
@@ -353,8 +365,8 @@ impl Decoder {
         let chunk: Value = serde_json::from_str(data).map_err(|e| {
             ProviderError::Stream(format!("The model stream sent invalid JSON: {e}"))
         })?;
-        if chunk.get("error").is_some_and(|e| !e.is_null()) {
-            return Err(ProviderError::Stream(error_text(data, 0)));
+        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(stream_error(err, error_text(data, 0)));
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -576,8 +588,20 @@ mod tests {
         );
         let err = run("openai-partial.sse").0.unwrap_err();
         assert!(err.to_string().contains("ended before"), "{err}");
+        // A 5xx error event is the transient status it stands for (made again by the retry
+        // loop, which reports it in the event's own words).
         let err = run("openai-error-event.sse").0.unwrap_err();
-        assert_eq!(err.to_string(), "upstream overloaded in test");
+        assert_eq!(
+            err,
+            ProviderError::Status {
+                status: 502,
+                message: "upstream overloaded in test".into()
+            }
+        );
+        let err = Decoder::new()
+            .on_chunk(r#"{"error":{"message":"boom"}}"#, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(err, ProviderError::Stream("boom".into()));
     }
 
     /// The fast path and the general path agree on every chunk: same events, same errors,

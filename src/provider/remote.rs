@@ -116,6 +116,26 @@ impl RemoteProvider {
             .map(|w| (w, WindowSource::Props))
     }
 
+    /// The output budget of an unknown model (whose own limit we do not know) once its window
+    /// is known for real (configured, or the server said): the share of the window compaction
+    /// reserves for the reply (`REPLY_SHARE`). A small model that degenerates
+    /// into repeating itself then stops at a length cut instead of writing until the window is
+    /// full, which would leave no room for the next request; and a prompt kept under the
+    /// threshold plus this budget fits the window, so a server that checks both (vLLM) accepts
+    /// it. With a guessed window, none: a guess could exceed the real one and be refused.
+    fn unknown_model_budget(&self) -> Option<u64> {
+        let model = &self.selection.model;
+        if !self.selection.assumed_defaults || model.max_tokens > 0 {
+            return None;
+        }
+        let window = match (model.context_window, self.discovered.get()) {
+            (w, _) if w > 0 => w,
+            (_, Some(&(w, source))) if source != WindowSource::Default => w,
+            _ => return None,
+        };
+        Some((window / super::REPLY_SHARE).max(1))
+    }
+
     /// What the client is told once per session about an unknown model.
     fn assumed_defaults_notice(&self, window: u64, source: WindowSource) -> Notice {
         let model = &self.selection.model;
@@ -142,11 +162,18 @@ impl RemoteProvider {
                 "a context window of {window} tokens (the server did not report one; pass --context-window N to set it)"
             ),
         };
+        let budget_text = match source {
+            WindowSource::Default => "no output limit".to_owned(),
+            _ => format!(
+                "replies of at most {} tokens (a quarter of the window)",
+                (window / super::REPLY_SHARE).max(1)
+            ),
+        };
         Notice {
             severity: "warning",
             title: format!("Unknown model \"{}\": conservative defaults assumed", model.id),
             description: Some(format!(
-                "prime-agent does not know the model \"{}\" at {}, so it sends the system prompt {system}, {effort}, {store}, text-only input, and assumes {window_text}. Describe the model in models.json to change this.",
+                "prime-agent does not know the model \"{}\" at {}, so it sends the system prompt {system}, {effort}, {store}, text-only input, {budget_text}, and assumes {window_text}. Describe the model in models.json to change this.",
                 model.id, self.selection.provider.base_url
             )),
         }
@@ -241,36 +268,32 @@ impl Provider for RemoteProvider {
             ));
         }
         warn_images_omitted(&self.label(), model, request.messages);
-        let (url, mut headers, body) = match self.selection.api {
-            Api::OpenAiCompletions => (
-                openai::url(&p.base_url),
-                openai::headers(key.as_deref()),
-                openai::body(model, request),
-            ),
-            Api::OpenAiResponses => (
+
+        // (Azure's environment: a few variable lookups, read per call like the key.)
+        let azure_env = match self.selection.api {
+            Api::AzureOpenAiResponses => Some(azure::AzureEnv::from_env()),
+            _ => None,
+        };
+        let (url, mut headers) = match (self.selection.api, &azure_env) {
+            (Api::AzureOpenAiResponses, Some(env)) => {
+                let endpoint = azure::endpoint(&p.base_url, env).map_err(ProviderError::Config)?;
+                (azure::url(&endpoint, env), azure::headers(key.as_deref()))
+            }
+            (Api::OpenAiResponses | Api::AzureOpenAiResponses, _) => (
                 responses::url(&p.base_url),
                 responses::headers(key.as_deref()),
-                responses::body(model, request),
             ),
-            Api::AnthropicMessages => (
+            (Api::OpenAiCompletions, _) => {
+                (openai::url(&p.base_url), openai::headers(key.as_deref()))
+            }
+            (Api::AnthropicMessages, _) => (
                 anthropic::url(&p.base_url),
                 anthropic::headers(key.as_deref()),
-                anthropic::body(model, request),
             ),
-            Api::Google => (
+            (Api::Google, _) => (
                 google::url(&p.base_url, &model.id),
                 google::headers(key.as_deref()),
-                google::body(model, request),
             ),
-            Api::AzureOpenAiResponses => {
-                let env = azure::AzureEnv::from_env();
-                let endpoint = azure::endpoint(&p.base_url, &env).map_err(ProviderError::Config)?;
-                (
-                    azure::url(&endpoint, &env),
-                    azure::headers(key.as_deref()),
-                    azure::body(model, request, &env),
-                )
-            }
         };
         for (name, raw) in &p.headers {
             let value = resolve_value(raw, abort).map_err(|e| {
@@ -298,6 +321,28 @@ impl Provider for RemoteProvider {
                 self.assumed_defaults_notice(window, source),
             ));
         }
+        // The body is built once the window is known (asked above for an unknown model),
+        // since an unknown model's output budget depends on it.
+        let capped;
+        let request = match self.unknown_model_budget() {
+            Some(budget) if request.max_tokens.is_none() => {
+                capped = ChatRequest {
+                    max_tokens: Some(budget),
+                    ..*request
+                };
+                &capped
+            }
+            _ => request,
+        };
+        let body = match (self.selection.api, &azure_env) {
+            (Api::AzureOpenAiResponses, Some(env)) => azure::body(model, request, env),
+            (Api::OpenAiResponses | Api::AzureOpenAiResponses, _) => {
+                responses::body(model, request)
+            }
+            (Api::OpenAiCompletions, _) => openai::body(model, request),
+            (Api::AnthropicMessages, _) => anthropic::body(model, request),
+            (Api::Google, _) => google::body(model, request),
+        };
         // The tree is dropped once encoded: for the whole call only the bytes hold a copy of
         // the conversation (a 200,000-token conversation is ~1 MB of them).
         let body = encode(body)?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::AgentEvent;
+use super::{AgentEvent, ToolResultView};
 
 /// The shortest gap between two `rawInput` updates of one streaming call.
 pub(crate) const RAW_INPUT_INTERVAL: Duration = Duration::from_millis(500);
@@ -86,6 +86,23 @@ impl Announcer {
 
     pub(crate) fn contains(&self, id: &str) -> bool {
         self.calls.iter().any(|c| c.id == id)
+    }
+
+    /// The server voided the reply these calls came from (`StreamEvent::Restarted`): each
+    /// shown call ends failed with `text`, and the next attempt's calls start afresh.
+    pub(crate) fn void(&mut self, text: &str) -> Vec<AgentEvent> {
+        self.calls
+            .drain(..)
+            .map(|c| AgentEvent::ToolEnd {
+                id: c.id,
+                name: String::new(),
+                result: ToolResultView {
+                    text: Some(text.to_owned()),
+                    is_error: true,
+                    ..ToolResultView::default()
+                },
+            })
+            .collect()
     }
 
     /// The ids shown so far, for closing the ones the reply did not keep.

@@ -11,23 +11,31 @@ fn deps() -> PathBuf {
 /// `.deps/node/node_modules/.bin/<name>` if installed, else prints the skip reason.
 pub fn npm_bin(name: &str, test: &str) -> Option<PathBuf> {
     let path = deps().join("node/node_modules/.bin").join(name);
-    found(path, test, "npm", name)
+    found(path, test, "npm", name, "test-deps")
 }
 
 /// The Python of `.deps/py` (a venv with the pinned PyPI packages) if installed.
 pub fn python(test: &str) -> Option<PathBuf> {
     let path = deps().join("py/bin/python");
-    found(path, test, "pip", "the .deps/py venv")
+    found(path, test, "pip", "the .deps/py venv", "test-deps")
 }
 
-fn found(path: PathBuf, test: &str, kind: &str, what: &str) -> Option<PathBuf> {
+/// The Python of `.deps/harness` (verifiers 0.4.0 and Harbor, installed by
+/// `make harness-check`), for checking what the agent sends with their own validators.
+pub fn harness_python(test: &str) -> Option<PathBuf> {
+    let path = deps().join("harness/bin/python");
+    found(path, test, "pip", "verifiers 0.4.0", "harness-check")
+}
+
+/// `make` is the target that installs it.
+fn found(path: PathBuf, test: &str, kind: &str, what: &str, make: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "skipped: {test}: {kind} component {what} is not installed at {} (run `make test-deps`)",
+        "skipped: {test}: {kind} component {what} is not installed at {} (run `make {make}`)",
         path.display()
     );
     None

@@ -16,8 +16,13 @@ pub(crate) struct AttemptError {
     pub(super) retry_after: Option<Duration>,
     /// A lower retry limit than the settings' for this kind of failure.
     pub(super) max_retries: Option<u32>,
-    /// The `autoRetry` reason: `rate_limited`, `server_error`, `connection`, `stream_dropped`.
+    /// The `autoRetry` reason: `rate_limited`, `server_error`, `connection`, `stream_dropped`,
+    /// `stream_error`.
     pub(super) reason: &'static str,
+    /// Whether a retry is worth it even after deltas reached the client: the server itself
+    /// voided the reply (a transient error event inside the stream), so the partial reply is
+    /// dropped and the call made again, as upstream retries an errored assistant message.
+    pub(super) restarts: bool,
 }
 
 impl AttemptError {
@@ -28,6 +33,7 @@ impl AttemptError {
             retry_after: None,
             max_retries: None,
             reason: "fatal",
+            restarts: false,
         }
     }
 
@@ -38,7 +44,44 @@ impl AttemptError {
             retry_after: None,
             max_retries: None,
             reason,
+            restarts: false,
         }
+    }
+
+    /// What a decoder's error means for the attempt: a transient error event the server sent
+    /// inside the stream (a 5xx or 429 code, `ProviderError::Status` from the decoder) is
+    /// retried, even after a partial reply (`restarts`); anything else the decoder rejects
+    /// (unreadable JSON, a refusal, an unknown error event) is final.
+    pub(super) fn from_decoder(error: ProviderError) -> AttemptError {
+        match error {
+            // Classified like the same status as an answer (not an overflow, not a request the
+            // server could not parse), then marked as one that voids a partial reply.
+            // The error keeps the event's own words (and `data.kind` "model_protocol").
+            ProviderError::Status { status, message } => {
+                let classified = classify_status(status, &message, None);
+                AttemptError {
+                    error: ProviderError::Stream(message),
+                    restarts: classified.retryable,
+                    reason: "stream_error",
+                    ..classified
+                }
+            }
+            other => AttemptError::fatal(other),
+        }
+    }
+}
+
+/// A transient server failure announced by an error event inside a stream, as the status it
+/// stands for, or `None` for any other error event. `code` is the event's numeric `code`
+/// (llama.cpp, vLLM, OpenAI-compatible gateways: `{"error":{"code":500,…}}`) and `kind` its
+/// `type` (`server_error`; Anthropic's `overloaded_error`, `api_error`, `rate_limit_error`).
+pub(crate) fn transient_event_status(code: Option<u64>, kind: Option<&str>) -> Option<u16> {
+    match (code, kind) {
+        (Some(c), _) if (500..600).contains(&c) || c == 429 => u16::try_from(c).ok(),
+        (_, Some("server_error" | "api_error")) => Some(500),
+        (_, Some("overloaded_error")) => Some(529),
+        (_, Some("rate_limit_error")) => Some(429),
+        _ => None,
     }
 }
 
@@ -92,6 +135,7 @@ pub(crate) fn classify_status(
         } else {
             "server_error"
         },
+        restarts: false,
     }
 }
 
@@ -274,6 +318,7 @@ pub(super) fn classify_ureq_error(e: &ureq::Error, url: &str, slot: &CallSlot) -
         retry_after: None,
         max_retries,
         reason: "connection",
+        restarts: false,
     }
 }
 
@@ -349,6 +394,54 @@ pub(crate) fn is_local_host(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_events_inside_a_stream_are_transient_or_final() {
+        let cases: &[(Option<u64>, Option<&str>, Option<u16>)] = &[
+            // llama.cpp's parser failure, gateways' upstream errors.
+            (Some(500), Some("server_error"), Some(500)),
+            (Some(502), None, Some(502)),
+            (Some(429), None, Some(429)),
+            (None, Some("server_error"), Some(500)),
+            (None, Some("api_error"), Some(500)),
+            (None, Some("overloaded_error"), Some(529)),
+            (None, Some("rate_limit_error"), Some(429)),
+            // Final: the request or the content is at fault, or nothing says otherwise.
+            (Some(400), Some("invalid_request_error"), None),
+            (None, Some("invalid_request_error"), None),
+            (Some(7), None, None),
+            (None, None, None),
+        ];
+        for &(code, kind, want) in cases {
+            assert_eq!(
+                transient_event_status(code, kind),
+                want,
+                "{code:?} {kind:?}"
+            );
+        }
+        // A transient status voids a partial reply; an overflow or an unparsable request
+        // inside the stream does not get better by asking again.
+        let restarts = |status, message: &str| {
+            AttemptError::from_decoder(ProviderError::Status {
+                status,
+                message: message.to_owned(),
+            })
+            .restarts
+        };
+        assert!(restarts(
+            500,
+            "does not match the expected peg-native format"
+        ));
+        assert!(!restarts(
+            500,
+            "request (6638 tokens) exceeds the available context size (4096 tokens)"
+        ));
+        assert!(!restarts(
+            500,
+            "Failed to parse tool call arguments as JSON"
+        ));
+        assert!(!AttemptError::from_decoder(ProviderError::Stream("bad".into())).retryable);
+    }
 
     #[test]
     fn error_text_prefers_the_providers_message() {
