@@ -831,51 +831,7 @@ mod tests {
 
     #[test]
     fn request_body_shape() {
-        let img = || Image {
-            data: "AAAA".into(),
-            mime_type: "image/png".into(),
-        };
-        let messages = vec![
-            Message::User {
-                text: "look".into(),
-                images: vec![img()],
-            },
-            Message::Assistant(AssistantMessage {
-                text: "calling".into(),
-                thinking: "unsigned thoughts are not sent".into(),
-                tool_calls: vec![
-                    ToolCall {
-                        id: "c1".into(),
-                        name: "t".into(),
-                        arguments: json!({"x": 1}),
-                    },
-                    ToolCall {
-                        id: "c2".into(),
-                        name: "t".into(),
-                        arguments: json!("{bad"),
-                    },
-                ],
-                ..Default::default()
-            }),
-            Message::ToolResult {
-                call_id: "c1".into(),
-                name: "t".into(),
-                text: "out".into(),
-                is_error: false,
-                images: vec![img()],
-            },
-            Message::ToolResult {
-                call_id: "c2".into(),
-                name: "t".into(),
-                text: String::new(),
-                is_error: true,
-                images: vec![],
-            },
-            Message::User {
-                text: "next".into(),
-                images: vec![],
-            },
-        ];
+        let messages = crate::provider::tool_round_messages();
         let tools = vec![ToolSpec {
             name: "t".into(),
             description: "d".into(),
