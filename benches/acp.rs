@@ -833,13 +833,30 @@ impl Bench {
             &[json!({"steps":[{"repeat":{"text":"tok ","count":deltas}}]})],
         );
         let script_s = script.display().to_string();
+        let label = format!("scripted stream: {deltas} deltas → client");
+        let glibc = self.scripted_stream_rates(&self.bin.clone(), &script_s, deltas);
+        let glibc_median = stats(glibc.clone())["median"].as_f64().unwrap_or(0.0);
+        self.report.add(&label, "deltas/s", glibc);
+        // The static build side by side in the same run, as for the provider stream below.
+        if let Some(static_bin) = self.static_bin.clone().filter(|b| b.exists()) {
+            let rates = self.scripted_stream_rates(&static_bin, &script_s, deltas);
+            let static_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
+            self.report
+                .add(&format!("{label} (static)"), "deltas/s", rates);
+            if glibc_median > 0.0 {
+                self.report.add(
+                    "scripted stream throughput, static / glibc (medians)",
+                    "ratio",
+                    vec![static_median / glibc_median],
+                );
+            }
+        }
+    }
+
+    fn scripted_stream_rates(&mut self, bin: &Path, script: &str, deltas: usize) -> Vec<f64> {
         let mut rates = vec![];
         for _ in 0..self.runs(5, 1) {
-            let mut p = self.agent(
-                &self.bin,
-                &["--provider", "scripted", "--script", &script_s],
-                &[],
-            );
+            let mut p = self.agent(bin, &["--provider", "scripted", "--script", script], &[]);
             let sid = p.handshake(&self.work);
             let t = Instant::now();
             p.prompt(9, &sid);
@@ -847,11 +864,7 @@ impl Bench {
             rates.push(hits.len() as f64 / (*hits.last().unwrap() - t).as_secs_f64());
             p.finish();
         }
-        self.report.add(
-            &format!("scripted stream: {deltas} deltas → client"),
-            "deltas/s",
-            rates,
-        );
+        rates
     }
 
     fn provider_agent(&self, server: &Server) -> (Proc, String) {
