@@ -403,6 +403,20 @@ fn main() {
     let _ = std::fs::remove_dir_all(&b.work);
 }
 
+/// `turns` prompt round trips on `sid` (ids from 10), each after `before` (untimed).
+fn timed_prompts(p: &mut Proc, sid: &str, turns: usize, mut before: impl FnMut()) -> Vec<f64> {
+    let mut per_turn = Vec::with_capacity(turns);
+    for i in 0..turns {
+        let id = 10 + i as u64;
+        before();
+        let t = Instant::now();
+        p.prompt(id, sid);
+        p.response(id);
+        per_turn.push(ms(t.elapsed()));
+    }
+    per_turn
+}
+
 impl Bench {
     /// Spawns an agent binary, with `--multi-session` first when `BENCH_MULTI=1`.
     fn agent(&self, bin: &Path, args: &[&str], env: &[(&str, String)]) -> Proc {
@@ -564,14 +578,7 @@ impl Bench {
         ];
         let mut p = self.agent(&self.bin, &args, &[]);
         let sid = p.handshake(&self.work);
-        let mut per_turn = Vec::new();
-        for i in 0..turns {
-            let id = 10 + i as u64;
-            let t = Instant::now();
-            p.prompt(id, &sid);
-            p.response(id);
-            per_turn.push(ms(t.elapsed()));
-        }
+        let per_turn = timed_prompts(&mut p, &sid, turns, || {});
         p.finish();
         self.report.add(
             "prompt round trip, one tool call + answer (scripted)",
@@ -580,15 +587,7 @@ impl Bench {
         );
         let server = Server::start();
         let (mut p, sid) = self.provider_agent(&server);
-        let mut per_turn = Vec::new();
-        for i in 0..turns {
-            let id = 10 + i as u64;
-            server.plan(Plan::Blast(1));
-            let t = Instant::now();
-            p.prompt(id, &sid);
-            p.response(id);
-            per_turn.push(ms(t.elapsed()));
-        }
+        let per_turn = timed_prompts(&mut p, &sid, turns, || server.plan(Plan::Blast(1)));
         p.finish();
         self.report.add(
             "prompt round trip, one model call (loopback HTTP)",
