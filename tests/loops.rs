@@ -602,6 +602,56 @@ fn a_run_on_reply_at_a_4k_window_is_summarised_and_every_request_fits() {
     assert!(a.finish().success());
 }
 
+/// An overflow answer means the kept part did not fit either: the compaction it triggers
+/// keeps only the newest message (at a 4k window the system prompt and tools take half of it;
+/// on the real model, every prompt after one filled the window was refused while the last
+/// reply stayed kept).
+#[test]
+fn an_overflow_at_a_4k_window_summarises_the_reply_a_threshold_compaction_would_keep() {
+    let dir = TempDir::new("loops-overflow-keep");
+    let overflow = Canned {
+        status: 400,
+        headers: Vec::new(),
+        body: json!({"error":{"code":400,"message":"request (4124 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error"}}).to_string().into_bytes(),
+        sse: false,
+        end: End::Complete,
+        pace: None,
+    };
+    // A reply of about 1,200 tokens: over the 819 a 4k window keeps, under twice that.
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id":"r","object":"chat.completion.chunk","model":"qwen","choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
+        )
+    };
+    let mut long = chunk(json!({"role":"assistant","content":""}), Value::Null);
+    for i in 0..170 {
+        long += &chunk(
+            json!({"content": format!("KEPT-REPLY words {i:03}. ")}),
+            Value::Null,
+        );
+    }
+    long += &chunk(json!({}), json!("stop"));
+    long += "data: [DONE]\n\n";
+    let server = LlmServer::start(vec![
+        Canned::sse_bytes(long.into_bytes()),
+        overflow,
+        Canned::sse("openai-text.sse"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let mut a = local_model(&server, &dir, &["--no-session"]);
+    a.handshake();
+    assert_eq!(a.prompt_stop("first"), "end_turn");
+    assert_eq!(a.prompt_stop("second"), "end_turn");
+    let posts = server.posts();
+    assert_eq!(posts.len(), 4, "reply, refused call, summary, retry");
+    assert!(posts[2].body.get("tools").is_none(), "the summary request");
+    let retry = posts[3].body["messages"].to_string();
+    assert!(!retry.contains("KEPT-REPLY"), "{retry}");
+    assert!(retry.contains("second"));
+    assert!(a.finish().success());
+}
+
 // --- 5: tool calls while they stream --------------------------------------------------------
 
 #[test]

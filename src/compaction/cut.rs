@@ -46,7 +46,7 @@ pub(crate) fn find_cut(messages: &[Message], start: usize, keep_recent: u64) -> 
     // runaway reply, one huge tool result) is summarised rather than kept: keeping it could
     // leave the compacted context as large as before, and at a small window still over it.
     // The cut then moves past it, to the next valid start, or keeps nothing.
-    if kept > keep_recent.saturating_mul(OVERSIZE) {
+    if keep_recent > 0 && kept > keep_recent.saturating_mul(OVERSIZE) {
         let first_kept = (i + 1..end)
             .find(|&c| may_start_kept(&messages[c]))
             .unwrap_or(end);
@@ -109,6 +109,10 @@ mod tests {
                     }],
                     ..Default::default()
                 }),
+                'U' => Message::User {
+                    text: "x".repeat(400),
+                    images: vec![],
+                },
                 'A' => Message::Assistant(AssistantMessage {
                     text: "x".repeat(400),
                     ..Default::default()
@@ -158,6 +162,10 @@ mod tests {
             ("ucR", 0, 8, 3, None),
             // A run-on reply inside a turn: the cut moves to the assistant after it.
             ("ucrAa", 0, 15, 4, Some(0)),
+            // Keeping nothing but the newest message (an overflow's compaction): the newest
+            // user message stays, whatever its size.
+            ("uaU", 0, 0, 2, None),
+            ("uAu", 0, 0, 2, None),
         ];
         for &(shape, start, keep, first_kept, turn_start) in cases {
             let got = find_cut(&conv(shape), start, keep);

@@ -72,11 +72,19 @@ impl Worker<'_> {
         instructions: Option<&str>,
     ) -> Result<Option<Compacted>, TurnOutcome> {
         let (tokens_before, _) = self.context_usage(conv, provider);
+        let mut settings = self.window_settings(provider);
+        if reason == Reason::Overflow {
+            // The server refused the request as too long, so keeping the recent part as usual
+            // may not be enough (at a 4k window the system prompt and tools alone take half):
+            // everything before the newest message is summarised (found on a real 4k model,
+            // whose every later prompt was refused while the kept part stayed).
+            settings.keep_recent_tokens = 0;
+        }
         let job = Job {
             provider,
             agent: &self.ctx.name,
             thinking: self.model.thinking,
-            settings: self.window_settings(provider),
+            settings,
             instructions,
             abort: self.abort,
             trace: Some(&self.ctx.trace),
