@@ -30,6 +30,7 @@ mod lines;
 mod main_loop;
 mod mcp;
 mod meta;
+mod outbox;
 mod permissions;
 mod persist;
 mod prompt;

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
+use crate::outbox::Outbox;
 use crate::persist::Store;
 use crate::reaper::{self, Reaped};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
@@ -65,9 +66,7 @@ enum Event {
 /// The loop's state: the connection's sending side, the session, and the channels its
 /// workers report on.
 pub(crate) struct MainLoop {
-    out: Sender<Vec<u8>>,
-    /// Frame buffers back from the writer (see `Connection::recycled`).
-    recycled: Receiver<Vec<u8>>,
+    out: Outbox,
     /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
     backlog: Backlog,
     pub(crate) agent: Arc<Agent>,
@@ -108,8 +107,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     let (client_tx, client_rx) = unbounded();
     let (store_tx, store_rx) = unbounded();
     let mut ml = MainLoop {
-        out: conn.sender,
-        recycled: conn.recycled,
+        out: conn.outbox,
         backlog: conn.backlog,
         agent,
         sessions: Vec::new(),
@@ -195,16 +193,27 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
 
 impl MainLoop {
     fn send(&self, frame: &Value) {
-        self.send_bytes(serde_json::to_vec(frame).expect("a JSON value always serialises"));
+        self.send_with(|buf| serde_json::to_writer(buf, frame).is_ok());
     }
 
-    fn send_bytes(&self, bytes: Vec<u8>) {
-        if log::log_enabled!(log::Level::Debug) {
-            log::debug!("> {}", String::from_utf8_lossy(&bytes));
-        }
-        self.backlog.add(bytes.len());
-        // A closed writer means the client is gone; the reader will report it.
-        let _ = self.out.send(bytes);
+    /// Queues the frame `write` appends to the outbox's buffer (see `outbox`: streamed deltas
+    /// then cost no allocation here and no free on the writer). A gone writer means the client
+    /// is gone; the reader reports it.
+    fn send_with(&self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
+        self.out.push(|buf| {
+            let start = buf.len();
+            if !write(buf) {
+                return false;
+            }
+            // Counted while the outbox is locked, so before the writer can take the frame and
+            // count it written: the other order lets the count dip below zero, and a turn
+            // paused on the backlog then sleeps through its wake-up.
+            self.backlog.add(buf.len() - start + 1);
+            if log::log_enabled!(log::Level::Debug) {
+                log::debug!("> {}", String::from_utf8_lossy(&buf[start..]));
+            }
+            true
+        });
     }
 
     pub(crate) fn respond(&self, id: &RequestId, result: Result<Value, RpcError>) {
@@ -302,12 +311,9 @@ impl MainLoop {
                     message,
                     env,
                 } => {
-                    let buf = self.recycled.try_recv().unwrap_or_default();
                     let id = self.sessions[idx].id();
-                    // Never `None` here: the session drops the deltas the hot path skips.
-                    if let Some(frame) = message_chunk_frame(buf, id, kind, &delta, message, env) {
-                        self.send_bytes(frame);
-                    }
+                    // Never empty here: the session drops the deltas the hot path skips.
+                    self.send_with(|buf| message_chunk_frame(buf, id, kind, &delta, message, env));
                 }
                 Action::StartTurn(start) => {
                     let session = &mut self.sessions[idx];
