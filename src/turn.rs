@@ -325,6 +325,16 @@ pub(crate) struct Conversation {
 }
 
 impl Conversation {
+    /// A stored session's conversation (dangling calls closed), with the recorder that
+    /// continues its file and takes over its claim.
+    pub(crate) fn continued(loaded: &mut crate::persist::Loaded) -> Conversation {
+        Conversation {
+            messages: loaded.messages(),
+            recorder: Some(crate::persist::Recorder::resume(loaded)),
+            ..Conversation::default()
+        }
+    }
+
     /// Appends the messages not yet in the session file (a no-op without a recorder).
     pub(crate) fn persist(&mut self) {
         if let Some(r) = self.recorder.as_mut() {
