@@ -5,12 +5,12 @@ use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
 use super::http::{one_line, StreamDecoder};
+use super::parts::{stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
     StreamEvent, Thinking, ToolCall, Usage,
 };
-use crate::content::Image;
 
 pub(crate) const VERSION: &str = "2023-06-01";
 
@@ -22,14 +22,8 @@ pub(crate) fn url(base_url: &str) -> String {
 }
 
 pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
-    let mut h = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-        ("anthropic-version".to_owned(), VERSION.to_owned()),
-    ];
-    if let Some(key) = key {
-        h.push(("x-api-key".to_owned(), key.to_owned()));
-    }
+    let mut h = stream_headers(key.map(|k| ("x-api-key", k.to_owned())));
+    h.push(("anthropic-version".to_owned(), VERSION.to_owned()));
     h
 }
 
@@ -45,19 +39,11 @@ fn budget(t: Thinking) -> Option<u64> {
     }
 }
 
-fn image_block(i: &Image) -> Value {
-    json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": i.data}})
-}
-
-fn images(model: &ModelDef, imgs: &[Image]) -> Vec<Value> {
-    if imgs.is_empty() {
-        Vec::new()
-    } else if model.supports_images() {
-        imgs.iter().map(image_block).collect()
-    } else {
-        vec![json!({"type": "text", "text": super::openai::omitted_text(model, imgs.len())})]
-    }
-}
+/// The Messages API's `text` and base64 `image` blocks.
+const PARTS: Parts = Parts {
+    text: |text| json!({"type": "text", "text": text}),
+    image: |i| json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": i.data}}),
+};
 
 /// The Messages API request body for `req`.
 pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
@@ -67,7 +53,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     for message in req.messages {
         let (role, blocks) = match message {
             Message::User { text, images: imgs } => {
-                let mut b = images(model, imgs);
+                let mut b = PARTS.images(model, imgs);
                 if !text.is_empty() {
                     b.push(json!({"type": "text", "text": text}));
                 }
@@ -117,7 +103,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 let mut content = vec![
                     json!({"type": "text", "text": if text.is_empty() { "(no output)" } else { text }}),
                 ];
-                content.extend(images(model, imgs));
+                content.extend(PARTS.images(model, imgs));
                 (
                     "user",
                     vec![json!({"type": "tool_result", "tool_use_id": call_id,
@@ -421,7 +407,7 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
+    use crate::content::{Image, ToolSpec};
     use crate::provider::config::Compat;
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {

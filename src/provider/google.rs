@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
 use super::http::{one_line, StreamDecoder};
-use super::openai::omitted_text;
+use super::parts::{result_output, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
@@ -35,14 +35,7 @@ pub(crate) fn url(base_url: &str, model: &str) -> String {
 }
 
 pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
-    let mut h = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if let Some(key) = key {
-        h.push(("x-goog-api-key".to_owned(), key.to_owned()));
-    }
-    h
+    stream_headers(key.map(|k| ("x-goog-api-key", k.to_owned())))
 }
 
 /// The major version in `gemini-<n>…` (`None` for other ids: Gemma, tuned models).
@@ -101,20 +94,11 @@ pub(crate) fn thinking_config(model: &ModelDef, thinking: Thinking) -> Option<Va
     Some(json!({"includeThoughts": true, "thinkingBudget": budgets[effort]}))
 }
 
-fn inline(image: &Image) -> Value {
-    json!({"inlineData": {"mimeType": image.mime_type, "data": image.data}})
-}
-
-/// Image parts, or the placeholder text for a model that takes none.
-fn image_parts(model: &ModelDef, images: &[Image]) -> Vec<Value> {
-    if images.is_empty() {
-        Vec::new()
-    } else if model.supports_images() {
-        images.iter().map(inline).collect()
-    } else {
-        vec![json!({"text": omitted_text(model, images.len())})]
-    }
-}
+/// Gemini's text and `inlineData` parts.
+const PARTS: Parts = Parts {
+    text: |text| json!({ "text": text }),
+    image: |image| json!({"inlineData": {"mimeType": image.mime_type, "data": image.data}}),
+};
 
 /// Arguments as Gemini wants them: an object (a malformed text from another model is kept
 /// under `arguments`, so nothing is lost).
@@ -203,7 +187,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 if !text.is_empty() || images.is_empty() {
                     parts.push(json!({"text": text}));
                 }
-                parts.extend(image_parts(model, images));
+                parts.extend(PARTS.images(model, images));
                 contents.push(json!({"role": "user", "parts": parts}));
             }
             Message::Assistant(a) => {
@@ -219,16 +203,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 is_error,
                 images,
             } => {
-                let mut output = match (text.is_empty(), is_error) {
-                    (true, true) => "(tool error)".to_owned(),
-                    (true, false) => "(no output)".to_owned(),
-                    (false, _) => text.clone(),
-                };
-                if !images.is_empty() && !model.supports_images() {
-                    output.push_str(&format!("\n\n{}", omitted_text(model, images.len())));
-                } else {
-                    result_images.extend(images);
-                }
+                let output = result_output(model, text, *is_error, images, &mut result_images);
                 let key = if *is_error { "error" } else { "output" };
                 let mut response = json!({"name": name, "response": {key: output}});
                 if gemini_ids.contains(call_id) {
@@ -296,9 +271,7 @@ fn flush_images(images: &mut Vec<&Image>, contents: &mut Vec<Value>) {
     if images.is_empty() {
         return;
     }
-    let mut parts = vec![json!({"text": "Images from the tool results:"})];
-    parts.extend(images.drain(..).map(inline));
-    contents.push(json!({"role": "user", "parts": parts}));
+    contents.push(json!({"role": "user", "parts": PARTS.result_images(images)}));
 }
 
 /// Assembles one streamed reply.

@@ -12,6 +12,7 @@ pub(crate) mod google;
 pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
+pub(crate) mod parts;
 pub(crate) mod remote;
 pub(crate) mod responses;
 pub(crate) mod scripted;

@@ -12,26 +12,19 @@ use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
 use super::http::{error_text, StreamDecoder};
+use super::parts::{omitted_text, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
     Thinking, ToolCall, Usage,
 };
-use crate::content::Image;
 
 pub(crate) fn url(base_url: &str) -> String {
     format!("{}/chat/completions", base_url.trim_end_matches('/'))
 }
 
 pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
-    let mut h = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if let Some(key) = key {
-        h.push(("authorization".to_owned(), format!("Bearer {key}")));
-    }
-    h
+    stream_headers(key.map(|k| ("authorization", format!("Bearer {k}"))))
 }
 
 pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
@@ -44,30 +37,11 @@ pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
     }
 }
 
-fn data_uri(image: &Image) -> String {
-    format!("data:{};base64,{}", image.mime_type, image.data)
-}
-
-fn image_parts(model: &ModelDef, images: &[Image]) -> Vec<Value> {
-    if model.supports_images() {
-        images
-            .iter()
-            .map(|i| json!({"type": "image_url", "image_url": {"url": data_uri(i)}}))
-            .collect()
-    } else if images.is_empty() {
-        Vec::new()
-    } else {
-        vec![json!({"type": "text", "text": omitted_text(model, images.len())})]
-    }
-}
-
-/// What a text-only model reads in place of `n` images.
-pub(crate) fn omitted_text(model: &ModelDef, n: usize) -> String {
-    format!(
-        "({n} image(s) omitted: the model {} does not accept images)",
-        model.id
-    )
-}
+/// Chat Completions' `text` and `image_url` (a data URI) parts.
+const PARTS: Parts = Parts {
+    text: |text| json!({"type": "text", "text": text}),
+    image: |i| json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime_type, i.data)}}),
+};
 
 /// The Chat Completions request body for `req`.
 pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
@@ -87,7 +61,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                     messages.push(json!({"role": "user", "content": text}));
                 } else {
                     let mut parts = vec![json!({"type": "text", "text": text})];
-                    parts.extend(image_parts(model, images));
+                    parts.extend(PARTS.images(model, images));
                     messages.push(json!({"role": "user", "content": parts}));
                 }
             }
@@ -145,7 +119,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 if !images.is_empty() && model.supports_images() {
                     let mut parts =
                         vec![json!({"type": "text", "text": "Images from the tool result:"})];
-                    parts.extend(image_parts(model, images));
+                    parts.extend(PARTS.images(model, images));
                     messages.push(json!({"role": "user", "content": parts}));
                 }
             }
@@ -493,7 +467,7 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
+    use crate::content::{Image, ToolSpec};
     use crate::provider::config::Compat;
 
     fn model(reasoning: bool) -> ModelDef {

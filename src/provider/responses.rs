@@ -17,7 +17,8 @@ use std::borrow::Cow;
 
 use super::config::ModelDef;
 use super::http::{one_line, StreamDecoder};
-use super::openai::{effort, omitted_text};
+use super::openai::effort;
+use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
@@ -34,22 +35,22 @@ pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     super::openai::headers(key)
 }
 
-fn image_part(image: &Image) -> Value {
-    json!({"type": "input_image", "detail": "auto",
-           "image_url": format!("data:{};base64,{}", image.mime_type, image.data)})
-}
+/// The Responses API's `input_text` and `input_image` parts.
+const PARTS: Parts = Parts {
+    text: |text| json!({"type": "input_text", "text": text}),
+    image: |image| {
+        json!({"type": "input_image", "detail": "auto",
+               "image_url": format!("data:{};base64,{}", image.mime_type, image.data)})
+    },
+};
 
 /// Input content parts for `text` and `images` (a placeholder for a text-only model).
 fn user_parts(model: &ModelDef, text: &str, images: &[Image]) -> Vec<Value> {
     let mut parts = Vec::new();
     if !text.is_empty() || images.is_empty() {
-        parts.push(json!({"type": "input_text", "text": text}));
+        parts.push((PARTS.text)(text));
     }
-    if model.supports_images() {
-        parts.extend(images.iter().map(image_part));
-    } else if !images.is_empty() {
-        parts.push(json!({"type": "input_text", "text": omitted_text(model, images.len())}));
-    }
+    parts.extend(PARTS.images(model, images));
     parts
 }
 
@@ -75,16 +76,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 images,
                 ..
             } => {
-                let mut output = match (text.is_empty(), is_error) {
-                    (true, true) => "(tool error)".to_owned(),
-                    (true, false) => "(no output)".to_owned(),
-                    (false, _) => text.clone(),
-                };
-                if !images.is_empty() && !model.supports_images() {
-                    output.push_str(&format!("\n\n{}", omitted_text(model, images.len())));
-                } else {
-                    result_images.extend(images);
-                }
+                let output = result_output(model, text, *is_error, images, &mut result_images);
                 input.push(json!({"type": "function_call_output", "call_id": call_id,
                                   "output": output}));
             }
@@ -137,10 +129,8 @@ fn flush_result_images(model: &ModelDef, images: &mut Vec<&Image>, input: &mut V
     if images.is_empty() {
         return;
     }
-    let mut parts = vec![json!({"type": "input_text", "text": "Images from the tool results:"})];
-    parts.extend(images.drain(..).map(image_part));
     debug_assert!(model.supports_images());
-    input.push(json!({"role": "user", "content": parts}));
+    input.push(json!({"role": "user", "content": PARTS.result_images(images)}));
 }
 
 /// The input items of one assistant turn: its own output items when they still describe it,
