@@ -407,11 +407,12 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::{Image, ToolSpec};
-    use crate::provider::config::Compat;
+    use crate::provider::tests_support::{
+        model, replay_fixture, request, tool, tool_round_messages, user,
+    };
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        crate::provider::http::replay_fixture(fixture, Decoder::new())
+        replay_fixture(fixture, Decoder::new())
     }
 
     #[test]
@@ -507,35 +508,10 @@ mod tests {
             ]
         );
         assert_eq!(r.message.tool_calls[0].id, "toolu_09");
-        let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
-            Message::Assistant(r.message),
-        ];
-        let model = ModelDef {
-            id: "claude".into(),
-            name: "claude".into(),
-            reasoning: true,
-            input: vec!["text".into()],
-            context_window: 200_000,
-            max_tokens: 32_000,
-            compat: Compat::default(),
-            cost: None,
-            api: None,
-        };
+        let messages = vec![user("go"), Message::Assistant(r.message)];
         let b = body(
-            &model,
-            &ChatRequest {
-                system: "",
-                messages: &messages,
-                tools: &[],
-                thinking: Thinking::Medium,
-                agent: "main",
-                max_tokens: None,
-                request_id: "test-request",
-            },
+            &model("claude", true, false),
+            &request(&messages, &[], Thinking::Medium),
         );
         let kinds: Vec<&str> = b["messages"][1]["content"]
             .as_array()
@@ -549,82 +525,29 @@ mod tests {
 
     #[test]
     fn request_body_merges_roles_and_sets_thinking() {
-        let model = ModelDef {
-            id: "claude".into(),
-            name: "claude".into(),
-            reasoning: true,
-            input: vec!["text".into(), "image".into()],
-            context_window: 200_000,
-            max_tokens: 32_000,
-            compat: Compat::default(),
-            cost: None,
-            api: None,
+        let mut messages = tool_round_messages();
+        let Message::Assistant(a) = &mut messages[1] else {
+            panic!("the reply")
         };
-        let messages = vec![
-            Message::User {
-                text: "hi".into(),
-                images: vec![Image {
-                    data: "QQ==".into(),
-                    mime_type: "image/png".into(),
-                }],
-            },
-            Message::Assistant(AssistantMessage {
-                text: "calling".into(),
-                thinking: "hmm".into(),
-                reasoning_blocks: vec![ReasoningBlock::Signed {
-                    thinking: "hmm".into(),
-                    signature: "sig".into(),
-                }],
-                tool_calls: vec![
-                    ToolCall {
-                        id: "a".into(),
-                        name: "t".into(),
-                        arguments: json!({"x": 1}),
-                    },
-                    ToolCall {
-                        id: "b".into(),
-                        name: "t".into(),
-                        arguments: json!("bad"),
-                    },
-                ],
-            }),
-            Message::ToolResult {
-                call_id: "a".into(),
-                name: "t".into(),
-                text: "ok".into(),
-                is_error: false,
-                images: vec![],
-            },
-            Message::ToolResult {
-                call_id: "b".into(),
-                name: "t".into(),
-                text: "err".into(),
-                is_error: true,
-                images: vec![],
-            },
-        ];
-        let tools = vec![ToolSpec {
-            name: "t".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object"}),
+        a.reasoning_blocks = vec![ReasoningBlock::Signed {
+            thinking: "hmm".into(),
+            signature: "sig".into(),
         }];
+        let tools = [tool(json!({"type": "object"}))];
         let b = body(
-            &model,
-            &ChatRequest {
-                system: "sys",
-                messages: &messages,
-                tools: &tools,
-                thinking: Thinking::Medium,
-                agent: "main",
-                max_tokens: None,
-                request_id: "test-request",
-            },
+            &model("claude", true, true),
+            &request(&messages, &tools, Thinking::Medium),
         );
         assert_eq!(b["system"], "sys");
         assert_eq!(b["thinking"]["budget_tokens"], 8192);
         assert_eq!(b["max_tokens"], 32_000);
         let msgs = b["messages"].as_array().expect("messages");
-        assert_eq!(msgs.len(), 3, "two tool results merge into one user turn");
+        assert_eq!(
+            msgs.len(),
+            3,
+            "two tool results and the next prompt merge into one user turn"
+        );
+        assert_eq!(msgs[2]["content"][2]["text"], "next");
         assert_eq!(msgs[0]["content"][0]["source"]["media_type"], "image/png");
         assert_eq!(msgs[1]["content"][0]["type"], "thinking");
         assert_eq!(msgs[1]["content"][3]["input"], json!({}));

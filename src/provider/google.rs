@@ -473,41 +473,12 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
-    use crate::provider::config::Compat;
-
-    fn model(id: &str, reasoning: bool, images: bool) -> ModelDef {
-        ModelDef {
-            id: id.into(),
-            name: id.into(),
-            reasoning,
-            input: if images {
-                vec!["text".into(), "image".into()]
-            } else {
-                vec!["text".into()]
-            },
-            context_window: 1_048_576,
-            max_tokens: 65_536,
-            compat: Compat::default(),
-            cost: None,
-            api: None,
-        }
-    }
+    use crate::provider::tests_support::{
+        data_event, model, replay_fixture, request, result, tool, tool_round_messages, user,
+    };
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        crate::provider::http::replay_fixture(fixture, Decoder::new("gemini-3-pro-preview"))
-    }
-
-    fn request<'a>(messages: &'a [Message], tools: &'a [ToolSpec], t: Thinking) -> ChatRequest<'a> {
-        ChatRequest {
-            system: "sys",
-            messages,
-            tools,
-            thinking: t,
-            agent: "main",
-            max_tokens: None,
-            request_id: "test-request",
-        }
+        replay_fixture(fixture, Decoder::new("gemini-3-pro-preview"))
     }
 
     #[test]
@@ -684,13 +655,9 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("ended before"));
         assert_eq!(events, vec![StreamEvent::Text("Partial answer".into())]);
         let mut d = Decoder::new("m");
-        let ev = |data: &str| SseEvent {
-            event: String::new(),
-            data: data.into(),
-        };
         let e = d
             .on_event(
-                &ev(r#"{"candidates":[{"finishReason":"SAFETY"}]}"#),
+                &data_event(r#"{"candidates":[{"finishReason":"SAFETY"}]}"#),
                 &mut |_| {},
             )
             .unwrap_err();
@@ -700,22 +667,20 @@ mod tests {
         );
         let e = d
             .on_event(
-                &ev(r#"{"promptFeedback":{"blockReason":"OTHER"}}"#),
+                &data_event(r#"{"promptFeedback":{"blockReason":"OTHER"}}"#),
                 &mut |_| {},
             )
             .unwrap_err();
         assert_eq!(e.to_string(), "The model refused the prompt (OTHER)");
-        assert!(d.on_event(&ev("{nope"), &mut |_| {}).is_err());
+        assert!(d.on_event(&data_event("{nope"), &mut |_| {}).is_err());
     }
 
     #[test]
     fn request_body_shape() {
-        let messages = crate::provider::tool_round_messages();
-        let tools = vec![ToolSpec {
-            name: "t".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
-        }];
+        let messages = tool_round_messages();
+        let tools = [tool(
+            json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+        )];
         let b = body(
             &model("gemini-2.5-pro", true, true),
             &request(&messages, &tools, Thinking::Medium),
@@ -767,18 +732,9 @@ mod tests {
         edit(&mut reply);
         let call_id = reply.tool_calls[0].id.clone();
         let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
+            user("go"),
             Message::Assistant(reply),
-            Message::ToolResult {
-                call_id,
-                name: "bash".into(),
-                text: "gemini-ok".into(),
-                is_error: false,
-                images: vec![],
-            },
+            result(&call_id, "bash", "gemini-ok"),
         ];
         let b = body(
             &model(model_id, true, true),
@@ -822,22 +778,13 @@ mod tests {
         let chunk = json!({"candidates": [{"content": {"role": "model", "parts": [
             {"functionCall": {"id": "fc-7", "name": "read", "args": {}}, "thoughtSignature": "c2ln"}]},
             "finishReason": "STOP"}]});
-        let e = SseEvent {
-            event: String::new(),
-            data: chunk.to_string(),
-        };
-        d.on_event(&e, &mut |_| {}).expect("ok");
+        d.on_event(&data_event(&chunk.to_string()), &mut |_| {})
+            .expect("ok");
         let reply = d.finish().expect("ok");
         assert_eq!(reply.message.tool_calls[0].id, "fc-7");
         let messages = vec![
             Message::Assistant(reply.message),
-            Message::ToolResult {
-                call_id: "fc-7".into(),
-                name: "read".into(),
-                text: "x".into(),
-                is_error: false,
-                images: vec![],
-            },
+            result("fc-7", "read", "x"),
         ];
         let b = body(
             &model("gemini-3-pro-preview", true, true),

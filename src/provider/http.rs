@@ -94,32 +94,6 @@ pub(crate) trait StreamDecoder {
     fn finish(self) -> Result<Reply, ProviderError>;
 }
 
-/// Replays a recorded stream from `fixtures/sse/` through a decoder, as the HTTP loop would;
-/// returns the reply and the deltas it emitted. For decoder tests.
-#[cfg(test)]
-pub(crate) fn replay_fixture<D: StreamDecoder>(
-    fixture: &str,
-    mut decoder: D,
-) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/sse")
-        .join(fixture);
-    let bytes = std::fs::read(path).expect("fixture");
-    let mut sse = super::sse::SseDecoder::new();
-    let mut events = Vec::new();
-    sse.feed(&bytes, &mut events);
-    sse.finish(&mut events);
-    let mut out = Vec::new();
-    for e in &events {
-        match decoder.on_event(e, &mut |ev| out.push(ev)) {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => return (Err(e), out),
-        }
-    }
-    (decoder.finish(), out)
-}
-
 /// One POST of a model call.
 pub(crate) struct PostRequest<'a> {
     /// `provider/model`, for log lines.

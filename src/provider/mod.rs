@@ -17,6 +17,8 @@ pub(crate) mod remote;
 pub(crate) mod responses;
 pub(crate) mod scripted;
 pub(crate) mod sse;
+#[cfg(test)]
+pub(crate) mod tests_support;
 
 use serde_json::Value;
 
@@ -349,56 +351,4 @@ pub(crate) trait Provider: Send + Sync {
         abort: &AbortFlag,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError>;
-}
-
-/// The request-shape tests' conversation (openai responses, google): a user image, a reply
-/// with a good and a malformed call, their results (one with an image, one an empty error),
-/// and a next prompt.
-#[cfg(test)]
-pub(crate) fn tool_round_messages() -> Vec<Message> {
-    let img = || Image {
-        data: "AAAA".into(),
-        mime_type: "image/png".into(),
-    };
-    vec![
-        Message::User {
-            text: "look".into(),
-            images: vec![img()],
-        },
-        Message::Assistant(AssistantMessage {
-            text: "calling".into(),
-            thinking: "unsigned thoughts are not sent".into(),
-            tool_calls: vec![
-                ToolCall {
-                    id: "c1".into(),
-                    name: "t".into(),
-                    arguments: serde_json::json!({"x": 1}),
-                },
-                ToolCall {
-                    id: "c2".into(),
-                    name: "t".into(),
-                    arguments: serde_json::json!("{bad"),
-                },
-            ],
-            ..Default::default()
-        }),
-        Message::ToolResult {
-            call_id: "c1".into(),
-            name: "t".into(),
-            text: "out".into(),
-            is_error: false,
-            images: vec![img()],
-        },
-        Message::ToolResult {
-            call_id: "c2".into(),
-            name: "t".into(),
-            text: String::new(),
-            is_error: true,
-            images: vec![],
-        },
-        Message::User {
-            text: "next".into(),
-            images: vec![],
-        },
-    ]
 }

@@ -597,60 +597,19 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
-    use crate::provider::config::Compat;
+    use crate::provider::tests_support::{
+        data_event, model, replay, replay_fixture, request, result, tool, tool_round_messages, user,
+    };
     use crate::provider::Thinking;
 
-    fn model(id: &str, reasoning: bool, images: bool) -> ModelDef {
-        ModelDef {
-            id: id.into(),
-            name: id.into(),
-            reasoning,
-            input: if images {
-                vec!["text".into(), "image".into()]
-            } else {
-                vec!["text".into()]
-            },
-            context_window: 400_000,
-            max_tokens: 128_000,
-            compat: Compat::default(),
-            api: Some("openai-responses".into()),
-            cost: None,
-        }
-    }
-
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        crate::provider::http::replay_fixture(fixture, Decoder::new("gpt-5.4"))
+        replay_fixture(fixture, Decoder::new("gpt-5.4"))
     }
 
     /// Decodes a stream given as its events' JSON, one per element.
     fn decode(events: &[Value]) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        let mut d = Decoder::new("m");
-        let mut out = Vec::new();
-        for v in events {
-            let e = SseEvent {
-                event: String::new(),
-                data: v.to_string(),
-            };
-            match d.on_event(&e, &mut |ev| out.push(ev)) {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(err) => return (Err(err), out),
-            }
-        }
-        (d.finish(), out)
-    }
-
-    fn request<'a>(messages: &'a [Message], tools: &'a [ToolSpec], t: Thinking) -> ChatRequest<'a> {
-        ChatRequest {
-            system: "sys",
-            messages,
-            tools,
-            thinking: t,
-            agent: "main",
-            max_tokens: None,
-            request_id: "test-request",
-        }
+        let events: Vec<SseEvent> = events.iter().map(|v| data_event(&v.to_string())).collect();
+        replay(Decoder::new("m"), &events)
     }
 
     #[test]
@@ -776,12 +735,9 @@ mod tests {
             let e = decode(std::slice::from_ref(&event)).0.unwrap_err();
             assert_eq!(e, ProviderError::Stream(want.into()), "{event}");
         }
-        let mut d = Decoder::new("m");
-        let bad = SseEvent {
-            event: String::new(),
-            data: "{not json".into(),
-        };
-        let e = d.on_event(&bad, &mut |_| {}).unwrap_err();
+        let e = Decoder::new("m")
+            .on_event(&data_event("{not json"), &mut |_| {})
+            .unwrap_err();
         assert!(e
             .to_string()
             .starts_with("The model stream sent invalid JSON"));
@@ -821,12 +777,8 @@ mod tests {
 
     #[test]
     fn request_body_shape() {
-        let messages = crate::provider::tool_round_messages();
-        let tools = vec![ToolSpec {
-            name: "t".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object"}),
-        }];
+        let messages = tool_round_messages();
+        let tools = [tool(json!({"type": "object"}))];
         let b = body(
             &model("gpt-5.4", true, true),
             &request(&messages, &tools, Thinking::High),
@@ -896,18 +848,9 @@ mod tests {
         let mut reply = run("responses-reasoning-tools.sse").0.expect("ok").message;
         edit(&mut reply);
         let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
+            user("go"),
             Message::Assistant(reply),
-            Message::ToolResult {
-                call_id: "call_test1".into(),
-                name: "bash".into(),
-                text: "responses-ok".into(),
-                is_error: false,
-                images: vec![],
-            },
+            result("call_test1", "bash", "responses-ok"),
         ];
         let b = body(
             &model(model_id, true, true),
@@ -967,19 +910,11 @@ mod tests {
     #[test]
     fn other_apis_skip_responses_items() {
         let reply = run("responses-reasoning-tools.sse").0.expect("ok").message;
-        let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
-            Message::Assistant(reply),
-        ];
-        let claude = ModelDef {
-            api: None,
-            ..model("claude", true, true)
-        };
-        let b =
-            crate::provider::anthropic::body(&claude, &request(&messages, &[], Thinking::Medium));
+        let messages = vec![user("go"), Message::Assistant(reply)];
+        let b = crate::provider::anthropic::body(
+            &model("claude", true, true),
+            &request(&messages, &[], Thinking::Medium),
+        );
         let kinds: Vec<&str> = b["messages"][1]["content"]
             .as_array()
             .expect("blocks")

@@ -100,6 +100,33 @@ pub(crate) struct ModelDef {
 }
 
 impl ModelDef {
+    /// A model as the catalogue lists it: its id for a name, text (and images when `images`)
+    /// in, no prices, and its provider's wire API.
+    pub(crate) fn listed(
+        id: &str,
+        reasoning: bool,
+        context_window: u64,
+        max_tokens: u64,
+        images: bool,
+        compat: Compat,
+    ) -> ModelDef {
+        ModelDef {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            reasoning,
+            input: if images {
+                vec!["text".into(), "image".into()]
+            } else {
+                vec!["text".into()]
+            },
+            context_window,
+            max_tokens,
+            compat,
+            cost: None,
+            api: None,
+        }
+    }
+
     /// The wire API this model is called with: its own, else its provider's.
     pub(crate) fn api_name<'a>(&'a self, provider: &'a ProviderDef) -> &'a str {
         self.api.as_deref().unwrap_or(&provider.api)
@@ -122,21 +149,12 @@ impl ModelDef {
     /// window and be refused), and `reasoning_effort` only when `reasoning` (the user asked
     /// for a thinking level). `context_window` 0: ask the server at the first call.
     pub(crate) fn assumed(id: &str, reasoning: bool, compat: Compat) -> ModelDef {
-        ModelDef {
-            id: id.to_owned(),
-            name: id.to_owned(),
-            reasoning,
-            input: vec!["text".into()],
-            context_window: 0,
-            max_tokens: 0,
-            compat: Compat {
-                supports_developer_role: false,
-                supports_store: false,
-                ..compat
-            },
-            cost: None,
-            api: None,
-        }
+        let compat = Compat {
+            supports_developer_role: false,
+            supports_store: false,
+            ..compat
+        };
+        ModelDef::listed(id, reasoning, 0, 0, false, compat)
     }
 }
 
@@ -437,21 +455,17 @@ impl Registry {
                     .iter()
                     .map(
                         |&(id, reasoning, context_window, max_tokens, images)| ModelDef {
-                            id: id.to_owned(),
-                            name: id.to_owned(),
-                            reasoning,
-                            input: if images {
-                                vec!["text".into(), "image".into()]
-                            } else {
-                                vec!["text".into()]
-                            },
-                            context_window,
-                            max_tokens,
-                            compat: b.compat,
-                            cost: None,
                             api: RESPONSES_MODELS
                                 .contains(&(b.name, id))
                                 .then(|| "openai-responses".to_owned()),
+                            ..ModelDef::listed(
+                                id,
+                                reasoning,
+                                context_window,
+                                max_tokens,
+                                images,
+                                b.compat,
+                            )
                         },
                     )
                     .collect(),
