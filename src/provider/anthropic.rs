@@ -228,9 +228,8 @@ impl StreamDecoder for Decoder {
         if event.data.trim().is_empty() {
             return Ok(false);
         }
-        let v: Value = serde_json::from_str(&event.data).map_err(|e| {
-            ProviderError::Stream(format!("The model stream sent invalid JSON: {e}"))
-        })?;
+        let v: Value =
+            serde_json::from_str(&event.data).map_err(|e| ProviderError::invalid_json(&e))?;
         let kind = v
             .get("type")
             .and_then(Value::as_str)
@@ -357,10 +356,7 @@ impl StreamDecoder for Decoder {
 
     fn finish(mut self) -> Result<Reply, ProviderError> {
         if !self.done {
-            return Err(ProviderError::Stream(
-                "The model stream ended before the reply was complete (connection dropped?)"
-                    .to_owned(),
-            ));
+            return Err(ProviderError::ended_early());
         }
         for (_, block) in std::mem::take(&mut self.blocks) {
             match block {

@@ -388,9 +388,8 @@ impl StreamDecoder for Decoder {
         if data.is_empty() || data == "[DONE]" {
             return Ok(false);
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|err| {
-            ProviderError::Stream(format!("The model stream sent invalid JSON: {err}"))
-        })?;
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|err| ProviderError::invalid_json(&err))?;
         if let Some(err) = chunk.get("error") {
             return Err(ProviderError::Stream(error_words(err)));
         }
@@ -445,10 +444,7 @@ impl StreamDecoder for Decoder {
 
     fn finish(mut self) -> Result<Reply, ProviderError> {
         let Some(finish) = self.finish else {
-            return Err(ProviderError::Stream(
-                "The model stream ended before the reply was complete (connection dropped?)"
-                    .to_owned(),
-            ));
+            return Err(ProviderError::ended_early());
         };
         // Only signed parts need replaying; without a signature the rebuild says the same.
         let signed = self

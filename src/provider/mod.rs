@@ -288,6 +288,18 @@ impl std::fmt::Display for ProviderError {
 impl std::error::Error for ProviderError {}
 
 impl ProviderError {
+    /// The stream ended before the reply's end was seen: the connection dropped.
+    pub(crate) fn ended_early() -> ProviderError {
+        ProviderError::Stream(
+            "The model stream ended before the reply was complete (connection dropped?)".to_owned(),
+        )
+    }
+
+    /// A stream event that is not JSON.
+    pub(crate) fn invalid_json(err: &serde_json::Error) -> ProviderError {
+        ProviderError::Stream(format!("The model stream sent invalid JSON: {err}"))
+    }
+
     /// The prompt error's `data.kind` for this failure (docs/harnesses.md): `model_transport`
     /// for a connection that failed, dropped or stalled (a harness may retry the rollout),
     /// `model_http` for an error status from the server, `model_protocol` for a stream that

@@ -446,9 +446,8 @@ impl StreamDecoder for Decoder {
         if data.is_empty() || data == "[DONE]" {
             return Ok(false);
         }
-        let e: Event<'_> = serde_json::from_str(data).map_err(|err| {
-            ProviderError::Stream(format!("The model stream sent invalid JSON: {err}"))
-        })?;
+        let e: Event<'_> =
+            serde_json::from_str(data).map_err(|err| ProviderError::invalid_json(&err))?;
         let kind = e.kind.as_deref().unwrap_or(event.event.as_str());
         let delta = || match e.delta.clone() {
             Some(Value::String(s)) => s,
@@ -550,10 +549,7 @@ impl StreamDecoder for Decoder {
 
     fn finish(mut self) -> Result<Reply, ProviderError> {
         let Some(finish) = self.finish else {
-            return Err(ProviderError::Stream(
-                "The model stream ended before the reply was complete (connection dropped?)"
-                    .to_owned(),
-            ));
+            return Err(ProviderError::ended_early());
         };
         for (i, c) in std::mem::take(&mut self.calls).into_iter().enumerate() {
             if c.name.is_empty() && c.arguments.is_empty() {
