@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
-use super::http::{one_line, StreamDecoder};
+use super::http::{event_json, one_line, StreamDecoder};
 use super::parts::{result_output, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
@@ -384,12 +384,9 @@ impl StreamDecoder for Decoder {
         event: &SseEvent,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<bool, ProviderError> {
-        let data = event.data.trim();
-        if data.is_empty() || data == "[DONE]" {
+        let Some(chunk) = event_json::<Value>(event)? else {
             return Ok(false);
-        }
-        let chunk: Value =
-            serde_json::from_str(data).map_err(|err| ProviderError::invalid_json(&err))?;
+        };
         if let Some(err) = chunk.get("error") {
             return Err(ProviderError::Stream(error_words(err)));
         }

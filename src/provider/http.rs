@@ -94,6 +94,20 @@ pub(crate) trait StreamDecoder {
     fn finish(self) -> Result<Reply, ProviderError>;
 }
 
+/// The JSON of one stream event, for decoders whose every event is one; `None` for an empty
+/// event or the `[DONE]` some compatible servers end with although the API has none.
+pub(crate) fn event_json<'a, T: serde::Deserialize<'a>>(
+    event: &'a SseEvent,
+) -> Result<Option<T>, ProviderError> {
+    let data = event.data.trim();
+    if data.is_empty() || data == "[DONE]" {
+        return Ok(None);
+    }
+    serde_json::from_str(data)
+        .map(Some)
+        .map_err(|err| ProviderError::invalid_json(&err))
+}
+
 /// One POST of a model call.
 pub(crate) struct PostRequest<'a> {
     /// `provider/model`, for log lines.

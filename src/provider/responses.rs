@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
 use super::config::ModelDef;
-use super::http::{one_line, StreamDecoder};
+use super::http::{event_json, one_line, StreamDecoder};
 use super::openai::effort;
 use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
@@ -441,13 +441,9 @@ impl StreamDecoder for Decoder {
         event: &SseEvent,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<bool, ProviderError> {
-        let data = event.data.trim();
-        // Not part of the API, but some compatible servers end with it.
-        if data.is_empty() || data == "[DONE]" {
+        let Some(e) = event_json::<Event<'_>>(event)? else {
             return Ok(false);
-        }
-        let e: Event<'_> =
-            serde_json::from_str(data).map_err(|err| ProviderError::invalid_json(&err))?;
+        };
         let kind = e.kind.as_deref().unwrap_or(event.event.as_str());
         let delta = || match e.delta.clone() {
             Some(Value::String(s)) => s,
