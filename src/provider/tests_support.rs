@@ -55,6 +55,14 @@ pub(crate) fn user(text: &str) -> Message {
     }
 }
 
+/// A reply with text only.
+pub(crate) fn answer(text: &str) -> Message {
+    Message::Assistant(AssistantMessage {
+        text: text.into(),
+        ..Default::default()
+    })
+}
+
 /// A successful tool result without images.
 pub(crate) fn result(call_id: &str, name: &str, text: &str) -> Message {
     Message::ToolResult {
