@@ -441,6 +441,14 @@ mod tests {
         Store::new(dir.to_owned(), dir.join("artifacts"))
     }
 
+    /// A store in a fresh directory (returned), and a recorder of session `id` in `/w`.
+    fn recording(tag: &str, id: &str) -> (PathBuf, Store, Recorder) {
+        let dir = tmp(tag);
+        let store = store_in(&dir);
+        let r = store.recorder(id, Path::new("/w"));
+        (dir, store, r)
+    }
+
     /// The entries of a session file, one JSON value a line.
     fn entries(path: &Path) -> Vec<Value> {
         fs::read_to_string(path)
@@ -558,9 +566,7 @@ mod tests {
 
     #[test]
     fn a_hidden_message_is_a_custom_message_the_model_gets_back_on_load() {
-        let dir = tmp("hidden");
-        let store = store_in(&dir);
-        let mut r = store.recorder("h1", Path::new("/w"));
+        let (dir, _store, mut r) = recording("hidden", "h1");
         let mut messages = vec![user("q"), answer("a")];
         r.note_hidden(2, "ipython_state_restored");
         messages.push(user(
@@ -590,9 +596,7 @@ mod tests {
 
     #[test]
     fn a_shown_custom_message_keeps_its_details_and_a_taken_back_prompt_moves_the_notes() {
-        let dir = tmp("custom");
-        let store = store_in(&dir);
-        let mut r = store.recorder("k1", Path::new("/w"));
+        let (dir, _store, mut r) = recording("custom", "k1");
         let beat = |n: u64| Custom {
             custom_type: "heartbeat_prompt",
             display: true,
@@ -622,9 +626,7 @@ mod tests {
 
     #[test]
     fn a_compaction_is_recorded_and_a_load_rebuilds_the_compacted_context() {
-        let dir = tmp("compact");
-        let store = store_in(&dir);
-        let mut r = store.recorder("c1", Path::new("/w"));
+        let (dir, _store, mut r) = recording("compact", "c1");
         let mut messages = vec![user("q1"), answer("a1"), user("q2"), answer("a2")];
         r.sync(&messages);
         // Keep from index 2 on; the summary takes the place of q1/a1.
@@ -653,9 +655,7 @@ mod tests {
 
     #[test]
     fn picks_resolve_ids_prefixes_and_paths_and_forks_name_their_parent() {
-        let dir = tmp("pick");
-        let store = store_in(&dir);
-        let mut r = store.recorder("0190aaaa-0000", Path::new("/w"));
+        let (dir, store, mut r) = recording("pick", "0190aaaa-0000");
         let messages = vec![user("q"), answer("a")];
         r.sync(&messages);
         // The recorder owns the file: picking it is refused until it is gone.
