@@ -433,8 +433,7 @@ mod tests {
 
     #[test]
     fn summaries_from_head_and_tail_agree_with_a_full_load_and_the_index_follows_growth() {
-        let dir = std::env::temp_dir().join(format!("pa-index-{}", uuid::Uuid::new_v4()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_support::temp_dir("index");
         let cases: Vec<(&str, String)> = vec![
             // Ours: the title right after the header, a long conversation after it.
             (

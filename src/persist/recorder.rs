@@ -433,7 +433,7 @@ mod tests {
     use std::path::Path;
 
     fn tmp(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("pa-persist-{tag}-{}", uuid::Uuid::new_v4()))
+        crate::test_support::temp_dir(&format!("persist-{tag}"))
     }
 
     /// A store whose sessions (and artifacts) live in `dir`.
