@@ -49,6 +49,8 @@ mod stop_reason;
 mod store_worker;
 mod subagents;
 mod subcommands;
+#[cfg(test)]
+mod test_support;
 mod thinking;
 mod time;
 mod tools;
