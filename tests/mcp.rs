@@ -342,6 +342,9 @@ fn cancel_mid_call_tells_the_server() {
     a.wait_for("the slow call", |f| {
         f["params"]["update"]["sessionUpdate"] == "tool_call"
     });
+    // The call is shown before its request reaches the server: cancel once the server runs it
+    // (a cancel before that never sends the request, and there is nothing to tell).
+    assert_eq!(wait_for_file(&dir.path().join("started")), "started");
     a.cancel();
     assert_eq!(a.response(&id)["result"]["stopReason"], "cancelled");
     assert_eq!(wait_for_file(&dir.path().join("cancelled")), "cancelled");
