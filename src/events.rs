@@ -169,51 +169,61 @@ fn put<T: Into<Value>>(obj: &mut Map<String, Value>, key: &str, value: Option<T>
 /// streaming hot path (one per model token). Byte for byte what the general path writes
 /// (`to_session_updates` → `meta::apply_envelope` → `rpc::notification` → `serde_json`, whose
 /// maps sort their keys), without building and dropping a `Value` tree per delta; a unit test
-/// holds the two equal. `None` where the general path writes nothing. `out` is a buffer to
-/// reuse (the writer hands spent frames back), so a delta usually allocates nothing here.
+/// holds the two equal. Appends to `out` (the outbox's batch buffer, so a delta allocates
+/// nothing) and returns whether it wrote a frame: false where the general path writes nothing
+/// (the caller then takes back whatever was appended).
 pub(crate) fn message_chunk_frame(
-    mut out: Vec<u8>,
+    out: &mut Vec<u8>,
     session_id: &str,
     kind: DeltaKind,
     delta: &str,
     message: Option<u64>,
     env: Envelope,
-) -> Option<Vec<u8>> {
-    use std::io::Write;
+) -> bool {
     let update = match kind {
-        _ if delta.is_empty() => return None,
+        _ if delta.is_empty() => return false,
         DeltaKind::Text => "agent_message_chunk",
         DeltaKind::Thinking => "agent_thought_chunk",
-        DeltaKind::ToolCall => return None,
+        DeltaKind::ToolCall => return false,
     };
-    out.clear();
-    out.reserve(delta.len() + session_id.len() + 256);
+    chunk_frame(out, session_id, update, delta, message, env).is_ok()
+}
+
+fn chunk_frame(
+    out: &mut Vec<u8>,
+    session_id: &str,
+    update: &str,
+    delta: &str,
+    message: Option<u64>,
+    env: Envelope,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    // Room for the frame around the two strings (about 330 bytes), so it grows at most once.
+    out.reserve(delta.len() + session_id.len() + 512);
     out.extend_from_slice(
         b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
     );
     // Strings go through serde_json, so escaping is the general path's own.
-    serde_json::to_writer(&mut out, session_id).ok()?;
+    serde_json::to_writer(&mut *out, session_id)?;
     out.extend_from_slice(b",\"update\":{\"_meta\":{");
-    serde_json::to_writer(&mut out, NAMESPACE).ok()?;
-    write!(out, ":{{\"eventSequence\":{}", env.event_sequence).ok()?;
+    serde_json::to_writer(&mut *out, NAMESPACE)?;
+    write!(out, ":{{\"eventSequence\":{}", env.event_sequence)?;
     if let Some(ok) = env.outcome_ok {
         let outcome = if ok { "result" } else { "error" };
-        write!(out, ",\"outcome\":\"{outcome}\"").ok()?;
+        write!(out, ",\"outcome\":\"{outcome}\"")?;
     }
     write!(
         out,
         ",\"phase\":\"{}\",\"promptTurnId\":{}}}}},\"content\":{{\"text\":",
         env.phase.as_str(),
         env.prompt_turn_id
-    )
-    .ok()?;
-    serde_json::to_writer(&mut out, delta).ok()?;
+    )?;
+    serde_json::to_writer(&mut *out, delta)?;
     out.extend_from_slice(b",\"type\":\"text\"}");
     if let Some(n) = message {
-        write!(out, ",\"messageId\":\"prime-agent-assistant-{n}\"").ok()?;
+        write!(out, ",\"messageId\":\"prime-agent-assistant-{n}\"")?;
     }
-    write!(out, ",\"sessionUpdate\":\"{update}\"}}}}}}").ok()?;
-    Some(out)
+    write!(out, ",\"sessionUpdate\":\"{update}\"}}}}}}")
 }
 
 /// The pure mapping: one event → zero or more `update` objects.
@@ -854,11 +864,14 @@ mod tests {
                                 serde_json::to_string(&frame).unwrap()
                             })
                             .collect();
-                        let fast: Vec<String> =
-                            message_chunk_frame(Vec::new(), "s-1\"x", kind, text, message, env)
-                                .into_iter()
-                                .map(|f| String::from_utf8(f).unwrap())
-                                .collect();
+                        // Appended after what the buffer already holds, as in the outbox.
+                        let mut buf = b"earlier frame\n".to_vec();
+                        let wrote =
+                            message_chunk_frame(&mut buf, "s-1\"x", kind, text, message, env);
+                        let fast: Vec<String> = wrote
+                            .then(|| String::from_utf8(buf[14..].to_vec()).unwrap())
+                            .into_iter()
+                            .collect();
                         assert_eq!(fast, general, "{kind:?} {text:?} {message:?} {phase:?}");
                     }
                 }

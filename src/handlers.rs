@@ -12,7 +12,7 @@ use crate::autonomy;
 use crate::client_host::{ClientCaps, ClientHost};
 use crate::commands::{self, Command};
 use crate::config_options::{self, Choice};
-use crate::main_loop::MainLoop;
+use crate::main_loop::{MainLoop, Opening};
 use crate::mcp::McpHub;
 use crate::meta;
 use crate::permissions::{self, Mode};
@@ -20,7 +20,7 @@ use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
-use crate::store_worker::{self, ListJob};
+use crate::store_worker::{self, ListJob, OpenJob, Opened, Refusals, Source, StoreJob};
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, Local, TurnInput};
 
@@ -42,14 +42,17 @@ impl MainLoop {
                 self.answer_new_session(&id, result);
                 return;
             }
-            acp::SESSION_LOAD | acp::SESSION_RESUME => {
-                let result = self.session_load(&params, method == acp::SESSION_LOAD);
-                let sid = result.as_ref().ok().map(|(_, sid)| sid.clone());
-                self.respond(&id, result.map(|(answer, _)| answer));
-                if let Some(sid) = sid {
-                    self.with_session(&sid, |s, _, out| s.publish_opening_notices(out));
-                }
-                return;
+            acp::SESSION_LOAD | acp::SESSION_RESUME | acp::SESSION_FORK => {
+                let started = if method == acp::SESSION_FORK {
+                    self.session_fork(id.clone(), &params)
+                } else {
+                    self.session_load(id.clone(), &params, method == acp::SESSION_LOAD)
+                };
+                // Answered once the store worker has read (or copied) it: `finish_open`.
+                let Err(refused) = started else {
+                    return;
+                };
+                Err(refused)
             }
             acp::SESSION_LIST => match self.session_list(id.clone(), &params) {
                 // The worker's answer comes back through the loop.
@@ -61,12 +64,6 @@ impl MainLoop {
                 Ok(None) => return,
                 other => other.map(Option::unwrap_or_default),
             },
-            acp::SESSION_FORK => {
-                // As after `session/new`: the fork is a new session to the client.
-                let result = self.session_fork(&params);
-                self.answer_new_session(&id, result);
-                return;
-            }
             acp::SESSION_SET_TITLE => match self.set_title(id.clone(), &params) {
                 Ok(None) => return,
                 other => other.map(Option::unwrap_or_default),
@@ -149,14 +146,27 @@ impl MainLoop {
         if !self.agent.multi_session && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
-        // The session `-c`, `-r` or `--fork` picked is the one the first `session/new` gets.
-        let resumed = self.agent.store.as_ref().and_then(|s| s.take_next());
-        self.open_session(p, resumed, false)
+        let agent = self.session_agent(&p)?;
+        // The session `-c`, `-r` or `--fork` picked is the one the first `session/new` gets
+        // (read at start-up; made ready here).
+        let resumed = self.agent.store.as_ref().and_then(|store| {
+            let loaded = store.take_next()?;
+            Some(store_worker::prepare(store, loaded, false))
+        });
+        self.open_session(p, agent, resumed, false)
     }
 
     /// `session/load` (with the replay) and `session/resume` (without): the stored session
-    /// becomes the open one, under its own id. Returns the answer and that id.
-    fn session_load(&mut self, params: &Value, replay: bool) -> Result<(Value, String), RpcError> {
+    /// becomes the open one, under its own id. Its file is claimed and read on the store
+    /// worker (`store_worker::OpenJob`), never here; `finish_open` opens it and answers when
+    /// the worker reports back, and meanwhile what depends on it waits (`main_loop::waits`).
+    /// `Err`: refused before any IO.
+    fn session_load(
+        &mut self,
+        request: RequestId,
+        params: &Value,
+        replay: bool,
+    ) -> Result<(), RpcError> {
         let method = if replay {
             acp::SESSION_LOAD
         } else {
@@ -165,42 +175,121 @@ impl MainLoop {
         let (session_id, p) = acp::parse_load_session(params, method)?;
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
         let store = self.agent.store.clone().ok_or_else(unknown)?;
-        let path = store.path_of(&session_id).ok_or_else(unknown)?;
-        if !path.is_file() {
-            return Err(unknown());
-        }
-        if !self.agent.multi_session && !self.sessions.is_empty() {
-            return Err(RpcError::internal(ONE_SESSION));
-        }
-        if self.session_index(&session_id).is_some() {
+        store.path_of(&session_id).ok_or_else(unknown)?;
+        // Decided from the loop's state now; the worker says them in their old order (an
+        // unknown session is unknown first, a bad cwd comes after the file's own refusals).
+        let refuse = if !self.agent.multi_session && !self.sessions.is_empty() {
+            Some(RpcError::internal(ONE_SESSION))
+        } else if self.session_index(&session_id).is_some() {
             let why = persist::ClaimError::InThisProcess.text(&session_id);
-            return Err(RpcError::internal(why));
-        }
-        // One owner per session file: the session `-r`/`-c` picked is this process's already
-        // (loading it opens that one); any other is claimed first, and refused when another
-        // process (or another session here) records it.
-        let loaded = match store.take_next_if(&session_id) {
-            Some(l) => l,
-            None => store.open(&session_id).map_err(|e| match e {
-                persist::OpenError::Unknown => unknown(),
-                persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why) => {
-                    RpcError::internal(why)
-                }
-            })?,
-        };
-        let updates = if replay {
-            crate::replay::replay(&loaded.entries)
+            Some(RpcError::internal(why))
         } else {
-            Vec::new()
+            None
         };
-        let mut result = self.open_session(p, Some(loaded), true)?;
-        if let Some(i) = self.session_index(&session_id) {
+        let source = Source::Stored { replay };
+        self.start_open(store, request, session_id, p, source, refuse);
+        Ok(())
+    }
+
+    /// Hands an open to the store worker and keeps what the loop needs to finish it
+    /// (`opening`); the params' own refusal (`session_agent`) is the worker's to say, after
+    /// the file's.
+    pub(crate) fn start_open(
+        &mut self,
+        store: Arc<persist::Store>,
+        request: RequestId,
+        session_id: String,
+        p: acp::NewSessionParams,
+        source: Source,
+        refuse: Option<RpcError>,
+    ) {
+        let (agent, after_open) = match self.session_agent(&p) {
+            Ok(agent) => (Some(agent), None),
+            Err(e) => (None, Some(e)),
+        };
+        let refusals = Refusals {
+            before_open: refuse,
+            after_open,
+        };
+        let fork = matches!(source, Source::Fork { .. });
+        let job = OpenJob {
+            request: request.clone(),
+            session_id: session_id.clone(),
+            source,
+            refusals,
+        };
+        self.opening = Some(Opening {
+            request,
+            session_id,
+            params: p,
+            agent,
+            fork,
+        });
+        self.store_job(store, StoreJob::Open(Box::new(job)));
+    }
+
+    /// The store worker has read a session for `session/load` / `session/resume` (opened with
+    /// the replay before the answer) or copied one for `session/fork` (answered like
+    /// `session/new`), or the request is refused; then what waited for it runs.
+    pub(crate) fn finish_open(
+        &mut self,
+        request: RequestId,
+        result: Result<Box<Opened>, RpcError>,
+    ) {
+        let opening = self.opening.take().filter(|o| o.request == request);
+        let fork = opening.as_ref().is_some_and(|o| o.fork);
+        let result = result.and_then(|opened| self.open_read(opening, *opened));
+        let sid = result.as_ref().ok().map(|(_, sid)| sid.clone());
+        let result = result.map(|(answer, _)| answer);
+        if fork {
+            // As after `session/new`: the fork is a new session to the client.
+            self.answer_new_session(&request, result);
+        } else {
+            self.respond(&request, result);
+            if let Some(sid) = sid {
+                self.with_session(&sid, |s, _, out| s.publish_opening_notices(out));
+            }
+        }
+        self.run_deferred();
+    }
+
+    /// Opens what the store worker read (`opening`: what the loop kept of the request);
+    /// returns the answer and the session's id.
+    fn open_read(
+        &mut self,
+        opening: Option<Opening>,
+        mut opened: Opened,
+    ) -> Result<(Value, String), RpcError> {
+        let id = opened.loaded.header.id.clone();
+        let Some(Opening {
+            params,
+            agent: Some(agent),
+            fork,
+            ..
+        }) = opening
+        else {
+            return Err(RpcError::internal(format!(
+                "session {id} was read, but its open was lost"
+            )));
+        };
+        let updates = std::mem::take(&mut opened.updates);
+        let result = self.open_session(params, agent, Some(opened), true);
+        if fork {
+            if let (Err(_), Some(store)) = (&result, self.agent.store.clone()) {
+                // Nothing the client was told of: the copy goes again.
+                let fork_id = id.clone();
+                crate::reaper::later(move || drop(store.delete(&fork_id)));
+            }
+            return result.map(|answer| (answer, id));
+        }
+        let mut result = result?;
+        if let Some(i) = self.session_index(&id) {
             self.with_session_at(i, |s, _, out| s.replay(updates, out));
         }
         if let Some(obj) = result.as_object_mut() {
             obj.remove("sessionId");
         }
-        Ok((result, session_id))
+        Ok((result, id))
     }
 
     /// `session/list`: the stored sessions, newest first, a page at a time, read by the
@@ -211,34 +300,46 @@ impl MainLoop {
             self.respond(&id, store_worker::empty_page(cursor.as_deref()));
             return Ok(());
         };
-        self.list_sessions(
+        self.store_job(
             store,
-            ListJob {
+            StoreJob::List(ListJob {
                 request: id,
                 cwd,
                 cursor,
-            },
+            }),
         );
         Ok(())
     }
 
-    /// Opens a session, new or continued from `resumed`, and builds the `session/new` answer.
-    fn open_session(
+    /// Opens a session for `agent` (`session_agent`), new or continued from `opened`, and
+    /// builds the `session/new` answer.
+    pub(crate) fn open_session(
         &mut self,
         p: acp::NewSessionParams,
-        mut resumed: Option<persist::Loaded>,
+        mut agent: Agent,
+        opened: Option<Opened>,
         loading: bool,
     ) -> Result<Value, RpcError> {
         let multi = self.agent.multi_session;
         if !multi && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
-        let mut agent = self.session_agent(&p)?;
-        let id = match &resumed {
-            Some(l) => l.header.id.clone(),
-            None => uuid::Uuid::new_v4().to_string(),
+        let (id, conversation, stored) = match opened {
+            Some(o) => (
+                o.loaded.header.id.clone(),
+                o.conversation,
+                Some((o.loaded, o.jobs)),
+            ),
+            None => {
+                let id = uuid::Uuid::new_v4().to_string();
+                let conversation = conversation_of(&agent, &id);
+                (id, conversation, None)
+            }
         };
-        let conversation = conversation_of(&agent, &id, resumed.as_mut());
+        let (resumed, stored_jobs) = match stored {
+            Some((loaded, jobs)) => (Some(loaded), jobs),
+            None => (None, None),
+        };
         let client = self.client_host(&id, &agent, &p);
         agent.host = client.clone();
         self.next_generation += 1;
@@ -272,8 +373,12 @@ impl MainLoop {
         if let Some(loaded) = &resumed {
             self.restore_model(&mut session, loaded);
         }
-        self.restore_schedules(&mut session, &family, resumed.as_ref());
+        self.restore_schedules(&mut session, &family, resumed.as_ref(), stored_jobs);
         self.restore_unattended(&mut session, &family, resumed.as_ref());
+        if let Some(loaded) = resumed {
+            // All of it is in the session now; a big file's entries are freed off the loop.
+            crate::reaper::later(move || drop(loaded));
+        }
         let mut result = json!({
             "sessionId": id,
             "modes": session.modes(),
@@ -349,11 +454,9 @@ impl MainLoop {
         session: &mut Session,
         family: &Family,
         resumed: Option<&persist::Loaded>,
+        stored_jobs: Option<Value>,
     ) {
         let id = session.id().to_owned();
-        let stored_jobs = resumed
-            .zip(self.agent.store.as_ref())
-            .and_then(|(_, store)| store.load_jobs(&id));
         if let Some(jobs) = stored_jobs {
             session.restore_heartbeats(schedule::Jobs::from_json(
                 &jobs,
@@ -667,18 +770,16 @@ fn value_mode(config_id: &str, value: &Value) -> Result<Mode, RpcError> {
     }
 }
 
-/// A session's conversation: the stored one when continued, and a recorder writing to its
-/// file unless sessions are in memory only.
-fn conversation_of(agent: &Agent, id: &str, resumed: Option<&mut persist::Loaded>) -> Conversation {
-    let mut conversation = Conversation::default();
-    if let Some(loaded) = resumed.as_deref() {
-        conversation.messages = loaded.messages();
+/// A new session's conversation, with a recorder writing to its file unless sessions are in
+/// memory only (a continued one's is `Conversation::continued`).
+fn conversation_of(agent: &Agent, id: &str) -> Conversation {
+    Conversation {
+        recorder: agent
+            .store
+            .as_ref()
+            .map(|store| store.recorder(id, &agent.cwd)),
+        ..Conversation::default()
     }
-    conversation.recorder = agent.store.as_ref().map(|store| match resumed {
-        Some(loaded) => persist::Recorder::resume(loaded),
-        None => store.recorder(id, &agent.cwd),
-    });
-    conversation
 }
 
 /// A new session's autonomous mode and goal, from the start-up flags; the wall clock of

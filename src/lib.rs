@@ -30,6 +30,7 @@ mod lines;
 mod main_loop;
 mod mcp;
 mod meta;
+mod outbox;
 mod permissions;
 mod persist;
 mod prompt;
@@ -48,6 +49,8 @@ mod stop_reason;
 mod store_worker;
 mod subagents;
 mod subcommands;
+#[cfg(test)]
+mod test_support;
 mod thinking;
 mod time;
 mod tools;

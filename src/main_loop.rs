@@ -6,20 +6,23 @@
 //! (`handlers`), into `Action`s that only this loop carries out, in order, so "every update of
 //! a turn is written before its response and none after" holds by construction.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use serde_json::Value;
 
+use crate::acp;
 use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
+use crate::outbox::Outbox;
 use crate::persist::Store;
 use crate::reaper::{self, Reaped};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
-use crate::store_worker::{self, ListJob, StoreAnswer, StoreWorker};
+use crate::store_worker::{self, StoreAnswer, StoreJob, StoreWorker};
 use crate::subagents::FamilyMsg;
 use crate::transport::{Backlog, Connection, Inbound};
 use crate::turn::{spawn_turn, Agent, AgentEvent, TurnMsg, TurnMsgKind};
@@ -40,6 +43,9 @@ const EXIT_REAP: Duration = Duration::from_secs(3);
 const ZYGOTE_STOP: Duration = Duration::from_millis(500);
 /// How long the reaper waits for a closed session's last turn worker.
 const CLOSED_JOIN: Duration = Duration::from_millis(500);
+/// At exit, how long a session still being read for `session/load` may take to open, so it
+/// and the requests that waited for it are answered.
+const EXIT_OPEN: Duration = Duration::from_secs(3);
 
 /// How the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,16 +66,26 @@ enum Event {
     ClientCall(ClientMsg),
     /// A deadline passed: a cancelled turn's grace, or a queued prompt's quiescence wait.
     Timer,
-    /// The `session-store` worker answered a `session/list`.
+    /// The `session-store` worker answered a `session/list`, or has read a session to open.
     Store(StoreAnswer),
+}
+
+/// A `session/load` / `session/resume` whose file the store worker is reading: what the loop
+/// keeps to open it when the worker reports back (`MainLoop::finish_open`).
+pub(crate) struct Opening {
+    pub request: RequestId,
+    pub session_id: String,
+    pub params: acp::NewSessionParams,
+    /// The session's agent (`None`: its params were refused, which the worker reports).
+    pub agent: Option<Agent>,
+    /// `session/fork`: answered like `session/new`.
+    pub fork: bool,
 }
 
 /// The loop's state: the connection's sending side, the session, and the channels its
 /// workers report on.
 pub(crate) struct MainLoop {
-    out: Sender<Vec<u8>>,
-    /// Frame buffers back from the writer (see `Connection::recycled`).
-    recycled: Receiver<Vec<u8>>,
+    out: Outbox,
     /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
     backlog: Backlog,
     pub(crate) agent: Arc<Agent>,
@@ -91,10 +107,41 @@ pub(crate) struct MainLoop {
     pub(crate) version: String,
     /// The action buffer, reused for every event (no allocation on the streaming path).
     actions: Vec<Action>,
-    /// Reads the sessions directory for `session/list` (started by the first one).
+    /// Reads the sessions directory for `session/list` and the files `session/load` opens
+    /// (started by the first job).
     store_worker: Option<StoreWorker>,
     store_tx: Sender<StoreAnswer>,
     store_rx: Receiver<StoreAnswer>,
+    /// The open the store worker is reading for (at most one: other opens wait behind it).
+    pub(crate) opening: Option<Opening>,
+    /// Client messages that wait for that open (`waits`), in arrival order.
+    deferred: VecDeque<Incoming>,
+}
+
+/// Whether a client message waits while a session is being opened: every request that opens
+/// a session (so opens happen one at a time, in order), and every request or notification that
+/// names a session not open now (it may be the one being opened: a prompt, a close, a cancel
+/// for it run once it is open, or get their usual answer if it never opens). What names an
+/// open session, or none, runs at once, so a load never holds another session's cancel.
+pub(crate) fn waits(msg: &Incoming, is_open: impl Fn(&str) -> bool) -> bool {
+    let (method, params) = match msg {
+        Incoming::Request { method, params, .. } => (method.as_str(), params),
+        Incoming::Notification { method, params } => (method.as_str(), params),
+        Incoming::Response { .. } | Incoming::Invalid { .. } => return false,
+    };
+    let opens = matches!(msg, Incoming::Request { .. })
+        && [
+            acp::SESSION_NEW,
+            acp::SESSION_LOAD,
+            acp::SESSION_RESUME,
+            acp::SESSION_FORK,
+        ]
+        .contains(&method);
+    let names_closed = params
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .is_some_and(|id| !is_open(id));
+    opens || names_closed
 }
 
 /// Runs until the client closes stdin or a signal arrives. Consumes the connection, so the
@@ -110,8 +157,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     let (client_tx, client_rx) = unbounded();
     let (store_tx, store_rx) = unbounded();
     let mut ml = MainLoop {
-        out: conn.sender,
-        recycled: conn.recycled,
+        out: conn.outbox,
         backlog: conn.backlog,
         agent,
         sessions: Vec::new(),
@@ -130,6 +176,8 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         store_worker: None,
         store_tx,
         store_rx,
+        opening: None,
+        deferred: VecDeque::new(),
     };
     let exit = loop {
         let heartbeat = ml.heartbeat_deadline();
@@ -173,18 +221,20 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
             Event::Family(msg) => ml.on_family(msg),
             Event::Timer => ml.on_timers(Instant::now()),
             Event::ClientCall(msg) => ml.on_client_call(msg),
-            Event::Store(answer) => ml.respond(&answer.request, answer.result),
+            Event::Store(answer) => ml.on_store(answer),
             Event::ClientClosed => {
                 // Nobody will answer: every waiting worker gets `Gone` at once.
                 ml.pending.fail_all();
                 // Stdin is closed but stdout may still be read (a pipe-driven harness): answer
                 // what is in flight, as for a signal.
+                ml.finish_opens_blocking();
                 ml.cancel_all_sessions();
                 ml.settle_blocking();
                 break Exit::ClientClosed;
             }
             Event::Signal => {
                 // The client may still be reading: answer the running prompt first.
+                ml.finish_opens_blocking();
                 ml.cancel_all_sessions();
                 ml.settle_blocking();
                 break Exit::Signal;
@@ -197,16 +247,27 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
 
 impl MainLoop {
     fn send(&self, frame: &Value) {
-        self.send_bytes(serde_json::to_vec(frame).expect("a JSON value always serialises"));
+        self.send_with(|buf| serde_json::to_writer(buf, frame).is_ok());
     }
 
-    fn send_bytes(&self, bytes: Vec<u8>) {
-        if log::log_enabled!(log::Level::Debug) {
-            log::debug!("> {}", String::from_utf8_lossy(&bytes));
-        }
-        self.backlog.add(bytes.len());
-        // A closed writer means the client is gone; the reader will report it.
-        let _ = self.out.send(bytes);
+    /// Queues the frame `write` appends to the outbox's buffer (see `outbox`: streamed deltas
+    /// then cost no allocation here and no free on the writer). A gone writer means the client
+    /// is gone; the reader reports it.
+    fn send_with(&self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
+        self.out.push(|buf| {
+            let start = buf.len();
+            if !write(buf) {
+                return false;
+            }
+            // Counted while the outbox is locked, so before the writer can take the frame and
+            // count it written: the other order lets the count dip below zero, and a turn
+            // paused on the backlog then sleeps through its wake-up.
+            self.backlog.add(buf.len() - start + 1);
+            if log::log_enabled!(log::Level::Debug) {
+                log::debug!("> {}", String::from_utf8_lossy(&buf[start..]));
+            }
+            true
+        });
     }
 
     pub(crate) fn respond(&self, id: &RequestId, result: Result<Value, RpcError>) {
@@ -304,12 +365,9 @@ impl MainLoop {
                     message,
                     env,
                 } => {
-                    let buf = self.recycled.try_recv().unwrap_or_default();
                     let id = self.sessions[idx].id();
-                    // Never `None` here: the session drops the deltas the hot path skips.
-                    if let Some(frame) = message_chunk_frame(buf, id, kind, &delta, message, env) {
-                        self.send_bytes(frame);
-                    }
+                    // Never empty here: the session drops the deltas the hot path skips.
+                    self.send_with(|buf| message_chunk_frame(buf, id, kind, &delta, message, env));
                 }
                 Action::StartTurn(start) => {
                     let session = &mut self.sessions[idx];
@@ -358,6 +416,25 @@ impl MainLoop {
     }
 
     fn on_client(&mut self, msg: Incoming) {
+        let busy = self.opening.is_some() || !self.deferred.is_empty();
+        if busy && waits(&msg, |id| self.session_index(id).is_some()) {
+            self.deferred.push_back(msg);
+            return;
+        }
+        self.dispatch(msg);
+    }
+
+    /// Runs the messages that waited for an open, in order, until one starts another open.
+    pub(crate) fn run_deferred(&mut self) {
+        while self.opening.is_none() {
+            let Some(msg) = self.deferred.pop_front() else {
+                break;
+            };
+            self.dispatch(msg);
+        }
+    }
+
+    fn dispatch(&mut self, msg: Incoming) {
         match msg {
             Incoming::Request { id, method, params } => self.on_request(id, &method, params),
             Incoming::Notification { method, params } => self.on_notification(&method, &params),
@@ -390,9 +467,9 @@ impl MainLoop {
         }
     }
 
-    /// Hands a `session/list` to the store worker (started now if this is the first); a
-    /// worker that cannot start or is gone leaves the list to this thread, answered anyway.
-    pub(crate) fn list_sessions(&mut self, store: Arc<Store>, job: ListJob) {
+    /// Hands a job to the store worker (started now if this is the first); a worker that
+    /// cannot start or is gone leaves the job to this thread, answered anyway.
+    pub(crate) fn store_job(&mut self, store: Arc<Store>, job: StoreJob) {
         if self.store_worker.is_none() {
             match StoreWorker::spawn(store.clone(), self.store_tx.clone()) {
                 Ok(w) => self.store_worker = Some(w),
@@ -406,8 +483,43 @@ impl MainLoop {
             },
             None => job,
         };
-        let result = store_worker::list_page(&store, job.cwd.as_deref(), job.cursor.as_deref());
-        self.respond(&job.request, result);
+        let answer = store_worker::run(&store, job);
+        self.on_store(answer);
+    }
+
+    /// The store worker's answer: a list page to send, or a session read to open.
+    fn on_store(&mut self, answer: StoreAnswer) {
+        match answer {
+            StoreAnswer::Listed { request, result } => self.respond(&request, result),
+            StoreAnswer::Opened { request, result } => self.finish_open(request, result),
+        }
+    }
+
+    /// On the way out: a session still being read is opened (waiting a bounded time) and
+    /// what waited for it runs, so every request that came before the end is answered; one
+    /// not read by then is refused.
+    fn finish_opens_blocking(&mut self) {
+        let deadline = Instant::now() + EXIT_OPEN;
+        while self.opening.is_some() {
+            match self.store_rx.recv_deadline(deadline) {
+                Ok(answer) => self.on_store(answer),
+                Err(_) => {
+                    // Answered here, once: a late answer from the worker is never read.
+                    if let Some(opening) = self.opening.take() {
+                        let what = match opening.fork {
+                            true => "the fork of session",
+                            false => "session",
+                        };
+                        let why = format!(
+                            "prime-agent is exiting; {what} {} was not opened",
+                            opening.session_id
+                        );
+                        self.respond(&opening.request, Err(RpcError::internal(why)));
+                    }
+                    self.run_deferred();
+                }
+            }
+        }
     }
 
     /// A link for this connection's workers to reach the client through the loop.
@@ -519,5 +631,65 @@ impl MainLoop {
         }
         // The kernels are gone; the zygote and its spare kernel go now, reaped, not orphaned.
         crate::kernel::zygote::stop(ZYGOTE_STOP);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn while_a_session_opens_what_opens_or_names_a_session_not_open_waits() {
+        let request = |method: &str, params: Value| Incoming::Request {
+            id: RequestId::null(),
+            method: method.to_owned(),
+            params,
+        };
+        let notification = |method: &str, params: Value| Incoming::Notification {
+            method: method.to_owned(),
+            params,
+        };
+        let open = json!({"sessionId": "open"});
+        let loading = json!({"sessionId": "loading"});
+        // (message, waits) with session `open` open and `loading` not (yet).
+        let cases = [
+            (request(acp::SESSION_NEW, json!({"cwd": "/"})), true),
+            (request(acp::SESSION_LOAD, loading.clone()), true),
+            (request(acp::SESSION_RESUME, open.clone()), true),
+            (request(acp::SESSION_FORK, open.clone()), true),
+            (request(acp::SESSION_PROMPT, loading.clone()), true),
+            (request(acp::SESSION_CLOSE, loading.clone()), true),
+            (request(acp::SESSION_DELETE, loading.clone()), true),
+            (notification(acp::SESSION_CANCEL, loading.clone()), true),
+            (request(acp::SESSION_PROMPT, open.clone()), false),
+            (request(acp::SESSION_CLOSE, open.clone()), false),
+            (notification(acp::SESSION_CANCEL, open.clone()), false),
+            (request(acp::SESSION_LIST, json!({})), false),
+            (request(acp::INITIALIZE, json!({})), false),
+            (request("no/such", json!({"sessionId": 7})), false),
+            (
+                notification(acp::CANCEL_REQUEST, json!({"requestId": 3})),
+                false,
+            ),
+            (
+                Incoming::Response {
+                    id: RequestId::null(),
+                    result: Ok(json!({})),
+                },
+                false,
+            ),
+            (
+                Incoming::Invalid {
+                    id: RequestId::null(),
+                    error: RpcError::internal("bad"),
+                },
+                false,
+            ),
+        ];
+        for (msg, want) in cases {
+            assert_eq!(waits(&msg, |id| id == "open"), want, "{msg:?}");
+        }
     }
 }

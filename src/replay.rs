@@ -270,6 +270,7 @@ fn tool_result(
 mod tests {
     use super::*;
     use crate::persist::entry::BashRun;
+    use crate::provider::tests_support::{result, user};
     use crate::provider::{AssistantMessage, ToolCall};
 
     fn e(kind: EntryKind) -> Entry {
@@ -285,22 +286,22 @@ mod tests {
         e(EntryKind::Message(Record::Chat(m)))
     }
 
-    #[test]
-    fn a_conversation_replays_as_the_updates_the_client_saw() {
-        let call = |id: &str, name: &str, args: Value| ToolCall {
+    fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
+        ToolCall {
             id: id.into(),
             name: name.into(),
-            arguments: args,
-        };
+            arguments,
+        }
+    }
+
+    #[test]
+    fn a_conversation_replays_as_the_updates_the_client_saw() {
         let entries = vec![
             e(EntryKind::ModelChange {
                 provider: "p".into(),
                 model_id: "m".into(),
             }),
-            chat(Message::User {
-                text: "edit it".into(),
-                images: vec![],
-            }),
+            chat(user("edit it")),
             chat(Message::Assistant(AssistantMessage {
                 text: "On it.".into(),
                 thinking: "plan".into(),
@@ -311,13 +312,7 @@ mod tests {
                 ..Default::default()
             })),
             e(EntryKind::Message(Record::ToolResult {
-                message: Message::ToolResult {
-                    call_id: "c1".into(),
-                    name: "edit".into(),
-                    text: "Edited".into(),
-                    is_error: false,
-                    images: vec![],
-                },
+                message: result("c1", "edit", "Edited"),
                 details: Some(
                     json!({"locations": ["/w/a.txt"], "diff": {"path": "/w/a.txt", "oldText": "x", "newText": "y"}}),
                 ),
@@ -432,27 +427,13 @@ mod tests {
         let entries = vec![
             chat(Message::Assistant(AssistantMessage {
                 tool_calls: vec![
-                    ToolCall {
-                        id: "m1".into(),
-                        name: "mcp__fx__lookup".into(),
-                        arguments: args.clone(),
-                    },
-                    ToolCall {
-                        id: "m2".into(),
-                        name: "mcp_call_fx".into(),
-                        arguments: json!({"tool": "slow"}),
-                    },
+                    call("m1", "mcp__fx__lookup", args.clone()),
+                    call("m2", "mcp_call_fx", json!({"tool": "slow"})),
                 ],
                 ..Default::default()
             })),
             e(EntryKind::Message(Record::ToolResult {
-                message: Message::ToolResult {
-                    call_id: "m1".into(),
-                    name: "mcp__fx__lookup".into(),
-                    text: "found".into(),
-                    is_error: false,
-                    images: vec![],
-                },
+                message: result("m1", "mcp__fx__lookup", "found"),
                 details: crate::persist::entry::tool_details(&[], None, None, Some(&shown)),
             })),
         ];

@@ -266,15 +266,34 @@ impl Tracer {
 mod tests {
     use super::*;
 
-    fn edges(g: &mut Graph) -> Vec<(String, String, &'static str)> {
-        g.take()
-            .into_iter()
-            .map(|e| (e.source, e.target, e.kind.as_str()))
-            .collect()
-    }
-
-    fn e(s: &str, t: &str, k: &'static str) -> (String, String, &'static str) {
-        (s.to_owned(), t.to_owned(), k)
+    /// Plays a scenario on one graph: each row is what happens (steps separated by `;`),
+    /// then the edges handed out after it (`source>target type`, separated by `;`), in
+    /// order. Steps: `prompt A` (a client prompt starts for A), `A id` (A's call `id` was
+    /// answered), `A summary id`, `A compacted`, `A spawned B`, `A returned B` (the child A
+    /// finished for B), `A messaged B`.
+    fn play(rows: &[(&'static str, &'static str)]) {
+        let mut g = Graph::default();
+        let words = |list: &'static str| list.split(';').map(str::trim).filter(|s| !s.is_empty());
+        for (i, (steps, want)) in rows.iter().enumerate() {
+            for step in words(steps) {
+                match step.split(' ').collect::<Vec<_>>()[..] {
+                    ["prompt", a] => g.begin_prompt(a),
+                    [a, "summary", id] => g.summary_answered(a, id),
+                    [a, "compacted"] => g.compacted(a),
+                    [a, "spawned", b] => g.spawned(a, b),
+                    [a, "returned", b] => g.returned(a, b),
+                    [a, "messaged", b] => g.message(a, b),
+                    [a, id] => g.committed(a, id),
+                    _ => panic!("not a step: {step}"),
+                }
+            }
+            let got: Vec<String> = g
+                .take()
+                .iter()
+                .map(|e| format!("{}>{} {}", e.source, e.target, e.kind.as_str()))
+                .collect();
+            assert_eq!(got, words(want).collect::<Vec<_>>(), "row {i}: {steps}");
+        }
     }
 
     #[test]
@@ -289,93 +308,54 @@ mod tests {
 
     #[test]
     fn continuations_stay_inside_a_prompt() {
-        let mut g = Graph::default();
-        g.begin_prompt("main");
-        g.committed("main", "a");
-        g.committed("main", "b");
-        g.committed("main", "c");
-        assert_eq!(
-            edges(&mut g),
-            [e("a", "b", "continuation"), e("b", "c", "continuation")]
-        );
-        assert!(edges(&mut g).is_empty(), "each edge is handed out once");
-        g.begin_prompt("main");
-        g.committed("main", "d");
-        assert!(edges(&mut g).is_empty(), "a new prompt starts a new chain");
-        // A failed call (never committed) leaves the chain where it was.
-        g.committed("main", "f");
-        assert_eq!(edges(&mut g), [e("d", "f", "continuation")]);
+        play(&[
+            (
+                "prompt main; main a; main b; main c",
+                "a>b continuation; b>c continuation",
+            ),
+            // Each edge is handed out once.
+            ("", ""),
+            // A new prompt starts a new chain.
+            ("prompt main; main d", ""),
+            // A failed call (never committed) leaves the chain where it was.
+            ("main f", "d>f continuation"),
+        ]);
     }
 
     #[test]
     fn a_compaction_links_its_attempts_and_the_call_it_feeds() {
-        let mut g = Graph::default();
-        g.committed("main", "work");
-        g.summary_answered("main", "s1");
-        // A failed compaction: only its attempt; the chain carries on.
-        g.committed("main", "next");
-        assert_eq!(
-            edges(&mut g),
-            [
-                e("work", "s1", "compaction_attempt"),
-                e("work", "next", "continuation")
-            ]
-        );
-        // A split turn: two summaries, the last one feeds the next call.
-        g.summary_answered("main", "h");
-        g.summary_answered("main", "p");
-        g.compacted("main");
-        g.begin_prompt("main");
-        g.committed("main", "after");
-        assert_eq!(
-            edges(&mut g),
-            [
-                e("next", "h", "compaction_attempt"),
-                e("next", "p", "compaction_attempt"),
-                e("p", "after", "compaction")
-            ]
-        );
-        // Nothing answered: nothing to link.
-        g.compacted("main");
-        g.committed("main", "z");
-        assert_eq!(edges(&mut g), [e("after", "z", "continuation")]);
+        play(&[
+            // A failed compaction: only its attempt; the chain carries on.
+            (
+                "main work; main summary s1; main next",
+                "work>s1 compaction_attempt; work>next continuation",
+            ),
+            // A split turn: two summaries, the last one feeds the next call.
+            (
+                "main summary h; main summary p; main compacted; prompt main; main after",
+                "next>h compaction_attempt; next>p compaction_attempt; p>after compaction",
+            ),
+            // Nothing answered: nothing to link.
+            ("main compacted; main z", "after>z continuation"),
+        ]);
     }
 
     #[test]
     fn children_and_messages_link_across_agents() {
-        let mut g = Graph::default();
-        g.begin_prompt("main");
-        g.committed("main", "m1");
-        g.spawned("main", "kid");
-        g.committed("kid", "k1");
-        g.message("kid", "main");
-        g.committed("kid", "k2");
-        g.returned("kid", "main");
-        g.committed("main", "m2");
-        assert_eq!(
-            edges(&mut g),
-            [
-                e("m1", "k1", "subagent_call"),
-                e("k1", "k2", "continuation"),
-                e("m1", "m2", "continuation"),
-                e("k1", "m2", "agent_message"),
-                e("k2", "m2", "subagent_return"),
-            ]
-        );
-        // No duplicates, no self-edges, no edge from an agent that never called.
-        g.message("kid", "main");
-        g.message("kid", "main");
-        g.spawned("nobody", "kid2");
-        g.committed("main", "m3");
-        g.committed("main", "m3");
-        g.committed("kid2", "c1");
-        assert_eq!(
-            edges(&mut g),
-            [
-                e("m2", "m3", "continuation"),
-                e("k2", "m3", "agent_message")
-            ]
-        );
+        play(&[
+            (
+                "prompt main; main m1; main spawned kid; kid k1; kid messaged main; kid k2; \
+                 kid returned main; main m2",
+                "m1>k1 subagent_call; k1>k2 continuation; m1>m2 continuation; \
+                 k1>m2 agent_message; k2>m2 subagent_return",
+            ),
+            // No duplicates, no self-edges, no edge from an agent that never called.
+            (
+                "kid messaged main; kid messaged main; nobody spawned kid2; main m3; main m3; \
+                 kid2 c1",
+                "m2>m3 continuation; k2>m3 agent_message",
+            ),
+        ]);
     }
 
     #[test]

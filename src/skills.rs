@@ -534,13 +534,7 @@ mod tests {
     }
 
     fn temp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "pa-skills-{name}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_support::temp_dir(&format!("skills-{name}"))
     }
 
     #[test]

@@ -1,7 +1,9 @@
-//! `session/list` off the main loop: one `session-store` thread (started by the first list)
-//! reads the sessions directory (`persist::Store::list`, an index and header + tail reads) and
-//! hands each answer back on a channel the loop selects on, so the loop stays the only writer
-//! to the client and a list over a big directory never holds another session's cancel.
+//! The store's reads off the main loop: one `session-store` thread (started by the first job)
+//! serves `session/list` (`persist::Store::list`, an index and header + tail reads) and the
+//! opens of `session/load` / `session/resume` (claim, whole-file parse, the conversation and
+//! its replay, the schedules), and hands each answer back on a channel the loop selects on.
+//! The loop stays the only writer to the client, and a list over a big directory or the load
+//! of a big session never holds another session's cancel.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -10,8 +12,9 @@ use std::time::Instant;
 use crossbeam_channel::{unbounded, Sender};
 use serde_json::{json, Value};
 
-use crate::persist::{self, Store};
+use crate::persist::{self, Loaded, Store};
 use crate::rpc::{RequestId, RpcError};
+use crate::turn::Conversation;
 
 /// Sessions per `session/list` page.
 const PAGE: usize = 50;
@@ -23,14 +26,65 @@ pub(crate) struct ListJob {
     pub cursor: Option<String>,
 }
 
-/// The worker's answer, for the loop to send.
-pub(crate) struct StoreAnswer {
+/// A session to open from the store (its params already validated on the loop).
+pub(crate) struct OpenJob {
     pub request: RequestId,
-    pub result: Result<Value, RpcError>,
+    /// The stored session to continue, or the one to fork.
+    pub session_id: String,
+    pub source: Source,
+    pub refusals: Refusals,
+}
+
+/// The loop's refusals of an open, decided from its own state, which the worker says in
+/// their old order.
+#[derive(Default)]
+pub(crate) struct Refusals {
+    /// One session per connection, already open here: said once the file is known to exist
+    /// (an unknown session is unknown first).
+    pub before_open: Option<RpcError>,
+    /// The params' cwd or directories: said once the file is claimed and read (a fork:
+    /// copied, then removed again), before anything is written to it.
+    pub after_open: Option<RpcError>,
+}
+
+/// Where an opened session comes from.
+pub(crate) enum Source {
+    /// `session/load` (`replay`: with the updates that replay it) or `session/resume`.
+    Stored { replay: bool },
+    /// `session/fork`: a copy under a new id, beside the original (`open`: the original is
+    /// open here, so a fork of one with nothing written yet starts empty).
+    Fork { cwd: std::path::PathBuf, open: bool },
+}
+
+/// What the worker is asked to do.
+pub(crate) enum StoreJob {
+    List(ListJob),
+    Open(Box<OpenJob>),
+}
+
+/// A stored session made ready to open: the conversation (with the recorder that continues
+/// its file), its stored schedules and, for a load, its replay.
+pub(crate) struct Opened {
+    pub loaded: Loaded,
+    pub conversation: Conversation,
+    pub updates: Vec<Value>,
+    pub jobs: Option<Value>,
+}
+
+/// The worker's answer, for the loop to send (a list) or to finish (an open).
+pub(crate) enum StoreAnswer {
+    Listed {
+        request: RequestId,
+        result: Result<Value, RpcError>,
+    },
+    Opened {
+        request: RequestId,
+        result: Result<Box<Opened>, RpcError>,
+    },
 }
 
 pub(crate) struct StoreWorker {
-    jobs: Sender<ListJob>,
+    jobs: Sender<StoreJob>,
     thread: JoinHandle<()>,
 }
 
@@ -39,19 +93,12 @@ impl StoreWorker {
         store: Arc<Store>,
         answers: Sender<StoreAnswer>,
     ) -> std::io::Result<StoreWorker> {
-        let (jobs, rx) = unbounded::<ListJob>();
+        let (jobs, rx) = unbounded::<StoreJob>();
         let thread = std::thread::Builder::new()
             .name("session-store".to_owned())
             .spawn(move || {
                 for job in rx {
-                    let result = list_page(&store, job.cwd.as_deref(), job.cursor.as_deref());
-                    if answers
-                        .send(StoreAnswer {
-                            request: job.request,
-                            result,
-                        })
-                        .is_err()
-                    {
+                    if answers.send(run(&store, job)).is_err() {
                         break; // The loop is gone.
                     }
                 }
@@ -59,8 +106,8 @@ impl StoreWorker {
         Ok(StoreWorker { jobs, thread })
     }
 
-    /// Queues a list; `Err` gives the job back when the worker is gone.
-    pub(crate) fn send(&self, job: ListJob) -> Result<(), ListJob> {
+    /// Queues a job; `Err` gives it back when the worker is gone.
+    pub(crate) fn send(&self, job: StoreJob) -> Result<(), StoreJob> {
         self.jobs.send(job).map_err(|e| e.into_inner())
     }
 
@@ -68,6 +115,103 @@ impl StoreWorker {
     pub(crate) fn stop(self, deadline: Instant) {
         drop(self.jobs);
         crate::reaper::join_or_leave(self.thread, deadline, "the store worker");
+    }
+}
+
+/// Does one job, on whichever thread calls it (the worker; the loop only when the worker
+/// cannot run).
+pub(crate) fn run(store: &Store, job: StoreJob) -> StoreAnswer {
+    match job {
+        StoreJob::List(job) => StoreAnswer::Listed {
+            result: list_page(store, job.cwd.as_deref(), job.cursor.as_deref()),
+            request: job.request,
+        },
+        StoreJob::Open(job) => StoreAnswer::Opened {
+            result: match &job.source {
+                Source::Stored { replay } => open(store, &job, *replay),
+                Source::Fork { cwd, open } => fork(store, &job, cwd, *open),
+            }
+            .map(Box::new),
+            request: job.request,
+        },
+    }
+}
+
+/// Opens stored session `job.session_id` to continue it, in the order the refusals have
+/// always come in: unknown, then the loop's refusal, then claimed elsewhere or unreadable,
+/// then the params. The session `-r`/`-c` picked is this process's already (loading it opens
+/// that one); any other is claimed first, and refused when another process (or another
+/// session here) records it.
+fn open(store: &Store, job: &OpenJob, replay: bool) -> Result<Opened, RpcError> {
+    let id = &job.session_id;
+    let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {id}"));
+    let path = store.path_of(id).ok_or_else(unknown)?;
+    if !path.is_file() {
+        return Err(unknown());
+    }
+    if let Some(refusal) = &job.refusals.before_open {
+        return Err(refusal.clone());
+    }
+    let loaded = match store.take_next_if(id) {
+        Some(l) => l,
+        None => store.open(id).map_err(|e| match e {
+            persist::OpenError::Unknown => unknown(),
+            persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why) => {
+                RpcError::internal(why)
+            }
+        })?,
+    };
+    if let Some(refusal) = &job.refusals.after_open {
+        return Err(refusal.clone());
+    }
+    Ok(prepare(store, loaded, replay))
+}
+
+/// Copies stored session `job.session_id` under a new id (the `--fork` machinery) and makes
+/// the copy ready to open; a copy the params refuse goes again (nothing the client was told of).
+fn fork(
+    store: &Store,
+    job: &OpenJob,
+    cwd: &std::path::Path,
+    source_open: bool,
+) -> Result<Opened, RpcError> {
+    let source = &job.session_id;
+    let loaded = match store.fork_stored(source, cwd) {
+        Ok(Some(l)) => l,
+        // Open but nothing written yet: the fork starts as empty as the original.
+        Ok(None) if source_open => store.fork_empty(cwd).map_err(RpcError::internal)?,
+        Ok(None) => {
+            return Err(RpcError::invalid_params(format!(
+                "Unknown ACP session: {source}"
+            )))
+        }
+        Err(e) => return Err(RpcError::internal(e)),
+    };
+    let fork_id = loaded.header.id.clone();
+    log::info!("forked session {source} into {fork_id}");
+    if let Some(refusal) = &job.refusals.after_open {
+        drop(loaded);
+        let _ = store.delete(&fork_id);
+        return Err(refusal.clone());
+    }
+    Ok(prepare(store, loaded, false))
+}
+
+/// A loaded session made ready to open (`Opened`); also what `session/new` does with the
+/// session `-c`/`-r`/`--fork` picked.
+pub(crate) fn prepare(store: &Store, mut loaded: Loaded, replay: bool) -> Opened {
+    let conversation = Conversation::continued(&mut loaded);
+    let updates = if replay {
+        crate::replay::replay(&loaded.entries)
+    } else {
+        Vec::new()
+    };
+    let jobs = store.load_jobs(&loaded.header.id);
+    Opened {
+        loaded,
+        conversation,
+        updates,
+        jobs,
     }
 }
 

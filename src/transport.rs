@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
+use crate::outbox::{outbox, Drain, Outbox};
+
 use crate::abort::AbortFlag;
 use crate::lines::{read_line_limited, LineRead};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
@@ -32,12 +34,9 @@ pub enum Inbound {
 
 /// Both ends of a client connection as the main loop sees them.
 pub struct Connection {
-    /// Serialised frames (without the trailing newline) for the writer.
-    pub sender: Sender<Vec<u8>>,
+    /// Where frames for the writer go (see `outbox`: no allocation per frame).
+    pub outbox: Outbox,
     pub receiver: Receiver<Inbound>,
-    /// Frame buffers the writer is done with, for reuse: a streamed delta then costs no
-    /// allocation on one thread and free on another (musl's allocator makes that expensive).
-    pub recycled: Receiver<Vec<u8>>,
     /// Bytes handed to the writer and not yet written: turn workers pause on it.
     pub backlog: Backlog,
 }
@@ -80,6 +79,9 @@ impl Backlog {
 
     fn written(&self, bytes: usize) {
         let before = self.0.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        // A frame must be counted before the writer can take it: a count that wrapped below
+        // zero would park turns for good (debug builds, so the tests catch the order).
+        debug_assert!(before >= bytes, "{bytes} bytes written, {before} queued");
         if before > BACKLOG_LOW && before - bytes <= BACKLOG_LOW {
             self.wake();
         }
@@ -127,11 +129,6 @@ impl Backlog {
     }
 }
 
-/// How many spare frame buffers the writer hands back at most.
-const RECYCLE_SLOTS: usize = 64;
-/// Buffers larger than this are freed rather than kept.
-const RECYCLE_MAX_CAPACITY: usize = 16 * 1024;
-
 /// The two IO threads; join them after the main loop has dropped its `Connection`.
 pub struct IoThreads {
     reader: JoinHandle<()>,
@@ -167,8 +164,7 @@ where
     W: Write + Send + 'static,
 {
     let (in_tx, in_rx) = unbounded();
-    let (out_tx, out_rx) = unbounded::<Vec<u8>>();
-    let (recycle_tx, recycle_rx) = crossbeam_channel::bounded::<Vec<u8>>(RECYCLE_SLOTS);
+    let (out, drain) = outbox();
     let backlog = Backlog::default();
     let writer_backlog = backlog.clone();
     let reader = thread::Builder::new()
@@ -178,17 +174,18 @@ where
     let writer = thread::Builder::new()
         .name("acp-writer".to_owned())
         .spawn(move || {
-            let result = write_loop(output, &out_rx, &recycle_tx, &writer_backlog);
+            let mut drain = drain;
+            let result = write_loop(output, &mut drain, &writer_backlog);
             // A writer that failed (the client closed stdout) will never drain the queue.
+            drain.fail();
             writer_backlog.close();
             result
         })
         .expect("spawn acp-writer");
     (
         Connection {
-            recycled: recycle_rx,
+            outbox: out,
             backlog,
-            sender: out_tx,
             receiver: in_rx,
         },
         IoThreads { reader, writer },
@@ -305,62 +302,27 @@ fn read_loop<R: Read>(input: R, max_line: usize, tx: &Sender<Inbound>) {
     let _ = tx.send(Inbound::Closed);
 }
 
-fn write_loop<W: Write>(
-    output: W,
-    rx: &Receiver<Vec<u8>>,
-    recycle: &Sender<Vec<u8>>,
-    backlog: &Backlog,
-) -> io::Result<()> {
-    let mut out = io::BufWriter::with_capacity(64 * 1024, output);
-    while let Ok(frame) = recv_spinning(rx) {
-        write_frame(&mut out, frame, recycle, backlog)?;
-        // Batch whatever is already queued into one flush: ordering is preserved and a burst of
-        // deltas costs one syscall instead of one per frame.
-        while let Ok(frame) = rx.try_recv() {
-            write_frame(&mut out, frame, recycle, backlog)?;
+/// Writes every batch the outbox hands out with one `write_all`: ordering is the outbox's, and a
+/// burst of deltas costs one syscall instead of one per frame.
+fn write_loop<W: Write>(mut output: W, drain: &mut Drain, backlog: &Backlog) -> io::Result<()> {
+    while let Some(batch) = drain.next_batch(SPIN) {
+        // In pieces the size of a pipe's buffer, counted as they go: a turn paused on the
+        // backlog resumes while the rest of a large batch is still being written.
+        for piece in batch.chunks(WRITE_PIECE) {
+            output.write_all(piece)?;
+            backlog.written(piece.len());
         }
-        out.flush()?;
+        output.flush()?;
     }
-    out.flush()
+    output.flush()
 }
 
-/// While frames stream, the next one usually comes within tens of microseconds: poll briefly
-/// before parking, so a delta does not pay a futex wake-up on this hop.
-fn recv_spinning(rx: &Receiver<Vec<u8>>) -> Result<Vec<u8>, crossbeam_channel::RecvError> {
-    let until = std::time::Instant::now() + std::time::Duration::from_micros(SPIN_MICROS);
-    loop {
-        match rx.try_recv() {
-            Ok(frame) => return Ok(frame),
-            Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                return Err(crossbeam_channel::RecvError)
-            }
-            Err(crossbeam_channel::TryRecvError::Empty) if std::time::Instant::now() < until => {
-                std::hint::spin_loop()
-            }
-            Err(crossbeam_channel::TryRecvError::Empty) => return rx.recv(),
-        }
-    }
-}
+/// While frames stream, the next one usually comes within tens of microseconds: the writer polls
+/// this long before parking, so a delta does not pay a futex wake-up on this hop.
+const SPIN: Duration = Duration::from_micros(50);
 
-const SPIN_MICROS: u64 = 50;
-
-fn write_frame<W: Write>(
-    out: &mut W,
-    mut frame: Vec<u8>,
-    recycle: &Sender<Vec<u8>>,
-    backlog: &Backlog,
-) -> io::Result<()> {
-    out.write_all(&frame)?;
-    out.write_all(b"\n")?;
-    // Counted once in the buffered writer: at most its 64 KiB is not yet on the wire.
-    backlog.written(frame.len());
-    if frame.capacity() <= RECYCLE_MAX_CAPACITY {
-        frame.clear();
-        // Full or gone: the buffer is simply freed.
-        let _ = recycle.try_send(frame);
-    }
-    Ok(())
-}
+/// The usual pipe buffer on Linux.
+const WRITE_PIECE: usize = 64 * 1024;
 
 #[cfg(test)]
 mod tests {

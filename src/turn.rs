@@ -8,6 +8,7 @@
 //! predecessor, so turns of a session touch the conversation strictly one after another.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,7 @@ use serde_json::Value;
 mod compacting;
 pub(crate) mod guard;
 mod refining;
+mod steps;
 pub(crate) mod streaming;
 
 use crate::abort::AbortFlag;
@@ -30,17 +32,15 @@ use crate::permissions::Mode;
 use crate::persist::Custom;
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
-use crate::provider::{
-    ChatRequest, FinishReason, Message, Provider, ProviderError, StreamEvent, Thinking, ToolCall,
-    Usage,
-};
+use crate::provider::{Message, Provider, Thinking, ToolCall, Usage};
 use crate::stop_reason::StopReason;
 use crate::tools::host::{Approval, CallInfo, LocalHost, ToolHost};
 use crate::tools::process::{self, Ending, RunSpec};
 use crate::tools::truncate::format_size;
 use crate::tools::{bash, KernelEnv, ToolChoice, ToolContext, ToolDisplay, ToolOutput, ToolSet};
 use crate::transport::Backlog;
-use guard::{Guard, Verdict};
+use guard::Guard;
+use steps::{after_reply, AfterReply, ModelCall, Step};
 use streaming::Announcer;
 
 /// Everything fixed for the life of a session: provider, tool choice, prompt, cwd (one per
@@ -325,6 +325,16 @@ pub(crate) struct Conversation {
 }
 
 impl Conversation {
+    /// A stored session's conversation (dangling calls closed), with the recorder that
+    /// continues its file and takes over its claim.
+    pub(crate) fn continued(loaded: &mut crate::persist::Loaded) -> Conversation {
+        Conversation {
+            messages: loaded.messages(),
+            recorder: Some(crate::persist::Recorder::resume(loaded)),
+            ..Conversation::default()
+        }
+    }
+
     /// Appends the messages not yet in the session file (a no-op without a recorder).
     pub(crate) fn persist(&mut self) {
         if let Some(r) = self.recorder.as_mut() {
@@ -672,7 +682,7 @@ fn run_guarded(
         .settings(&ctx.agent.kernel_env.agent_dir, &ctx.agent.cwd);
     ctx.compaction.set_running(true);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let outcome = worker.run(conversation, input);
+        let Err(outcome) = worker.run(conversation, input);
         worker.after_turn(conversation, outcome)
     }))
     .unwrap_or_else(|panic| TurnOutcome::Panicked(panic_text(&*panic)));
@@ -716,256 +726,33 @@ impl<'a> Worker<'a> {
         (self.emit)(event);
     }
 
-    fn run(&mut self, conv: &mut Conversation, input: TurnInput) -> TurnOutcome {
-        // Checkpoint: cancelled before the turn started.
-        if self.abort.is_aborted() {
-            return TurnOutcome::Cancelled;
-        }
-        // Where this turn's prompt sits, so a failure before any model answered can take it
-        // back out (messages from the inbox stay: nobody would send them again).
-        let mut prompt_at = match self.take_input(conv, input) {
-            Ok(at) => at,
-            Err(outcome) => return outcome,
-        };
-        let provider = match &self.model.provider {
-            Ok(p) => p.clone(),
-            Err(why) => return TurnOutcome::Failed(TurnFailure::new(why.clone(), "model_config")),
-        };
-        let (specs, system) = self.tools_and_system();
-        let mut calls_ok = 0usize;
-        // An overflow gets one compaction and one retry (behaviour spec §5.2).
-        let mut overflow_compacted = false;
+    /// One turn: model call → tool calls → results back to the model, until the model stops
+    /// calling tools (or a checkpoint, a bound or a failure ends it). Each line is a step
+    /// (`turn/steps.rs`); `Err` is the outcome the turn ends with, a completed one included.
+    fn run(&mut self, conv: &mut Conversation, input: TurnInput) -> Step<Infallible> {
+        self.checkpoint()?; // cancelled before the turn started
+        let mut turn = self.begin(conv, input)?;
         loop {
-            // Checkpoint: before each model call.
-            if self.abort.is_aborted() {
-                return TurnOutcome::Cancelled;
-            }
-            // The prompt's bounds (autonomous limits, the per-prompt cap), before every call.
-            if let Some(stop) = self.guard.before_model_call(Instant::now()) {
-                self.stop_notice(&stop);
-                return TurnOutcome::Completed(stop.reason);
-            }
-            // The window: compact before the call once the context is over the threshold
-            // (also inside a tool loop, whose results can fill a small window in one turn).
-            match self.compact_before_call(conv, &*provider) {
-                Ok(Some(done)) => prompt_at = prompt_at.and_then(|at| done.moved(at)),
-                Ok(None) => {}
-                Err(outcome) => return outcome,
-            }
-            self.deliver_waiting(conv);
-            let request_id = crate::semantic::new_request_id();
-            let request = ChatRequest {
-                system: &system,
-                messages: &conv.messages,
-                tools: &specs,
-                thinking: self.model.thinking,
-                agent: &self.ctx.name,
-                max_tokens: None,
-                request_id: &request_id,
-            };
-            let emit = self.emit;
-            emit(AgentEvent::AssistantMessageStart);
-            let shown = &mut conv.notices_shown;
-            let mut announcer = Announcer::default();
-            let result = provider.stream(&request, self.abort, &mut |ev| {
-                let (kind, delta) = match ev {
-                    StreamEvent::ToolCallStart { id, name } => {
-                        if let Some(e) = announcer.started(&id, &name) {
-                            emit(e);
-                        }
-                        return;
-                    }
-                    StreamEvent::ToolCallDelta { id, delta } => {
-                        if let Some(e) = announcer.arguments(&id, &delta, Instant::now()) {
-                            emit(e);
-                        }
-                        return;
-                    }
-                    StreamEvent::Restarted => {
-                        announcer.void(CALL_VOIDED).into_iter().for_each(emit);
-                        return;
-                    }
-                    StreamEvent::Text(t) => (DeltaKind::Text, t),
-                    StreamEvent::Thinking(t) => (DeltaKind::Thinking, t),
-                    StreamEvent::Retrying(wait) => {
-                        return emit(AgentEvent::AutoRetry(RetryPhase::Waiting {
-                            attempt: wait.attempt,
-                            max_attempts: wait.max_attempts,
-                            delay_ms: u64::try_from(wait.delay.as_millis()).unwrap_or(u64::MAX),
-                            reason: wait.reason.to_owned(),
-                            error_message: wait.error,
-                        }))
-                    }
-                    StreamEvent::Recovered { attempt } => {
-                        return emit(AgentEvent::AutoRetry(RetryPhase::Recovered { attempt }))
-                    }
-                    StreamEvent::RetriesExhausted { attempt, error } => {
-                        return emit(AgentEvent::AutoRetry(RetryPhase::Exhausted {
-                            attempt,
-                            error_message: error,
-                        }))
-                    }
-                    StreamEvent::Notice(notice) => {
-                        if !shown.contains(&notice.title) {
-                            shown.push(notice.title.clone());
-                            emit(AgentEvent::Notice {
-                                severity: notice.severity.to_owned(),
-                                title: notice.title,
-                                description: notice.description,
-                            });
-                        }
-                        return;
-                    }
-                };
-                emit(AgentEvent::MessageDelta {
-                    assistant: true,
-                    kind,
-                    delta,
-                });
-            });
+            self.before_model_call(conv, &mut turn)?;
+            let ModelCall {
+                request_id,
+                result,
+                mut announcer,
+            } = self.call_model(conv, &turn);
             let reply = match result {
                 Ok(reply) => reply,
-                Err(_) if self.abort.is_aborted() => return TurnOutcome::Cancelled,
-                Err(ProviderError::Aborted) => return TurnOutcome::Cancelled,
-                Err(e) => {
-                    self.close_announced(&announcer, &[], CALL_FAILED);
-                    let mut failure = TurnFailure::new(e.to_string(), e.kind());
-                    if e.is_context_overflow() && self.auto_compaction() {
-                        if overflow_compacted {
-                            failure = TurnFailure::new(
-                                compaction::OVERFLOW_RECOVERY_FAILED,
-                                "model_context_overflow",
-                            );
-                        } else {
-                            match self.compact(conv, &*provider, compaction::Reason::Overflow, None)
-                            {
-                                Ok(Some(done)) => {
-                                    overflow_compacted = true;
-                                    prompt_at = prompt_at.and_then(|at| done.moved(at));
-                                    continue;
-                                }
-                                Ok(None) => {}
-                                Err(TurnOutcome::Failed(f)) => failure = f,
-                                Err(other) => return other,
-                            }
-                        }
-                    }
-                    // Nothing of this prompt reached a model that answered: forget it, so a
-                    // retry by the client does not send it twice.
-                    if let Some(at) = prompt_at.filter(|_| calls_ok == 0) {
-                        conv.messages.remove(at);
-                        if let Some(r) = conv.recorder.as_mut() {
-                            r.removed(at);
-                        }
-                    }
-                    return TurnOutcome::Failed(failure);
-                }
-            };
-            calls_ok += 1;
-            self.ctx.trace.committed(&request_id);
-            self.guard.model_call_done(reply.usage, Instant::now());
-            conv.usage.add(reply.usage);
-            conv.model_calls += 1;
-            // What the model saw plus what it wrote is what the context now holds.
-            let used = reply.usage.input
-                + reply.usage.cache_read
-                + reply.usage.cache_write
-                + reply.usage.output;
-            if let Some(prices) = provider.prices() {
-                conv.compaction.cost += prices.cost(&reply.usage);
-            }
-            let cut = reply.finish == FinishReason::Length;
-            let mut message = reply.message;
-            let unusable = set_aside_unusable(&mut message.tool_calls, cut);
-            let calls = message.tool_calls.clone();
-            conv.messages.push(Message::Assistant(message));
-            conv.compaction.record_reply(used, conv.messages.len());
-            if reply.finish != FinishReason::Length {
-                // All of this reply's calls are shown before its usage, then they run.
-                for call in &calls {
-                    self.announce(call);
-                }
-            }
-            self.report_usage(conv, &*provider);
-            conv.persist();
-            self.close_announced(&announcer, &calls, CALL_DROPPED);
-            if calls.is_empty() && self.ctx.inbox.has_steers() && !self.abort.is_aborted() {
-                // A steer arrived during this call: the turn goes on with it.
-                continue;
-            }
-            if calls.is_empty() {
-                return TurnOutcome::Completed(match reply.finish {
-                    FinishReason::Length => StopReason::MaxTokens,
-                    _ => StopReason::EndTurn,
-                });
-            }
-            let unusable_text = |id: &str| {
-                unusable
-                    .iter()
-                    .find(|(u, _)| u == id)
-                    .map(|(_, text)| text.clone())
-            };
-            if cut {
-                // Tool arguments may be cut off: do not run them.
-                for call in &calls {
-                    let text = unusable_text(&call.id).unwrap_or_else(|| {
-                        "Not executed: the reply hit the output token limit.".to_owned()
-                    });
-                    self.refuse_call(conv, &mut announcer, call, text);
-                }
-                return TurnOutcome::Completed(StopReason::MaxTokens);
-            }
-            for (i, call) in calls.iter().enumerate() {
-                // Checkpoint: before each tool.
-                if self.abort.is_aborted() {
-                    self.not_run(conv, &calls[i..], "Cancelled by the user before it ran.");
-                    return TurnOutcome::Cancelled;
-                }
-                match self.guard.before_tool_call(call) {
-                    Verdict::Run => {}
-                    Verdict::Refuse(text) => {
-                        self.refuse_call(conv, &mut announcer, call, text);
-                        continue;
-                    }
-                    Verdict::Stop(stop) => {
-                        let text = format!("Not run: {}", stop.description);
-                        for call in &calls[i..] {
-                            self.refuse_call(conv, &mut announcer, call, text.clone());
-                        }
-                        self.stop_notice(&stop);
-                        return TurnOutcome::Completed(stop.reason);
-                    }
-                }
-                if let Some(text) = unusable_text(&call.id) {
-                    self.refuse_call(conv, &mut announcer, call, text);
+                Err(error) => {
+                    self.recover(conv, &mut turn, &announcer, error)?;
                     continue;
                 }
-                let (output, shown) = self.run_tool(call);
-                if let Some(r) = conv.recorder.as_mut() {
-                    let details = crate::persist::entry::tool_details(
-                        &shown.locations,
-                        output.diff.as_ref(),
-                        output.ipython.as_ref(),
-                        shown.display.as_ref(),
-                    );
-                    r.note_tool_details(&call.id, details);
-                }
-                conv.messages.push(Message::ToolResult {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    text: output.text,
-                    is_error: output.is_error,
-                    images: output.images,
-                });
-                conv.persist();
-                if self.abort.is_aborted() {
-                    self.not_run(
-                        conv,
-                        &calls[i + 1..],
-                        "Cancelled by the user before it ran.",
-                    );
-                    return TurnOutcome::Cancelled;
-                }
+            };
+            self.count_answer(conv, &mut turn, &request_id, reply.usage);
+            let kept = self.keep_reply(conv, &turn, reply, &announcer);
+            match after_reply(kept.calls.len(), kept.cut, self.steer_waiting(&kept)) {
+                AfterReply::CallAgain => {}
+                AfterReply::End(stop) => return Err(TurnOutcome::Completed(stop)),
+                AfterReply::RefuseCut => return Err(self.refuse_cut(conv, &mut announcer, &kept)),
+                AfterReply::RunCalls => self.run_calls(conv, &mut announcer, &kept)?,
             }
         }
     }
@@ -1045,14 +832,10 @@ impl<'a> Worker<'a> {
         })
     }
 
-    /// Step one: what the turn starts from. `Ok(at)` goes on to the model, with the prompt's
+    /// The input, `begin`'s first part: `Ok(at)` goes on to the model, with the prompt's
     /// place in the history when one was added; `Err` is the whole turn, answered without a
     /// model (`!cmd`, `/refine`, a local reply or compaction, an empty inbox).
-    fn take_input(
-        &mut self,
-        conv: &mut Conversation,
-        input: TurnInput,
-    ) -> Result<Option<usize>, TurnOutcome> {
+    fn take_input(&mut self, conv: &mut Conversation, input: TurnInput) -> Step<Option<usize>> {
         match input {
             TurnInput::Prompt(prompt) => {
                 // Before the provider: `!cmd` needs no model, so it works without one.

@@ -1,6 +1,7 @@
 //! `session/list` over a big sessions directory (issue 19, defect 6): every row right without
 //! parsing whole files, and the list never on the main loop, so another session's cancel is
-//! answered while the list is still being read.
+//! answered while the list is still being read. The same for `session/load` of a big session:
+//! the file is read off the loop, and what names the session meanwhile waits for its open.
 
 use std::io::Write;
 
@@ -114,4 +115,130 @@ fn session_list_over_30_files_of_8_mb_is_right_and_holds_no_cancel() {
     let again = a.call("session/list", json!({}));
     assert_eq!(rows(&again), want);
     reliability_line("session_list_over_30_files_of_8_mb", 1, 3, 3, 0);
+}
+
+#[test]
+fn session_load_of_a_big_file_holds_no_cancel_and_what_names_it_waits_for_it() {
+    let dir = TempDir::new("load-big");
+    let store = dir.path().join("sessions");
+    std::fs::create_dir_all(&store).unwrap();
+    let cwd = dir.path().display().to_string();
+    // 48 MiB: 23 exchanges after the first, each message 1 MiB.
+    let (big, title, _) = stored_session(&store, 7, &cwd, 48);
+    let script = script_file(&dir, &[json!({"steps": [{"wait_for_cancel": true}]})]);
+    let mut a = sessions::in_dir(&dir, &script, &["--multi-session"], &[]);
+    let other = a.handshake();
+    let prompt = a.prompt("wait");
+    // The load, then (before its answer) a cancel and a close of the session being loaded,
+    // then the other session's cancel: the loop hands the read to the store worker and answers
+    // the cancelled prompt at once; the loaded session's cancel and close run once it is open.
+    let load = a.request(
+        "session/load",
+        json!({"sessionId": big, "cwd": cwd, "mcpServers": []}),
+    );
+    a.notify("session/cancel", json!({"sessionId": big}));
+    let close = a.request("session/close", json!({"sessionId": big}));
+    a.notify("session/cancel", json!({"sessionId": other}));
+    let at = |a: &Agent, id: &Value| {
+        a.seen
+            .iter()
+            .position(|f| f.get("id") == Some(id) && f.get("method").is_none())
+    };
+    while [&prompt, &load, &close]
+        .iter()
+        .any(|id| at(&a, id).is_none())
+    {
+        a.next_frame(std::time::Duration::from_secs(60))
+            .expect("three answers");
+    }
+    let (p, l, c) = (
+        at(&a, &prompt).unwrap(),
+        at(&a, &load).unwrap(),
+        at(&a, &close).unwrap(),
+    );
+    assert_eq!(
+        a.seen[p]["result"]["stopReason"], "cancelled",
+        "{}",
+        a.seen[p]
+    );
+    assert!(p < l, "the other session's cancel waited behind the load");
+    assert!(a.seen[l]["result"].is_object(), "{}", a.seen[l]);
+    // The close waited for the open (not `Unknown ACP session`), after the load's answer.
+    assert!(l < c, "the close was answered before the load");
+    assert_eq!(a.seen[c]["result"], json!({}), "{}", a.seen[c]);
+    // The replay came before the load's answer, every message of the file in it.
+    let replayed = |kind: &str| {
+        a.seen[..l]
+            .iter()
+            .filter(|f| {
+                f["params"]["sessionId"] == big.as_str()
+                    && f["params"]["update"]["sessionUpdate"] == kind
+            })
+            .count()
+    };
+    assert_eq!(replayed("user_message_chunk"), 24);
+    assert_eq!(replayed("agent_message_chunk"), 24);
+    // Closed, the session is unknown again, and its file is free to load once more.
+    let r = a.call("session/close", json!({"sessionId": big}));
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Unknown ACP session")),
+        "{r}"
+    );
+    let again = a.call(
+        "session/resume",
+        json!({"sessionId": big, "cwd": cwd, "mcpServers": []}),
+    );
+    assert!(again["result"].is_object(), "{again}");
+    let listed = a.call("session/list", json!({}));
+    let row = listed["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sessionId"] == big.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(row["title"], title.as_str());
+}
+
+#[test]
+fn stdin_closed_while_a_big_session_loads_still_answers_the_load_and_what_waited_for_it() {
+    let dir = TempDir::new("load-eof");
+    let store = dir.path().join("sessions");
+    std::fs::create_dir_all(&store).unwrap();
+    let cwd = dir.path().display().to_string();
+    let (big, _, _) = stored_session(&store, 9, &cwd, 32);
+    let script = script_file(&dir, &[json!({"steps": [{"text": "hi"}]})]);
+    let mut a = sessions::in_dir(&dir, &script, &[], &[]);
+    a.call("initialize", json!({"protocolVersion": 1}));
+    let load = a.request(
+        "session/load",
+        json!({"sessionId": big, "cwd": cwd, "mcpServers": []}),
+    );
+    let close = a.request("session/close", json!({"sessionId": big}));
+    a.close_stdin();
+    let status = a
+        .wait_exit(std::time::Duration::from_secs(60))
+        .expect("the agent exits");
+    assert!(status.success(), "{status:?}");
+    while a.next_frame(std::time::Duration::from_secs(1)).is_some() {}
+    let answers = |id: &Value| -> Vec<Value> {
+        a.seen
+            .iter()
+            .filter(|f| f.get("id") == Some(id) && f.get("method").is_none())
+            .cloned()
+            .collect()
+    };
+    let (loaded, closed) = (answers(&load), answers(&close));
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    // Opened in time: the close closes it; else both say why not.
+    if loaded[0]["result"].is_object() {
+        assert_eq!(closed[0]["result"], json!({}), "{closed:?}");
+    } else {
+        let text = loaded[0]["error"]["data"]["details"].to_string()
+            + loaded[0]["error"]["message"].as_str().unwrap_or_default();
+        assert!(text.contains("exiting"), "{loaded:?}");
+    }
 }

@@ -10,6 +10,7 @@ use crate::main_loop::MainLoop;
 use crate::persist;
 use crate::rpc::{RequestId, RpcError};
 use crate::session::Action;
+use crate::store_worker::Source;
 
 use super::{session_cwd, ONE_SESSION};
 
@@ -49,8 +50,14 @@ impl MainLoop {
 
     /// `session/fork {sessionId, cwd, mcpServers?, additionalDirectories?, systemPrompt?}`:
     /// a copy of the session's stored conversation (the `--fork` machinery) opened as a new
-    /// session beside the original, which is not touched. Answered like `session/new`.
-    pub(crate) fn session_fork(&mut self, params: &Value) -> Result<Value, RpcError> {
+    /// session beside the original, which is not touched. The copy is made on the store
+    /// worker (`store_worker::Source::Fork`); `finish_open` answers it like `session/new`.
+    /// `Err`: refused before any IO.
+    pub(crate) fn session_fork(
+        &mut self,
+        request: RequestId,
+        params: &Value,
+    ) -> Result<(), RpcError> {
         let (source, p) = acp::parse_load_session(params, acp::SESSION_FORK)?;
         let Some(store) = self.agent.store.clone() else {
             return Err(RpcError::invalid_params(
@@ -66,25 +73,9 @@ impl MainLoop {
             self.agent.cwd.clone()
         };
         let open = self.session_index(&source).is_some();
-        let loaded = match store.fork_stored(&source, &cwd) {
-            Ok(Some(l)) => l,
-            // Open but nothing written yet: the fork starts as empty as the original.
-            Ok(None) if open => store.fork_empty(&cwd).map_err(RpcError::internal)?,
-            Ok(None) => {
-                return Err(RpcError::invalid_params(format!(
-                    "Unknown ACP session: {source}"
-                )))
-            }
-            Err(e) => return Err(RpcError::internal(e)),
-        };
-        let fork_id = loaded.header.id.clone();
-        log::info!("forked session {source} into {fork_id}");
-        let result = self.open_session(p, Some(loaded), true);
-        if result.is_err() {
-            // Nothing the client was told of: the copy goes again.
-            let _ = store.delete(&fork_id);
-        }
-        result
+        let fork = Source::Fork { cwd, open };
+        self.start_open(store, request, source.clone(), p, fork, None);
+        Ok(())
     }
 
     /// `session/set_title {sessionId, title}`: an open session is renamed live

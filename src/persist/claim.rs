@@ -98,8 +98,7 @@ mod tests {
 
     #[test]
     fn one_claim_per_file_until_it_is_dropped() {
-        let dir = std::env::temp_dir().join(format!("pa-claim-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_support::temp_dir("claim");
         let path = dir.join("s.jsonl");
         assert_eq!(Claim::take(&path).unwrap_err(), ClaimError::Missing);
         std::fs::write(&path, "{}\n").unwrap();

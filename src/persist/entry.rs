@@ -94,15 +94,21 @@ pub(crate) struct CustomMessage {
 impl CustomMessage {
     /// The content as one text.
     pub(crate) fn text(&self) -> String {
-        match &self.content {
-            Value::String(s) => s.clone(),
-            Value::Array(blocks) => blocks
-                .iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        }
+        content_text(&self.content)
+    }
+}
+
+/// The text of a `content` that is a string or a list of blocks (their `text`s, a line
+/// apart); empty for anything else.
+pub(crate) fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
     }
 }
 

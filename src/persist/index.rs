@@ -396,21 +396,28 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    /// A session file: the header, then entries `(timestamp, body)` chained by `parentId`.
-    fn file(id: &str, cwd: &str, entries: &[(&str, Value)]) -> String {
+    /// The line of entry `body` with its `id`, `parentId` and `timestamp`.
+    fn line(body: &Value, id: &str, parent: Value, timestamp: &str) -> String {
+        let mut v = body.clone();
+        v["id"] = json!(id);
+        v["parentId"] = parent;
+        v["timestamp"] = json!(timestamp);
+        format!("{v}\n")
+    }
+
+    /// A session file: the header, then `entries` chained by `parentId`, written on January
+    /// `day`, 2026, a second apart.
+    fn file(id: &str, cwd: &str, day: u32, entries: &[Value]) -> String {
         let mut out = format!(
             "{}\n",
             json!({"type": "session", "version": 3, "id": id, "timestamp": "2026-01-01T00:00:00.000Z", "cwd": cwd})
         );
         let mut parent = Value::Null;
-        for (i, (ts, body)) in entries.iter().enumerate() {
-            let mut v = body.clone();
+        for (i, body) in entries.iter().enumerate() {
             let eid = format!("{i:08x}");
-            v["id"] = json!(eid);
-            v["parentId"] = parent;
-            v["timestamp"] = json!(ts);
+            let ts = format!("2026-01-{day:02}T00:00:{:02}.000Z", i + 1);
+            out.push_str(&line(body, &eid, parent, &ts));
             parent = json!(eid);
-            out.push_str(&format!("{v}\n"));
         }
         out
     }
@@ -426,61 +433,30 @@ mod tests {
 
     #[test]
     fn summaries_from_head_and_tail_agree_with_a_full_load_and_the_index_follows_growth() {
-        let dir = std::env::temp_dir().join(format!("pa-index-{}", uuid::Uuid::new_v4()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_support::temp_dir("index");
         let cases: Vec<(&str, String)> = vec![
             // Ours: the title right after the header, a long conversation after it.
             (
                 "ours",
-                file(
-                    "ours",
-                    "/a",
-                    &[
-                        ("2026-01-01T00:00:01.000Z", title("Ours")),
-                        ("2026-01-01T00:00:02.000Z", big(100)),
-                        ("2026-01-01T00:00:03.000Z", big(100)),
-                    ],
-                ),
+                file("ours", "/a", 1, &[title("Ours"), big(100), big(100)]),
             ),
             // Older layout: the title after a long first message, in the middle.
             (
                 "legacy",
-                file(
-                    "legacy",
-                    "/b",
-                    &[
-                        ("2026-01-02T00:00:01.000Z", big(100)),
-                        ("2026-01-02T00:00:02.000Z", title("Legacy")),
-                        ("2026-01-02T00:00:03.000Z", big(100)),
-                    ],
-                ),
+                file("legacy", "/b", 2, &[big(100), title("Legacy"), big(100)]),
             ),
             // Renamed at the end; a torn last line is not an entry.
             (
                 "renamed",
-                file(
-                    "renamed",
-                    "/a",
-                    &[
-                        ("2026-01-03T00:00:01.000Z", title("Old")),
-                        ("2026-01-03T00:00:02.000Z", big(40)),
-                        ("2026-01-03T00:00:03.000Z", title("New")),
-                    ],
-                ) + r#"{"type":"message","id":"dead"#,
+                file("renamed", "/a", 3, &[title("Old"), big(40), title("New")])
+                    + r#"{"type":"message","id":"dead"#,
             ),
             // Only a header.
-            ("bare", file("bare", "/c", &[])),
+            ("bare", file("bare", "/c", 0, &[])),
             // The last line longer than the tail window.
             (
                 "long-last",
-                file(
-                    "long-last",
-                    "/c",
-                    &[
-                        ("2026-01-04T00:00:01.000Z", title("Long")),
-                        ("2026-01-04T00:00:02.000Z", big(40)),
-                    ],
-                ),
+                file("long-last", "/c", 4, &[title("Long"), big(40)]),
             ),
         ];
         for (id, text) in &cases {
@@ -502,18 +478,20 @@ mod tests {
         assert_eq!(list(&dir), rows);
         let path = dir.join("ours.jsonl");
         let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
-        let mut later = title("Renamed later");
-        later["id"] = json!("feedf00d");
-        later["parentId"] = json!("00000002");
-        later["timestamp"] = json!("2026-02-01T00:00:00.000Z");
-        f.write_all(format!("{later}\n").as_bytes()).unwrap();
+        let later = line(
+            &title("Renamed later"),
+            "feedf00d",
+            json!("00000002"),
+            "2026-02-01T00:00:00.000Z",
+        );
+        f.write_all(later.as_bytes()).unwrap();
         drop(f);
         let rows = list(&dir);
         assert_eq!(rows[0].id, "ours");
         assert_eq!(rows[0].title.as_deref(), Some("Renamed later"));
         assert_eq!(rows[0].updated_at, "2026-02-01T00:00:00.000Z");
         // A file rewritten shorter is summarised afresh; a deleted one leaves the index.
-        fs::write(&path, file("ours", "/z", &[])).unwrap();
+        fs::write(&path, file("ours", "/z", 0, &[])).unwrap();
         fs::remove_file(dir.join("bare.jsonl")).unwrap();
         let rows = list(&dir);
         let ours = rows.iter().find(|r| r.id == "ours").unwrap();

@@ -427,25 +427,52 @@ impl Recorder {
 mod tests {
     use super::*;
     use crate::persist::{load, Pick, Store};
+    use crate::provider::tests_support::{answer, user};
     use crate::provider::{AssistantMessage, ToolCall};
     use std::fs;
     use std::path::Path;
 
     fn tmp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pa-persist-{tag}-{}", uuid::Uuid::new_v4()));
-        d
+        crate::test_support::temp_dir(&format!("persist-{tag}"))
+    }
+
+    /// A store whose sessions (and artifacts) live in `dir`.
+    fn store_in(dir: &Path) -> Store {
+        Store::new(dir.to_owned(), dir.join("artifacts"))
+    }
+
+    /// A store in a fresh directory (returned), and a recorder of session `id` in `/w`.
+    fn recording(tag: &str, id: &str) -> (PathBuf, Store, Recorder) {
+        let dir = tmp(tag);
+        let store = store_in(&dir);
+        let r = store.recorder(id, Path::new("/w"));
+        (dir, store, r)
+    }
+
+    /// The entries of a session file, one JSON value a line.
+    fn entries(path: &Path) -> Vec<Value> {
+        fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The entries of one `type`.
+    fn entries_of(path: &Path, kind: &str) -> Vec<Value> {
+        entries(path)
+            .into_iter()
+            .filter(|v| v["type"] == kind)
+            .collect()
     }
 
     #[test]
     fn a_recorder_writes_once_the_model_answered_and_a_torn_tail_is_skipped_and_cut() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tmp("rec").join("sessions");
-        let store = Store::new(dir.clone(), dir.join("artifacts"));
+        let store = store_in(&dir);
         let mut r = store.recorder("s1", Path::new("/w"));
-        let mut messages = vec![Message::User {
-            text: "hello there".into(),
-            images: vec![],
-        }];
+        let mut messages = vec![user("hello there")];
         r.note_model("scripted/test", "off");
         r.sync(&messages);
         assert!(
@@ -480,10 +507,9 @@ mod tests {
             fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
             0o700
         );
-        let text = fs::read_to_string(&path).unwrap();
-        let types: Vec<String> = text
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        let lines = entries(&path);
+        let types: Vec<String> = lines
+            .iter()
             .map(|v| {
                 format!(
                     "{}{}",
@@ -508,10 +534,6 @@ mod tests {
             ]
         );
         // Every entry hangs below the one before.
-        let lines: Vec<Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
         assert_eq!(lines[1]["parentId"], Value::Null);
         for w in lines[1..].windows(2) {
             assert_eq!(w[1]["parentId"], w[0]["id"]);
@@ -530,10 +552,7 @@ mod tests {
         assert_eq!(loaded.header.cwd, "/w");
         drop(r);
         let mut again = Recorder::resume(&mut loaded);
-        messages.push(Message::User {
-            text: "more".into(),
-            images: vec![],
-        });
+        messages.push(user("more"));
         again.sync(&messages);
         let reloaded = load(&path).unwrap();
         assert_eq!(reloaded.messages(), messages);
@@ -547,20 +566,8 @@ mod tests {
 
     #[test]
     fn a_hidden_message_is_a_custom_message_the_model_gets_back_on_load() {
-        let dir = tmp("hidden");
-        let store = Store::new(dir.clone(), dir.join("artifacts"));
-        let mut r = store.recorder("h1", Path::new("/w"));
-        let user = |t: &str| Message::User {
-            text: t.into(),
-            images: vec![],
-        };
-        let mut messages = vec![
-            user("q"),
-            Message::Assistant(AssistantMessage {
-                text: "a".into(),
-                ..Default::default()
-            }),
-        ];
+        let (dir, _store, mut r) = recording("hidden", "h1");
+        let mut messages = vec![user("q"), answer("a")];
         r.note_hidden(2, "ipython_state_restored");
         messages.push(user(
             "<ipython_state_restored>\nx\n</ipython_state_restored>",
@@ -568,15 +575,7 @@ mod tests {
         messages.push(user("next"));
         r.sync(&messages);
         let path = dir.join("h1.jsonl");
-        let lines: Vec<Value> = fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        let hidden: Vec<&Value> = lines
-            .iter()
-            .filter(|l| l["type"] == "custom_message")
-            .collect();
+        let hidden = entries_of(&path, "custom_message");
         assert_eq!(hidden.len(), 1);
         assert_eq!(hidden[0]["customType"], "ipython_state_restored");
         assert_eq!(hidden[0]["display"], false);
@@ -597,13 +596,7 @@ mod tests {
 
     #[test]
     fn a_shown_custom_message_keeps_its_details_and_a_taken_back_prompt_moves_the_notes() {
-        let dir = tmp("custom");
-        let store = Store::new(dir.clone(), dir.join("artifacts"));
-        let mut r = store.recorder("k1", Path::new("/w"));
-        let user = |t: &str| Message::User {
-            text: t.into(),
-            images: vec![],
-        };
+        let (dir, _store, mut r) = recording("custom", "k1");
         let beat = |n: u64| Custom {
             custom_type: "heartbeat_prompt",
             display: true,
@@ -614,26 +607,11 @@ mod tests {
         r.note_custom(0, beat(0));
         r.note_custom(1, beat(1));
         r.removed(0);
-        let messages = vec![
-            user("BEAT"),
-            Message::Assistant(AssistantMessage {
-                text: "a".into(),
-                ..Default::default()
-            }),
-            user("plain"),
-        ];
+        let messages = vec![user("BEAT"), answer("a"), user("plain")];
         r.sync(&messages);
         let path = dir.join("k1.jsonl");
-        let lines: Vec<Value> = fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        let custom: Vec<&Value> = lines
-            .iter()
-            .filter(|l| l["type"] == "custom_message")
-            .collect();
-        assert_eq!(custom.len(), 1, "{lines:?}");
+        let custom = entries_of(&path, "custom_message");
+        assert_eq!(custom.len(), 1, "{custom:?}");
         assert_eq!(custom[0]["customType"], "heartbeat_prompt");
         assert_eq!(custom[0]["display"], true);
         assert_eq!(custom[0]["content"], "BEAT");
@@ -641,26 +619,14 @@ mod tests {
             custom[0]["details"],
             serde_json::json!({"jobId": "hb-1", "runCount": 1})
         );
-        assert_eq!(lines.iter().filter(|l| l["type"] == "message").count(), 2);
+        assert_eq!(entries_of(&path, "message").len(), 2);
         assert_eq!(load(&path).unwrap().messages(), messages);
         fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_compaction_is_recorded_and_a_load_rebuilds_the_compacted_context() {
-        let dir = tmp("compact");
-        let store = Store::new(dir.clone(), dir.join("artifacts"));
-        let mut r = store.recorder("c1", Path::new("/w"));
-        let user = |t: &str| Message::User {
-            text: t.into(),
-            images: vec![],
-        };
-        let answer = |t: &str| {
-            Message::Assistant(AssistantMessage {
-                text: t.into(),
-                ..Default::default()
-            })
-        };
+        let (dir, _store, mut r) = recording("compact", "c1");
         let mut messages = vec![user("q1"), answer("a1"), user("q2"), answer("a2")];
         r.sync(&messages);
         // Keep from index 2 on; the summary takes the place of q1/a1.
@@ -672,12 +638,7 @@ mod tests {
         let path = dir.join("c1.jsonl");
         let mut loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
-        let compaction: Vec<Value> = fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .filter(|v| v["type"] == "compaction")
-            .collect();
+        let compaction = entries_of(&path, "compaction");
         assert_eq!(compaction.len(), 1);
         assert_eq!(compaction[0]["tokensBefore"], 1234);
         assert_eq!(compaction[0]["summary"], "the summary");
@@ -694,19 +655,8 @@ mod tests {
 
     #[test]
     fn picks_resolve_ids_prefixes_and_paths_and_forks_name_their_parent() {
-        let dir = tmp("pick");
-        let store = Store::new(dir.clone(), dir.join("artifacts"));
-        let mut r = store.recorder("0190aaaa-0000", Path::new("/w"));
-        let messages = vec![
-            Message::User {
-                text: "q".into(),
-                images: vec![],
-            },
-            Message::Assistant(AssistantMessage {
-                text: "a".into(),
-                ..Default::default()
-            }),
-        ];
+        let (dir, store, mut r) = recording("pick", "0190aaaa-0000");
+        let messages = vec![user("q"), answer("a")];
         r.sync(&messages);
         // The recorder owns the file: picking it is refused until it is gone.
         assert_eq!(

@@ -5,12 +5,12 @@ use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
 use super::http::{one_line, StreamDecoder};
+use super::parts::{stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
     StreamEvent, Thinking, ToolCall, Usage,
 };
-use crate::content::Image;
 
 pub(crate) const VERSION: &str = "2023-06-01";
 
@@ -22,14 +22,8 @@ pub(crate) fn url(base_url: &str) -> String {
 }
 
 pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
-    let mut h = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-        ("anthropic-version".to_owned(), VERSION.to_owned()),
-    ];
-    if let Some(key) = key {
-        h.push(("x-api-key".to_owned(), key.to_owned()));
-    }
+    let mut h = stream_headers(key.map(|k| ("x-api-key", k.to_owned())));
+    h.push(("anthropic-version".to_owned(), VERSION.to_owned()));
     h
 }
 
@@ -45,19 +39,11 @@ fn budget(t: Thinking) -> Option<u64> {
     }
 }
 
-fn image_block(i: &Image) -> Value {
-    json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": i.data}})
-}
-
-fn images(model: &ModelDef, imgs: &[Image]) -> Vec<Value> {
-    if imgs.is_empty() {
-        Vec::new()
-    } else if model.supports_images() {
-        imgs.iter().map(image_block).collect()
-    } else {
-        vec![json!({"type": "text", "text": super::openai::omitted_text(model, imgs.len())})]
-    }
-}
+/// The Messages API's `text` and base64 `image` blocks.
+const PARTS: Parts = Parts {
+    text: |text| json!({"type": "text", "text": text}),
+    image: |i| json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": i.data}}),
+};
 
 /// The Messages API request body for `req`.
 pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
@@ -67,7 +53,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     for message in req.messages {
         let (role, blocks) = match message {
             Message::User { text, images: imgs } => {
-                let mut b = images(model, imgs);
+                let mut b = PARTS.images(model, imgs);
                 if !text.is_empty() {
                     b.push(json!({"type": "text", "text": text}));
                 }
@@ -117,7 +103,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 let mut content = vec![
                     json!({"type": "text", "text": if text.is_empty() { "(no output)" } else { text }}),
                 ];
-                content.extend(images(model, imgs));
+                content.extend(PARTS.images(model, imgs));
                 (
                     "user",
                     vec![json!({"type": "tool_result", "tool_use_id": call_id,
@@ -242,9 +228,8 @@ impl StreamDecoder for Decoder {
         if event.data.trim().is_empty() {
             return Ok(false);
         }
-        let v: Value = serde_json::from_str(&event.data).map_err(|e| {
-            ProviderError::Stream(format!("The model stream sent invalid JSON: {e}"))
-        })?;
+        let v: Value =
+            serde_json::from_str(&event.data).map_err(|e| ProviderError::invalid_json(&e))?;
         let kind = v
             .get("type")
             .and_then(Value::as_str)
@@ -371,10 +356,7 @@ impl StreamDecoder for Decoder {
 
     fn finish(mut self) -> Result<Reply, ProviderError> {
         if !self.done {
-            return Err(ProviderError::Stream(
-                "The model stream ended before the reply was complete (connection dropped?)"
-                    .to_owned(),
-            ));
+            return Err(ProviderError::ended_early());
         }
         for (_, block) in std::mem::take(&mut self.blocks) {
             match block {
@@ -421,11 +403,12 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
-    use crate::provider::config::Compat;
+    use crate::provider::tests_support::{
+        model, replay_fixture, request, tool, tool_round_messages, user,
+    };
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        crate::provider::http::replay_fixture(fixture, Decoder::new())
+        replay_fixture(fixture, Decoder::new())
     }
 
     #[test]
@@ -521,35 +504,10 @@ mod tests {
             ]
         );
         assert_eq!(r.message.tool_calls[0].id, "toolu_09");
-        let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
-            Message::Assistant(r.message),
-        ];
-        let model = ModelDef {
-            id: "claude".into(),
-            name: "claude".into(),
-            reasoning: true,
-            input: vec!["text".into()],
-            context_window: 200_000,
-            max_tokens: 32_000,
-            compat: Compat::default(),
-            cost: None,
-            api: None,
-        };
+        let messages = vec![user("go"), Message::Assistant(r.message)];
         let b = body(
-            &model,
-            &ChatRequest {
-                system: "",
-                messages: &messages,
-                tools: &[],
-                thinking: Thinking::Medium,
-                agent: "main",
-                max_tokens: None,
-                request_id: "test-request",
-            },
+            &model("claude", true, false),
+            &request(&messages, &[], Thinking::Medium),
         );
         let kinds: Vec<&str> = b["messages"][1]["content"]
             .as_array()
@@ -563,82 +521,29 @@ mod tests {
 
     #[test]
     fn request_body_merges_roles_and_sets_thinking() {
-        let model = ModelDef {
-            id: "claude".into(),
-            name: "claude".into(),
-            reasoning: true,
-            input: vec!["text".into(), "image".into()],
-            context_window: 200_000,
-            max_tokens: 32_000,
-            compat: Compat::default(),
-            cost: None,
-            api: None,
+        let mut messages = tool_round_messages();
+        let Message::Assistant(a) = &mut messages[1] else {
+            panic!("the reply")
         };
-        let messages = vec![
-            Message::User {
-                text: "hi".into(),
-                images: vec![Image {
-                    data: "QQ==".into(),
-                    mime_type: "image/png".into(),
-                }],
-            },
-            Message::Assistant(AssistantMessage {
-                text: "calling".into(),
-                thinking: "hmm".into(),
-                reasoning_blocks: vec![ReasoningBlock::Signed {
-                    thinking: "hmm".into(),
-                    signature: "sig".into(),
-                }],
-                tool_calls: vec![
-                    ToolCall {
-                        id: "a".into(),
-                        name: "t".into(),
-                        arguments: json!({"x": 1}),
-                    },
-                    ToolCall {
-                        id: "b".into(),
-                        name: "t".into(),
-                        arguments: json!("bad"),
-                    },
-                ],
-            }),
-            Message::ToolResult {
-                call_id: "a".into(),
-                name: "t".into(),
-                text: "ok".into(),
-                is_error: false,
-                images: vec![],
-            },
-            Message::ToolResult {
-                call_id: "b".into(),
-                name: "t".into(),
-                text: "err".into(),
-                is_error: true,
-                images: vec![],
-            },
-        ];
-        let tools = vec![ToolSpec {
-            name: "t".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object"}),
+        a.reasoning_blocks = vec![ReasoningBlock::Signed {
+            thinking: "hmm".into(),
+            signature: "sig".into(),
         }];
+        let tools = [tool(json!({"type": "object"}))];
         let b = body(
-            &model,
-            &ChatRequest {
-                system: "sys",
-                messages: &messages,
-                tools: &tools,
-                thinking: Thinking::Medium,
-                agent: "main",
-                max_tokens: None,
-                request_id: "test-request",
-            },
+            &model("claude", true, true),
+            &request(&messages, &tools, Thinking::Medium),
         );
         assert_eq!(b["system"], "sys");
         assert_eq!(b["thinking"]["budget_tokens"], 8192);
         assert_eq!(b["max_tokens"], 32_000);
         let msgs = b["messages"].as_array().expect("messages");
-        assert_eq!(msgs.len(), 3, "two tool results merge into one user turn");
+        assert_eq!(
+            msgs.len(),
+            3,
+            "two tool results and the next prompt merge into one user turn"
+        );
+        assert_eq!(msgs[2]["content"][2]["text"], "next");
         assert_eq!(msgs[0]["content"][0]["source"]["media_type"], "image/png");
         assert_eq!(msgs[1]["content"][0]["type"], "thinking");
         assert_eq!(msgs[1]["content"][3]["input"], json!({}));

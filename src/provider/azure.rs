@@ -74,14 +74,7 @@ pub(crate) fn url(endpoint: &str, env: &AzureEnv) -> String {
 }
 
 pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
-    let mut h = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if let Some(key) = key {
-        h.push(("api-key".to_owned(), key.to_owned()));
-    }
-    h
+    super::parts::stream_headers(key.map(|k| ("api-key", k.to_owned())))
 }
 
 /// The deployment serving `model` (`a=b,c=d`; blanks and malformed pairs are skipped).

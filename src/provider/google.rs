@@ -18,8 +18,8 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
-use super::http::{one_line, StreamDecoder};
-use super::openai::omitted_text;
+use super::http::{event_json, one_line, StreamDecoder};
+use super::parts::{result_output, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
@@ -35,14 +35,7 @@ pub(crate) fn url(base_url: &str, model: &str) -> String {
 }
 
 pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
-    let mut h = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if let Some(key) = key {
-        h.push(("x-goog-api-key".to_owned(), key.to_owned()));
-    }
-    h
+    stream_headers(key.map(|k| ("x-goog-api-key", k.to_owned())))
 }
 
 /// The major version in `gemini-<n>…` (`None` for other ids: Gemma, tuned models).
@@ -101,20 +94,11 @@ pub(crate) fn thinking_config(model: &ModelDef, thinking: Thinking) -> Option<Va
     Some(json!({"includeThoughts": true, "thinkingBudget": budgets[effort]}))
 }
 
-fn inline(image: &Image) -> Value {
-    json!({"inlineData": {"mimeType": image.mime_type, "data": image.data}})
-}
-
-/// Image parts, or the placeholder text for a model that takes none.
-fn image_parts(model: &ModelDef, images: &[Image]) -> Vec<Value> {
-    if images.is_empty() {
-        Vec::new()
-    } else if model.supports_images() {
-        images.iter().map(inline).collect()
-    } else {
-        vec![json!({"text": omitted_text(model, images.len())})]
-    }
-}
+/// Gemini's text and `inlineData` parts.
+const PARTS: Parts = Parts {
+    text: |text| json!({ "text": text }),
+    image: |image| json!({"inlineData": {"mimeType": image.mime_type, "data": image.data}}),
+};
 
 /// Arguments as Gemini wants them: an object (a malformed text from another model is kept
 /// under `arguments`, so nothing is lost).
@@ -203,7 +187,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 if !text.is_empty() || images.is_empty() {
                     parts.push(json!({"text": text}));
                 }
-                parts.extend(image_parts(model, images));
+                parts.extend(PARTS.images(model, images));
                 contents.push(json!({"role": "user", "parts": parts}));
             }
             Message::Assistant(a) => {
@@ -219,16 +203,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 is_error,
                 images,
             } => {
-                let mut output = match (text.is_empty(), is_error) {
-                    (true, true) => "(tool error)".to_owned(),
-                    (true, false) => "(no output)".to_owned(),
-                    (false, _) => text.clone(),
-                };
-                if !images.is_empty() && !model.supports_images() {
-                    output.push_str(&format!("\n\n{}", omitted_text(model, images.len())));
-                } else {
-                    result_images.extend(images);
-                }
+                let output = result_output(model, text, *is_error, images, &mut result_images);
                 let key = if *is_error { "error" } else { "output" };
                 let mut response = json!({"name": name, "response": {key: output}});
                 if gemini_ids.contains(call_id) {
@@ -296,9 +271,7 @@ fn flush_images(images: &mut Vec<&Image>, contents: &mut Vec<Value>) {
     if images.is_empty() {
         return;
     }
-    let mut parts = vec![json!({"text": "Images from the tool results:"})];
-    parts.extend(images.drain(..).map(inline));
-    contents.push(json!({"role": "user", "parts": parts}));
+    contents.push(json!({"role": "user", "parts": PARTS.result_images(images)}));
 }
 
 /// Assembles one streamed reply.
@@ -411,13 +384,9 @@ impl StreamDecoder for Decoder {
         event: &SseEvent,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<bool, ProviderError> {
-        let data = event.data.trim();
-        if data.is_empty() || data == "[DONE]" {
+        let Some(chunk) = event_json::<Value>(event)? else {
             return Ok(false);
-        }
-        let chunk: Value = serde_json::from_str(data).map_err(|err| {
-            ProviderError::Stream(format!("The model stream sent invalid JSON: {err}"))
-        })?;
+        };
         if let Some(err) = chunk.get("error") {
             return Err(ProviderError::Stream(error_words(err)));
         }
@@ -472,10 +441,7 @@ impl StreamDecoder for Decoder {
 
     fn finish(mut self) -> Result<Reply, ProviderError> {
         let Some(finish) = self.finish else {
-            return Err(ProviderError::Stream(
-                "The model stream ended before the reply was complete (connection dropped?)"
-                    .to_owned(),
-            ));
+            return Err(ProviderError::ended_early());
         };
         // Only signed parts need replaying; without a signature the rebuild says the same.
         let signed = self
@@ -500,41 +466,12 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
-    use crate::provider::config::Compat;
-
-    fn model(id: &str, reasoning: bool, images: bool) -> ModelDef {
-        ModelDef {
-            id: id.into(),
-            name: id.into(),
-            reasoning,
-            input: if images {
-                vec!["text".into(), "image".into()]
-            } else {
-                vec!["text".into()]
-            },
-            context_window: 1_048_576,
-            max_tokens: 65_536,
-            compat: Compat::default(),
-            cost: None,
-            api: None,
-        }
-    }
+    use crate::provider::tests_support::{
+        data_event, model, replay_fixture, request, result, tool, tool_round_messages, user,
+    };
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        crate::provider::http::replay_fixture(fixture, Decoder::new("gemini-3-pro-preview"))
-    }
-
-    fn request<'a>(messages: &'a [Message], tools: &'a [ToolSpec], t: Thinking) -> ChatRequest<'a> {
-        ChatRequest {
-            system: "sys",
-            messages,
-            tools,
-            thinking: t,
-            agent: "main",
-            max_tokens: None,
-            request_id: "test-request",
-        }
+        replay_fixture(fixture, Decoder::new("gemini-3-pro-preview"))
     }
 
     #[test]
@@ -711,13 +648,9 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("ended before"));
         assert_eq!(events, vec![StreamEvent::Text("Partial answer".into())]);
         let mut d = Decoder::new("m");
-        let ev = |data: &str| SseEvent {
-            event: String::new(),
-            data: data.into(),
-        };
         let e = d
             .on_event(
-                &ev(r#"{"candidates":[{"finishReason":"SAFETY"}]}"#),
+                &data_event(r#"{"candidates":[{"finishReason":"SAFETY"}]}"#),
                 &mut |_| {},
             )
             .unwrap_err();
@@ -727,22 +660,20 @@ mod tests {
         );
         let e = d
             .on_event(
-                &ev(r#"{"promptFeedback":{"blockReason":"OTHER"}}"#),
+                &data_event(r#"{"promptFeedback":{"blockReason":"OTHER"}}"#),
                 &mut |_| {},
             )
             .unwrap_err();
         assert_eq!(e.to_string(), "The model refused the prompt (OTHER)");
-        assert!(d.on_event(&ev("{nope"), &mut |_| {}).is_err());
+        assert!(d.on_event(&data_event("{nope"), &mut |_| {}).is_err());
     }
 
     #[test]
     fn request_body_shape() {
-        let messages = crate::provider::tool_round_messages();
-        let tools = vec![ToolSpec {
-            name: "t".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
-        }];
+        let messages = tool_round_messages();
+        let tools = [tool(
+            json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+        )];
         let b = body(
             &model("gemini-2.5-pro", true, true),
             &request(&messages, &tools, Thinking::Medium),
@@ -794,18 +725,9 @@ mod tests {
         edit(&mut reply);
         let call_id = reply.tool_calls[0].id.clone();
         let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
+            user("go"),
             Message::Assistant(reply),
-            Message::ToolResult {
-                call_id,
-                name: "bash".into(),
-                text: "gemini-ok".into(),
-                is_error: false,
-                images: vec![],
-            },
+            result(&call_id, "bash", "gemini-ok"),
         ];
         let b = body(
             &model(model_id, true, true),
@@ -849,22 +771,13 @@ mod tests {
         let chunk = json!({"candidates": [{"content": {"role": "model", "parts": [
             {"functionCall": {"id": "fc-7", "name": "read", "args": {}}, "thoughtSignature": "c2ln"}]},
             "finishReason": "STOP"}]});
-        let e = SseEvent {
-            event: String::new(),
-            data: chunk.to_string(),
-        };
-        d.on_event(&e, &mut |_| {}).expect("ok");
+        d.on_event(&data_event(&chunk.to_string()), &mut |_| {})
+            .expect("ok");
         let reply = d.finish().expect("ok");
         assert_eq!(reply.message.tool_calls[0].id, "fc-7");
         let messages = vec![
             Message::Assistant(reply.message),
-            Message::ToolResult {
-                call_id: "fc-7".into(),
-                name: "read".into(),
-                text: "x".into(),
-                is_error: false,
-                images: vec![],
-            },
+            result("fc-7", "read", "x"),
         ];
         let b = body(
             &model("gemini-3-pro-preview", true, true),

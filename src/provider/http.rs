@@ -94,30 +94,18 @@ pub(crate) trait StreamDecoder {
     fn finish(self) -> Result<Reply, ProviderError>;
 }
 
-/// Replays a recorded stream from `fixtures/sse/` through a decoder, as the HTTP loop would;
-/// returns the reply and the deltas it emitted. For decoder tests.
-#[cfg(test)]
-pub(crate) fn replay_fixture<D: StreamDecoder>(
-    fixture: &str,
-    mut decoder: D,
-) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/sse")
-        .join(fixture);
-    let bytes = std::fs::read(path).expect("fixture");
-    let mut sse = super::sse::SseDecoder::new();
-    let mut events = Vec::new();
-    sse.feed(&bytes, &mut events);
-    sse.finish(&mut events);
-    let mut out = Vec::new();
-    for e in &events {
-        match decoder.on_event(e, &mut |ev| out.push(ev)) {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => return (Err(e), out),
-        }
+/// The JSON of one stream event, for decoders whose every event is one; `None` for an empty
+/// event or the `[DONE]` some compatible servers end with although the API has none.
+pub(crate) fn event_json<'a, T: serde::Deserialize<'a>>(
+    event: &'a SseEvent,
+) -> Result<Option<T>, ProviderError> {
+    let data = event.data.trim();
+    if data.is_empty() || data == "[DONE]" {
+        return Ok(None);
     }
-    (decoder.finish(), out)
+    serde_json::from_str(data)
+        .map(Some)
+        .map_err(|err| ProviderError::invalid_json(&err))
 }
 
 /// One POST of a model call.

@@ -12,10 +12,13 @@ pub(crate) mod google;
 pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
+pub(crate) mod parts;
 pub(crate) mod remote;
 pub(crate) mod responses;
 pub(crate) mod scripted;
 pub(crate) mod sse;
+#[cfg(test)]
+pub(crate) mod tests_support;
 
 use serde_json::Value;
 
@@ -285,6 +288,18 @@ impl std::fmt::Display for ProviderError {
 impl std::error::Error for ProviderError {}
 
 impl ProviderError {
+    /// The stream ended before the reply's end was seen: the connection dropped.
+    pub(crate) fn ended_early() -> ProviderError {
+        ProviderError::Stream(
+            "The model stream ended before the reply was complete (connection dropped?)".to_owned(),
+        )
+    }
+
+    /// A stream event that is not JSON.
+    pub(crate) fn invalid_json(err: &serde_json::Error) -> ProviderError {
+        ProviderError::Stream(format!("The model stream sent invalid JSON: {err}"))
+    }
+
     /// The prompt error's `data.kind` for this failure (docs/harnesses.md): `model_transport`
     /// for a connection that failed, dropped or stalled (a harness may retry the rollout),
     /// `model_http` for an error status from the server, `model_protocol` for a stream that
@@ -348,56 +363,4 @@ pub(crate) trait Provider: Send + Sync {
         abort: &AbortFlag,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError>;
-}
-
-/// The request-shape tests' conversation (openai responses, google): a user image, a reply
-/// with a good and a malformed call, their results (one with an image, one an empty error),
-/// and a next prompt.
-#[cfg(test)]
-pub(crate) fn tool_round_messages() -> Vec<Message> {
-    let img = || Image {
-        data: "AAAA".into(),
-        mime_type: "image/png".into(),
-    };
-    vec![
-        Message::User {
-            text: "look".into(),
-            images: vec![img()],
-        },
-        Message::Assistant(AssistantMessage {
-            text: "calling".into(),
-            thinking: "unsigned thoughts are not sent".into(),
-            tool_calls: vec![
-                ToolCall {
-                    id: "c1".into(),
-                    name: "t".into(),
-                    arguments: serde_json::json!({"x": 1}),
-                },
-                ToolCall {
-                    id: "c2".into(),
-                    name: "t".into(),
-                    arguments: serde_json::json!("{bad"),
-                },
-            ],
-            ..Default::default()
-        }),
-        Message::ToolResult {
-            call_id: "c1".into(),
-            name: "t".into(),
-            text: "out".into(),
-            is_error: false,
-            images: vec![img()],
-        },
-        Message::ToolResult {
-            call_id: "c2".into(),
-            name: "t".into(),
-            text: String::new(),
-            is_error: true,
-            images: vec![],
-        },
-        Message::User {
-            text: "next".into(),
-            images: vec![],
-        },
-    ]
 }

@@ -12,26 +12,19 @@ use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
 use super::http::{error_text, StreamDecoder};
+use super::parts::{omitted_text, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
     Thinking, ToolCall, Usage,
 };
-use crate::content::Image;
 
 pub(crate) fn url(base_url: &str) -> String {
     format!("{}/chat/completions", base_url.trim_end_matches('/'))
 }
 
 pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
-    let mut h = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if let Some(key) = key {
-        h.push(("authorization".to_owned(), format!("Bearer {key}")));
-    }
-    h
+    stream_headers(key.map(|k| ("authorization", format!("Bearer {k}"))))
 }
 
 pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
@@ -44,30 +37,11 @@ pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
     }
 }
 
-fn data_uri(image: &Image) -> String {
-    format!("data:{};base64,{}", image.mime_type, image.data)
-}
-
-fn image_parts(model: &ModelDef, images: &[Image]) -> Vec<Value> {
-    if model.supports_images() {
-        images
-            .iter()
-            .map(|i| json!({"type": "image_url", "image_url": {"url": data_uri(i)}}))
-            .collect()
-    } else if images.is_empty() {
-        Vec::new()
-    } else {
-        vec![json!({"type": "text", "text": omitted_text(model, images.len())})]
-    }
-}
-
-/// What a text-only model reads in place of `n` images.
-pub(crate) fn omitted_text(model: &ModelDef, n: usize) -> String {
-    format!(
-        "({n} image(s) omitted: the model {} does not accept images)",
-        model.id
-    )
-}
+/// Chat Completions' `text` and `image_url` (a data URI) parts.
+const PARTS: Parts = Parts {
+    text: |text| json!({"type": "text", "text": text}),
+    image: |i| json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime_type, i.data)}}),
+};
 
 /// The Chat Completions request body for `req`.
 pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
@@ -87,7 +61,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                     messages.push(json!({"role": "user", "content": text}));
                 } else {
                     let mut parts = vec![json!({"type": "text", "text": text})];
-                    parts.extend(image_parts(model, images));
+                    parts.extend(PARTS.images(model, images));
                     messages.push(json!({"role": "user", "content": parts}));
                 }
             }
@@ -145,7 +119,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 if !images.is_empty() && model.supports_images() {
                     let mut parts =
                         vec![json!({"type": "text", "text": "Images from the tool result:"})];
-                    parts.extend(image_parts(model, images));
+                    parts.extend(PARTS.images(model, images));
                     messages.push(json!({"role": "user", "content": parts}));
                 }
             }
@@ -493,25 +467,17 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
-    use crate::provider::config::Compat;
+    use crate::provider::tests_support::{
+        data_event, image, replay_fixture, request, tool, tool_round_messages,
+    };
 
+    /// `m`, which takes images.
     fn model(reasoning: bool) -> ModelDef {
-        ModelDef {
-            id: "m".into(),
-            name: "m".into(),
-            reasoning,
-            input: vec!["text".into(), "image".into()],
-            context_window: 128_000,
-            max_tokens: 64_000,
-            compat: Compat::default(),
-            cost: None,
-            api: None,
-        }
+        crate::provider::tests_support::model("m", reasoning, true)
     }
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        crate::provider::http::replay_fixture(fixture, Decoder::new())
+        replay_fixture(fixture, Decoder::new())
     }
 
     #[test]
@@ -647,11 +613,7 @@ mod tests {
         for chunk in chunks {
             let (mut fast, mut general) = (Decoder::new(), Decoder::new());
             let (mut fast_out, mut general_out) = (Vec::new(), Vec::new());
-            let event = SseEvent {
-                event: String::new(),
-                data: chunk.to_owned(),
-            };
-            let a = fast.on_event(&event, &mut |e| fast_out.push(e));
+            let a = fast.on_event(&data_event(chunk), &mut |e| fast_out.push(e));
             let b = general.on_chunk(chunk, &mut |e| general_out.push(e));
             assert_eq!(format!("{a:?}"), format!("{b:?}"), "result for {chunk}");
             assert_eq!(fast_out, general_out, "events for {chunk}");
@@ -665,31 +627,22 @@ mod tests {
 
     #[test]
     fn a_text_only_model_reads_a_placeholder_for_every_image() {
-        let img = || Image {
-            data: "AAAA".into(),
-            mime_type: "image/png".into(),
-        };
         let messages = vec![
             Message::User {
                 text: "look".into(),
-                images: vec![img()],
+                images: vec![image()],
             },
             Message::ToolResult {
                 call_id: "c1".into(),
                 name: "read".into(),
                 text: "Read image file [image/png]".into(),
                 is_error: false,
-                images: vec![img(), img()],
+                images: vec![image(), image()],
             },
         ];
         let req = ChatRequest {
             system: "",
-            messages: &messages,
-            tools: &[],
-            thinking: Thinking::Off,
-            agent: "main",
-            max_tokens: None,
-            request_id: "test-request",
+            ..request(&messages, &[], Thinking::Off)
         };
         let mut m = model(false);
         m.input = vec!["text".into()];
@@ -718,12 +671,7 @@ mod tests {
         })];
         let req = ChatRequest {
             system: "",
-            messages: &messages,
-            tools: &[],
-            thinking: Thinking::Medium,
-            agent: "main",
-            max_tokens: None,
-            request_id: "test-request",
+            ..request(&messages, &[], Thinking::Medium)
         };
         let mut m = model(true);
         assert!(body(&m, &req)["messages"][0]
@@ -744,45 +692,9 @@ mod tests {
 
     #[test]
     fn request_body_shape() {
-        let messages = vec![
-            Message::User {
-                text: "look".into(),
-                images: vec![Image {
-                    data: "AAAA".into(),
-                    mime_type: "image/png".into(),
-                }],
-            },
-            Message::Assistant(AssistantMessage {
-                text: String::new(),
-                tool_calls: vec![ToolCall {
-                    id: "c1".into(),
-                    name: "t".into(),
-                    arguments: json!({"x": 1}),
-                }],
-                ..Default::default()
-            }),
-            Message::ToolResult {
-                call_id: "c1".into(),
-                name: "t".into(),
-                text: "out".into(),
-                is_error: false,
-                images: vec![],
-            },
-        ];
-        let tools = vec![ToolSpec {
-            name: "t".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object"}),
-        }];
-        let req = ChatRequest {
-            system: "sys",
-            messages: &messages,
-            tools: &tools,
-            thinking: Thinking::High,
-            agent: "main",
-            max_tokens: None,
-            request_id: "test-request",
-        };
+        let messages = tool_round_messages();
+        let tools = [tool(json!({"type": "object"}))];
+        let req = request(&messages, &tools, Thinking::High);
         let b = body(&model(true), &req);
         assert_eq!(b["stream"], true);
         assert_eq!(b["stream_options"]["include_usage"], true);
@@ -796,6 +708,10 @@ mod tests {
         assert_eq!(
             b["messages"][2]["tool_calls"][0]["function"]["arguments"],
             "{\"x\":1}"
+        );
+        assert_eq!(
+            b["messages"][2]["tool_calls"][1]["function"]["arguments"], "{bad",
+            "malformed arguments go back as the model sent them"
         );
         assert_eq!(b["messages"][3]["role"], "tool");
         assert_eq!(b["messages"][3]["tool_call_id"], "c1");
@@ -817,7 +733,6 @@ mod tests {
                 &m,
                 &ChatRequest {
                     max_tokens: Some(asked),
-                    request_id: "test-request",
                     ..req
                 },
             );

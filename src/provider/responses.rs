@@ -16,8 +16,9 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
 use super::config::ModelDef;
-use super::http::{one_line, StreamDecoder};
-use super::openai::{effort, omitted_text};
+use super::http::{event_json, one_line, StreamDecoder};
+use super::openai::effort;
+use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
@@ -34,22 +35,22 @@ pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     super::openai::headers(key)
 }
 
-fn image_part(image: &Image) -> Value {
-    json!({"type": "input_image", "detail": "auto",
-           "image_url": format!("data:{};base64,{}", image.mime_type, image.data)})
-}
+/// The Responses API's `input_text` and `input_image` parts.
+const PARTS: Parts = Parts {
+    text: |text| json!({"type": "input_text", "text": text}),
+    image: |image| {
+        json!({"type": "input_image", "detail": "auto",
+               "image_url": format!("data:{};base64,{}", image.mime_type, image.data)})
+    },
+};
 
 /// Input content parts for `text` and `images` (a placeholder for a text-only model).
 fn user_parts(model: &ModelDef, text: &str, images: &[Image]) -> Vec<Value> {
     let mut parts = Vec::new();
     if !text.is_empty() || images.is_empty() {
-        parts.push(json!({"type": "input_text", "text": text}));
+        parts.push((PARTS.text)(text));
     }
-    if model.supports_images() {
-        parts.extend(images.iter().map(image_part));
-    } else if !images.is_empty() {
-        parts.push(json!({"type": "input_text", "text": omitted_text(model, images.len())}));
-    }
+    parts.extend(PARTS.images(model, images));
     parts
 }
 
@@ -75,16 +76,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 images,
                 ..
             } => {
-                let mut output = match (text.is_empty(), is_error) {
-                    (true, true) => "(tool error)".to_owned(),
-                    (true, false) => "(no output)".to_owned(),
-                    (false, _) => text.clone(),
-                };
-                if !images.is_empty() && !model.supports_images() {
-                    output.push_str(&format!("\n\n{}", omitted_text(model, images.len())));
-                } else {
-                    result_images.extend(images);
-                }
+                let output = result_output(model, text, *is_error, images, &mut result_images);
                 input.push(json!({"type": "function_call_output", "call_id": call_id,
                                   "output": output}));
             }
@@ -137,10 +129,8 @@ fn flush_result_images(model: &ModelDef, images: &mut Vec<&Image>, input: &mut V
     if images.is_empty() {
         return;
     }
-    let mut parts = vec![json!({"type": "input_text", "text": "Images from the tool results:"})];
-    parts.extend(images.drain(..).map(image_part));
     debug_assert!(model.supports_images());
-    input.push(json!({"role": "user", "content": parts}));
+    input.push(json!({"role": "user", "content": PARTS.result_images(images)}));
 }
 
 /// The input items of one assistant turn: its own output items when they still describe it,
@@ -451,14 +441,9 @@ impl StreamDecoder for Decoder {
         event: &SseEvent,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<bool, ProviderError> {
-        let data = event.data.trim();
-        // Not part of the API, but some compatible servers end with it.
-        if data.is_empty() || data == "[DONE]" {
+        let Some(e) = event_json::<Event<'_>>(event)? else {
             return Ok(false);
-        }
-        let e: Event<'_> = serde_json::from_str(data).map_err(|err| {
-            ProviderError::Stream(format!("The model stream sent invalid JSON: {err}"))
-        })?;
+        };
         let kind = e.kind.as_deref().unwrap_or(event.event.as_str());
         let delta = || match e.delta.clone() {
             Some(Value::String(s)) => s,
@@ -560,10 +545,7 @@ impl StreamDecoder for Decoder {
 
     fn finish(mut self) -> Result<Reply, ProviderError> {
         let Some(finish) = self.finish else {
-            return Err(ProviderError::Stream(
-                "The model stream ended before the reply was complete (connection dropped?)"
-                    .to_owned(),
-            ));
+            return Err(ProviderError::ended_early());
         };
         for (i, c) in std::mem::take(&mut self.calls).into_iter().enumerate() {
             if c.name.is_empty() && c.arguments.is_empty() {
@@ -607,60 +589,19 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::ToolSpec;
-    use crate::provider::config::Compat;
+    use crate::provider::tests_support::{
+        data_event, model, replay, replay_fixture, request, result, tool, tool_round_messages, user,
+    };
     use crate::provider::Thinking;
 
-    fn model(id: &str, reasoning: bool, images: bool) -> ModelDef {
-        ModelDef {
-            id: id.into(),
-            name: id.into(),
-            reasoning,
-            input: if images {
-                vec!["text".into(), "image".into()]
-            } else {
-                vec!["text".into()]
-            },
-            context_window: 400_000,
-            max_tokens: 128_000,
-            compat: Compat::default(),
-            api: Some("openai-responses".into()),
-            cost: None,
-        }
-    }
-
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        crate::provider::http::replay_fixture(fixture, Decoder::new("gpt-5.4"))
+        replay_fixture(fixture, Decoder::new("gpt-5.4"))
     }
 
     /// Decodes a stream given as its events' JSON, one per element.
     fn decode(events: &[Value]) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
-        let mut d = Decoder::new("m");
-        let mut out = Vec::new();
-        for v in events {
-            let e = SseEvent {
-                event: String::new(),
-                data: v.to_string(),
-            };
-            match d.on_event(&e, &mut |ev| out.push(ev)) {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(err) => return (Err(err), out),
-            }
-        }
-        (d.finish(), out)
-    }
-
-    fn request<'a>(messages: &'a [Message], tools: &'a [ToolSpec], t: Thinking) -> ChatRequest<'a> {
-        ChatRequest {
-            system: "sys",
-            messages,
-            tools,
-            thinking: t,
-            agent: "main",
-            max_tokens: None,
-            request_id: "test-request",
-        }
+        let events: Vec<SseEvent> = events.iter().map(|v| data_event(&v.to_string())).collect();
+        replay(Decoder::new("m"), &events)
     }
 
     #[test]
@@ -786,12 +727,9 @@ mod tests {
             let e = decode(std::slice::from_ref(&event)).0.unwrap_err();
             assert_eq!(e, ProviderError::Stream(want.into()), "{event}");
         }
-        let mut d = Decoder::new("m");
-        let bad = SseEvent {
-            event: String::new(),
-            data: "{not json".into(),
-        };
-        let e = d.on_event(&bad, &mut |_| {}).unwrap_err();
+        let e = Decoder::new("m")
+            .on_event(&data_event("{not json"), &mut |_| {})
+            .unwrap_err();
         assert!(e
             .to_string()
             .starts_with("The model stream sent invalid JSON"));
@@ -831,12 +769,8 @@ mod tests {
 
     #[test]
     fn request_body_shape() {
-        let messages = crate::provider::tool_round_messages();
-        let tools = vec![ToolSpec {
-            name: "t".into(),
-            description: "d".into(),
-            parameters: json!({"type": "object"}),
-        }];
+        let messages = tool_round_messages();
+        let tools = [tool(json!({"type": "object"}))];
         let b = body(
             &model("gpt-5.4", true, true),
             &request(&messages, &tools, Thinking::High),
@@ -906,18 +840,9 @@ mod tests {
         let mut reply = run("responses-reasoning-tools.sse").0.expect("ok").message;
         edit(&mut reply);
         let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
+            user("go"),
             Message::Assistant(reply),
-            Message::ToolResult {
-                call_id: "call_test1".into(),
-                name: "bash".into(),
-                text: "responses-ok".into(),
-                is_error: false,
-                images: vec![],
-            },
+            result("call_test1", "bash", "responses-ok"),
         ];
         let b = body(
             &model(model_id, true, true),
@@ -977,19 +902,11 @@ mod tests {
     #[test]
     fn other_apis_skip_responses_items() {
         let reply = run("responses-reasoning-tools.sse").0.expect("ok").message;
-        let messages = vec![
-            Message::User {
-                text: "go".into(),
-                images: vec![],
-            },
-            Message::Assistant(reply),
-        ];
-        let claude = ModelDef {
-            api: None,
-            ..model("claude", true, true)
-        };
-        let b =
-            crate::provider::anthropic::body(&claude, &request(&messages, &[], Thinking::Medium));
+        let messages = vec![user("go"), Message::Assistant(reply)];
+        let b = crate::provider::anthropic::body(
+            &model("claude", true, true),
+            &request(&messages, &[], Thinking::Medium),
+        );
         let kinds: Vec<&str> = b["messages"][1]["content"]
             .as_array()
             .expect("blocks")

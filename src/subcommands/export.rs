@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::content::Image;
-use crate::persist::entry::{EntryKind, Record};
+use crate::persist::entry::{content_text, EntryKind, Record};
 use crate::persist::{self, Loaded, Store};
 use crate::provider::Message;
 
@@ -84,19 +84,6 @@ fn pre(text: &str) -> String {
 
 fn json_pre(v: &Value) -> String {
     pre(&serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
-}
-
-/// Text of a `content` that is a string or a list of `{type: text}` blocks.
-fn content_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 fn message_html(out: &mut String, m: &Message, details: Option<&Value>) {

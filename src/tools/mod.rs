@@ -447,13 +447,7 @@ mod tests {
 
     /// A fresh private directory for one test.
     fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "pa-tools-{name}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::test_support::temp_dir(&format!("tools-{name}"))
     }
 
     /// Runs built-in tool `name` on another thread, waited for at most 10 s: a tool that

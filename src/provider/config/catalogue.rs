@@ -100,6 +100,33 @@ pub(crate) struct ModelDef {
 }
 
 impl ModelDef {
+    /// A model as the catalogue lists it: its id for a name, text (and images when `images`)
+    /// in, no prices, and its provider's wire API.
+    pub(crate) fn listed(
+        id: &str,
+        reasoning: bool,
+        context_window: u64,
+        max_tokens: u64,
+        images: bool,
+        compat: Compat,
+    ) -> ModelDef {
+        ModelDef {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            reasoning,
+            input: if images {
+                vec!["text".into(), "image".into()]
+            } else {
+                vec!["text".into()]
+            },
+            context_window,
+            max_tokens,
+            compat,
+            cost: None,
+            api: None,
+        }
+    }
+
     /// The wire API this model is called with: its own, else its provider's.
     pub(crate) fn api_name<'a>(&'a self, provider: &'a ProviderDef) -> &'a str {
         self.api.as_deref().unwrap_or(&provider.api)
@@ -122,21 +149,12 @@ impl ModelDef {
     /// window and be refused), and `reasoning_effort` only when `reasoning` (the user asked
     /// for a thinking level). `context_window` 0: ask the server at the first call.
     pub(crate) fn assumed(id: &str, reasoning: bool, compat: Compat) -> ModelDef {
-        ModelDef {
-            id: id.to_owned(),
-            name: id.to_owned(),
-            reasoning,
-            input: vec!["text".into()],
-            context_window: 0,
-            max_tokens: 0,
-            compat: Compat {
-                supports_developer_role: false,
-                supports_store: false,
-                ..compat
-            },
-            cost: None,
-            api: None,
-        }
+        let compat = Compat {
+            supports_developer_role: false,
+            supports_store: false,
+            ..compat
+        };
+        ModelDef::listed(id, reasoning, 0, 0, false, compat)
     }
 }
 
@@ -159,18 +177,6 @@ pub(crate) struct ProviderDef {
     pub custom: bool,
 }
 
-struct Builtin {
-    name: &'static str,
-    base_url: &'static str,
-    api: &'static str,
-    env: &'static [&'static str],
-    compat: Compat,
-    /// Headers the provider's server wants from every client (config values).
-    headers: &'static [(&'static str, &'static str)],
-    /// `(id, reasoning, context window, max tokens, images)`; the first is the default.
-    models: &'static [(&'static str, bool, u64, u64, bool)],
-}
-
 const OPENAI_COMPAT: Compat = Compat {
     max_tokens_field: false,
     supports_developer_role: false,
@@ -185,6 +191,21 @@ const MAX_TOKENS_NO_EFFORT: Compat = Compat {
     supports_store: false,
     reasoning_content_on_assistant: false,
 };
+/// OpenAI's own servers (and Azure's): the developer role and `store` as well.
+const OPENAI_OWN: Compat = Compat {
+    supports_developer_role: true,
+    supports_store: true,
+    ..OPENAI_COMPAT
+};
+/// DeepSeek's thinking mode wants its reasoning back on assistant messages.
+const DEEPSEEK: Compat = Compat {
+    reasoning_content_on_assistant: true,
+    ..MAX_TOKENS_NO_EFFORT
+};
+const NO_EFFORT: Compat = Compat {
+    supports_reasoning_effort: false,
+    ..OPENAI_COMPAT
+};
 
 /// Built-in models called through the Responses API rather than their provider's Chat
 /// Completions: OpenAI's reasoning models, whose reasoning survives from one tool call to the
@@ -193,271 +214,131 @@ const MAX_TOKENS_NO_EFFORT: Compat = Compat {
 /// models (the Responses-only coding models among them) take this API too.
 const RESPONSES_MODELS: &[(&str, &str)] = &[("openai", "gpt-5.4"), ("openai", "gpt-5-mini")];
 
-/// Built-in providers in auto-selection preference order (§6.2/§6.3/§6.4).
-const BUILTINS: &[Builtin] = &[
-    Builtin {
-        name: "prime-inference",
-        base_url: "https://api.pinference.ai/api/v1",
-        api: "openai-completions",
-        env: &["PRIME_API_KEY"],
-        compat: MAX_TOKENS_NO_EFFORT,
-        headers: &[],
-        models: &[("z-ai/glm-5.2", true, 200_000, 32_000, false)],
-    },
-    Builtin {
-        name: "anthropic",
-        base_url: "https://api.anthropic.com",
-        api: "anthropic-messages",
-        env: &["ANTHROPIC_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[
-            ("claude-opus-4-7", true, 200_000, 32_000, true),
-            ("claude-sonnet-4-5", true, 200_000, 64_000, true),
-            ("claude-haiku-4-5", true, 200_000, 64_000, true),
-        ],
-    },
-    Builtin {
-        name: "openai",
-        base_url: "https://api.openai.com/v1",
-        api: "openai-completions",
-        env: &["OPENAI_API_KEY"],
-        compat: Compat {
-            max_tokens_field: false,
-            supports_developer_role: true,
-            supports_reasoning_effort: true,
-            supports_store: true,
-            reasoning_content_on_assistant: false,
-        },
-        headers: &[],
-        models: &[
-            ("gpt-5.4", true, 400_000, 128_000, true),
-            ("gpt-5-mini", true, 400_000, 128_000, true),
-            ("gpt-4.1", false, 1_047_576, 32_768, true),
-        ],
-    },
-    Builtin {
-        name: "google",
-        base_url: "https://generativelanguage.googleapis.com/v1beta",
-        api: "google-generative-ai",
-        env: &["GEMINI_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[
-            ("gemini-3.1-pro-preview", true, 1_048_576, 65_536, true),
-            ("gemini-3-flash-preview", true, 1_048_576, 65_536, true),
-            ("gemini-2.5-pro", true, 1_048_576, 65_536, true),
-            ("gemini-2.5-flash", true, 1_048_576, 65_536, true),
-            ("gemini-2.5-flash-lite", true, 1_048_576, 65_536, true),
-        ],
-    },
-    Builtin {
-        name: "openrouter",
-        base_url: "https://openrouter.ai/api/v1",
-        api: "openai-completions",
-        env: &["OPENROUTER_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[("moonshotai/kimi-k2.6", true, 262_144, 32_000, true)],
-    },
-    Builtin {
-        name: "deepseek",
-        base_url: "https://api.deepseek.com",
-        api: "openai-completions",
-        env: &["DEEPSEEK_API_KEY"],
-        compat: Compat {
-            reasoning_content_on_assistant: true,
-            ..MAX_TOKENS_NO_EFFORT
-        },
-        headers: &[],
-        models: &[("deepseek-v4-pro", true, 128_000, 32_000, false)],
-    },
-    Builtin {
-        name: "xai",
-        base_url: "https://api.x.ai/v1",
-        api: "openai-completions",
-        env: &["XAI_API_KEY"],
-        compat: Compat {
-            supports_reasoning_effort: false,
-            ..OPENAI_COMPAT
-        },
-        headers: &[],
-        models: &[("grok-4.20-0309-reasoning", true, 256_000, 32_000, true)],
-    },
-    Builtin {
-        name: "groq",
-        base_url: "https://api.groq.com/openai/v1",
-        api: "openai-completions",
-        env: &["GROQ_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[("openai/gpt-oss-120b", true, 131_072, 32_000, false)],
-    },
-    Builtin {
-        name: "zai",
-        base_url: "https://api.z.ai/api/coding/paas/v4",
-        api: "openai-completions",
-        env: &["ZAI_API_KEY"],
-        compat: MAX_TOKENS_NO_EFFORT,
-        headers: &[],
-        models: &[("glm-5.1", true, 200_000, 32_000, false)],
-    },
-    Builtin {
-        name: "mistral",
-        // Mistral's OpenAI-compatible endpoint lives under /v1.
-        base_url: "https://api.mistral.ai/v1",
-        api: "openai-completions",
-        env: &["MISTRAL_API_KEY"],
-        compat: MAX_TOKENS_NO_EFFORT,
-        headers: &[],
-        models: &[("devstral-medium-latest", false, 128_000, 32_000, false)],
-    },
-    Builtin {
-        name: "cerebras",
-        base_url: "https://api.cerebras.ai/v1",
-        api: "openai-completions",
-        env: &["CEREBRAS_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[("gpt-oss-120b", true, 131_072, 32_000, false)],
-    },
-    Builtin {
-        name: "moonshotai",
-        base_url: "https://api.moonshot.ai/v1",
-        api: "openai-completions",
-        env: &["MOONSHOT_API_KEY"],
-        compat: MAX_TOKENS_NO_EFFORT,
-        headers: &[],
-        models: &[("kimi-k2.6", true, 262_144, 32_000, true)],
-    },
-    Builtin {
-        name: "huggingface",
-        base_url: "https://router.huggingface.co/v1",
-        api: "openai-completions",
-        env: &["HF_TOKEN"],
-        compat: MAX_TOKENS_NO_EFFORT,
-        headers: &[],
-        models: &[("openai/gpt-oss-120b", true, 131_072, 32_000, false)],
-    },
-    Builtin {
-        name: "fireworks",
-        // Fireworks' Anthropic-compatible endpoint: POST {base}/v1/messages.
-        base_url: "https://api.fireworks.ai/inference",
-        api: "anthropic-messages",
-        env: &["FIREWORKS_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[(
-            "accounts/fireworks/models/kimi-k2p6",
-            true,
-            262_144,
-            32_000,
-            false,
-        )],
-    },
-    Builtin {
-        // No base URL of its own: the resource comes from AZURE_OPENAI_BASE_URL or
-        // AZURE_OPENAI_RESOURCE_NAME at request time (provider/azure.rs), or --base-url.
-        name: "azure-openai-responses",
-        base_url: "",
-        api: "azure-openai-responses",
-        env: &["AZURE_OPENAI_API_KEY"],
-        compat: Compat {
-            supports_developer_role: true,
-            supports_store: true,
-            ..OPENAI_COMPAT
-        },
-        headers: &[],
-        models: &[
-            ("gpt-5.4", true, 400_000, 128_000, true),
-            ("gpt-5-mini", true, 400_000, 128_000, true),
-            ("gpt-4.1", false, 1_047_576, 32_768, true),
-        ],
-    },
-    Builtin {
-        // Vercel's AI Gateway speaks the Messages API: POST {base}/v1/messages.
-        name: "vercel-ai-gateway",
-        base_url: "https://ai-gateway.vercel.sh",
-        api: "anthropic-messages",
-        env: &["AI_GATEWAY_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[
-            ("anthropic/claude-opus-4.7", true, 200_000, 32_000, true),
-            ("moonshotai/kimi-k2.6", true, 262_144, 32_000, true),
-        ],
-    },
-    Builtin {
-        // MiniMax's Anthropic-compatible endpoint.
-        name: "minimax",
-        base_url: "https://api.minimax.io/anthropic",
-        api: "anthropic-messages",
-        env: &["MINIMAX_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[],
-        models: &[
-            ("MiniMax-M2.7", true, 204_800, 131_072, false),
-            ("MiniMax-M2.7-highspeed", true, 204_800, 131_072, false),
-        ],
-    },
-    Builtin {
-        // Kimi's coding plan: the Messages API, and its server wants its CLI's user agent.
-        name: "kimi-coding",
-        base_url: "https://api.kimi.com/coding",
-        api: "anthropic-messages",
-        env: &["KIMI_API_KEY"],
-        compat: OPENAI_COMPAT,
-        headers: &[("User-Agent", "KimiCLI/1.5")],
-        models: &[
-            ("kimi-for-coding", true, 262_144, 32_768, true),
-            ("k3", true, 1_048_576, 131_072, true),
-        ],
-    },
+/// Built-in providers in auto-selection preference order (§6.2/§6.3/§6.4):
+/// `(name, base URL, API, key variable, quirks)`.
+/// - mistral: its OpenAI-compatible endpoint lives under /v1.
+/// - fireworks, vercel-ai-gateway, minimax, kimi-coding: their Anthropic-compatible endpoints
+///   (`POST {base}/v1/messages`).
+/// - azure-openai-responses: no base URL of its own; the resource comes from
+///   AZURE_OPENAI_BASE_URL or AZURE_OPENAI_RESOURCE_NAME at request time
+///   (provider/azure.rs), or --base-url.
+#[rustfmt::skip]
+const PROVIDERS: &[(&str, &str, &str, &str, Compat)] = &[
+    ("prime-inference", "https://api.pinference.ai/api/v1", "openai-completions", "PRIME_API_KEY", MAX_TOKENS_NO_EFFORT),
+    ("anthropic", "https://api.anthropic.com", "anthropic-messages", "ANTHROPIC_API_KEY", OPENAI_COMPAT),
+    ("openai", "https://api.openai.com/v1", "openai-completions", "OPENAI_API_KEY", OPENAI_OWN),
+    ("google", "https://generativelanguage.googleapis.com/v1beta", "google-generative-ai", "GEMINI_API_KEY", OPENAI_COMPAT),
+    ("openrouter", "https://openrouter.ai/api/v1", "openai-completions", "OPENROUTER_API_KEY", OPENAI_COMPAT),
+    ("deepseek", "https://api.deepseek.com", "openai-completions", "DEEPSEEK_API_KEY", DEEPSEEK),
+    ("xai", "https://api.x.ai/v1", "openai-completions", "XAI_API_KEY", NO_EFFORT),
+    ("groq", "https://api.groq.com/openai/v1", "openai-completions", "GROQ_API_KEY", OPENAI_COMPAT),
+    ("zai", "https://api.z.ai/api/coding/paas/v4", "openai-completions", "ZAI_API_KEY", MAX_TOKENS_NO_EFFORT),
+    ("mistral", "https://api.mistral.ai/v1", "openai-completions", "MISTRAL_API_KEY", MAX_TOKENS_NO_EFFORT),
+    ("cerebras", "https://api.cerebras.ai/v1", "openai-completions", "CEREBRAS_API_KEY", OPENAI_COMPAT),
+    ("moonshotai", "https://api.moonshot.ai/v1", "openai-completions", "MOONSHOT_API_KEY", MAX_TOKENS_NO_EFFORT),
+    ("huggingface", "https://router.huggingface.co/v1", "openai-completions", "HF_TOKEN", MAX_TOKENS_NO_EFFORT),
+    ("fireworks", "https://api.fireworks.ai/inference", "anthropic-messages", "FIREWORKS_API_KEY", OPENAI_COMPAT),
+    ("azure-openai-responses", "", "azure-openai-responses", "AZURE_OPENAI_API_KEY", OPENAI_OWN),
+    ("vercel-ai-gateway", "https://ai-gateway.vercel.sh", "anthropic-messages", "AI_GATEWAY_API_KEY", OPENAI_COMPAT),
+    ("minimax", "https://api.minimax.io/anthropic", "anthropic-messages", "MINIMAX_API_KEY", OPENAI_COMPAT),
+    ("kimi-coding", "https://api.kimi.com/coding", "anthropic-messages", "KIMI_API_KEY", OPENAI_COMPAT),
 ];
+
+/// The built-in providers' models, `(provider, id, reasoning, context window, max tokens,
+/// images)`; a provider's first is its default.
+#[rustfmt::skip]
+const MODELS: &[(&str, &str, bool, u64, u64, bool)] = &[
+    ("prime-inference", "z-ai/glm-5.2", true, 200_000, 32_000, false),
+    ("anthropic", "claude-opus-4-7", true, 200_000, 32_000, true),
+    ("anthropic", "claude-sonnet-4-5", true, 200_000, 64_000, true),
+    ("anthropic", "claude-haiku-4-5", true, 200_000, 64_000, true),
+    ("openai", "gpt-5.4", true, 400_000, 128_000, true),
+    ("openai", "gpt-5-mini", true, 400_000, 128_000, true),
+    ("openai", "gpt-4.1", false, 1_047_576, 32_768, true),
+    ("google", "gemini-3.1-pro-preview", true, 1_048_576, 65_536, true),
+    ("google", "gemini-3-flash-preview", true, 1_048_576, 65_536, true),
+    ("google", "gemini-2.5-pro", true, 1_048_576, 65_536, true),
+    ("google", "gemini-2.5-flash", true, 1_048_576, 65_536, true),
+    ("google", "gemini-2.5-flash-lite", true, 1_048_576, 65_536, true),
+    ("openrouter", "moonshotai/kimi-k2.6", true, 262_144, 32_000, true),
+    ("deepseek", "deepseek-v4-pro", true, 128_000, 32_000, false),
+    ("xai", "grok-4.20-0309-reasoning", true, 256_000, 32_000, true),
+    ("groq", "openai/gpt-oss-120b", true, 131_072, 32_000, false),
+    ("zai", "glm-5.1", true, 200_000, 32_000, false),
+    ("mistral", "devstral-medium-latest", false, 128_000, 32_000, false),
+    ("cerebras", "gpt-oss-120b", true, 131_072, 32_000, false),
+    ("moonshotai", "kimi-k2.6", true, 262_144, 32_000, true),
+    ("huggingface", "openai/gpt-oss-120b", true, 131_072, 32_000, false),
+    ("fireworks", "accounts/fireworks/models/kimi-k2p6", true, 262_144, 32_000, false),
+    ("azure-openai-responses", "gpt-5.4", true, 400_000, 128_000, true),
+    ("azure-openai-responses", "gpt-5-mini", true, 400_000, 128_000, true),
+    ("azure-openai-responses", "gpt-4.1", false, 1_047_576, 32_768, true),
+    ("vercel-ai-gateway", "anthropic/claude-opus-4.7", true, 200_000, 32_000, true),
+    ("vercel-ai-gateway", "moonshotai/kimi-k2.6", true, 262_144, 32_000, true),
+    ("minimax", "MiniMax-M2.7", true, 204_800, 131_072, false),
+    ("minimax", "MiniMax-M2.7-highspeed", true, 204_800, 131_072, false),
+    ("kimi-coding", "kimi-for-coding", true, 262_144, 32_768, true),
+    ("kimi-coding", "k3", true, 1_048_576, 131_072, true),
+];
+
+/// Headers a built-in provider's server wants from every client (config values),
+/// `(provider, name, value)`: Kimi's coding plan wants its CLI's user agent.
+const HEADERS: &[(&str, &str, &str)] = &[("kimi-coding", "User-Agent", "KimiCLI/1.5")];
 
 impl Registry {
     pub(crate) fn builtin() -> Registry {
-        let providers = BUILTINS
+        let providers = PROVIDERS
             .iter()
-            .map(|b| ProviderDef {
-                name: b.name.to_owned(),
-                base_url: b.base_url.to_owned(),
-                api: b.api.to_owned(),
-                env_keys: b.env.iter().map(|s| (*s).to_owned()).collect(),
-                api_key: None,
-                headers: b
-                    .headers
+            .map(|&(name, base_url, api, env, compat)| {
+                let models: Vec<ModelDef> = MODELS
                     .iter()
-                    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                    .collect(),
-                compat: b.compat,
-                default_model: b.models.first().map(|m| m.0.to_owned()),
-                models: b
-                    .models
-                    .iter()
-                    .map(
-                        |&(id, reasoning, context_window, max_tokens, images)| ModelDef {
-                            id: id.to_owned(),
-                            name: id.to_owned(),
-                            reasoning,
-                            input: if images {
-                                vec!["text".into(), "image".into()]
-                            } else {
-                                vec!["text".into()]
-                            },
-                            context_window,
-                            max_tokens,
-                            compat: b.compat,
-                            cost: None,
-                            api: RESPONSES_MODELS
-                                .contains(&(b.name, id))
-                                .then(|| "openai-responses".to_owned()),
-                        },
-                    )
-                    .collect(),
-                custom: false,
+                    .filter(|m| m.0 == name)
+                    .map(|&(_, id, reasoning, window, max_tokens, images)| ModelDef {
+                        api: RESPONSES_MODELS
+                            .contains(&(name, id))
+                            .then(|| "openai-responses".to_owned()),
+                        ..ModelDef::listed(id, reasoning, window, max_tokens, images, compat)
+                    })
+                    .collect();
+                ProviderDef {
+                    name: name.to_owned(),
+                    base_url: base_url.to_owned(),
+                    api: api.to_owned(),
+                    env_keys: vec![env.to_owned()],
+                    api_key: None,
+                    headers: HEADERS
+                        .iter()
+                        .filter(|h| h.0 == name)
+                        .map(|&(_, n, v)| (n.to_owned(), v.to_owned()))
+                        .collect(),
+                    compat,
+                    default_model: models.first().map(|m| m.id.clone()),
+                    models,
+                    custom: false,
+                }
             })
             .collect();
         Registry { providers }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables are joined by provider name: a misspelt one would drop its rows silently.
+    #[test]
+    fn every_model_and_header_row_names_a_provider_and_every_provider_has_a_model() {
+        let named = |p: &str| PROVIDERS.iter().any(|row| row.0 == p);
+        for (provider, id, ..) in MODELS {
+            assert!(named(provider), "{provider}/{id}");
+        }
+        let headers = HEADERS.iter().map(|h| h.0);
+        for provider in headers.chain(RESPONSES_MODELS.iter().map(|r| r.0)) {
+            assert!(named(provider), "{provider}");
+        }
+        for (name, ..) in PROVIDERS {
+            assert!(MODELS.iter().any(|m| m.0 == *name), "{name} has no model");
+        }
     }
 }

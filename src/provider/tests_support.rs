@@ -1,0 +1,156 @@
+//! What the wire APIs' tests share: a model, a request, the tool-round conversation the
+//! request-shape tests build a body from, and replaying a stream through a decoder.
+
+use super::config::{Compat, ModelDef};
+use super::http::StreamDecoder;
+use super::sse::{SseDecoder, SseEvent};
+use super::{
+    AssistantMessage, ChatRequest, Message, ProviderError, Reply, StreamEvent, Thinking, ToolCall,
+};
+use crate::content::{Image, ToolSpec};
+
+/// A catalogue-like model: a 200k window and a 64k output limit (so the output budget is the
+/// 32k cap), default quirks, the provider's API.
+pub(crate) fn model(id: &str, reasoning: bool, images: bool) -> ModelDef {
+    ModelDef::listed(id, reasoning, 200_000, 64_000, images, Compat::default())
+}
+
+/// A request with system prompt `sys` from the main agent, no budget of its own.
+pub(crate) fn request<'a>(
+    messages: &'a [Message],
+    tools: &'a [ToolSpec],
+    thinking: Thinking,
+) -> ChatRequest<'a> {
+    ChatRequest {
+        system: "sys",
+        messages,
+        tools,
+        thinking,
+        agent: "main",
+        max_tokens: None,
+        request_id: "test-request",
+    }
+}
+
+/// The one tool of the request-shape tests: `t`, described `d`.
+pub(crate) fn tool(parameters: serde_json::Value) -> ToolSpec {
+    ToolSpec {
+        name: "t".into(),
+        description: "d".into(),
+        parameters,
+    }
+}
+
+pub(crate) fn image() -> Image {
+    Image {
+        data: "AAAA".into(),
+        mime_type: "image/png".into(),
+    }
+}
+
+pub(crate) fn user(text: &str) -> Message {
+    Message::User {
+        text: text.into(),
+        images: vec![],
+    }
+}
+
+/// A reply with text only.
+pub(crate) fn answer(text: &str) -> Message {
+    Message::Assistant(AssistantMessage {
+        text: text.into(),
+        ..Default::default()
+    })
+}
+
+/// A successful tool result without images.
+pub(crate) fn result(call_id: &str, name: &str, text: &str) -> Message {
+    Message::ToolResult {
+        call_id: call_id.into(),
+        name: name.into(),
+        text: text.into(),
+        is_error: false,
+        images: vec![],
+    }
+}
+
+/// The request-shape tests' conversation: a user image, a reply with a good and a malformed
+/// call, their results (one with an image, one an empty error), and a next prompt.
+pub(crate) fn tool_round_messages() -> Vec<Message> {
+    let call = |id: &str, arguments| ToolCall {
+        id: id.into(),
+        name: "t".into(),
+        arguments,
+    };
+    vec![
+        Message::User {
+            text: "look".into(),
+            images: vec![image()],
+        },
+        Message::Assistant(AssistantMessage {
+            text: "calling".into(),
+            thinking: "unsigned thoughts are not sent".into(),
+            tool_calls: vec![
+                call("c1", serde_json::json!({"x": 1})),
+                call("c2", serde_json::json!("{bad")),
+            ],
+            ..Default::default()
+        }),
+        Message::ToolResult {
+            call_id: "c1".into(),
+            name: "t".into(),
+            text: "out".into(),
+            is_error: false,
+            images: vec![image()],
+        },
+        Message::ToolResult {
+            call_id: "c2".into(),
+            name: "t".into(),
+            text: String::new(),
+            is_error: true,
+            images: vec![],
+        },
+        user("next"),
+    ]
+}
+
+/// An SSE event with no name, as most APIs send them.
+pub(crate) fn data_event(data: &str) -> SseEvent {
+    SseEvent {
+        event: String::new(),
+        data: data.into(),
+    }
+}
+
+/// Feeds `events` to `decoder` as the HTTP loop would (stopping at the one that ends the
+/// stream, or at an error); returns the reply and the deltas it emitted.
+pub(crate) fn replay<D: StreamDecoder>(
+    mut decoder: D,
+    events: &[SseEvent],
+) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
+    let mut out = Vec::new();
+    for e in events {
+        match decoder.on_event(e, &mut |ev| out.push(ev)) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => return (Err(e), out),
+        }
+    }
+    (decoder.finish(), out)
+}
+
+/// Replays a recorded stream from `fixtures/sse/` through a decoder.
+pub(crate) fn replay_fixture<D: StreamDecoder>(
+    fixture: &str,
+    decoder: D,
+) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/sse")
+        .join(fixture);
+    let bytes = std::fs::read(path).expect("fixture");
+    let mut sse = SseDecoder::new();
+    let mut events = Vec::new();
+    sse.feed(&bytes, &mut events);
+    sse.finish(&mut events);
+    replay(decoder, &events)
+}
