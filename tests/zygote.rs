@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::procs::{alive, assert_dies, wait_for_file};
+use crate::support::procs::{alive, assert_dies, pgid_of, wait_for_file};
 use crate::support::*;
 
 /// One cell that records the kernel's process facts in `<cwd>/facts.json`, then sets `x`.
@@ -165,13 +165,16 @@ fn zygote_of(agent: &Agent) -> i64 {
     })
 }
 
-/// The zygote's spare kernel: a fork of the zygote (so not its group's guard, nor a program
-/// its imports ran) that is none of the kernels in `taken`, once it is there.
+/// The zygote's spare kernel: a fork of the zygote that leads its own process group (so not
+/// its group's guard, nor a program its imports start, caught between fork and exec) and is
+/// none of the kernels in `taken`, once it is there.
 fn spare_of(zygote: i64, taken: &[i64]) -> i64 {
     wait_for("spare kernel", || {
-        children(zygote)
-            .into_iter()
-            .find(|c| !taken.contains(c) && cmdline(*c).contains("driver.py --zygote"))
+        children(zygote).into_iter().find(|c| {
+            !taken.contains(c)
+                && cmdline(*c).contains("driver.py --zygote")
+                && i64::from(pgid_of(&c.to_string())) == *c
+        })
     })
 }
 
