@@ -39,6 +39,8 @@ const STATE_SAVE: Duration = Duration::from_secs(7);
 /// HTTP `DELETE`s, temp dirs); a child it does not reach dies with the agent anyway (Linux:
 /// `spawn.rs`).
 const EXIT_REAP: Duration = Duration::from_secs(3);
+/// How long the exit waits for the kernel zygote to reap its spare and go.
+const ZYGOTE_STOP: Duration = Duration::from_millis(500);
 /// How long the reaper waits for a closed session's last turn worker.
 const CLOSED_JOIN: Duration = Duration::from_millis(500);
 /// At exit, how long a session still being read for `session/load` may take to open, so it
@@ -627,6 +629,8 @@ impl MainLoop {
         if !reaper::drain(Instant::now() + EXIT_REAP) {
             log::warn!("teardown was still running at exit");
         }
+        // The kernels are gone; the zygote and its spare kernel go now, reaped, not orphaned.
+        crate::kernel::zygote::stop(ZYGOTE_STOP);
     }
 }
 

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::procs::{alive, assert_dies, wait_for_file};
+use crate::support::procs::{alive, assert_dies, pgid_of, wait_for_file};
 use crate::support::*;
 
 /// One cell that records the kernel's process facts in `<cwd>/facts.json`, then sets `x`.
@@ -124,4 +124,121 @@ fn without_the_zygote_kernels_start_on_their_own() {
     assert_eq!(f["pgrp"], f["pid"]);
     assert!(a.finish().success());
     assert_dies(&f["pid"].to_string());
+}
+
+/// The live children of `pid` (any of its threads'), from `/proc/<pid>/task/*/children`.
+fn children(pid: i64) -> Vec<i64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<i64>>()
+        })
+        .filter(|c| alive(&c.to_string()))
+        .collect()
+}
+
+/// Waits (bounded) for `find` to return something.
+fn wait_for<T>(what: &str, mut find: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(v) = find() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "no {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The agent's zygote, once it runs.
+fn zygote_of(agent: &Agent) -> i64 {
+    wait_for("zygote", || {
+        children(i64::from(agent.pid()))
+            .into_iter()
+            .find(|c| cmdline(*c).contains("driver.py --zygote"))
+    })
+}
+
+/// The zygote's spare kernel: a fork of the zygote that leads its own process group (so not
+/// its group's guard, nor a program its imports start, caught between fork and exec) and is
+/// none of the kernels in `taken`, once it is there.
+fn spare_of(zygote: i64, taken: &[i64]) -> i64 {
+    wait_for("spare kernel", || {
+        children(zygote).into_iter().find(|c| {
+            !taken.contains(c)
+                && cmdline(*c).contains("driver.py --zygote")
+                && i64::from(pgid_of(&c.to_string())) == *c
+        })
+    })
+}
+
+/// A pid that no longer exists at all: dead and reaped (no zombie left), bounded wait.
+fn assert_reaped(pid: i64) {
+    wait_for(&format!("reaping of {pid}"), || {
+        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+}
+
+#[test]
+fn each_first_cell_takes_a_spare_kernel_that_holds_nothing_of_an_earlier_session() {
+    let home = TempDir::new("zygote-spare");
+    let one = TempDir::new("zygote-spare-one");
+    let two = TempDir::new("zygote-spare-two");
+    let mut a = agent(&home, &["--multi-session"], &[]);
+    a.call("initialize", json!({"protocolVersion": 1}));
+    let mut kernels = Vec::new();
+    let mut zygote = None;
+    for dir in [&one, &two] {
+        let r = a.call(
+            "session/new",
+            json!({"cwd": dir.path().display().to_string(), "mcpServers": []}),
+        );
+        a.session_id = Some(r["result"]["sessionId"].as_str().unwrap().to_owned());
+        let z = *zygote.get_or_insert_with(|| zygote_of(&a));
+        // Forked before the prompt: the spare this session's first cell will take.
+        let spare = spare_of(z, &kernels);
+        assert_eq!(a.prompt_stop("go"), "end_turn");
+        let f = facts(dir.path());
+        assert_eq!(
+            f["pid"].as_i64(),
+            Some(spare),
+            "the first cell took the spare: {f}"
+        );
+        assert_eq!(f["ppid"].as_i64(), Some(z), "{f}");
+        assert_eq!(f["pgrp"], f["pid"], "the spare leads its own group: {f}");
+        assert_eq!(f["cwd"], dir.path().display().to_string());
+        // Session one's cell set `x`; the spare session two got has never seen it.
+        assert_eq!(f["had_x"], false, "{f}");
+        kernels.push(spare);
+    }
+    let spare = spare_of(zygote.unwrap(), &kernels);
+    assert!(kernels.iter().all(|k| alive(&k.to_string())));
+    assert!(a.finish().success());
+    for k in &kernels {
+        assert_dies(&k.to_string());
+    }
+    // A clean exit stops the zygote, which kills and reaps its spare first.
+    assert_reaped(spare);
+    assert_reaped(zygote.unwrap());
+}
+
+#[test]
+fn the_spare_kernel_dies_with_a_killed_agent() {
+    let dir = TempDir::new("zygote-spare-kill");
+    let mut a = agent(&dir, &[], &[]);
+    a.handshake();
+    let z = zygote_of(&a);
+    let spare = spare_of(z, &[]);
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &a.pid().to_string()])
+        .status();
+    let _ = a.child.wait();
+    assert_dies(&spare.to_string());
+    assert_dies(&z.to_string());
 }

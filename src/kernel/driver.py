@@ -8,6 +8,7 @@ displays, errors and the end of each cell as NDJSON frames. In a persistent sess
 saves the namespace between cells and loads it at start-up (state.py). Standard library only.
 """
 
+import _thread
 import ast
 import asyncio
 import builtins
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import types
 
@@ -56,6 +58,7 @@ class _Wire:
 
 
 WIRE = None
+STATE_MODULE = "_prime_agent_state"
 STATE = {"cell": None, "token": "", "engine": "plain"}
 
 
@@ -228,6 +231,9 @@ class PlainEngine:
                 raise value
         return value
 
+    def warm(self):
+        """Nothing is lazy here beyond what compiling any cell costs."""
+
     def run(self, code):
         self.count += 1
         filename = "<cell-%d>" % self.count
@@ -324,6 +330,15 @@ def make_ipython_engine(ns_module):
 
         def __init__(self):
             self.ns = shell.user_ns
+
+        def warm(self):
+            """The one-time work of IPython's first cell, done without running one: the
+            tokenizer's regular expressions (input transformers) and the display formatters
+            (created at the first result). About 15 ms of a fork's first cell otherwise, paid
+            again by every kernel; done in the zygote, the pages are shared. Neither touches the
+            user namespace, the history or the execution count."""
+            shell.transform_cell("import os\nos.getpid()\n")
+            shell.display_formatter.format(0)
 
         def run(self, code):
             res = run_user(shell.run_cell, code, True)
@@ -490,10 +505,16 @@ def serve(user, engine):
     want_restore = os.environ.pop("PRIME_AGENT_KERNEL_STATE_RESTORE", "") == "1"
     snapshots = None
     restored = None
+    # A zygote has loaded the snapshot code already (see `zygote`); a kernel that takes no
+    # snapshots does not keep it, as if it had never been loaded.
+    preloaded = sys.modules.pop(STATE_MODULE, None)
     if state_dir:
         DRIVER_FILES.add(os.path.join(HERE, "state.py"))
         try:
-            state = _load_module("_prime_agent_state", "state.py")
+            if preloaded is not None:
+                sys.modules[STATE_MODULE] = state = preloaded
+            else:
+                state = _load_module(STATE_MODULE, "state.py")
             # Everything the bootstrap and the engine put into the namespace is theirs.
             baseline = frozenset(user.__dict__)
             if want_restore:
@@ -505,7 +526,10 @@ def serve(user, engine):
             else:
                 send_log("warn", "kernel state snapshots are off: %s: %s" % (type(e).__name__, e))
 
-    threading.Thread(target=_reader, args=(proto_in,), name="host-reader", daemon=True).start()
+    # `_thread`, not `threading.Thread(...).start()`: the latter waits until the new thread has
+    # run, which on a loaded machine held `ready` (and the first cell) back by up to 10 ms. The
+    # reader needs no head start: frames wait in the pipe until it reads them.
+    _thread.start_new_thread(_reader, (proto_in,))
     WIRE.send({"op": "ready", "pid": os.getpid(), "engine": engine.name, "python": sys.version.split()[0], "restore": restored})
 
     while True:
@@ -566,8 +590,20 @@ def serve(user, engine):
 # `{"op": "exited", "pid", "status"}` (the raw wait status), so the host, which is not their
 # parent, still learns how a kernel ended. Single-threaded, so a fork copies no lock held by
 # another thread, and `forked` always precedes that pid's `exited`.
+#
+# The spare: the zygote keeps one kernel forked ahead of any request, in its own group, with
+# the parent-death signal set, blocked on a socket of its own. A request hands the spare the
+# request's packet and fds and is answered at once, so neither the fork (a few ms of copying
+# page tables) nor the new process's first scheduling is on the first cell's path; the spare
+# then does only what needs the session (fds, env, cwd, skills, `serve`). A spare is used once:
+# it holds nothing of any session before its request (the zygote never runs a cell). The next
+# spare is forked once no request came for `SPARE_REFILL_DELAY` (off a first cell's heels: the
+# fork competes with it for the CPU); a request that finds no spare forks as before. The
+# host does not know the spare until it is handed out, so the zygote reports its exit only
+# then; at the zygote's own exit the spare is killed and reaped.
 
 _PR_SET_PDEATHSIG = 1
+SPARE_REFILL_DELAY = 0.1
 
 
 def _die_with_parent(parent):
@@ -582,33 +618,48 @@ def _die_with_parent(parent):
         os._exit(1)
 
 
-def _fork_kernel(sock, ctl_fds, msg, fds, user, engine):
-    zygote = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
+def _child_setup(zygote, inherited):
+    """The first thing in any fork of the zygote: drop the zygote's own fds and signal set-up,
+    lead a process group (the host kills kernel and children with one killpg), die with it."""
+    for fd in inherited:
+        os.close(fd)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setpgid(0, 0)
+    _die_with_parent(zygote)
+
+
+def _become_kernel(msg, fds, user, engine):
+    """What depends on the request: the protocol fds, env, cwd, the user's Python skills (the
+    zygote's bootstrap ran without them); then the kernel proper."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 3:
+            os.close(fd)
+    os.environ.update(msg.get("env") or {})
+    os.chdir(msg.get("cwd") or "/")
+    rlm = sys.modules["rlm"]
+    rlm._install_user_skills(user.__dict__)
+    rlm._BASELINE = frozenset(user.__dict__)
+    serve(user, engine)
+
+
+def _lead_group(pid):
+    """The parent's half of the child's `setpgid`: whichever runs first, the kernel leads its
+    group by the time the host hears its pid (and may kill the group)."""
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # the child got there first
+
+
+def _in_child(body):
+    """Runs `body` in a fork and never returns: a failure is a traceback on the kernel's
+    stderr (the host shows it as a failed start) and exit code 1."""
     code = 1
     try:
-        sock.close()
-        for fd in ctl_fds:
-            os.close(fd)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setpgid(0, 0)  # its own group: the host kills kernel and children with one killpg
-        _die_with_parent(zygote)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in fds:
-            if fd > 3:
-                os.close(fd)
-        os.environ.update(msg.get("env") or {})
-        os.chdir(msg.get("cwd") or "/")
-        # What depends on this kernel's own env: the user's Python skills (the zygote's
-        # bootstrap ran without them).
-        rlm = sys.modules["rlm"]
-        rlm._install_user_skills(user.__dict__)
-        rlm._BASELINE = frozenset(user.__dict__)
-        serve(user, engine)
+        body()
         code = 0
     except BaseException:
         try:
@@ -617,6 +668,74 @@ def _fork_kernel(sock, ctl_fds, msg, fds, user, engine):
         except BaseException:
             pass
     os._exit(code)
+
+
+def _fork_kernel(inherited, msg, fds, user, engine):
+    """A kernel forked for a request (no spare was ready)."""
+    zygote = os.getpid()
+    pid = os.fork()
+    if pid:
+        _lead_group(pid)
+        return pid
+
+    def body():
+        _child_setup(zygote, inherited)
+        _become_kernel(msg, fds, user, engine)
+
+    _in_child(body)
+
+
+def _fork_spare(inherited, user, engine):
+    """A spare kernel: forked and set up now, made a session's kernel by `_hand_over`.
+    Returns its pid and the zygote's end of its socket."""
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    zygote = os.getpid()
+    try:
+        pid = os.fork()
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
+    if pid:
+        theirs.close()
+        _lead_group(pid)
+        return pid, ours
+
+    def body():
+        _child_setup(zygote, list(inherited) + [ours.detach()])
+        data, fds, _, _ = socket.recv_fds(theirs, 1 << 20, 4)
+        if not data:
+            os._exit(0)  # the zygote is gone, or dropped us
+        theirs.close()
+        if len(fds) != 4:
+            raise ValueError("a fork request needs 4 fds, got %d" % len(fds))
+        _become_kernel(json.loads(data), fds, user, engine)
+
+    _in_child(body)
+
+
+def _hand_over(spare, data, fds):
+    """Gives the spare kernel a request's packet and fds; its pid (raises if it is gone)."""
+    import socket
+
+    pid, sock = spare
+    try:
+        socket.send_fds(sock, [data], fds)
+    finally:
+        sock.close()
+    return pid
+
+
+def _drop_spare(spare):
+    pid, sock = spare
+    sock.close()
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
 
 
 def zygote():
@@ -629,9 +748,12 @@ def zygote():
     want_ipython = os.environ.pop("PRIME_AGENT_KERNEL_IPYTHON", "1") != "0"
     # What cells commonly reach for first, imported once here for every kernel.
     import concurrent.futures  # noqa: F401  (host requests)
-    import pickle  # noqa: F401  (state snapshots: state.py itself loads only where it runs)
 
     user, engine = bootstrap(want_ipython)
+    # A persistent session's kernel loads state.py before its `ready`: compiled here once
+    # (`serve` drops it again in a kernel without snapshots).
+    _load_module(STATE_MODULE, "state.py")
+    engine.warm()
     sock = socket.socket(fileno=3)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -645,9 +767,35 @@ def zygote():
     def send(frame):
         sock.sendall(json.dumps(frame).encode())
 
+    # The zygote's fds that no kernel may keep (its spare's socket is added per fork).
+    own = (sock.fileno(), wake_r, wake_w)
+    spare = None
+    refill_at = 0.0  # the first spare is forked right away, before `zygote_ready`
+
+    def exit_now():
+        if spare is not None:
+            _drop_spare(spare)
+        os._exit(0)  # the agent is gone; PR_SET_PDEATHSIG ends the kernels
+
+    def refill():
+        try:
+            return _fork_spare(own, user, engine)
+        except Exception as e:  # requests fork directly meanwhile
+            send({"op": "spare_failed", "error": "%s: %s" % (type(e).__name__, e)})
+            return None
+
+    spare = refill()
     send({"op": "zygote_ready", "pid": os.getpid(), "engine": engine.name, "python": sys.version.split()[0]})
     while True:
-        ready, _, _ = select.select([sock, wake_r, 0], [], [])
+        timeout = None
+        if spare is None:
+            timeout = max(0.0, refill_at - time.monotonic())
+        ready, _, _ = select.select([sock, wake_r, 0], [], [], timeout)
+        if not ready and spare is None:
+            spare = refill()
+            if spare is None:
+                refill_at = time.monotonic() + 1.0
+            continue
         if wake_r in ready:
             os.read(wake_r, 4096)
             while True:
@@ -657,28 +805,43 @@ def zygote():
                     break
                 if pid == 0:
                     break
+                if spare is not None and pid == spare[0]:
+                    spare[1].close()  # it died unused: the host never knew it
+                    spare = None
+                    refill_at = time.monotonic() + SPARE_REFILL_DELAY
+                    continue
                 send({"op": "exited", "pid": pid, "status": status})
         if 0 in ready and not os.read(0, 4096):
-            os._exit(0)  # the agent is gone; PR_SET_PDEATHSIG ends the kernels
+            exit_now()
         if sock in ready:
             try:
                 data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
             except OSError:
-                os._exit(0)
+                exit_now()
             if not data:
-                os._exit(0)
+                exit_now()
             msg = json.loads(data)
             seq = msg.get("seq")
             try:
                 if len(fds) != 4:
                     raise ValueError("a fork request needs 4 fds, got %d" % len(fds))
-                pid = _fork_kernel(sock, (wake_r, wake_w), msg, fds, user, engine)
+                pid = None
+                if spare is not None:
+                    taken, spare = spare, None
+                    try:
+                        pid = _hand_over(taken, data, fds)
+                    except OSError:
+                        _drop_spare(taken)  # it died meanwhile: fork one instead
+                if pid is None:
+                    inherited = own if spare is None else own + (spare[1].fileno(),)
+                    pid = _fork_kernel(inherited, msg, fds, user, engine)
                 send({"op": "forked", "seq": seq, "pid": pid})
             except Exception as e:
                 send({"op": "fork_failed", "seq": seq, "error": "%s: %s" % (type(e).__name__, e)})
             finally:
                 for fd in fds:
                     os.close(fd)
+                refill_at = time.monotonic() + SPARE_REFILL_DELAY
 
 
 if __name__ == "__main__":

@@ -10,10 +10,19 @@
 //! start runs. The zygote reaps its children and reports each exit, so `Kernel` learns the
 //! wait status of a kernel that is not the agent's child.
 //!
+//! The zygote keeps one spare kernel forked and set up ahead of any request (its own group, the
+//! parent-death signal, blocked on a socket of its own); a request hands the spare its fds, cwd
+//! and env and is answered at once, so the fork and the new process's first scheduling are off
+//! the first cell's path. The next spare is forked once the zygote saw no request for 100 ms; a
+//! request that finds none forks as before. A spare holds nothing of any session (the zygote
+//! never runs a cell) and is used once. Nothing changes on this side: the answer is the same
+//! `forked {pid}`, and a spare the host never heard of is never reported.
+//!
 //! Lifetime: `prewarm` starts it off the critical path (after a session with the `ipython`
 //! tool is built, never before `initialize`). It dies with the agent (its fd 0 and its socket
 //! reach EOF; it also asks for SIGKILL on its parent's death), and every kernel it forked dies
-//! with it (PR_SET_PDEATHSIG), besides each kernel's own EOF on its fd 0. If it fails to start
+//! with it (PR_SET_PDEATHSIG), besides each kernel's own EOF on its fd 0; at its own exit it
+//! kills and reaps its spare, which also dies with it (PR_SET_PDEATHSIG). If it fails to start
 //! or dies, kernels start directly as before (`Kernel::start`), and the next `prewarm` starts
 //! a new zygote. `PRIME_AGENT_KERNEL_ZYGOTE=0` turns it off.
 
@@ -57,8 +66,8 @@ pub(crate) struct Zygote {
     ctl: UnixStream,
     state: Mutex<State>,
     changed: Condvar,
-    /// Held so the zygote's fd 0 reaches EOF only when we are gone.
-    _stdin: Mutex<ChildStdin>,
+    /// Held so the zygote's fd 0 reaches EOF only when we are gone (or `stop` closes it).
+    stdin: Mutex<Option<ChildStdin>>,
     child: Mutex<Child>,
     pid: i32,
     dir: PathBuf,
@@ -102,6 +111,27 @@ pub(crate) fn prewarm(python: &Path) {
     if let Err(e) = spawned {
         log::debug!("cannot start the kernel zygote thread: {e}");
     }
+}
+
+/// At the agent's exit, once its kernels are gone: a ready zygote is told to go (EOF on its
+/// fd 0: it kills and reaps its spare kernel, then exits) and waited for up to `timeout`; one
+/// still importing, or slower than that, is killed. Either way it is reaped here, and its
+/// spare dies with it (its parent-death signal), so the exit leaves no process behind.
+pub(crate) fn stop(timeout: Duration) {
+    let Some(z) = lock(&CURRENT).take() else {
+        return;
+    };
+    if matches!(lock(&z.state).ready, Some(Ok(()))) {
+        drop(lock(&z.stdin).take());
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if lock(&z.child).try_wait().ok().flatten().is_some() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+    z.shut_down();
 }
 
 /// The zygote for `python`, once it is ready (waiting for it while it imports, cut short by
@@ -154,7 +184,7 @@ impl Zygote {
             ctl,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
-            _stdin: Mutex::new(stdin),
+            stdin: Mutex::new(Some(stdin)),
             child: Mutex::new(child),
             pid,
             dir,
@@ -271,11 +301,15 @@ impl Zygote {
         }
     }
 
+    /// Kills the zygote's group (itself and its guard) unless it is reaped already (then the
+    /// guard goes by itself, and the pid may be another process's), and reaps it.
     fn shut_down(&self) {
-        let _ = spawn::signal_group(self.pid, libc::SIGKILL);
         let mut child = lock(&self.child);
-        let _ = child.kill();
-        let _ = child.wait();
+        if child.try_wait().ok().flatten().is_none() {
+            let _ = spawn::signal_group(self.pid, libc::SIGKILL);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -346,6 +380,10 @@ fn apply(s: &mut State, frame: &Value, zygote_pid: i32) {
                 }
             }
         }
+        Some("spare_failed") => log::info!(
+            "kernel zygote {zygote_pid}: no spare kernel ({}); kernels are forked on request",
+            frame["error"].as_str().unwrap_or("?")
+        ),
         other => log::debug!("kernel zygote: ignoring frame {other:?}"),
     }
 }
