@@ -368,6 +368,9 @@ impl MainLoop {
                     let id = self.sessions[idx].id();
                     // Never empty here: the session drops the deltas the hot path skips.
                     self.send_with(|buf| message_chunk_frame(buf, id, kind, &delta, message, env));
+                    // Back to the turn threads for the next delta: no cross-thread free per
+                    // token (provider/delta_pool.rs says why that matters).
+                    crate::provider::delta_pool::give_back(delta);
                 }
                 Action::StartTurn(start) => {
                     let session = &mut self.sessions[idx];

@@ -285,7 +285,7 @@ impl StreamDecoder for Decoder {
                         let t = s("text");
                         if !t.is_empty() {
                             self.message.text.push_str(t);
-                            emit(StreamEvent::Text(t.to_owned()));
+                            emit(StreamEvent::Text(super::delta_pool::owned(t)));
                         }
                     }
                     Some("thinking_delta") => {

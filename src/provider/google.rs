@@ -329,10 +329,10 @@ impl Decoder {
         }
         if thought {
             self.message.thinking.push_str(text);
-            emit(StreamEvent::Thinking(text.to_owned()));
+            emit(StreamEvent::Thinking(super::delta_pool::owned(text)));
         } else {
             self.message.text.push_str(text);
-            emit(StreamEvent::Text(text.to_owned()));
+            emit(StreamEvent::Text(super::delta_pool::owned(text)));
         }
     }
 

@@ -358,6 +358,7 @@ impl HttpClient {
                 {
                     return decoder.finish().map_err(AttemptError::fatal);
                 }
+                sse.recycle(event);
             }
             if n == 0 {
                 // A body that ends without a finish is a dropped connection, not an answer.

@@ -8,6 +8,7 @@ pub(crate) mod anthropic;
 pub(crate) mod arguments;
 pub(crate) mod azure;
 pub(crate) mod config;
+pub(crate) mod delta_pool;
 pub(crate) mod google;
 pub(crate) mod http;
 pub(crate) mod menu;

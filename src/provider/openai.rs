@@ -281,11 +281,11 @@ impl Decoder {
                 .filter(|t| !t.is_empty());
             if let Some(t) = thinking {
                 self.message.thinking.push_str(t);
-                emit(StreamEvent::Thinking(t.to_owned()));
+                emit(StreamEvent::Thinking(super::delta_pool::owned(t)));
             }
             if let Some(t) = delta.content.as_deref().filter(|t| !t.is_empty()) {
                 self.message.text.push_str(t);
-                emit(StreamEvent::Text(t.to_owned()));
+                emit(StreamEvent::Text(super::delta_pool::owned(t)));
             }
         }
         if let Some(reason) = &choice.finish_reason {
@@ -366,7 +366,7 @@ impl Decoder {
                 .filter(|t| !t.is_empty());
             if let Some(t) = thinking {
                 self.message.thinking.push_str(t);
-                emit(StreamEvent::Thinking(t.to_owned()));
+                emit(StreamEvent::Thinking(super::delta_pool::owned(t)));
             }
             if let Some(t) = delta
                 .get("content")
@@ -374,7 +374,7 @@ impl Decoder {
                 .filter(|t| !t.is_empty())
             {
                 self.message.text.push_str(t);
-                emit(StreamEvent::Text(t.to_owned()));
+                emit(StreamEvent::Text(super::delta_pool::owned(t)));
             }
             for call in delta
                 .get("tool_calls")

@@ -327,7 +327,7 @@ fn request_tokens(request: &ChatRequest<'_>) -> u64 {
 
 fn emit_text(message: &mut AssistantMessage, on_event: &mut dyn FnMut(StreamEvent), text: &str) {
     message.text.push_str(text);
-    on_event(StreamEvent::Text(text.to_owned()));
+    on_event(StreamEvent::Text(super::delta_pool::owned(text)));
 }
 
 fn run_step(

@@ -29,7 +29,13 @@ pub(crate) struct SseDecoder {
     event: String,
     data: String,
     has_data: bool,
+    /// Delivered events handed back (`recycle`), whose strings the next events reuse.
+    spare: Vec<SseEvent>,
 }
+
+/// Recycled events kept at most (one read of small events), and the largest data kept.
+const SPARE_EVENTS: usize = 64;
+const SPARE_CAPACITY: usize = 64 * 1024;
 
 impl SseDecoder {
     pub(crate) fn new() -> SseDecoder {
@@ -112,17 +118,32 @@ impl SseDecoder {
                 self.data.push_str(value);
                 self.has_data = true;
             }
-            "event" => self.event = value.to_owned(),
+            "event" => {
+                self.event.clear();
+                self.event.push_str(value);
+            }
             // `id` and `retry` only matter for reconnecting EventSource clients.
             _ => {}
         }
     }
 
+    /// Hands a delivered event back: the next event's strings reuse its allocations, so a
+    /// stream of small events allocates nothing per event once warm.
+    pub(crate) fn recycle(&mut self, event: SseEvent) {
+        if self.spare.len() < SPARE_EVENTS && event.data.capacity() <= SPARE_CAPACITY {
+            self.spare.push(event);
+        }
+    }
+
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
         if self.has_data {
+            let (event, data) = match self.spare.pop() {
+                Some(s) => (s.event, s.data),
+                None => (String::new(), String::new()),
+            };
             out.push(SseEvent {
-                event: std::mem::take(&mut self.event),
-                data: std::mem::take(&mut self.data),
+                event: std::mem::replace(&mut self.event, event),
+                data: std::mem::replace(&mut self.data, data),
             });
         }
         self.event.clear();
