@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Files (device, inode) this process holds a claim on.
 static HELD: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
@@ -66,14 +67,22 @@ impl Claim {
             .metadata()
             .map_err(|e| ClaimError::Io(format!("{}: {e}", path.display())))?;
         let key = (meta.dev(), meta.ino());
-        #[allow(unsafe_code)]
-        // SAFETY: flock(2) takes a descriptor this function owns (`file` outlives the call)
-        // and plain flags; it touches no memory of ours.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
+        let deadline = Instant::now() + RELEASE_GRACE;
+        loop {
+            #[allow(unsafe_code)]
+            // SAFETY: flock(2) takes a descriptor this function owns (`file` outlives the
+            // call) and plain flags; it touches no memory of ours.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
                 Some(libc::EWOULDBLOCK) if held().contains(&key) => ClaimError::InThisProcess,
+                Some(libc::EWOULDBLOCK) if Instant::now() < deadline => {
+                    std::thread::sleep(RELEASE_POLL);
+                    continue;
+                }
                 Some(libc::EWOULDBLOCK) => ClaimError::Elsewhere,
                 _ => ClaimError::Io(format!("{}: {e}", path.display())),
             });
@@ -82,6 +91,14 @@ impl Claim {
         Ok(Claim { key, _file: file })
     }
 }
+
+/// How long a lock held elsewhere is waited for before the claim is refused. A process that
+/// was just killed can leave its lock behind for a moment: the descriptor is close-on-exec,
+/// not close-on-fork, so a child it forked keeps the lock until that child execs (or dies of
+/// its parent's death), which under load can take a scheduler tick or several. A harness that
+/// kills an agent and continues its session at once must not be refused for that.
+const RELEASE_GRACE: Duration = Duration::from_millis(1500);
+const RELEASE_POLL: Duration = Duration::from_millis(20);
 
 impl Drop for Claim {
     fn drop(&mut self) {
@@ -113,6 +130,51 @@ mod tests {
             ClaimError::Elsewhere.text("abc"),
             "Session abc is open in another prime-agent process (its file is locked); close it there first, or continue a copy of it with --fork abc"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Locks `path` on a descriptor of its own (as another process would) until `release`
+    /// says so.
+    fn hold_elsewhere(
+        path: &Path,
+        release: crossbeam_channel::Receiver<()>,
+    ) -> std::thread::JoinHandle<()> {
+        let file = File::open(path).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: flock(2) on a descriptor `file` owns, plain flags.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(rc, 0);
+        std::thread::spawn(move || {
+            let _ = release.recv();
+            drop(file);
+        })
+    }
+
+    #[test]
+    fn a_lock_released_within_the_grace_is_claimed_and_one_kept_is_refused() {
+        let dir = crate::test_support::temp_dir("claim-grace");
+        let path = dir.join("s.jsonl");
+        std::fs::write(&path, "{}\n").unwrap();
+
+        // Released soon after the claim starts waiting (a killed agent's forked child
+        // execing): the claim gets it.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let holder = hold_elsewhere(&path, rx);
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            tx.send(()).unwrap();
+        });
+        let claim = Claim::take(&path).expect("released within the grace");
+        releaser.join().unwrap();
+        holder.join().unwrap();
+        drop(claim);
+
+        // Kept: refused as held elsewhere once the grace is over.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let holder = hold_elsewhere(&path, rx);
+        assert_eq!(Claim::take(&path).unwrap_err(), ClaimError::Elsewhere);
+        tx.send(()).unwrap();
+        holder.join().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

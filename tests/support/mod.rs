@@ -294,8 +294,14 @@ impl Agent {
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
         let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(bytes).unwrap();
-        stdin.flush().unwrap();
+        if let Err(e) = stdin.write_all(bytes).and_then(|()| stdin.flush()) {
+            // The agent is gone: say what it said on the way out.
+            std::thread::sleep(Duration::from_millis(100));
+            panic!(
+                "cannot write to the agent ({e}); its stderr:\n{}",
+                self.stderr_text()
+            );
+        }
         self.inputs += 1;
     }
 
