@@ -833,18 +833,40 @@ impl Bench {
         );
         let script_s = script.display().to_string();
         let label = format!("scripted stream: {deltas} deltas → client");
-        let glibc = self.scripted_stream_rates(&self.bin.clone(), &script_s, deltas);
+        let bins = self.side_by_side();
+        let mut rates = vec![vec![]; bins.len()];
+        // Interleaved (glibc, static, static, glibc, ...): a shared host's load drifts, and
+        // back-to-back blocks would charge the drift to one build.
+        for run in 0..self.runs(5, 1) {
+            for k in order(run, bins.len()) {
+                let rate = self.scripted_stream_rate(&bins[k], &script_s, deltas);
+                rates[k].push(rate);
+            }
+        }
+        self.add_side_by_side(&label, "scripted stream", rates);
+    }
+
+    /// The glibc build, and the static one when it is built: the two `make bench` compares.
+    fn side_by_side(&self) -> Vec<PathBuf> {
+        let mut bins = vec![self.bin.clone()];
+        bins.extend(self.static_bin.clone().filter(|b| b.exists()));
+        bins
+    }
+
+    /// Reports the rates of `side_by_side`'s builds and, with both, the static/glibc ratio of
+    /// their medians.
+    fn add_side_by_side(&mut self, label: &str, what: &str, mut rates: Vec<Vec<f64>>) {
+        let statics = (rates.len() > 1).then(|| rates.pop().unwrap());
+        let glibc = rates.pop().unwrap_or_default();
         let glibc_median = stats(glibc.clone())["median"].as_f64().unwrap_or(0.0);
-        self.report.add(&label, "deltas/s", glibc);
-        // The static build side by side in the same run, as for the provider stream below.
-        if let Some(static_bin) = self.static_bin.clone().filter(|b| b.exists()) {
-            let rates = self.scripted_stream_rates(&static_bin, &script_s, deltas);
-            let static_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
+        self.report.add(label, "deltas/s", glibc);
+        if let Some(statics) = statics {
+            let static_median = stats(statics.clone())["median"].as_f64().unwrap_or(0.0);
             self.report
-                .add(&format!("{label} (static)"), "deltas/s", rates);
+                .add(&format!("{label} (static)"), "deltas/s", statics);
             if glibc_median > 0.0 {
                 self.report.add(
-                    "scripted stream throughput, static / glibc (medians)",
+                    &format!("{what} throughput, static / glibc (medians)"),
                     "ratio",
                     vec![static_median / glibc_median],
                 );
@@ -852,18 +874,14 @@ impl Bench {
         }
     }
 
-    fn scripted_stream_rates(&mut self, bin: &Path, script: &str, deltas: usize) -> Vec<f64> {
-        let mut rates = vec![];
-        for _ in 0..self.runs(5, 1) {
-            let mut p = self.agent(bin, &["--provider", "scripted", "--script", script], &[]);
-            let sid = p.handshake(&self.work);
-            let t = Instant::now();
-            p.prompt(9, &sid);
-            let hits = p.read_stream(9, "agent_message_chunk", deltas, &mut |_| {});
-            rates.push(hits.len() as f64 / (*hits.last().unwrap() - t).as_secs_f64());
-            p.finish();
-        }
-        rates
+    fn scripted_stream_rate(&mut self, bin: &Path, script: &str, deltas: usize) -> f64 {
+        let mut p = self.agent(bin, &["--provider", "scripted", "--script", script], &[]);
+        let sid = p.handshake(&self.work);
+        let t = Instant::now();
+        p.prompt(9, &sid);
+        let hits = p.read_stream(9, "agent_message_chunk", deltas, &mut |_| {});
+        p.finish();
+        hits.len() as f64 / (*hits.last().unwrap() - t).as_secs_f64()
     }
 
     fn provider_agent(&self, server: &Server) -> (Proc, String) {
@@ -966,52 +984,29 @@ impl Bench {
         let server = Server::start();
         let needle = "agent_message_chunk";
 
-        // Throughput: the server writes as fast as the agent reads.
-        let mut rates = vec![];
+        // Throughput: the server writes as fast as the agent reads. Interleaved with the
+        // static build, as the scripted stream.
         let mut sample_line = String::new();
-        for _ in 0..self.runs(5, 1) {
-            let (mut p, sid) = self.provider_agent(&server);
-            server.plan(Plan::Blast(deltas));
-            p.prompt(9, &sid);
-            let hits = p.read_stream(9, needle, deltas, &mut |line| {
-                if sample_line.is_empty() {
-                    line.clone_into(&mut sample_line);
-                }
-            });
-            let t0 = server.stamps()[0];
-            assert_eq!(hits.len(), deltas, "one update per delta");
-            rates.push(deltas as f64 / (*hits.last().unwrap() - t0).as_secs_f64());
-            p.finish();
-        }
-        let label = format!("provider stream (OpenAI SSE, loopback): {deltas} deltas");
-        // The static build side by side, alternating runs with the glibc ones above would be
-        // fairer on a loaded host; back to back in one run is what this line promises.
-        let glibc_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
-        self.report
-            .add(&format!("{label}, throughput"), "deltas/s", rates);
-        if let Some(static_bin) = self.static_bin.clone().filter(|b| b.exists()) {
-            let mut rates = vec![];
-            for _ in 0..self.runs(5, 1) {
-                let (mut p, sid) = self.provider_agent_of(&static_bin, &server);
+        let bins = self.side_by_side();
+        let mut rates = vec![vec![]; bins.len()];
+        for run in 0..self.runs(5, 1) {
+            for k in order(run, bins.len()) {
+                let (mut p, sid) = self.provider_agent_of(&bins[k], &server);
                 server.plan(Plan::Blast(deltas));
                 p.prompt(9, &sid);
-                let hits = p.read_stream(9, needle, deltas, &mut |_| {});
+                let hits = p.read_stream(9, needle, deltas, &mut |line| {
+                    if sample_line.is_empty() {
+                        line.clone_into(&mut sample_line);
+                    }
+                });
                 let t0 = server.stamps()[0];
                 assert_eq!(hits.len(), deltas, "one update per delta");
-                rates.push(deltas as f64 / (*hits.last().unwrap() - t0).as_secs_f64());
+                rates[k].push(deltas as f64 / (*hits.last().unwrap() - t0).as_secs_f64());
                 p.finish();
             }
-            let static_median = stats(rates.clone())["median"].as_f64().unwrap_or(0.0);
-            self.report
-                .add(&format!("{label}, throughput (static)"), "deltas/s", rates);
-            if glibc_median > 0.0 {
-                self.report.add(
-                    "provider stream throughput, static / glibc (medians)",
-                    "ratio",
-                    vec![static_median / glibc_median],
-                );
-            }
         }
+        let label = format!("provider stream (OpenAI SSE, loopback): {deltas} deltas, throughput");
+        self.add_side_by_side(&label, "provider stream", rates);
 
         // Latency: one delta in flight at a time; server write → client read of its update.
         let (mut p, sid) = self.provider_agent(&server);
@@ -1327,6 +1322,16 @@ fn check_sleeps(agent: u32, dirs: &[PathBuf], left: &[usize], gone: usize) {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// The order of run `run` over `n` builds: forwards on even runs, backwards on odd ones, so
+/// neither build always goes first.
+fn order(run: usize, n: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    if run % 2 == 1 {
+        v.reverse();
+    }
+    v
 }
 
 /// The working directories of the live `sleep` processes descended from `root`.

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{value::MapAccessDeserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{value::MapAccessDeserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
@@ -216,6 +216,29 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
     }
 }
 
+/// The first element of a JSON array, parsed as a `MapOnly<T>`; the rest are skipped unparsed
+/// (the general path reads `/choices/0` only). `None` for an empty array. No `Vec` is built:
+/// this runs once per streamed delta.
+struct FirstOf<T>(Option<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for FirstOf<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = FirstOf<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FirstOf<T>, A::Error> {
+                let first = seq.next_element::<MapOnly<T>>()?.map(|MapOnly(t)| t);
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FirstOf(first))
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
 /// The shape of almost every chunk of a stream: a text or reasoning delta and maybe a finish
 /// reason. Parsed straight from the event's text, borrowing the strings, instead of building a
 /// `Value` tree per delta (the hot path of streaming). Anything else (usage, an error, tool
@@ -224,7 +247,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
 #[derive(Deserialize)]
 struct FastChunk<'a> {
     #[serde(borrow)]
-    choices: Vec<MapOnly<FastChoice<'a>>>,
+    choices: FirstOf<FastChoice<'a>>,
     usage: Option<IgnoredAny>,
     error: Option<IgnoredAny>,
 }
@@ -266,7 +289,7 @@ impl Decoder {
         if chunk.usage.is_some() || chunk.error.is_some() {
             return false;
         }
-        let Some(MapOnly(choice)) = chunk.choices.into_iter().next() else {
+        let FirstOf(Some(choice)) = chunk.choices else {
             return true;
         };
         if let Some(MapOnly(delta)) = &choice.delta {
@@ -595,6 +618,10 @@ mod tests {
             r#"{"choices":{"0":{"delta":{"content":"obj"}}}}"#,
             r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}"#,
             r#"{"choices":[{"delta":{"content":"a"}},{"delta":7}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},[1,{"x":[]}],"s",null]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},"#,
+            r#"{"choices":null}"#,
+            r#"{"choices":[null]}"#,
             r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
             r#"{"choices":[{"delta":{"content":"a"}}],"choices":[{"delta":{"content":"b"}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}"#,
