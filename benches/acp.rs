@@ -309,8 +309,12 @@ fn main() {
         bin.exists(),
         "build the release binary first (make bench does)"
     );
+    // `BENCH_STATIC_BIN` swaps the static build the same way (another build's variant).
     let static_bin = installed(
-        &root.join("target/x86_64-unknown-linux-musl/release/prime-agent"),
+        &std::env::var_os("BENCH_STATIC_BIN").map_or_else(
+            || root.join("target/x86_64-unknown-linux-musl/release/prime-agent"),
+            PathBuf::from,
+        ),
         &work,
         "prime-agent-static",
     );
@@ -1005,8 +1009,8 @@ impl Bench {
                 p.finish();
             }
         }
-        let label = format!("provider stream (OpenAI SSE, loopback): {deltas} deltas, throughput");
-        self.add_side_by_side(&label, "provider stream", rates);
+        let label = format!("provider stream (OpenAI SSE, loopback): {deltas} deltas");
+        self.add_side_by_side(&format!("{label}, throughput"), "provider stream", rates);
 
         // Latency: one delta in flight at a time; server write → client read of its update.
         let (mut p, sid) = self.provider_agent(&server);

@@ -38,6 +38,8 @@ env_for() {
     echo "CC_$t_=$(cc_for "$1")"
     linker=$(linker_for "$1")
     [ -z "$linker" ] || echo "CARGO_TARGET_${T}_LINKER=$linker"
+    # A plain static executable, not static-pie (as `make static`; no space: word-split).
+    echo "CARGO_TARGET_${T}_RUSTFLAGS=-Crelocation-model=static"
 }
 
 apt_for() {
