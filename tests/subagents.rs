@@ -263,11 +263,15 @@ fn a_cancel_with_nothing_running_leaves_finished_children_reachable() {
     let (_dir, mut a) = agent("wake_after_cancel.jsonl");
     a.handshake();
     assert_eq!(a.prompt_stop("spawn"), "end_turn");
-    if !a.text().contains("noted") {
-        a.wait_for("the unsolicited turn", |f| {
-            f["params"]["update"]["content"]["text"] == "noted"
+    // Nothing runs once turn 1's terminal update is out: the unsolicited turn that read the
+    // child's answer has ended (its text alone can arrive before it ends, and a cancel then
+    // cancels it, so the next prompt would meet a cancelling session).
+    if phase_index(&a, "terminalQuiescence", 1).is_none() {
+        a.wait_for("turn 1's terminal", |f| {
+            ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
         });
     }
+    assert!(a.text().contains("noted"), "{}", a.text());
     a.cancel();
     let id = a.prompt("message the child again");
     let r = a.response(&id);
