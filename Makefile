@@ -82,7 +82,7 @@ static:
 	command -v musl-gcc >/dev/null 2>&1 || missing="$$missing\n  apt-get update && apt-get install -y musl-tools"; \
 	if [ -n "$$missing" ]; then printf "make static needs the musl toolchain; run (or: make static-setup):$$missing\n"; exit 1; fi
 	@# Optimised for size: the static binary is what minimal containers ship (budget 4 MB);
-	@# the glibc release build keeps opt-level 3 for stream throughput. $(STATIC_BUILD) says how.
+	@# the glibc release build keeps opt-level 3 for stream throughput (STATIC_BUILD above).
 	CC_x86_64_unknown_linux_musl=musl-gcc CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS=-Crelocation-model=static \
 		$(STATIC_BUILD) --target $(MUSL_TARGET)
 	@file $(STATIC_BIN) 2>/dev/null || true
