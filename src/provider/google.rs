@@ -118,14 +118,10 @@ fn args_object(arguments: &Value) -> Value {
 /// calls), else a rebuild. The ids of the calls Gemini named go into `ids`, for the
 /// responses that answer them.
 fn model_parts(model: &ModelDef, a: &AssistantMessage, ids: &mut HashSet<String>) -> Vec<Value> {
-    let own: Vec<&Value> = a
-        .reasoning_blocks
-        .iter()
-        .filter_map(|b| match b {
-            ReasoningBlock::GeminiPart { model: m, part } if *m == model.id => Some(part),
-            _ => None,
-        })
-        .collect();
+    let own = ReasoningBlock::own_parts(&a.reasoning_blocks, &model.id, |b| match b {
+        ReasoningBlock::GeminiPart { model, part } => Some((model, part)),
+        _ => None,
+    });
     if !own.is_empty() && parts_describe(&own, a) {
         for p in &own {
             if let Some(id) = p.pointer("/functionCall/id").and_then(Value::as_str) {
@@ -449,15 +445,10 @@ impl StreamDecoder for Decoder {
             .iter()
             .any(|p| p.get("thoughtSignature").is_some());
         if signed {
-            let model = self.model;
-            self.message.reasoning_blocks = self
-                .parts
-                .into_iter()
-                .map(|part| ReasoningBlock::GeminiPart {
-                    model: model.clone(),
-                    part,
-                })
-                .collect();
+            self.message.reasoning_blocks =
+                ReasoningBlock::tag_all(self.model, self.parts, |model, part| {
+                    ReasoningBlock::GeminiPart { model, part }
+                });
         }
         Ok(Reply::calling_tools(self.message, self.usage, finish))
     }
@@ -467,7 +458,8 @@ impl StreamDecoder for Decoder {
 mod tests {
     use super::*;
     use crate::provider::tests_support::{
-        data_event, model, replay_fixture, request, result, tool, tool_round_messages, user,
+        after_reply_body, data_event, model, replay_fixture, request, result, tool,
+        tool_round_messages,
     };
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
@@ -724,15 +716,7 @@ mod tests {
         let mut reply = run("gemini-thinking-tools.sse").0.expect("ok").message;
         edit(&mut reply);
         let call_id = reply.tool_calls[0].id.clone();
-        let messages = vec![
-            user("go"),
-            Message::Assistant(reply),
-            result(&call_id, "bash", "gemini-ok"),
-        ];
-        let b = body(
-            &model(model_id, true, true),
-            &request(&messages, &[], Thinking::Medium),
-        );
+        let b = after_reply_body(body, model_id, reply, &call_id, "gemini-ok");
         b["contents"].as_array().expect("contents").clone()
     }
 

@@ -70,6 +70,33 @@ pub(crate) enum ReasoningBlock {
     GeminiPart { model: String, part: Value },
 }
 
+impl ReasoningBlock {
+    /// A reply's opaque parts (Responses items, Gemini parts), each made a block by `tag` with
+    /// the model that wrote them: only that model is sent them back.
+    pub(crate) fn tag_all(
+        model: String,
+        values: Vec<Value>,
+        tag: fn(String, Value) -> ReasoningBlock,
+    ) -> Vec<ReasoningBlock> {
+        values.into_iter().map(|v| tag(model.clone(), v)).collect()
+    }
+
+    /// The opaque parts `model` wrote among `blocks`, in order; `own` reads a block of the
+    /// caller's API as (model, part) and skips the others.
+    pub(crate) fn own_parts<'a>(
+        blocks: &'a [ReasoningBlock],
+        model: &str,
+        own: fn(&ReasoningBlock) -> Option<(&String, &Value)>,
+    ) -> Vec<&'a Value> {
+        blocks
+            .iter()
+            .filter_map(own)
+            .filter(|(m, _)| *m == model)
+            .map(|(_, part)| part)
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ToolCall {
     pub id: String,

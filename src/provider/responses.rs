@@ -136,14 +136,10 @@ fn flush_result_images(model: &ModelDef, images: &mut Vec<&Image>, input: &mut V
 /// The input items of one assistant turn: its own output items when they still describe it,
 /// else a plain rebuild.
 fn assistant_items(model: &ModelDef, a: &AssistantMessage, input: &mut Vec<Value>) {
-    let items: Vec<&Value> = a
-        .reasoning_blocks
-        .iter()
-        .filter_map(|b| match b {
-            ReasoningBlock::ResponsesItem { model: m, item } if *m == model.id => Some(item),
-            _ => None,
-        })
-        .collect();
+    let items = ReasoningBlock::own_parts(&a.reasoning_blocks, &model.id, |b| match b {
+        ReasoningBlock::ResponsesItem { model, item } => Some((model, item)),
+        _ => None,
+    });
     if !items.is_empty() && items_describe(&items, a) {
         input.extend(items.into_iter().cloned());
         return;
@@ -572,15 +568,10 @@ impl StreamDecoder for Decoder {
             .iter()
             .any(|i| i.get("type").and_then(Value::as_str) == Some("reasoning"));
         if reasoned && !self.unreplayable {
-            let model = self.model;
-            self.message.reasoning_blocks = self
-                .items
-                .into_iter()
-                .map(|item| ReasoningBlock::ResponsesItem {
-                    model: model.clone(),
-                    item,
-                })
-                .collect();
+            self.message.reasoning_blocks =
+                ReasoningBlock::tag_all(self.model, self.items, |model, item| {
+                    ReasoningBlock::ResponsesItem { model, item }
+                });
         }
         Ok(Reply::calling_tools(self.message, self.usage, finish))
     }
@@ -590,7 +581,8 @@ impl StreamDecoder for Decoder {
 mod tests {
     use super::*;
     use crate::provider::tests_support::{
-        data_event, model, replay, replay_fixture, request, result, tool, tool_round_messages, user,
+        after_reply_body, data_event, model, replay, replay_fixture, request, tool,
+        tool_round_messages, user,
     };
     use crate::provider::Thinking;
 
@@ -839,15 +831,7 @@ mod tests {
     fn replayed(model_id: &str, edit: impl FnOnce(&mut AssistantMessage)) -> Vec<Value> {
         let mut reply = run("responses-reasoning-tools.sse").0.expect("ok").message;
         edit(&mut reply);
-        let messages = vec![
-            user("go"),
-            Message::Assistant(reply),
-            result("call_test1", "bash", "responses-ok"),
-        ];
-        let b = body(
-            &model(model_id, true, true),
-            &request(&messages, &[], Thinking::Medium),
-        );
+        let b = after_reply_body(body, model_id, reply, "call_test1", "responses-ok");
         b["input"].as_array().expect("input").clone()
     }
 

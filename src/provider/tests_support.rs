@@ -74,6 +74,27 @@ pub(crate) fn result(call_id: &str, name: &str, text: &str) -> Message {
     }
 }
 
+/// The body `body` builds for `model_id` (reasoning, images, medium thinking) to go on after
+/// `reply`: a prompt, the reply, and `bash`'s result `output` for `call_id`. The replay tests
+/// edit the reply first, to see when its opaque parts are still sent back.
+pub(crate) fn after_reply_body(
+    body: fn(&ModelDef, &ChatRequest<'_>) -> serde_json::Value,
+    model_id: &str,
+    reply: AssistantMessage,
+    call_id: &str,
+    output: &str,
+) -> serde_json::Value {
+    let messages = vec![
+        user("go"),
+        Message::Assistant(reply),
+        result(call_id, "bash", output),
+    ];
+    body(
+        &model(model_id, true, true),
+        &request(&messages, &[], Thinking::Medium),
+    )
+}
+
 /// The request-shape tests' conversation: a user image, a reply with a good and a malformed
 /// call, their results (one with an image, one an empty error), and a next prompt.
 pub(crate) fn tool_round_messages() -> Vec<Message> {
