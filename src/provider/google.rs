@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
-use super::http::{event_json, one_line, StreamDecoder};
+use super::http::{event_json, message_and_code, StreamDecoder};
 use super::parts::{result_output, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
@@ -366,12 +366,7 @@ fn error_words(err: &Value) -> String {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .or_else(|| err.get("code").map(|c| c.to_string()));
-    one_line(&match (message, status) {
-        (Some(m), Some(s)) => format!("{m} ({s})"),
-        (Some(m), None) => m.to_owned(),
-        (None, Some(s)) => format!("The model stream reported an error ({s})"),
-        (None, None) => "The model stream reported an error".to_owned(),
-    })
+    message_and_code(message, status, "The model stream reported an error")
 }
 
 impl StreamDecoder for Decoder {
@@ -439,17 +434,13 @@ impl StreamDecoder for Decoder {
         let Some(finish) = self.finish else {
             return Err(ProviderError::ended_early());
         };
-        // Only signed parts need replaying; without a signature the rebuild says the same.
-        let signed = self
-            .parts
-            .iter()
-            .any(|p| p.get("thoughtSignature").is_some());
-        if signed {
-            self.message.reasoning_blocks =
-                ReasoningBlock::tag_all(self.model, self.parts, |model, part| {
-                    ReasoningBlock::GeminiPart { model, part }
-                });
-        }
+        // Only signed parts need replaying.
+        self.message.reasoning_blocks = ReasoningBlock::kept_parts(
+            self.model,
+            self.parts,
+            |p| p.get("thoughtSignature").is_some(),
+            |model, part| ReasoningBlock::GeminiPart { model, part },
+        );
         Ok(Reply::calling_tools(self.message, self.usage, finish))
     }
 }

@@ -12,7 +12,7 @@
 pub(crate) mod failure;
 mod socket;
 
-pub(crate) use failure::{error_text, one_line, transient_event_status};
+pub(crate) use failure::{error_text, message_and_code, one_line, transient_event_status};
 
 use failure::{classify_ureq_error, read_error, status_error, AttemptError};
 use socket::{AbortableResolver, AbortableTcpConnector, CallSlot, CurrentSlot};

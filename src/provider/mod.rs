@@ -71,13 +71,18 @@ pub(crate) enum ReasoningBlock {
 }
 
 impl ReasoningBlock {
-    /// A reply's opaque parts (Responses items, Gemini parts), each made a block by `tag` with
-    /// the model that wrote them: only that model is sent them back.
-    pub(crate) fn tag_all(
+    /// A reply's opaque parts (Responses items, Gemini parts) as blocks, each made by `tag` with
+    /// the model that wrote them (only that model is sent them back); none unless one part
+    /// `needs_replay` (without such a part the plain rebuild says the same).
+    pub(crate) fn kept_parts(
         model: String,
         values: Vec<Value>,
+        needs_replay: fn(&Value) -> bool,
         tag: fn(String, Value) -> ReasoningBlock,
     ) -> Vec<ReasoningBlock> {
+        if !values.iter().any(needs_replay) {
+            return Vec::new();
+        }
         values.into_iter().map(|v| tag(model.clone(), v)).collect()
     }
 

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
 use super::config::ModelDef;
-use super::http::{event_json, one_line, StreamDecoder};
+use super::http::{event_json, message_and_code, StreamDecoder};
 use super::openai::effort;
 use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
@@ -422,13 +422,7 @@ fn error_words(message: Option<&Value>, code: Option<&Value>, fallback: &str) ->
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     });
-    let text = match (str_of(message), code) {
-        (Some(m), Some(c)) => format!("{m} ({c})"),
-        (Some(m), None) => m.to_owned(),
-        (None, Some(c)) => format!("{fallback} ({c})"),
-        (None, None) => fallback.to_owned(),
-    };
-    one_line(&text)
+    message_and_code(str_of(message), code, fallback)
 }
 
 impl StreamDecoder for Decoder {
@@ -562,16 +556,14 @@ impl StreamDecoder for Decoder {
                 arguments,
             });
         }
-        // Only reasoning needs the items back; without it the plain rebuild says the same.
-        let reasoned = self
-            .items
-            .iter()
-            .any(|i| i.get("type").and_then(Value::as_str) == Some("reasoning"));
-        if reasoned && !self.unreplayable {
-            self.message.reasoning_blocks =
-                ReasoningBlock::tag_all(self.model, self.items, |model, item| {
-                    ReasoningBlock::ResponsesItem { model, item }
-                });
+        // Only reasoning needs the items back, and only with its encrypted content.
+        if !self.unreplayable {
+            self.message.reasoning_blocks = ReasoningBlock::kept_parts(
+                self.model,
+                self.items,
+                |i| i.get("type").and_then(Value::as_str) == Some("reasoning"),
+                |model, item| ReasoningBlock::ResponsesItem { model, item },
+            );
         }
         Ok(Reply::calling_tools(self.message, self.usage, finish))
     }

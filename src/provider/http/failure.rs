@@ -241,6 +241,21 @@ pub(crate) fn error_text(body: &str, status: u16) -> String {
     text
 }
 
+/// A stream's error event in words: `message (code)`, or whichever of the two there is, with
+/// `fallback` for a missing message; on one line.
+pub(crate) fn message_and_code(
+    message: Option<&str>,
+    code: Option<String>,
+    fallback: &str,
+) -> String {
+    one_line(&match (message, code) {
+        (Some(m), Some(c)) => format!("{m} ({c})"),
+        (Some(m), None) => m.to_owned(),
+        (None, Some(c)) => format!("{fallback} ({c})"),
+        (None, None) => fallback.to_owned(),
+    })
+}
+
 /// Collapses whitespace runs (including newlines) and truncates at a char boundary.
 pub(crate) fn one_line(text: &str) -> String {
     let mut out = String::new();
