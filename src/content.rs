@@ -73,6 +73,24 @@ pub(crate) fn base64_decoded_len(data: &str) -> u64 {
     ((data.len() as u64) * 3 / 4).saturating_sub(padding)
 }
 
+/// `text` with `&`, `<`, `>`, `"` and `'` escaped, for element content and quoted attribute
+/// values alike: the HTML export writes `'` as `&#39;`, the goal's XML for the model as
+/// `&apos;` (`apostrophe`).
+pub(crate) fn escape_markup(text: &str, apostrophe: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str(apostrophe),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The last `max` bytes of `s`, moved forward to a char boundary.
 pub(crate) fn tail_bytes(s: &str, max: usize) -> &str {
     if s.len() <= max {

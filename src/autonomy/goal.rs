@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
+use crate::content::escape_markup;
 use crate::provider::Usage;
 
 /// The longest objective kept (characters).
@@ -215,26 +216,11 @@ impl Goal {
             .map_or_else(|| "unlimited".to_owned(), |r| r.to_string());
         format!(
             "<goal_context>\nContinue working toward the active thread goal.\n\n<objective>{}</objective>\n\nGoal state:\n- status: {}\n- tokens used: {}\n- token budget: {budget}\n- remaining tokens: {remaining}\n\nWhen the objective is achieved, run `await goal.complete()` in ipython, then report the final budget usage to the user. Until then, keep making progress; nobody will answer questions.\n</goal_context>",
-            xml_escape(&self.objective),
+            escape_markup(&self.objective, "&apos;"),
             self.status.as_str(),
             self.tokens_used,
         )
     }
-}
-
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Why `goal.create` refuses while a goal exists in `status` (`None`: it may replace it).
@@ -360,11 +346,13 @@ mod tests {
 
     #[test]
     fn the_continuation_escapes_the_objective_and_states_the_budget() {
-        let g = Goal::new("fix <b> & \"c\"", None, Instant::now(), "T");
+        let g = Goal::new("fix <b> & \"c\" 'd'", None, Instant::now(), "T");
         let text = g.continuation();
         assert!(text.starts_with("<goal_context>\n"));
         assert!(text.ends_with("\n</goal_context>"));
-        assert!(text.contains("<objective>fix &lt;b&gt; &amp; &quot;c&quot;</objective>"));
+        assert!(
+            text.contains("<objective>fix &lt;b&gt; &amp; &quot;c&quot; &apos;d&apos;</objective>")
+        );
         assert!(text.contains("- token budget: none\n- remaining tokens: unlimited"));
         assert!(text.contains("await goal.complete()"));
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::content::Image;
+use crate::content::{escape_markup, Image};
 use crate::persist::entry::{content_text, EntryKind, Record};
 use crate::persist::{self, Loaded, Store};
 use crate::provider::Message;
@@ -30,18 +30,7 @@ pub(super) fn export(store: &Store, session: &str, out: Option<&Path>) -> Result
 
 /// HTML-escapes text for element content and quoted attribute values alike.
 pub(super) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    escape_markup(text, "&#39;")
 }
 
 /// An image as an `<img>` with a data URI, when its type and data are what they claim (a
