@@ -268,13 +268,10 @@ mod tests {
             assert_eq!(select["category"], "model");
             assert_eq!(select["type"], "select");
             assert_eq!(select["currentValue"], current.value());
-            let got_groups: Vec<&str> = select["options"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|g| g["group"].as_str().unwrap())
-                .collect();
-            assert_eq!(got_groups, groups);
+            assert_eq!(
+                crate::test_support::strs(&select["options"], "group"),
+                groups
+            );
             let got_values: Vec<&str> = select["options"]
                 .as_array()
                 .unwrap()

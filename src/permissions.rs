@@ -486,14 +486,8 @@ mod tests {
         );
         assert!(matches!(answer(&json!(null)), Answer::Invalid(_)));
         let opts = options(&Scope::Path("/w/a".into()));
-        let kinds: Vec<&str> = opts
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["kind"].as_str().unwrap())
-            .collect();
         assert_eq!(
-            kinds,
+            crate::test_support::strs(&opts, "kind"),
             [ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS]
         );
         assert_eq!(opts[1]["name"], "Always allow changes to /w/a");

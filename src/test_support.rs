@@ -13,3 +13,13 @@ pub(crate) fn temp_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The string at `key` of each element of the JSON array `list` (a test's view of a listing,
+/// such as the kinds of permission options or the sources of jobs).
+pub(crate) fn strs<'a>(list: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item[key].as_str().unwrap())
+        .collect()
+}

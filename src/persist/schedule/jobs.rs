@@ -615,13 +615,10 @@ mod tests {
         // The user's heartbeat is listed with the agent's, and it is the user's.
         let (listed, changed) = request(&mut jobs, "list", json!({}), NOW).unwrap();
         assert!(!changed);
-        let sources: Vec<&str> = listed["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|j| j["source"].as_str().unwrap())
-            .collect();
-        assert_eq!(sources, ["heartbeat", "rlm_heartbeat", "rlm_heartbeat"]);
+        assert_eq!(
+            crate::test_support::strs(&listed["jobs"], "source"),
+            ["heartbeat", "rlm_heartbeat", "rlm_heartbeat"]
+        );
         let user_id = listed["jobs"][0]["id"].as_str().unwrap().to_owned();
         assert_eq!(
             request(&mut jobs, "delete", json!({"id": user_id}), NOW),
