@@ -466,6 +466,15 @@ mod tests {
             .collect()
     }
 
+    /// Resumes `loaded` (once its recorder is gone), records one more prompt, and checks that
+    /// loading the file gives `messages` with it: the resumed ids line up with the old ones.
+    fn assert_resume_continues(loaded: &mut Loaded, path: &Path, messages: &mut Vec<Message>) {
+        let mut again = Recorder::resume(loaded);
+        messages.push(user("more"));
+        again.sync(messages);
+        assert_eq!(load(path).unwrap().messages(), *messages);
+    }
+
     #[test]
     fn a_recorder_writes_once_the_model_answered_and_a_torn_tail_is_skipped_and_cut() {
         use std::os::unix::fs::PermissionsExt;
@@ -551,11 +560,7 @@ mod tests {
         );
         assert_eq!(loaded.header.cwd, "/w");
         drop(r);
-        let mut again = Recorder::resume(&mut loaded);
-        messages.push(user("more"));
-        again.sync(&messages);
-        let reloaded = load(&path).unwrap();
-        assert_eq!(reloaded.messages(), messages);
+        assert_resume_continues(&mut loaded, &path, &mut messages);
         assert!(!fs::read_to_string(&path).unwrap().contains("dead"));
         let listed = store.list();
         assert_eq!(listed.len(), 1);
@@ -585,12 +590,9 @@ mod tests {
         );
         let mut loaded = load(&path).unwrap();
         assert_eq!(loaded.messages(), messages);
-        // Resuming continues after it: the ids line up with the messages.
+        // Resuming continues after it.
         drop(r);
-        let mut again = Recorder::resume(&mut loaded);
-        messages.push(user("more"));
-        again.sync(&messages);
-        assert_eq!(load(&path).unwrap().messages(), messages);
+        assert_resume_continues(&mut loaded, &path, &mut messages);
         fs::remove_dir_all(&dir).unwrap();
     }
 
