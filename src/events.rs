@@ -197,33 +197,58 @@ fn chunk_frame(
     message: Option<u64>,
     env: Envelope,
 ) -> std::io::Result<()> {
-    use std::io::Write;
+    // Few pieces and no `core::fmt`: the static build runs at opt-level s against musl, whose
+    // `memcpy` pays a `rep movsq` start-up on every call, however short, and `write!` splits a
+    // frame into a dozen such copies. The constant text is written in runs as long as the
+    // frame allows, and integers are formatted into a stack buffer.
     // Room for the frame around the two strings (about 330 bytes), so it grows at most once.
     out.reserve(delta.len() + session_id.len() + 512);
     out.extend_from_slice(
         b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
     );
-    // Strings go through serde_json, so escaping is the general path's own.
+    // Strings go through serde_json, so escaping is the general path's own (the namespace is
+    // a constant that needs none; the unit test holds the frame equal to the general path's).
     serde_json::to_writer(&mut *out, session_id)?;
-    out.extend_from_slice(b",\"update\":{\"_meta\":{");
-    serde_json::to_writer(&mut *out, NAMESPACE)?;
-    write!(out, ":{{\"eventSequence\":{}", env.event_sequence)?;
-    if let Some(ok) = env.outcome_ok {
-        let outcome = if ok { "result" } else { "error" };
-        write!(out, ",\"outcome\":\"{outcome}\"")?;
+    out.extend_from_slice(b",\"update\":{\"_meta\":{\"");
+    out.extend_from_slice(NAMESPACE.as_bytes());
+    out.extend_from_slice(b"\":{\"eventSequence\":");
+    push_u64(out, env.event_sequence);
+    match env.outcome_ok {
+        Some(true) => out.extend_from_slice(b",\"outcome\":\"result\",\"phase\":\""),
+        Some(false) => out.extend_from_slice(b",\"outcome\":\"error\",\"phase\":\""),
+        None => out.extend_from_slice(b",\"phase\":\""),
     }
-    write!(
-        out,
-        ",\"phase\":\"{}\",\"promptTurnId\":{}}}}},\"content\":{{\"text\":",
-        env.phase.as_str(),
-        env.prompt_turn_id
-    )?;
+    out.extend_from_slice(env.phase.as_str().as_bytes());
+    out.extend_from_slice(b"\",\"promptTurnId\":");
+    push_u64(out, env.prompt_turn_id);
+    out.extend_from_slice(b"}},\"content\":{\"text\":");
     serde_json::to_writer(&mut *out, delta)?;
-    out.extend_from_slice(b",\"type\":\"text\"}");
-    if let Some(n) = message {
-        write!(out, ",\"messageId\":\"prime-agent-assistant-{n}\"")?;
+    match message {
+        Some(n) => {
+            out.extend_from_slice(b",\"type\":\"text\"},\"messageId\":\"prime-agent-assistant-");
+            push_u64(out, n);
+            out.extend_from_slice(b"\",\"sessionUpdate\":\"");
+        }
+        None => out.extend_from_slice(b",\"type\":\"text\"},\"sessionUpdate\":\""),
     }
-    write!(out, ",\"sessionUpdate\":\"{update}\"}}}}}}")
+    out.extend_from_slice(update.as_bytes());
+    out.extend_from_slice(b"\"}}}");
+    Ok(())
+}
+
+/// `n` in decimal, as `Display` writes it, without the formatting machinery.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// The pure mapping: one event → zero or more `update` objects.
@@ -819,6 +844,15 @@ mod tests {
             &mut st,
         );
         assert!(!st.announced.contains("c1") && !st.detailed.contains("c1"));
+    }
+
+    #[test]
+    fn push_u64_writes_what_display_writes() {
+        for n in [0, 7, 9, 10, 99, 100, 123_456_789_012, u64::MAX] {
+            let mut out = b"x".to_vec();
+            push_u64(&mut out, n);
+            assert_eq!(out, format!("x{n}").into_bytes());
+        }
     }
 
     #[test]

@@ -259,7 +259,11 @@ fn a_gigabyte_of_tool_output_keeps_memory_bounded() {
     let files: Vec<_> = std::fs::read_dir(&tmp)
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("prime-agent-bash-"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("prime-agent-bash-")
+        })
         .collect();
     assert_eq!(files.len(), 1, "one full-output file");
     let meta = files[0].metadata().unwrap();
