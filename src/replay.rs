@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::content::{Attachment, FileDiff, IpythonDetails};
 use crate::events::{to_session_updates, MappingState};
 use crate::persist::entry::{Entry, EntryKind, Record};
-use crate::provider::Message;
+use crate::provider::{Message, ToolResultMessage};
 use crate::tools::ToolDisplay;
 use crate::turn::{AgentEvent, ToolResultView};
 
@@ -79,7 +79,7 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
         .iter()
         .filter_map(|e| match &e.kind {
             EntryKind::Message(Record::ToolResult {
-                message: Message::ToolResult { call_id, .. },
+                message: Message::ToolResult(ToolResultMessage { call_id, .. }),
                 details: Some(d),
             }) => Some((call_id.as_str(), d)),
             _ => None,
@@ -149,7 +149,7 @@ pub(crate) fn replay(entries: &[Entry]) -> Vec<Value> {
                         .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone())),
                 );
             }
-            Record::Chat(message @ Message::ToolResult { .. }) => {
+            Record::Chat(message @ Message::ToolResult(_)) => {
                 tool_result(message, None, &mut open, &mut out, &mut state);
             }
             Record::ToolResult { message, details } => {
@@ -222,42 +222,35 @@ fn tool_result(
     out: &mut Vec<Value>,
     state: &mut MappingState,
 ) {
-    let Message::ToolResult {
-        call_id,
-        name,
-        text,
-        is_error,
-        images,
-    } = message
-    else {
+    let Message::ToolResult(r) = message else {
         return;
     };
-    let args = match open.iter().position(|(id, _, _)| id == call_id) {
+    let args = match open.iter().position(|(id, _, _)| id == &r.call_id) {
         Some(i) => open.remove(i).2,
         None => json!({}),
     };
     let none = Value::Null;
     let details = details.unwrap_or(&none);
     let locations = locations_of(details);
-    let display = display_of(name, &args, details);
+    let display = display_of(&r.name, &args, details);
     // Announced with its reply (`pending`); here it runs and ends.
     for event in [
         AgentEvent::ToolStart {
-            id: call_id.clone(),
-            name: name.clone(),
+            id: r.call_id.clone(),
+            name: r.name.clone(),
             args,
             locations,
             display,
         },
         AgentEvent::ToolEnd {
-            id: call_id.clone(),
-            name: name.clone(),
+            id: r.call_id.clone(),
+            name: r.name.clone(),
             result: ToolResultView {
-                text: Some(text.clone()),
-                is_error: *is_error,
+                text: Some(r.text.clone()),
+                is_error: r.is_error,
                 ipython: ipython_of(details),
                 diff: diff_of(details),
-                images: images.clone(),
+                images: r.images.clone(),
                 terminal: None,
             },
         },
@@ -317,13 +310,13 @@ mod tests {
                     json!({"locations": ["/w/a.txt"], "diff": {"path": "/w/a.txt", "oldText": "x", "newText": "y"}}),
                 ),
             })),
-            chat(Message::ToolResult {
+            chat(Message::ToolResult(ToolResultMessage {
                 call_id: "c2".into(),
                 name: "ipython".into(),
                 text: "boom".into(),
                 is_error: true,
                 images: vec![],
-            }),
+            })),
             e(EntryKind::SessionInfo { name: "t".into() }),
             e(EntryKind::Message(Record::Bash(BashRun {
                 command: "ls".into(),

@@ -32,7 +32,7 @@ use crate::permissions::Mode;
 use crate::persist::Custom;
 use crate::prompt::PromptSpec;
 use crate::provider::menu::ModelMenu;
-use crate::provider::{Message, Provider, Thinking, ToolCall, Usage};
+use crate::provider::{Message, Provider, Thinking, ToolCall, ToolResultMessage, Usage};
 use crate::stop_reason::StopReason;
 use crate::tools::host::{Approval, CallInfo, LocalHost, ToolHost};
 use crate::tools::process::{self, Ending, RunSpec};
@@ -461,6 +461,18 @@ pub(crate) fn spawn_turn(
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
             }
+            // A turn bounded by the repeat guard alone (`run_prompt` bounds a prompt's whole run).
+            let turn = |conv: &mut Conversation, input: TurnInput| {
+                run_turn(
+                    &ctx,
+                    &model,
+                    conv,
+                    input,
+                    &flag,
+                    &emit,
+                    &mut Guard::default(),
+                )
+            };
             let mut outcome = match &unattended {
                 Some(u) if matches!(input, TurnInput::Prompt(_)) => {
                     run_prompt(&ctx, &model, &mut conv, input, &flag, &emit, u)
@@ -468,9 +480,9 @@ pub(crate) fn spawn_turn(
                 Some(u) => {
                     // A slash command may have changed the goal.
                     report_goal(&mut autonomy::lock(u), &emit);
-                    run_turn(&ctx, &model, &mut conv, input, &flag, &emit)
+                    turn(&mut conv, input)
                 }
-                _ => run_turn(&ctx, &model, &mut conv, input, &flag, &emit),
+                _ => turn(&mut conv, input),
             };
             if let Some(u) = &unattended {
                 // A client prompt answers only when its work is really over: a steer that came
@@ -479,7 +491,7 @@ pub(crate) fn spawn_turn(
                     && !flag.is_aborted()
                     && !ctx.inbox.finish_steering()
                 {
-                    outcome = run_turn(&ctx, &model, &mut conv, TurnInput::Inbox, &flag, &emit);
+                    outcome = turn(&mut conv, TurnInput::Inbox);
                 }
                 ctx.inbox.close_steering();
                 save_goal(&mut autonomy::lock(u), &mut conv);
@@ -557,7 +569,7 @@ fn run_prompt(
     // Counts every model call into `unattended` as it ends, and bounds the whole prompt.
     let mut guard = Guard::for_prompt(unattended);
     let outcome = loop {
-        let outcome = run_guarded(ctx, model, conv, input, abort, emit, &mut guard);
+        let outcome = run_turn(ctx, model, conv, input, abort, emit, &mut guard);
         let now = Instant::now();
         let calls = conv.model_calls - calls_seen;
         calls_seen = conv.model_calls;
@@ -644,22 +656,10 @@ pub(crate) fn goal_event(g: autonomy::GoalMeta) -> AgentEvent {
     }
 }
 
-/// Runs one turn to its end on the calling thread, bounded by the repeat guard alone. Never
-/// panics: a panic inside becomes `TurnOutcome::Panicked`.
+/// Runs one turn to its end on the calling thread within `guard`'s bounds: a fresh
+/// `Guard::default()` bounds it by the repeat guard alone, a prompt's guard is kept across its
+/// continuations. Never panics: a panic inside becomes `TurnOutcome::Panicked`.
 pub(crate) fn run_turn(
-    ctx: &AgentCtx,
-    model: &TurnModel,
-    conversation: &mut Conversation,
-    input: TurnInput,
-    abort: &AbortFlag,
-    emit: &dyn Fn(AgentEvent),
-) -> TurnOutcome {
-    let mut guard = Guard::default();
-    run_guarded(ctx, model, conversation, input, abort, emit, &mut guard)
-}
-
-/// `run_turn` within `guard`'s bounds (a prompt's, kept across its continuations).
-fn run_guarded(
     ctx: &AgentCtx,
     model: &TurnModel,
     conversation: &mut Conversation,
@@ -1141,13 +1141,13 @@ struct Shown {
 /// model call (every API requires one result per call).
 fn close_calls(messages: &mut Vec<Message>, calls: &[ToolCall], why: &str) {
     for call in calls {
-        messages.push(Message::ToolResult {
+        messages.push(Message::ToolResult(ToolResultMessage {
             call_id: call.id.clone(),
             name: call.name.clone(),
             text: why.to_owned(),
             is_error: true,
             images: Vec::new(),
-        });
+        }));
     }
 }
 

@@ -19,7 +19,7 @@ pub(crate) struct Cut {
 }
 
 fn may_start_kept(message: &Message) -> bool {
-    !matches!(message, Message::ToolResult { .. })
+    !matches!(message, Message::ToolResult(_))
 }
 
 /// The cut for `messages[start..]` keeping about `keep_recent` estimated tokens.
@@ -83,7 +83,7 @@ fn turn_start_of(messages: &[Message], start: usize, first_kept: usize) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{AssistantMessage, ToolCall};
+    use crate::provider::{AssistantMessage, ToolCall, ToolResultMessage};
 
     /// `u`, `a`, `c` (assistant with a tool call) and `r` (tool result), each 40 chars = 10 tokens;
     /// `A` and `R`, an assistant reply and a tool result of 400 chars = 100 tokens.
@@ -117,7 +117,7 @@ mod tests {
                     text: "x".repeat(400),
                     ..Default::default()
                 }),
-                'r' | 'R' => Message::ToolResult {
+                'r' | 'R' => Message::ToolResult(ToolResultMessage {
                     call_id: "1".into(),
                     name: "bash".into(),
                     text: if k == 'R' {
@@ -127,7 +127,7 @@ mod tests {
                     },
                     is_error: false,
                     images: vec![],
-                },
+                }),
                 _ => unreachable!(),
             })
             .collect()

@@ -1,7 +1,7 @@
 //! Token estimates: chars/4, an image as 4,800 chars (behaviour spec §5.2). Used for what the
 //! provider has not counted yet and for choosing the cut point.
 
-use crate::provider::Message;
+use crate::provider::{Message, ToolResultMessage};
 
 /// What an image costs in the estimate, in chars.
 pub(crate) const IMAGE_CHARS: u64 = 4800;
@@ -19,7 +19,9 @@ pub(crate) fn message_chars(message: &Message) -> u64 {
                 .sum();
             chars(&a.text) + chars(&a.thinking) + calls
         }
-        Message::ToolResult { text, images, .. } => chars(text) + images.len() as u64 * IMAGE_CHARS,
+        Message::ToolResult(ToolResultMessage { text, images, .. }) => {
+            chars(text) + images.len() as u64 * IMAGE_CHARS
+        }
     }
 }
 
@@ -75,13 +77,13 @@ mod tests {
                 (2 + 3 + 4 + r#"{"path":"a"}"#.len() as u64).div_ceil(4),
             ),
             (
-                Message::ToolResult {
+                Message::ToolResult(ToolResultMessage {
                     call_id: "c".into(),
                     name: "read".into(),
                     text: "é".repeat(8),
                     is_error: false,
                     images: vec![image],
-                },
+                }),
                 (8 + 4800_u64) / 4,
             ),
         ];

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::provider::Message;
+use crate::provider::{Message, ToolResultMessage};
 
 /// Tool results are cut to this many chars in the summary request.
 pub(crate) const TOOL_RESULT_CHARS: usize = 2000;
@@ -39,7 +39,7 @@ pub(crate) fn serialize(messages: &[Message]) -> String {
                     parts.push(format!("[Assistant tool calls]: {}", calls.join("; ")));
                 }
             }
-            Message::ToolResult { text, .. } => {
+            Message::ToolResult(ToolResultMessage { text, .. }) => {
                 parts.push(format!(
                     "[Tool result]: {}",
                     truncate(text, TOOL_RESULT_CHARS)
@@ -184,13 +184,13 @@ mod tests {
                 ],
                 ..Default::default()
             }),
-            Message::ToolResult {
+            Message::ToolResult(ToolResultMessage {
                 call_id: "1".into(),
                 name: "read".into(),
                 text: "y".repeat(2003),
                 is_error: false,
                 images: vec![],
-            },
+            }),
         ];
         let want = format!(
             "[User]: fix it\n\n[Assistant thinking]: plan\n\n[Assistant]: ok\n\n\

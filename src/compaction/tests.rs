@@ -5,7 +5,9 @@ use std::sync::Mutex;
 use serde_json::json;
 
 use super::*;
-use crate::provider::{AssistantMessage, FinishReason, Reply, StreamEvent, ToolCall, Usage};
+use crate::provider::{
+    AssistantMessage, FinishReason, Reply, StreamEvent, ToolCall, ToolResultMessage, Usage,
+};
 
 /// Answers each request with the next of `answers` (`Err` text: the call fails) and keeps the
 /// requests' system prompt, user text and output budget.
@@ -123,13 +125,13 @@ fn compacts_the_old_part_and_keeps_the_recent_one() {
             }],
             ..Default::default()
         }),
-        Message::ToolResult {
+        Message::ToolResult(ToolResultMessage {
             call_id: "1".into(),
             name: "write".into(),
             text: "ok".into(),
             is_error: false,
             images: vec![],
-        },
+        }),
         assistant(&t10('c')),
         user(&t10('d')),
         assistant(&t10('e')),

@@ -44,6 +44,8 @@ impl std::fmt::Display for McpError {
 }
 
 type Reply = Result<Value, McpError>;
+/// What sending on a transport answers: the message is on its way, or why it is not.
+pub(crate) type Sent = Result<(), McpError>;
 
 /// Where answers go: requests waiting by id, and what the server announced.
 #[derive(Default)]
@@ -142,13 +144,7 @@ pub(crate) trait Transport: Send + Sync {
     /// Hands one message over; `id` is the request's (None for a notification or a reply).
     /// Waits at most until the message is queued, `abort` is set, or `timeout` has passed,
     /// never for the server to read it.
-    fn send(
-        &self,
-        msg: Value,
-        id: Option<u64>,
-        abort: &AbortFlag,
-        timeout: Duration,
-    ) -> Result<(), McpError>;
+    fn send(&self, msg: Value, id: Option<u64>, abort: &AbortFlag, timeout: Duration) -> Sent;
     /// Records the negotiated version (HTTP sends it as a header from then on).
     fn set_version(&self, _version: &'static str) {}
     /// Ends the connection: kills a stdio server's group, DELETEs an HTTP session. Returns at
@@ -307,7 +303,7 @@ mod tests {
             _id: Option<u64>,
             _abort: &AbortFlag,
             _timeout: Duration,
-        ) -> Result<(), McpError> {
+        ) -> Sent {
             if let Some(a) = (self.answer)(&msg) {
                 self.router.deliver(a);
             }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::client::{McpError, Router, Transport};
+use super::client::{McpError, Router, Sent, Transport};
 use crate::abort::AbortFlag;
 use crate::provider::sse::{SseDecoder, SseEvent};
 use crate::reaper;
@@ -107,7 +107,7 @@ impl Inner {
     }
 
     /// One POST and its answer(s), delivered to the router. Errors fail request `id`.
-    fn post(&self, msg: &Value, id: Option<u64>) -> Result<(), McpError> {
+    fn post(&self, msg: &Value, id: Option<u64>) -> Sent {
         let mut b = self.builder(self.agent.post(&self.url));
         if !self.has_header("content-type") {
             b = b.header("Content-Type", "application/json");
@@ -181,7 +181,7 @@ impl Inner {
     }
 
     /// Reads SSE events until the answer to `id` arrived or the stream ends.
-    fn read_events(&self, reader: &mut impl Read, id: Option<u64>) -> Result<(), McpError> {
+    fn read_events(&self, reader: &mut impl Read, id: Option<u64>) -> Sent {
         let mut sse = SseDecoder::new();
         let mut events: Vec<SseEvent> = Vec::new();
         let mut buf = vec![0u8; 16 * 1024];
@@ -219,13 +219,7 @@ impl Inner {
 
 impl Transport for HttpTransport {
     /// Starts the POST on its own thread and returns: the wait is on the router.
-    fn send(
-        &self,
-        msg: Value,
-        id: Option<u64>,
-        _abort: &AbortFlag,
-        _timeout: Duration,
-    ) -> Result<(), McpError> {
+    fn send(&self, msg: Value, id: Option<u64>, _abort: &AbortFlag, _timeout: Duration) -> Sent {
         // The handshake's end must reach the server before the first request after it; it is
         // sent during connect, where nobody waits to cancel.
         if msg["method"] == "notifications/initialized" {

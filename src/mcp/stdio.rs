@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select, Sender, TrySendError};
 use serde_json::Value;
 
-use super::client::{McpError, Router, Transport};
+use super::client::{McpError, Router, Sent, Transport};
 use crate::abort::AbortFlag;
 use crate::lines::{read_line_limited, LineRead};
 use crate::{reaper, spawn};
@@ -196,13 +196,7 @@ fn line_of(msg: &Value) -> Vec<u8> {
 impl Transport for StdioTransport {
     /// Waits until the line is queued for the writer, the caller is aborted, the transport
     /// closes, or `timeout` passes: never on the pipe itself.
-    fn send(
-        &self,
-        msg: Value,
-        id: Option<u64>,
-        abort: &AbortFlag,
-        timeout: Duration,
-    ) -> Result<(), McpError> {
+    fn send(&self, msg: Value, id: Option<u64>, abort: &AbortFlag, timeout: Duration) -> Sent {
         let line = line_of(&msg);
         let line = match self.lines.try_send(line) {
             Ok(()) => return Ok(()),

@@ -10,7 +10,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::content::Image;
-use crate::provider::{AssistantMessage, Message, ReasoningBlock, ToolCall};
+use crate::provider::{AssistantMessage, Message, ReasoningBlock, ToolCall, ToolResultMessage};
 
 pub(crate) const VERSION: u64 = 3;
 
@@ -325,7 +325,7 @@ fn record_json(r: &Record, timestamp: &str) -> Value {
             json!({ "role": "user", "content": content, "timestamp": ts })
         }
         Record::Chat(Message::Assistant(m)) => assistant_json(m, ts),
-        Record::Chat(m @ Message::ToolResult { .. }) => tool_result_json(m, None, ts),
+        Record::Chat(m @ Message::ToolResult(_)) => tool_result_json(m, None, ts),
         Record::ToolResult { message, details } => tool_result_json(message, details.as_ref(), ts),
         Record::Bash(b) => json!({
             "role": "bashExecution",
@@ -341,22 +341,15 @@ fn record_json(r: &Record, timestamp: &str) -> Value {
 }
 
 fn tool_result_json(m: &Message, details: Option<&Value>, ts: u64) -> Value {
-    let Message::ToolResult {
-        call_id,
-        name,
-        text,
-        is_error,
-        images,
-    } = m
-    else {
+    let Message::ToolResult(r) = m else {
         return Value::Null;
     };
     let mut v = json!({
         "role": "toolResult",
-        "toolCallId": call_id,
-        "toolName": name,
-        "content": text_and_images(text, images),
-        "isError": is_error,
+        "toolCallId": &r.call_id,
+        "toolName": &r.name,
+        "content": text_and_images(&r.text, &r.images),
+        "isError": r.is_error,
         "timestamp": ts,
     });
     if let Some(d) = details {
@@ -465,13 +458,13 @@ fn parse_record(v: &Value) -> Result<Record, String> {
         Some("assistant") => Record::Chat(Message::Assistant(parse_assistant(v))),
         Some("toolResult") => {
             let (text, images) = content_parts(&v["content"]);
-            let message = Message::ToolResult {
+            let message = Message::ToolResult(ToolResultMessage {
                 call_id: s("toolCallId"),
                 name: s("toolName"),
                 text,
                 is_error: v["isError"].as_bool().unwrap_or(false),
                 images,
-            };
+            });
             Record::ToolResult {
                 message,
                 details: v.get("details").filter(|d| !d.is_null()).cloned(),
@@ -640,13 +633,13 @@ mod tests {
             EntryKind::Message(Record::Chat(assistant("done", "hmm", vec![call]))),
             EntryKind::Message(Record::Chat(signed)),
             EntryKind::Message(Record::ToolResult {
-                message: Message::ToolResult {
+                message: Message::ToolResult(ToolResultMessage {
                     call_id: "call_1".into(),
                     name: "ipython".into(),
                     text: "2".into(),
                     is_error: false,
                     images: vec![image],
-                },
+                }),
                 details: Some(json!({"locations": ["a.txt"]})),
             }),
             EntryKind::Message(Record::Bash(BashRun {

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::claim::Claim;
 use super::entry::{self, Entry, EntryKind, Header, Record};
-use crate::provider::Message;
+use crate::provider::{Message, ToolResultMessage};
 
 /// A session read from its file: the header and the entries on the path from the root to the
 /// newest entry (the file is a tree; we continue its newest branch).
@@ -148,18 +148,20 @@ pub(crate) fn close_dangling_calls(messages: Vec<Message>) -> Vec<Message> {
     let mut open: Vec<(String, String)> = Vec::new();
     let close = |open: &mut Vec<(String, String)>, out: &mut Vec<Message>| {
         for (call_id, name) in open.drain(..) {
-            out.push(Message::ToolResult {
+            out.push(Message::ToolResult(ToolResultMessage {
                 call_id,
                 name,
                 text: CALL_CUT_OFF.to_owned(),
                 is_error: true,
                 images: Vec::new(),
-            });
+            }));
         }
     };
     for m in messages {
         match &m {
-            Message::ToolResult { call_id, .. } => open.retain(|(id, _)| id != call_id),
+            Message::ToolResult(ToolResultMessage { call_id, .. }) => {
+                open.retain(|(id, _)| id != call_id)
+            }
             _ => close(&mut open, &mut out),
         }
         if let Message::Assistant(a) = &m {
@@ -320,12 +322,14 @@ mod tests {
                 ..Default::default()
             })
         };
-        let result = |id: &str, text: &str, is_error: bool| Message::ToolResult {
-            call_id: id.into(),
-            name: "bash".into(),
-            text: text.into(),
-            is_error,
-            images: vec![],
+        let result = |id: &str, text: &str, is_error: bool| {
+            Message::ToolResult(ToolResultMessage {
+                call_id: id.into(),
+                name: "bash".into(),
+                text: text.into(),
+                is_error,
+                images: vec![],
+            })
         };
         let cases = vec![
             (vec![user("a")], vec![user("a")]),

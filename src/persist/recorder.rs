@@ -14,7 +14,7 @@ use super::claim::Claim;
 use super::entry::{self, BashRun, Entry, EntryKind, Header, Record};
 use super::{create_dir_private, entry_id, open_append, write_line, Loaded};
 use crate::content::Custom;
-use crate::provider::Message;
+use crate::provider::{Message, ToolResultMessage};
 use crate::time::now_iso;
 
 /// How the turn said an unwritten message is to be written, beyond its plain shape.
@@ -358,7 +358,7 @@ impl Recorder {
                     continue;
                 }
                 (Some(Note::Bash(run)), _) => Record::Bash(run),
-                (_, Message::ToolResult { call_id, .. }) => Record::ToolResult {
+                (_, Message::ToolResult(ToolResultMessage { call_id, .. })) => Record::ToolResult {
                     message: m.clone(),
                     details: self.notes.details.remove(call_id),
                 },
@@ -499,13 +499,13 @@ mod tests {
         }));
         r.sync(&messages);
         r.note_tool_details("c1", Some(serde_json::json!({"locations": ["x"]})));
-        messages.push(Message::ToolResult {
+        messages.push(Message::ToolResult(ToolResultMessage {
             call_id: "c1".into(),
             name: "bash".into(),
             text: "x".into(),
             is_error: false,
             images: vec![],
-        });
+        }));
         r.sync(&messages);
         let path = dir.join("s1.jsonl");
         assert_eq!(

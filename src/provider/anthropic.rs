@@ -4,12 +4,12 @@
 use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
-use super::http::{one_line, StreamDecoder};
+use super::http::{one_line, Emit, StreamDecoder};
 use super::parts::{stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
-    StreamEvent, Thinking, ToolCall, Usage,
+    StreamEvent, Thinking, ToolCall, ToolResultMessage, Usage,
 };
 
 pub(crate) const VERSION: &str = "2023-06-01";
@@ -93,13 +93,13 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 }
                 ("assistant", b)
             }
-            Message::ToolResult {
+            Message::ToolResult(ToolResultMessage {
                 call_id,
                 text,
                 is_error,
                 images: imgs,
                 ..
-            } => {
+            }) => {
                 let mut content = vec![
                     json!({"type": "text", "text": if text.is_empty() { "(no output)" } else { text }}),
                 ];
@@ -220,11 +220,7 @@ fn read_usage(u: &Value, usage: &mut Usage) {
 }
 
 impl StreamDecoder for Decoder {
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut dyn FnMut(StreamEvent),
-    ) -> Result<bool, ProviderError> {
+    fn on_event(&mut self, event: &SseEvent, emit: Emit<'_>) -> Result<bool, ProviderError> {
         if event.data.trim().is_empty() {
             return Ok(false);
         }

@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
-use super::http::{event_json, message_and_code, StreamDecoder};
+use super::http::{event_json, message_and_code, Emit, StreamDecoder};
 use super::parts::{result_output, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
@@ -174,7 +174,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     // (which must come together, right after the calls).
     let mut result_images: Vec<&Image> = Vec::new();
     for message in req.messages {
-        if !matches!(message, Message::ToolResult { .. }) {
+        if !matches!(message, Message::ToolResult(_)) {
             flush_images(&mut result_images, &mut contents);
         }
         match message {
@@ -192,18 +192,13 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                     contents.push(json!({"role": "model", "parts": parts}));
                 }
             }
-            Message::ToolResult {
-                call_id,
-                name,
-                text,
-                is_error,
-                images,
-            } => {
-                let output = result_output(model, text, *is_error, images, &mut result_images);
-                let key = if *is_error { "error" } else { "output" };
-                let mut response = json!({"name": name, "response": {key: output}});
-                if gemini_ids.contains(call_id) {
-                    response["id"] = json!(call_id);
+            Message::ToolResult(r) => {
+                let output =
+                    result_output(model, &r.text, r.is_error, &r.images, &mut result_images);
+                let key = if r.is_error { "error" } else { "output" };
+                let mut response = json!({"name": &r.name, "response": {key: output}});
+                if gemini_ids.contains(&r.call_id) {
+                    response["id"] = json!(&r.call_id);
                 }
                 let part = json!({ "functionResponse": response });
                 match contents.last_mut() {
@@ -271,7 +266,7 @@ fn flush_images(images: &mut Vec<&Image>, contents: &mut Vec<Value>) {
 }
 
 /// Assembles one streamed reply.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Decoder {
     model: String,
     message: AssistantMessage,
@@ -285,10 +280,7 @@ impl Decoder {
     pub(crate) fn new(model: &str) -> Decoder {
         Decoder {
             model: model.to_owned(),
-            message: AssistantMessage::default(),
-            parts: Vec::new(),
-            usage: Usage::default(),
-            finish: None,
+            ..Decoder::default()
         }
     }
 
@@ -370,11 +362,7 @@ fn error_words(err: &Value) -> String {
 }
 
 impl StreamDecoder for Decoder {
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut dyn FnMut(StreamEvent),
-    ) -> Result<bool, ProviderError> {
+    fn on_event(&mut self, event: &SseEvent, emit: Emit<'_>) -> Result<bool, ProviderError> {
         let Some(chunk) = event_json::<Value>(event)? else {
             return Ok(false);
         };
@@ -450,7 +438,7 @@ mod tests {
     use super::*;
     use crate::provider::tests_support::{
         after_reply_body, data_event, model, replay_fixture, request, result, tool,
-        tool_round_messages,
+        tool_round_messages, Decoded,
     };
 
     fn run(fixture: &str) -> (Result<Reply, ProviderError>, Vec<StreamEvent>) {
@@ -547,23 +535,25 @@ mod tests {
 
     #[test]
     fn decodes_thoughts_text_a_signed_function_call_and_usage() {
-        let (reply, events) = run("gemini-thinking-tools.sse");
-        let reply = reply.expect("ok");
-        assert_eq!(
-            events,
-            vec![
+        let reply = Decoded {
+            events: vec![
                 StreamEvent::Thinking("**Checking the build**\n".into()),
                 StreamEvent::Thinking("I should run the command.".into()),
                 StreamEvent::Text("I'll run ".into()),
                 StreamEvent::Text("it.".into()),
-            ]
-        );
+            ],
+            thinking: "**Checking the build**\nI should run the command.",
+            text: "I'll run it.",
+            finish: FinishReason::ToolCalls,
+            usage: Usage {
+                input: 80,
+                output: 70,
+                cache_read: 20,
+                cache_write: 0,
+            },
+        }
+        .check(run("gemini-thinking-tools.sse"));
         let m = &reply.message;
-        assert_eq!(
-            m.thinking,
-            "**Checking the build**\nI should run the command."
-        );
-        assert_eq!(m.text, "I'll run it.");
         assert_eq!(m.tool_calls.len(), 1);
         assert_eq!(m.tool_calls[0].name, "bash");
         assert_eq!(
@@ -574,16 +564,6 @@ mod tests {
             m.tool_calls[0].id.starts_with("call_"),
             "{}",
             m.tool_calls[0].id
-        );
-        assert_eq!(reply.finish, FinishReason::ToolCalls);
-        assert_eq!(
-            reply.usage,
-            Usage {
-                input: 80,
-                output: 70,
-                cache_read: 20,
-                cache_write: 0
-            }
         );
         let parts: Vec<&Value> = m
             .reasoning_blocks

@@ -81,14 +81,13 @@ impl HttpSettings {
     }
 }
 
+/// Where a decoder hands each decoded piece of the reply, as it arrives.
+pub(crate) type Emit<'a> = &'a mut dyn FnMut(StreamEvent);
+
 /// What a wire API does with the events of one streamed reply.
 pub(crate) trait StreamDecoder {
     /// Handles one SSE event; `Ok(true)` means the reply is complete (no need to read on).
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut dyn FnMut(StreamEvent),
-    ) -> Result<bool, ProviderError>;
+    fn on_event(&mut self, event: &SseEvent, emit: Emit<'_>) -> Result<bool, ProviderError>;
 
     /// The body ended: the assembled reply, or an error if no finish was ever seen.
     fn finish(self) -> Result<Reply, ProviderError>;

@@ -29,18 +29,19 @@ use crate::content::{Image, ToolSpec};
 /// One message of the conversation, in the shape every wire API can be built from.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Message {
-    User {
-        text: String,
-        images: Vec<Image>,
-    },
+    User { text: String, images: Vec<Image> },
     Assistant(AssistantMessage),
-    ToolResult {
-        call_id: String,
-        name: String,
-        text: String,
-        is_error: bool,
-        images: Vec<Image>,
-    },
+    ToolResult(ToolResultMessage),
+}
+
+/// A tool's answer to one call, as the model reads it on the next request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ToolResultMessage {
+    pub call_id: String,
+    pub name: String,
+    pub text: String,
+    pub is_error: bool,
+    pub images: Vec<Image>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

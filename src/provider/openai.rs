@@ -11,12 +11,12 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
 use super::config::ModelDef;
-use super::http::{error_text, StreamDecoder};
+use super::http::{error_text, Emit, StreamDecoder};
 use super::parts::{omitted_text, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
-    Thinking, ToolCall, Usage,
+    Thinking, ToolCall, ToolResultMessage, Usage,
 };
 
 pub(crate) fn url(base_url: &str) -> String {
@@ -97,13 +97,13 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 }
                 messages.push(Value::Object(m));
             }
-            Message::ToolResult {
+            Message::ToolResult(ToolResultMessage {
                 call_id,
                 text,
                 images,
                 is_error,
                 ..
-            } => {
+            }) => {
                 let mut content = if *is_error && text.is_empty() {
                     "(tool error)".to_owned()
                 } else {
@@ -319,11 +319,7 @@ impl Decoder {
 }
 
 impl StreamDecoder for Decoder {
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut dyn FnMut(StreamEvent),
-    ) -> Result<bool, ProviderError> {
+    fn on_event(&mut self, event: &SseEvent, emit: Emit<'_>) -> Result<bool, ProviderError> {
         let data = event.data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -659,13 +655,13 @@ mod tests {
                 text: "look".into(),
                 images: vec![image()],
             },
-            Message::ToolResult {
+            Message::ToolResult(ToolResultMessage {
                 call_id: "c1".into(),
                 name: "read".into(),
                 text: "Read image file [image/png]".into(),
                 is_error: false,
                 images: vec![image(), image()],
-            },
+            }),
         ];
         let req = ChatRequest {
             system: "",

@@ -11,7 +11,7 @@ use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::http::{HttpClient, HttpSettings, PostRequest};
 use super::{
     anthropic, azure, google, openai, responses, ChatRequest, Message, Notice, Provider,
-    ProviderError, Reply, StreamEvent,
+    ProviderError, Reply, StreamEvent, ToolResultMessage,
 };
 use crate::abort::AbortFlag;
 
@@ -397,7 +397,8 @@ fn warn_images_omitted(label: &str, model: &ModelDef, messages: &[Message]) {
     let n: usize = new_since_reply
         .iter()
         .map(|m| match m {
-            Message::User { images, .. } | Message::ToolResult { images, .. } => images.len(),
+            Message::User { images, .. }
+            | Message::ToolResult(ToolResultMessage { images, .. }) => images.len(),
             Message::Assistant(_) => 0,
         })
         .sum();

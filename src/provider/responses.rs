@@ -16,13 +16,13 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
 use super::config::ModelDef;
-use super::http::{event_json, message_and_code, StreamDecoder};
+use super::http::{event_json, message_and_code, Emit, StreamDecoder};
 use super::openai::effort;
 use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
-    StreamEvent, ToolCall, Usage,
+    StreamEvent, ToolCall, ToolResultMessage, Usage,
 };
 use crate::content::Image;
 
@@ -61,7 +61,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
     // item carries text only, and the function outputs of one reply belong together).
     let mut result_images: Vec<&Image> = Vec::new();
     for message in req.messages {
-        if !matches!(message, Message::ToolResult { .. }) {
+        if !matches!(message, Message::ToolResult(_)) {
             flush_result_images(model, &mut result_images, &mut input);
         }
         match message {
@@ -69,13 +69,13 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
                 input.push(json!({"role": "user", "content": user_parts(model, text, images)}));
             }
             Message::Assistant(a) => assistant_items(model, a, &mut input),
-            Message::ToolResult {
+            Message::ToolResult(ToolResultMessage {
                 call_id,
                 text,
                 is_error,
                 images,
                 ..
-            } => {
+            }) => {
                 let output = result_output(model, text, *is_error, images, &mut result_images);
                 input.push(json!({"type": "function_call_output", "call_id": call_id,
                                   "output": output}));
@@ -235,7 +235,7 @@ struct PartialCall {
 }
 
 /// Assembles one streamed reply.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Decoder {
     /// The model asked, which alone can read the reasoning it encrypts.
     model: String,
@@ -258,15 +258,7 @@ impl Decoder {
     pub(crate) fn new(model: &str) -> Decoder {
         Decoder {
             model: model.to_owned(),
-            message: AssistantMessage::default(),
-            calls: Vec::new(),
-            items: Vec::new(),
-            unreplayable: false,
-            thinking_part: None,
-            text_items: Vec::new(),
-            thinking_items: Vec::new(),
-            usage: Usage::default(),
-            finish: None,
+            ..Decoder::default()
         }
     }
 
@@ -426,11 +418,7 @@ fn error_words(message: Option<&Value>, code: Option<&Value>, fallback: &str) ->
 }
 
 impl StreamDecoder for Decoder {
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut dyn FnMut(StreamEvent),
-    ) -> Result<bool, ProviderError> {
+    fn on_event(&mut self, event: &SseEvent, emit: Emit<'_>) -> Result<bool, ProviderError> {
         let Some(e) = event_json::<Event<'_>>(event)? else {
             return Ok(false);
         };
@@ -574,7 +562,7 @@ mod tests {
     use super::*;
     use crate::provider::tests_support::{
         after_reply_body, data_event, model, replay, replay_fixture, request, tool,
-        tool_round_messages, user,
+        tool_round_messages, user, Decoded,
     };
     use crate::provider::Thinking;
 
@@ -590,11 +578,9 @@ mod tests {
 
     #[test]
     fn decodes_reasoning_summaries_text_and_a_function_call() {
-        let (reply, events) = run("responses-reasoning-tools.sse");
-        let reply = reply.expect("ok");
-        assert_eq!(
-            events,
-            vec![
+        // Each delta once: the whole items that close the stream repeat nothing.
+        let reply = Decoded {
+            events: vec![
                 StreamEvent::Thinking("**Planning the check**".into()),
                 StreamEvent::Thinking("\n\nI should run ".into()),
                 StreamEvent::Thinking("the command.".into()),
@@ -604,29 +590,33 @@ mod tests {
                 // The call is named as soon as its item is added, then its arguments stream.
                 StreamEvent::ToolCallStart {
                     id: "call_test1".into(),
-                    name: "bash".into()
+                    name: "bash".into(),
                 },
                 StreamEvent::ToolCallDelta {
                     id: "call_test1".into(),
-                    delta: "{\"command\":".into()
+                    delta: "{\"command\":".into(),
                 },
                 StreamEvent::ToolCallDelta {
                     id: "call_test1".into(),
-                    delta: "\"echo responses".into()
+                    delta: "\"echo responses".into(),
                 },
                 StreamEvent::ToolCallDelta {
                     id: "call_test1".into(),
-                    delta: "-ok\"}".into()
+                    delta: "-ok\"}".into(),
                 },
             ],
-            "each delta once; the whole items repeat nothing"
-        );
+            thinking: "**Planning the check**\n\nI should run the command.\n\nThen report.",
+            text: "I'll run it.",
+            finish: FinishReason::ToolCalls,
+            usage: Usage {
+                input: 176,
+                output: 80,
+                cache_read: 1024,
+                cache_write: 0,
+            },
+        }
+        .check(run("responses-reasoning-tools.sse"));
         let m = &reply.message;
-        assert_eq!(
-            m.thinking,
-            "**Planning the check**\n\nI should run the command.\n\nThen report."
-        );
-        assert_eq!(m.text, "I'll run it.");
         assert_eq!(
             m.tool_calls,
             vec![ToolCall {
@@ -634,16 +624,6 @@ mod tests {
                 name: "bash".into(),
                 arguments: json!({"command": "echo responses-ok"}),
             }]
-        );
-        assert_eq!(reply.finish, FinishReason::ToolCalls);
-        assert_eq!(
-            reply.usage,
-            Usage {
-                input: 176,
-                output: 80,
-                cache_read: 1024,
-                cache_write: 0
-            }
         );
         let kept: Vec<(&str, &str)> = m
             .reasoning_blocks

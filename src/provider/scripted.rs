@@ -48,7 +48,7 @@ use serde_json::Value;
 
 use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, Provider, ProviderError, Reply,
-    StreamEvent, ToolCall, Usage,
+    StreamEvent, ToolCall, ToolResultMessage, Usage,
 };
 use crate::abort::AbortFlag;
 
@@ -319,7 +319,7 @@ fn request_tokens(request: &ChatRequest<'_>) -> u64 {
                             .map(|c| c.name.len() + c.arguments.to_string().len())
                             .sum::<usize>()
                 }
-                Message::ToolResult { text, .. } => text.len(),
+                Message::ToolResult(ToolResultMessage { text, .. }) => text.len(),
             })
             .sum::<usize>();
     (chars / 4) as u64
@@ -497,12 +497,12 @@ fn describe(message: &Message) -> String {
                 .join(" ")
         ),
         Message::Assistant(a) => format!("assistant: {}", a.text),
-        Message::ToolResult {
+        Message::ToolResult(ToolResultMessage {
             name,
             text,
             is_error,
             ..
-        } => {
+        }) => {
             format!("tool_result {name} error={is_error}: {text}")
         }
     }

@@ -5,7 +5,8 @@ use super::config::{Compat, ModelDef};
 use super::http::StreamDecoder;
 use super::sse::{SseDecoder, SseEvent};
 use super::{
-    AssistantMessage, ChatRequest, Message, ProviderError, Reply, StreamEvent, Thinking, ToolCall,
+    AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
+    Thinking, ToolCall, ToolResultMessage, Usage,
 };
 use crate::content::{Image, ToolSpec};
 
@@ -65,13 +66,13 @@ pub(crate) fn answer(text: &str) -> Message {
 
 /// A successful tool result without images.
 pub(crate) fn result(call_id: &str, name: &str, text: &str) -> Message {
-    Message::ToolResult {
+    Message::ToolResult(ToolResultMessage {
         call_id: call_id.into(),
         name: name.into(),
         text: text.into(),
         is_error: false,
         images: vec![],
-    }
+    })
 }
 
 /// The body `body` builds for `model_id` (reasoning, images, medium thinking) to go on after
@@ -117,20 +118,20 @@ pub(crate) fn tool_round_messages() -> Vec<Message> {
             ],
             ..Default::default()
         }),
-        Message::ToolResult {
+        Message::ToolResult(ToolResultMessage {
             call_id: "c1".into(),
             name: "t".into(),
             text: "out".into(),
             is_error: false,
             images: vec![image()],
-        },
-        Message::ToolResult {
+        }),
+        Message::ToolResult(ToolResultMessage {
             call_id: "c2".into(),
             name: "t".into(),
             text: String::new(),
             is_error: true,
             images: vec![],
-        },
+        }),
         user("next"),
     ]
 }
@@ -174,4 +175,29 @@ pub(crate) fn replay_fixture<D: StreamDecoder>(
     sse.feed(&bytes, &mut events);
     sse.finish(&mut events);
     replay(decoder, &events)
+}
+
+/// What a whole recorded reply must decode to: its events in order and the assembled reply's
+/// thinking, text, finish and usage.
+pub(crate) struct Decoded<'a> {
+    pub events: Vec<StreamEvent>,
+    pub thinking: &'a str,
+    pub text: &'a str,
+    pub finish: FinishReason,
+    pub usage: Usage,
+}
+
+impl Decoded<'_> {
+    /// Checks `got` (a `replay` result) against this and returns the reply for a test's own
+    /// further checks (tool calls, reasoning blocks).
+    pub(crate) fn check(self, got: (Result<Reply, ProviderError>, Vec<StreamEvent>)) -> Reply {
+        let (reply, events) = got;
+        let reply = reply.expect("the recorded reply decodes");
+        assert_eq!(events, self.events, "each delta once, in order");
+        assert_eq!(reply.message.thinking, self.thinking);
+        assert_eq!(reply.message.text, self.text);
+        assert_eq!(reply.finish, self.finish);
+        assert_eq!(reply.usage, self.usage);
+        reply
+    }
 }

@@ -244,7 +244,7 @@ impl Family {
     /// conversation right now (never waited for), its last messages. The family only, like
     /// `agent_message`: the parent, siblings and children of `me`.
     fn observe(&self, me: &str, kind: &str, payload: &Value) -> Result<Value, String> {
-        use crate::provider::Message;
+        use crate::provider::{Message, ToolResultMessage};
         const TEXT_CHARS: usize = 2_000;
         let target = payload
             .get("target")
@@ -312,12 +312,12 @@ impl Family {
                             a.tool_calls.iter().map(|c| c.name.as_str()).collect();
                         json!({"role": "assistant", "text": cut(&a.text), "toolCalls": calls})
                     }
-                    Message::ToolResult {
+                    Message::ToolResult(ToolResultMessage {
                         name,
                         text,
                         is_error,
                         ..
-                    } => json!({"role": "tool", "tool": name, "text": cut(text), "isError": is_error}),
+                    }) => json!({"role": "tool", "tool": name, "text": cut(text), "isError": is_error}),
                 })
                 .collect();
             view["messages"] = json!(messages);

@@ -11,6 +11,7 @@ use crate::abort::AbortFlag;
 use crate::content::UserPrompt;
 use crate::family::{self, ChildStatus};
 use crate::provider::{Message, Thinking};
+use crate::turn::guard::Guard;
 use crate::turn::{run_turn, AgentCtx, Conversation, TurnInput, TurnModel, TurnOutcome};
 
 impl Family {
@@ -210,7 +211,15 @@ impl Family {
                         if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                             r.note_model(&p.label(), model.thinking.as_str());
                         }
-                        let outcome = run_turn(&ctx, &model, &mut conv, input, &abort, &|_| {});
+                        let outcome = run_turn(
+                            &ctx,
+                            &model,
+                            &mut conv,
+                            input,
+                            &abort,
+                            &|_| {},
+                            &mut Guard::default(),
+                        );
                         conv.persist();
                         let last_text = conv
                             .messages

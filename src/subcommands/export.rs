@@ -105,19 +105,13 @@ fn message_html(out: &mut String, m: &Message, details: Option<&Value>) {
             }
             block(out, "assistant", "Assistant", &body);
         }
-        Message::ToolResult {
-            call_id,
-            name,
-            text,
-            is_error,
-            images,
-        } => {
+        Message::ToolResult(r) => {
             let mut body = format!(
                 "<p class=\"note\">call <code>{}</code></p>",
-                escape(call_id)
+                escape(&r.call_id)
             );
-            body.push_str(&pre(text));
-            body.extend(images.iter().map(image_html));
+            body.push_str(&pre(&r.text));
+            body.extend(r.images.iter().map(image_html));
             if let Some(d) = details.filter(|d| !d.is_null()) {
                 let _ = write!(
                     body,
@@ -125,14 +119,14 @@ fn message_html(out: &mut String, m: &Message, details: Option<&Value>) {
                     json_pre(d)
                 );
             }
-            let title = if *is_error {
-                format!("Tool result {name} (error)")
+            let title = if r.is_error {
+                format!("Tool result {} (error)", r.name)
             } else {
-                format!("Tool result {name}")
+                format!("Tool result {}", r.name)
             };
             block(
                 out,
-                if *is_error { "result error" } else { "result" },
+                if r.is_error { "result error" } else { "result" },
                 &title,
                 &body,
             );

@@ -17,7 +17,7 @@ use crate::compaction::{self, Compacted, Reason};
 use crate::content::ToolSpec;
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, Reply, StreamEvent, ToolCall,
-    Usage,
+    ToolResultMessage, Usage,
 };
 use crate::stop_reason::StopReason;
 
@@ -495,13 +495,13 @@ impl<'a> Worker<'a> {
             );
             r.note_tool_details(&call.id, details);
         }
-        conv.messages.push(Message::ToolResult {
+        conv.messages.push(Message::ToolResult(ToolResultMessage {
             call_id: call.id.clone(),
             name: call.name.clone(),
             text: output.text,
             is_error: output.is_error,
             images: output.images,
-        });
+        }));
         conv.persist();
     }
 }
