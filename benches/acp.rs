@@ -291,6 +291,19 @@ fn installed(built: &std::path::Path, work: &std::path::Path, name: &str) -> Pat
     }
 }
 
+/// Runs of each build in the glibc/static stream comparison. One run varies by about ±20% on a
+/// shared 2-core host (5 runs moved the ratio's median by ±0.15 from one bench to the next);
+/// 15 interleaved runs of about 0.2 s each keep the comparison to a few seconds.
+const SIDE_BY_SIDE_RUNS: usize = 15;
+
+/// The stream comparisons run without the kernel zygote: it starts Python right after
+/// `session/new`, and its few hundred ms of CPU would land on one 0.2 s stream run or another
+/// at random (on 2 cores it took a third of the CPU during a run, in `perf`), charging a start-up
+/// that has nothing to do with streaming to whichever build it overlapped.
+fn no_zygote() -> [(&'static str, String); 1] {
+    [("PRIME_AGENT_KERNEL_ZYGOTE", "0".to_owned())]
+}
+
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // `BENCH_BIN` swaps in another binary or a wrapper script (e.g. one that execs
@@ -841,7 +854,7 @@ impl Bench {
         let mut rates = vec![vec![]; bins.len()];
         // Interleaved (glibc, static, static, glibc, ...): a shared host's load drifts, and
         // back-to-back blocks would charge the drift to one build.
-        for run in 0..self.runs(5, 1) {
+        for run in 0..self.runs(SIDE_BY_SIDE_RUNS, 1) {
             for k in order(run, bins.len()) {
                 let rate = self.scripted_stream_rate(&bins[k], &script_s, deltas);
                 rates[k].push(rate);
@@ -879,7 +892,8 @@ impl Bench {
     }
 
     fn scripted_stream_rate(&mut self, bin: &Path, script: &str, deltas: usize) -> f64 {
-        let mut p = self.agent(bin, &["--provider", "scripted", "--script", script], &[]);
+        let args = ["--provider", "scripted", "--script", script];
+        let mut p = self.agent(bin, &args, &no_zygote());
         let sid = p.handshake(&self.work);
         let t = Instant::now();
         p.prompt(9, &sid);
@@ -889,10 +903,15 @@ impl Bench {
     }
 
     fn provider_agent(&self, server: &Server) -> (Proc, String) {
-        self.provider_agent_of(&self.bin.clone(), server)
+        self.provider_agent_of(&self.bin.clone(), server, &[])
     }
 
-    fn provider_agent_of(&self, bin: &Path, server: &Server) -> (Proc, String) {
+    fn provider_agent_of(
+        &self,
+        bin: &Path,
+        server: &Server,
+        env: &[(&str, String)],
+    ) -> (Proc, String) {
         let dir = self.work.join("agent-dir");
         std::fs::create_dir_all(&dir).unwrap();
         let models = json!({"providers": {"bench": {
@@ -911,7 +930,10 @@ impl Bench {
             &[
                 ("PRIME_AGENT_CODING_AGENT_DIR", dir.display().to_string()),
                 ("HOME", dir.display().to_string()),
-            ],
+            ]
+            .into_iter()
+            .chain(env.iter().cloned())
+            .collect::<Vec<_>>(),
         );
         let sid = p.handshake(&self.work);
         (p, sid)
@@ -993,9 +1015,9 @@ impl Bench {
         let mut sample_line = String::new();
         let bins = self.side_by_side();
         let mut rates = vec![vec![]; bins.len()];
-        for run in 0..self.runs(5, 1) {
+        for run in 0..self.runs(SIDE_BY_SIDE_RUNS, 1) {
             for k in order(run, bins.len()) {
-                let (mut p, sid) = self.provider_agent_of(&bins[k], &server);
+                let (mut p, sid) = self.provider_agent_of(&bins[k], &server, &no_zygote());
                 server.plan(Plan::Blast(deltas));
                 p.prompt(9, &sid);
                 let hits = p.read_stream(9, needle, deltas, &mut |line| {

@@ -9,7 +9,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::content::{base64_decoded_len, tail_bytes, IpythonDetails};
-use crate::meta::{namespaced, Envelope, NAMESPACE};
+use crate::meta::{namespaced, Envelope};
 use crate::tools::ToolDisplay;
 use crate::turn::{AgentEvent, DeltaKind, RetryPhase, ToolResultView};
 
@@ -197,43 +197,91 @@ fn chunk_frame(
     message: Option<u64>,
     env: Envelope,
 ) -> std::io::Result<()> {
-    // Few pieces and no `core::fmt`: the static build runs at opt-level s against musl, whose
-    // `memcpy` pays a `rep movsq` start-up on every call, however short, and `write!` splits a
-    // frame into a dozen such copies. The constant text is written in runs as long as the
-    // frame allows, and integers are formatted into a stack buffer.
+    // Few copy calls and no `core::fmt`: the static build runs at opt-level s against musl,
+    // whose `memcpy` pays a `rep movsq` start-up (tens of cycles) on every call however short,
+    // and `write!` or one `extend_from_slice` per piece made a frame some twenty such calls.
+    // The constant text goes in runs as long as the frame allows; short pieces (integers, the
+    // phase, the update's name, a token's text) are pushed byte by byte (`put_bytes`).
     // Room for the frame around the two strings (about 330 bytes), so it grows at most once.
     out.reserve(delta.len() + session_id.len() + 512);
     out.extend_from_slice(
         b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
     );
-    // Strings go through serde_json, so escaping is the general path's own (the namespace is
-    // a constant that needs none; the unit test holds the frame equal to the general path's).
-    serde_json::to_writer(&mut *out, session_id)?;
-    out.extend_from_slice(b",\"update\":{\"_meta\":{\"");
-    out.extend_from_slice(NAMESPACE.as_bytes());
-    out.extend_from_slice(b"\":{\"eventSequence\":");
+    push_json_str(out, session_id);
+    out.extend_from_slice(UPDATE_META.as_bytes());
     push_u64(out, env.event_sequence);
     match env.outcome_ok {
-        Some(true) => out.extend_from_slice(b",\"outcome\":\"result\",\"phase\":\""),
-        Some(false) => out.extend_from_slice(b",\"outcome\":\"error\",\"phase\":\""),
-        None => out.extend_from_slice(b",\"phase\":\""),
+        Some(true) => put_bytes(out, b",\"outcome\":\"result\",\"phase\":\""),
+        Some(false) => put_bytes(out, b",\"outcome\":\"error\",\"phase\":\""),
+        None => put_bytes(out, b",\"phase\":\""),
     }
-    out.extend_from_slice(env.phase.as_str().as_bytes());
-    out.extend_from_slice(b"\",\"promptTurnId\":");
+    put_bytes(out, env.phase.as_str().as_bytes());
+    put_bytes(out, b"\",\"promptTurnId\":");
     push_u64(out, env.prompt_turn_id);
-    out.extend_from_slice(b"}},\"content\":{\"text\":");
-    serde_json::to_writer(&mut *out, delta)?;
+    put_bytes(out, b"}},\"content\":{\"text\":");
+    push_json_str(out, delta);
     match message {
         Some(n) => {
             out.extend_from_slice(b",\"type\":\"text\"},\"messageId\":\"prime-agent-assistant-");
             push_u64(out, n);
-            out.extend_from_slice(b"\",\"sessionUpdate\":\"");
+            put_bytes(out, b"\",\"sessionUpdate\":\"");
         }
-        None => out.extend_from_slice(b",\"type\":\"text\"},\"sessionUpdate\":\""),
+        None => put_bytes(out, b",\"type\":\"text\"},\"sessionUpdate\":\""),
     }
-    out.extend_from_slice(update.as_bytes());
-    out.extend_from_slice(b"\"}}}");
+    put_bytes(out, update.as_bytes());
+    put_bytes(out, b"\"}}}");
     Ok(())
+}
+
+/// What follows the session id in a delta frame, up to the event sequence number: the
+/// namespace spelled out, so the run is one copy (a unit test holds it to `NAMESPACE`).
+const UPDATE_META: &str =
+    ",\"update\":{\"_meta\":{\"ai.primeintellect.prime-agent\":{\"eventSequence\":";
+
+/// Appends `bytes`: one copy call for a long run, byte by byte for a short one (cheaper than a
+/// `memcpy` call under musl, see `chunk_frame`).
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.len() >= 64 {
+        out.extend_from_slice(bytes);
+    } else {
+        for &b in bytes {
+            out.push(b);
+        }
+    }
+}
+
+/// `s` as a JSON string, escaped exactly as `serde_json` escapes it (a unit test compares the
+/// two over every ASCII byte): `"` and `\\` with a backslash, the control characters with
+/// their short forms or `\u00xx`, everything else as it is.
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.push(b'"');
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x09 => b't',
+            0x0a => b'n',
+            0x0c => b'f',
+            0x0d => b'r',
+            0x00..=0x1f => b'u',
+            _ => continue,
+        };
+        put_bytes(out, &bytes[start..i]);
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            put_bytes(out, b"00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
+        }
+        start = i + 1;
+    }
+    put_bytes(out, &bytes[start..]);
+    out.push(b'"');
 }
 
 /// `n` in decimal, as `Display` writes it, without the formatting machinery.
@@ -248,7 +296,7 @@ fn push_u64(out: &mut Vec<u8>, mut n: u64) {
             break;
         }
     }
-    out.extend_from_slice(&digits[at..]);
+    put_bytes(out, &digits[at..]);
 }
 
 /// The pure mapping: one event → zero or more `update` objects.
@@ -844,6 +892,36 @@ mod tests {
             &mut st,
         );
         assert!(!st.announced.contains("c1") && !st.detailed.contains("c1"));
+    }
+
+    #[test]
+    fn push_json_str_escapes_as_serde_json_does() {
+        let mut cases: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
+        cases.extend(
+            [
+                "",
+                "tok ",
+                "a \"quoted\" \\ path\n\ttab\r\u{7f}\u{1}",
+                "é ✓ 😀 mixed\u{1f}",
+                &"x".repeat(200),
+                &format!("{}\n{}", "y".repeat(70), "z".repeat(63)),
+            ]
+            .map(str::to_owned),
+        );
+        for s in cases {
+            let mut out = b"x".to_vec();
+            push_json_str(&mut out, &s);
+            let want = format!("x{}", serde_json::to_string(&s).unwrap());
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn update_meta_spells_the_namespace() {
+        assert_eq!(
+            UPDATE_META,
+            format!(",\"update\":{{\"_meta\":{{\"{NAMESPACE}\":{{\"eventSequence\":")
+        );
     }
 
     #[test]
