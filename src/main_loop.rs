@@ -579,10 +579,12 @@ impl MainLoop {
         // `select!` picks among ready channels at random: family news the turn caused (a
         // child admitted, a message sent from a cell) is handled before the end of that tool
         // call or turn, so it is attributed to them.
-        if matches!(
-            msg.kind,
-            TurnMsgKind::Finished(_) | TurnMsgKind::Event(AgentEvent::ToolEnd { .. })
-        ) {
+        let ends_a_call = match &msg.kind {
+            TurnMsgKind::Finished(_) => true,
+            TurnMsgKind::Event(e) => matches!(**e, AgentEvent::ToolEnd { .. }),
+            TurnMsgKind::Delta { .. } => false,
+        };
+        if ends_a_call {
             while let Ok(news) = self.family_rx.try_recv() {
                 self.on_family(news);
             }

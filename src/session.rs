@@ -1088,11 +1088,7 @@ impl Session {
         let prompt_turn_id = active.prompt_turn_id;
         let active_cancelled = active.cancel_deadline.is_some();
         match msg.kind {
-            TurnMsgKind::Event(AgentEvent::MessageDelta {
-                assistant: true,
-                kind,
-                delta,
-            }) => {
+            TurnMsgKind::Delta { kind, delta } => {
                 // The hot path writes nothing for these, so they use no sequence number.
                 if delta.is_empty() || kind == DeltaKind::ToolCall {
                     return;
@@ -1111,6 +1107,7 @@ impl Session {
                 });
             }
             TurnMsgKind::Event(event) => {
+                let event = *event;
                 let open = &mut active.open_tool_calls;
                 match &event {
                     AgentEvent::ToolAnnounced { id, .. }
@@ -1395,7 +1392,7 @@ mod tests {
         let t = h.running();
         h.turn(
             t,
-            TurnMsgKind::Event(AgentEvent::MessageDelta {
+            TurnMsgKind::event(AgentEvent::MessageDelta {
                 assistant: true,
                 kind: DeltaKind::Text,
                 delta: "Hi".into(),
@@ -1404,7 +1401,7 @@ mod tests {
         // Empty deltas write nothing and use no sequence number.
         h.turn(
             t,
-            TurnMsgKind::Event(AgentEvent::MessageDelta {
+            TurnMsgKind::event(AgentEvent::MessageDelta {
                 assistant: true,
                 kind: DeltaKind::Text,
                 delta: String::new(),
@@ -1658,7 +1655,7 @@ mod tests {
         let abort = h.abort_of_running();
         h.turn(
             t,
-            TurnMsgKind::Event(AgentEvent::ToolStart {
+            TurnMsgKind::event(AgentEvent::ToolStart {
                 id: "call-1".into(),
                 name: "bash".into(),
                 args: json!({"command": "sleep 100"}),

@@ -350,10 +350,35 @@ pub(crate) struct TurnMsg {
     pub kind: TurnMsgKind,
 }
 
+/// Small (56 bytes, a compile-time check below): every streamed token crosses the channel and
+/// the main loop in one of these, and the static build's opt-level s copies anything over 64
+/// bytes with a `memcpy` call, which musl starts with a `rep movsq` however short the copy.
+/// So the assistant's deltas, nearly every message, have their own variant, and the other
+/// events (`AgentEvent` is 232 bytes) travel boxed.
 #[derive(Debug)]
 pub(crate) enum TurnMsgKind {
-    Event(AgentEvent),
+    /// `AgentEvent::MessageDelta` of the assistant.
+    Delta {
+        kind: DeltaKind,
+        delta: String,
+    },
+    Event(Box<AgentEvent>),
     Finished(TurnOutcome),
+}
+
+const _: () = assert!(std::mem::size_of::<TurnMsg>() <= 64);
+
+impl TurnMsgKind {
+    pub(crate) fn event(event: AgentEvent) -> TurnMsgKind {
+        match event {
+            AgentEvent::MessageDelta {
+                assistant: true,
+                kind,
+                delta,
+            } => TurnMsgKind::Delta { kind, delta },
+            event => TurnMsgKind::Event(Box::new(event)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -455,7 +480,7 @@ pub(crate) fn spawn_turn(
                 backlog.wait_until_drained(&flag);
                 let _ = tx.send(TurnMsg {
                     turn,
-                    kind: TurnMsgKind::Event(event),
+                    kind: TurnMsgKind::event(event),
                 });
             };
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
@@ -1375,7 +1400,12 @@ mod tests {
         let mut outcome = None;
         for msg in rx.try_iter() {
             match msg.kind {
-                TurnMsgKind::Event(e) => events.push(e),
+                TurnMsgKind::Delta { kind, delta } => events.push(AgentEvent::MessageDelta {
+                    assistant: true,
+                    kind,
+                    delta,
+                }),
+                TurnMsgKind::Event(e) => events.push(*e),
                 TurnMsgKind::Finished(o) => outcome = Some(o),
             }
         }

@@ -216,6 +216,15 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
     }
 }
 
+/// An optional string that borrows from the input unless it has escapes. Needed because serde
+/// borrows a `Cow<str>` only for a field of exactly that type: inside an `Option` it always
+/// allocates, and that was one `malloc`/`free` per streamed delta on the turn thread.
+pub(super) fn borrowed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Str<'de>>::deserialize(d)?.map(|Str(s)| s))
+}
+
 /// The first element of a JSON array, parsed as a `MapOnly<T>`; the rest are skipped unparsed
 /// (the general path reads `/choices/0` only). `None` for an empty array. No `Vec` is built:
 /// this runs once per streamed delta.
@@ -256,17 +265,17 @@ struct FastChunk<'a> {
 struct FastChoice<'a> {
     #[serde(borrow)]
     delta: Option<MapOnly<FastDelta<'a>>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct FastDelta<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     content: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     reasoning: Option<Cow<'a, str>>,
     tool_calls: Option<IgnoredAny>,
 }
@@ -591,6 +600,26 @@ mod tests {
 
     /// The fast path and the general path agree on every chunk: same events, same errors,
     /// same assembled reply.
+    #[test]
+    fn fast_chunk_strings_borrow_unless_escaped() {
+        let delta = |data: &'static str| {
+            let MapOnly(chunk) = serde_json::from_str::<MapOnly<FastChunk<'_>>>(data).unwrap();
+            let FirstOf(Some(choice)) = chunk.choices else {
+                panic!("no choice in {data}")
+            };
+            (choice.delta.map(|MapOnly(d)| d), choice.finish_reason)
+        };
+        let (d, finish) =
+            delta(r#"{"choices":[{"delta":{"content":"tok "},"finish_reason":"stop"}]}"#);
+        assert!(matches!(d.unwrap().content, Some(Cow::Borrowed("tok "))));
+        assert!(matches!(finish, Some(Cow::Borrowed("stop"))));
+        let (d, finish) =
+            delta(r#"{"choices":[{"delta":{"reasoning_content":"a\nb","content":null}}]}"#);
+        let d = d.unwrap();
+        assert!(matches!(d.reasoning_content, Some(Cow::Owned(s)) if s == "a\nb"));
+        assert!(d.content.is_none() && d.reasoning.is_none() && finish.is_none());
+    }
+
     #[test]
     fn fast_path_agrees_with_general_path() {
         let chunks = [

@@ -17,7 +17,7 @@ use std::borrow::Cow;
 
 use super::config::ModelDef;
 use super::http::{event_json, message_and_code, Emit, StreamDecoder};
-use super::openai::effort;
+use super::openai::{borrowed, effort};
 use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
 use super::{
@@ -212,10 +212,10 @@ fn message_text(item: &Value) -> String {
 /// the type name; the few large values (`item`, `response`) stay `Value`s.
 #[derive(Deserialize)]
 struct Event<'a> {
-    #[serde(rename = "type", borrow)]
+    #[serde(rename = "type", borrow, default, deserialize_with = "borrowed")]
     kind: Option<Cow<'a, str>>,
     delta: Option<Value>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     item_id: Option<Cow<'a, str>>,
     summary_index: Option<Value>,
     arguments: Option<Value>,
