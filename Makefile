@@ -5,7 +5,7 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 ## The static builds (`make static`, `make dist`): opt-level s for size, but the two crates the
 ## stream's per-delta path lives in (serde_json, crossbeam-channel) at 3, and a plain static
 ## executable rather than static-pie (the target's RUSTFLAGS: no load-time relocations, 130 KB
-## smaller). Measured side by side (docs/performance.md): SSE static/glibc 0.73 -> 0.78.
+## smaller). Measured side by side when adopted (docs/performance.md): SSE static/glibc 0.73 -> 0.78.
 STATIC_BUILD = CARGO_PROFILE_RELEASE_OPT_LEVEL=s $(CARGO) build --release \
 	--config 'profile.release.package.serde_json.opt-level=3' \
 	--config 'profile.release.package.crossbeam-channel.opt-level=3'
