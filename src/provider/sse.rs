@@ -73,13 +73,18 @@ impl SseDecoder {
             }
             match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
                 Some(i) => {
-                    self.line.extend_from_slice(&bytes[..i]);
                     self.after_cr = bytes[i] == b'\r';
-                    let line = std::mem::take(&mut self.line);
-                    self.process_line(&line, out);
-                    // Reuse the allocation for the next line.
-                    self.line = line;
-                    self.line.clear();
+                    if self.line.is_empty() {
+                        // The whole line is in this read (the usual case): no copy.
+                        self.process_line(&bytes[..i], out);
+                    } else {
+                        self.line.extend_from_slice(&bytes[..i]);
+                        let line = std::mem::take(&mut self.line);
+                        self.process_line(&line, out);
+                        // Reuse the allocation for the next line.
+                        self.line = line;
+                        self.line.clear();
+                    }
                     bytes = &bytes[i + 1..];
                 }
                 None => {
