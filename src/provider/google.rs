@@ -22,8 +22,8 @@ use super::http::{event_json, message_and_code, Emit, StreamDecoder};
 use super::parts::{result_output, stream_headers, Parts};
 use super::sse::SseEvent;
 use super::{
-    AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
-    StreamEvent, Thinking, ToolCall, Usage,
+    AssistantMessage, ChatRequest, Draft, FinishReason, Message, ProviderError, ReasoningBlock,
+    Reply, StreamEvent, Thinking, ToolCall, Usage,
 };
 use crate::content::Image;
 
@@ -268,19 +268,17 @@ fn flush_images(images: &mut Vec<&Image>, contents: &mut Vec<Value>) {
 /// Assembles one streamed reply.
 #[derive(Debug, Default)]
 pub(crate) struct Decoder {
-    model: String,
-    message: AssistantMessage,
+    draft: Draft,
     /// The reply's parts as the next request replays them.
     parts: Vec<Value>,
-    usage: Usage,
-    finish: Option<FinishReason>,
 }
 
 impl Decoder {
     pub(crate) fn new(model: &str) -> Decoder {
+        let draft = Draft::new(model);
         Decoder {
-            model: model.to_owned(),
-            ..Decoder::default()
+            draft,
+            parts: Vec::new(),
         }
     }
 
@@ -316,10 +314,10 @@ impl Decoder {
             return;
         }
         if thought {
-            self.message.thinking.push_str(text);
+            self.draft.message.thinking.push_str(text);
             emit(StreamEvent::Thinking(super::delta_pool::owned(text)));
         } else {
-            self.message.text.push_str(text);
+            self.draft.message.text.push_str(text);
             emit(StreamEvent::Text(super::delta_pool::owned(text)));
         }
     }
@@ -338,7 +336,7 @@ impl Decoder {
             .unwrap_or_else(|| {
                 format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..16])
             });
-        self.message.tool_calls.push(ToolCall {
+        self.draft.message.tool_calls.push(ToolCall {
             id,
             name,
             arguments: args_object(call.get("args").unwrap_or(&Value::Null)),
@@ -372,7 +370,7 @@ impl StreamDecoder for Decoder {
         if let Some(u) = chunk.get("usageMetadata") {
             let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
             let cached = n("cachedContentTokenCount");
-            self.usage = Usage {
+            self.draft.usage = Usage {
                 input: n("promptTokenCount").saturating_sub(cached),
                 output: n("candidatesTokenCount") + n("thoughtsTokenCount"),
                 cache_read: cached,
@@ -405,8 +403,8 @@ impl StreamDecoder for Decoder {
         }
         match candidate.get("finishReason").and_then(Value::as_str) {
             None | Some("FINISH_REASON_UNSPECIFIED") => {}
-            Some("STOP") => self.finish = Some(FinishReason::Stop),
-            Some("MAX_TOKENS") => self.finish = Some(FinishReason::Length),
+            Some("STOP") => self.draft.finish = Some(FinishReason::Stop),
+            Some("MAX_TOKENS") => self.draft.finish = Some(FinishReason::Length),
             // SAFETY, RECITATION, MALFORMED_FUNCTION_CALL, …: no usable answer.
             Some(other) => {
                 return Err(ProviderError::Stream(format!(
@@ -418,18 +416,13 @@ impl StreamDecoder for Decoder {
         Ok(false)
     }
 
-    fn finish(mut self) -> Result<Reply, ProviderError> {
-        let Some(finish) = self.finish else {
-            return Err(ProviderError::ended_early());
-        };
+    fn finish(self) -> Result<Reply, ProviderError> {
         // Only signed parts need replaying.
-        self.message.reasoning_blocks = ReasoningBlock::kept_parts(
-            self.model,
+        self.draft.reply(
             self.parts,
             |p| p.get("thoughtSignature").is_some(),
             |model, part| ReasoningBlock::GeminiPart { model, part },
-        );
-        Ok(Reply::calling_tools(self.message, self.usage, finish))
+        )
     }
 }
 

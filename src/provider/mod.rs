@@ -72,21 +72,6 @@ pub(crate) enum ReasoningBlock {
 }
 
 impl ReasoningBlock {
-    /// A reply's opaque parts (Responses items, Gemini parts) as blocks, each made by `tag` with
-    /// the model that wrote them (only that model is sent them back); none unless one part
-    /// `needs_replay` (without such a part the plain rebuild says the same).
-    pub(crate) fn kept_parts(
-        model: String,
-        values: Vec<Value>,
-        needs_replay: fn(&Value) -> bool,
-        tag: fn(String, Value) -> ReasoningBlock,
-    ) -> Vec<ReasoningBlock> {
-        if !values.iter().any(needs_replay) {
-            return Vec::new();
-        }
-        values.into_iter().map(|v| tag(model.clone(), v)).collect()
-    }
-
     /// The opaque parts `model` wrote among `blocks`, in order; `own` reads a block of the
     /// caller's API as (model, part) and skips the others.
     pub(crate) fn own_parts<'a>(
@@ -204,6 +189,46 @@ impl Reply {
             usage,
             finish,
         }
+    }
+}
+
+/// A reply being assembled by a decoder whose API sends opaque parts back (Gemini parts,
+/// Responses items): the model asked, which alone is sent those parts again; the message so
+/// far; the last usage reported; and the stop, once the stream says it.
+#[derive(Debug, Default)]
+pub(crate) struct Draft {
+    pub(crate) model: String,
+    pub(crate) message: AssistantMessage,
+    pub(crate) usage: Usage,
+    pub(crate) finish: Option<FinishReason>,
+}
+
+impl Draft {
+    pub(crate) fn new(model: &str) -> Draft {
+        Draft {
+            model: model.to_owned(),
+            ..Draft::default()
+        }
+    }
+
+    /// The finished reply, its opaque `parts` kept as blocks made by `tag` when one of them
+    /// `needs_replay` (without such a part the plain rebuild says the same); an error when the
+    /// stream ended before the model said why it stopped.
+    pub(crate) fn reply(
+        mut self,
+        parts: Vec<Value>,
+        needs_replay: fn(&Value) -> bool,
+        tag: fn(String, Value) -> ReasoningBlock,
+    ) -> Result<Reply, ProviderError> {
+        let Some(finish) = self.finish else {
+            return Err(ProviderError::ended_early());
+        };
+        if parts.iter().any(needs_replay) {
+            let model = self.model;
+            self.message.reasoning_blocks =
+                parts.into_iter().map(|v| tag(model.clone(), v)).collect();
+        }
+        Ok(Reply::calling_tools(self.message, self.usage, finish))
     }
 }
 

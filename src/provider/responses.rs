@@ -21,8 +21,8 @@ use super::openai::{borrowed, effort};
 use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
 use super::{
-    AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, ReasoningBlock, Reply,
-    StreamEvent, ToolCall, ToolResultMessage, Usage,
+    AssistantMessage, ChatRequest, Draft, FinishReason, Message, ProviderError, ReasoningBlock,
+    Reply, StreamEvent, ToolCall, ToolResultMessage, Usage,
 };
 use crate::content::Image;
 
@@ -237,9 +237,7 @@ struct PartialCall {
 /// Assembles one streamed reply.
 #[derive(Debug, Default)]
 pub(crate) struct Decoder {
-    /// The model asked, which alone can read the reasoning it encrypts.
-    model: String,
-    message: AssistantMessage,
+    draft: Draft,
     calls: Vec<PartialCall>,
     /// Finished output items worth replaying, in order.
     items: Vec<Value>,
@@ -250,14 +248,13 @@ pub(crate) struct Decoder {
     /// Items whose text / thinking arrived as deltas (`None`: a delta without an item id).
     text_items: Vec<Option<String>>,
     thinking_items: Vec<Option<String>>,
-    usage: Usage,
-    finish: Option<FinishReason>,
 }
 
 impl Decoder {
     pub(crate) fn new(model: &str) -> Decoder {
+        let draft = Draft::new(model);
         Decoder {
-            model: model.to_owned(),
+            draft,
             ..Decoder::default()
         }
     }
@@ -268,7 +265,7 @@ impl Decoder {
             self.text_items.push(item);
         }
         if !t.is_empty() {
-            self.message.text.push_str(&t);
+            self.draft.message.text.push_str(&t);
             emit(StreamEvent::Text(t));
         }
     }
@@ -289,13 +286,15 @@ impl Decoder {
             return;
         }
         let key = (id.unwrap_or_default(), part);
-        let t = if self.thinking_part.as_ref() != Some(&key) && !self.message.thinking.is_empty() {
+        let t = if self.thinking_part.as_ref() != Some(&key)
+            && !self.draft.message.thinking.is_empty()
+        {
             format!("\n\n{t}")
         } else {
             t
         };
         self.thinking_part = Some(key);
-        self.message.thinking.push_str(&t);
+        self.draft.message.thinking.push_str(&t);
         emit(StreamEvent::Thinking(t));
     }
 
@@ -380,7 +379,7 @@ impl Decoder {
                 .pointer("/input_tokens_details/cached_tokens")
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
-            self.usage = Usage {
+            self.draft.usage = Usage {
                 input: n("input_tokens").saturating_sub(cached),
                 output: n("output_tokens"),
                 cache_read: cached,
@@ -391,7 +390,7 @@ impl Decoder {
             .pointer("/incomplete_details/reason")
             .and_then(Value::as_str);
         let status = response.get("status").and_then(Value::as_str);
-        self.finish = Some(
+        self.draft.finish = Some(
             if reason == Some("max_output_tokens")
                 || (status == Some("incomplete") && reason.is_none())
             {
@@ -522,9 +521,6 @@ impl StreamDecoder for Decoder {
     }
 
     fn finish(mut self) -> Result<Reply, ProviderError> {
-        let Some(finish) = self.finish else {
-            return Err(ProviderError::ended_early());
-        };
         for (i, c) in std::mem::take(&mut self.calls).into_iter().enumerate() {
             if c.name.is_empty() && c.arguments.is_empty() {
                 continue;
@@ -538,22 +534,23 @@ impl StreamDecoder for Decoder {
             } else {
                 serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments))
             };
-            self.message.tool_calls.push(ToolCall {
+            self.draft.message.tool_calls.push(ToolCall {
                 id,
                 name: c.name,
                 arguments,
             });
         }
         // Only reasoning needs the items back, and only with its encrypted content.
-        if !self.unreplayable {
-            self.message.reasoning_blocks = ReasoningBlock::kept_parts(
-                self.model,
-                self.items,
-                |i| i.get("type").and_then(Value::as_str) == Some("reasoning"),
-                |model, item| ReasoningBlock::ResponsesItem { model, item },
-            );
-        }
-        Ok(Reply::calling_tools(self.message, self.usage, finish))
+        let items = if self.unreplayable {
+            Vec::new()
+        } else {
+            self.items
+        };
+        self.draft.reply(
+            items,
+            |i| i.get("type").and_then(Value::as_str) == Some("reasoning"),
+            |model, item| ReasoningBlock::ResponsesItem { model, item },
+        )
     }
 }
 
