@@ -614,7 +614,7 @@ fn absolutize(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::json::json;
 
     fn reason(r: Result<Vec<McpServer>, RpcError>) -> String {
         r.unwrap_err().data.unwrap()["reason"]

@@ -11,7 +11,8 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::rpc::RpcError;
 

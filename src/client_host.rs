@@ -11,7 +11,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::abort::AbortFlag;
 use crate::client_requests::{ClientError, ClientLink};

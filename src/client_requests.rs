@@ -15,8 +15,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::json::json;
 use crossbeam_channel::{bounded, select, Sender};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::abort::AbortFlag;
 use crate::rpc::{self, RequestId, RpcError};

@@ -7,7 +7,8 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::autonomy::{GoalStatus, Unattended};
 

@@ -2,7 +2,8 @@
 //! model, the `thought_level` select, built from plain data; and the validation of
 //! `session/set_config_option` / `session/set_model`. Pure: no IO, no provider calls.
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::provider::menu::MenuModel;
 use crate::provider::Thinking;

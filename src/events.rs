@@ -6,7 +6,8 @@
 //! the Prime Agent table (behaviour spec §1.12/§1.13), with two deliberate additions asked for by
 //! our users: human tool titles (not just the tool name) and tool-call `locations`/`diff` content.
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 use crate::content::{base64_decoded_len, tail_bytes, IpythonDetails};
 use crate::meta::{namespaced, Envelope};

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::acp;
 use crate::autonomy;

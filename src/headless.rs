@@ -12,8 +12,9 @@ use std::io::{IsTerminal, Read, Write};
 use std::sync::Arc;
 use std::thread;
 
+use crate::json::json;
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cli::Config;
 use crate::{main_loop, setup, transport};

@@ -25,6 +25,7 @@ mod events;
 mod family;
 mod handlers;
 mod headless;
+mod json;
 mod kernel;
 mod lines;
 mod main_loop;

@@ -641,7 +641,7 @@ impl MainLoop {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use crate::json::json;
 
     use super::*;
 

@@ -2,7 +2,8 @@
 //!
 //! Non-standard fields never go on ACP object roots, only under `_meta[NAMESPACE]`.
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 pub(crate) const NAMESPACE: &str = "ai.primeintellect.prime-agent";
 

@@ -8,7 +8,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::tools::resolve_path;
 

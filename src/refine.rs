@@ -173,7 +173,7 @@ pub(crate) fn result_edits(result: &Value) -> (Option<String>, Vec<Edit>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::json::json;
 
     #[test]
     fn commands() {

@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::content::{Attachment, FileDiff, IpythonDetails};
 use crate::events::{to_session_updates, MappingState};

@@ -3,7 +3,8 @@
 //! Messages are classified by key presence rather than by `#[serde(untagged)]`, so every
 //! malformed frame gets a precise error. This module is pure: no threads, no channels, no IO.
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 pub(crate) const PARSE_ERROR: i64 = -32700;
 pub(crate) const INVALID_REQUEST: i64 = -32600;

@@ -28,7 +28,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 /// The `_meta` key of the prompt and close responses.
 pub(crate) const META_KEY: &str = "ai.prime.acp/semantic-edges-v1";

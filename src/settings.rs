@@ -224,7 +224,7 @@ fn count(v: &Value, key: &str, w: &mut Vec<String>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::json::json;
 
     #[test]
     fn nested_objects_merge_and_the_project_wins() {

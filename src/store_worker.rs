@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use crate::json::json;
 use crossbeam_channel::{unbounded, Sender};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::persist::{self, Loaded, Store};
 use crate::rpc::{RequestId, RpcError};

@@ -3,7 +3,8 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::content::escape_markup;
 use crate::provider::Usage;

@@ -13,7 +13,8 @@ pub(crate) mod goal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 use crate::provider::Usage;
 use crate::stop_reason::{acp_stop_reason, AutonomousStatus, StopReason};

@@ -105,7 +105,7 @@ mod tests {
                     tool_calls: vec![ToolCall {
                         id: "1".into(),
                         name: "bash".into(),
-                        arguments: serde_json::json!({}),
+                        arguments: crate::json::json!({}),
                     }],
                     ..Default::default()
                 }),

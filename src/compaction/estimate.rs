@@ -39,8 +39,8 @@ pub(crate) fn text_tokens(text: &str) -> u64 {
 mod tests {
     use super::*;
     use crate::content::Image;
+    use crate::json::json;
     use crate::provider::{AssistantMessage, ToolCall};
-    use serde_json::json;
 
     #[test]
     fn estimates_per_kind() {

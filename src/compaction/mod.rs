@@ -21,7 +21,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::abort::AbortFlag;
 use crate::provider::{ChatRequest, Message, Provider, ProviderError, Thinking};

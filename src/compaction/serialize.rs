@@ -157,8 +157,8 @@ impl FileOps {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::json;
     use crate::provider::{AssistantMessage, ToolCall};
-    use serde_json::json;
 
     fn call(name: &str, arguments: Value) -> ToolCall {
         ToolCall {

@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use serde_json::json;
+use crate::json::json;
 
 use super::*;
 use crate::provider::{

@@ -2,7 +2,8 @@
 //! (unstable), `session/set_title` (unstable) and `/rename`, `authenticate`, `logout`.
 //! Parsing is `acp.rs`'s, the store's side `persist/manage.rs`'s, the texts `auth.rs`'s.
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use crate::acp;
 use crate::auth;

@@ -22,7 +22,8 @@
 //!
 //! Every payload also carries `cellSourceCode`, the source of the cell that asked.
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 /// Answers host-bridge requests from the kernel. `Ok(v)` becomes the Python return value;
 /// `Err(msg)` becomes `RuntimeError(msg)`. Called on a short-lived thread per request, so it may

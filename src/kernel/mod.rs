@@ -1086,7 +1086,7 @@ mod tests {
             if kind == "test.panic" {
                 panic!("handler exploded");
             }
-            Ok(serde_json::json!({ "kind": kind }))
+            Ok(crate::json::json!({ "kind": kind }))
         }
     }
 

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::json::json;
 use crossbeam_channel::{bounded, select, Sender};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::wire::{self, ToolInfo};
 use crate::abort::AbortFlag;

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::wire::{self, Status, ToolInfo};
 use super::McpHub;

@@ -2,7 +2,8 @@
 //! request, tool lists, tool results, native tool names and the status `_meta` payload.
 //! Pure functions, table-tested.
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 use crate::content::Image;
 

@@ -7,7 +7,8 @@
 //! …) are kept as `EntryKind::Other` with their JSON, so a file written upstream loads, and the
 //! engineers adding compaction and goals give them a variant of their own next to the others.
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 use crate::content::Image;
 use crate::provider::{AssistantMessage, Message, ReasoningBlock, ToolCall, ToolResultMessage};

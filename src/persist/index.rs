@@ -17,7 +17,8 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::entry;
 

@@ -316,7 +316,7 @@ mod tests {
                     .map(|id| ToolCall {
                         id: (*id).into(),
                         name: "bash".into(),
-                        arguments: serde_json::json!({}),
+                        arguments: crate::json::json!({}),
                     })
                     .collect(),
                 ..Default::default()

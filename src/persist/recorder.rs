@@ -493,12 +493,12 @@ mod tests {
             tool_calls: vec![ToolCall {
                 id: "c1".into(),
                 name: "bash".into(),
-                arguments: serde_json::json!({"command": "ls"}),
+                arguments: crate::json::json!({"command": "ls"}),
             }],
             ..Default::default()
         }));
         r.sync(&messages);
-        r.note_tool_details("c1", Some(serde_json::json!({"locations": ["x"]})));
+        r.note_tool_details("c1", Some(crate::json::json!({"locations": ["x"]})));
         messages.push(Message::ToolResult(ToolResultMessage {
             call_id: "c1".into(),
             name: "bash".into(),
@@ -602,7 +602,7 @@ mod tests {
         let beat = |n: u64| Custom {
             custom_type: "heartbeat_prompt",
             display: true,
-            details: Some(serde_json::json!({"jobId": "hb-1", "runCount": n})),
+            details: Some(crate::json::json!({"jobId": "hb-1", "runCount": n})),
         };
         // A prompt at 0 that failed before any model answered is taken back out: the firing
         // noted at 1 is now at 0, and a note for the removed one is gone.
@@ -619,7 +619,7 @@ mod tests {
         assert_eq!(custom[0]["content"], "BEAT");
         assert_eq!(
             custom[0]["details"],
-            serde_json::json!({"jobId": "hb-1", "runCount": 1})
+            crate::json::json!({"jobId": "hb-1", "runCount": 1})
         );
         assert_eq!(entries_of(&path, "message").len(), 2);
         assert_eq!(load(&path).unwrap().messages(), messages);
@@ -689,7 +689,7 @@ mod tests {
         store.pick(&Pick::Continue, Path::new("/w")).unwrap();
         assert_eq!(store.take_next().unwrap().messages(), messages);
         // A fork inherits its parent's schedules (and kernel state).
-        let jobs = serde_json::json!([{"id": "hb-1", "status": "active"}]);
+        let jobs = crate::json::json!([{"id": "hb-1", "status": "active"}]);
         store.write_jobs("0190aaaa-0000", &jobs).unwrap();
         store
             .pick(&Pick::Fork("0190aaaa-0000".into()), Path::new("/w"))

@@ -78,7 +78,7 @@ impl Store {
                 .create_new(true)
                 .mode(0o600)
                 .open(&tmp)?;
-            f.write_all(&serde_json::to_vec(&serde_json::json!({ "jobs": jobs }))?)?;
+            f.write_all(&serde_json::to_vec(&crate::json::json!({ "jobs": jobs }))?)?;
             fs::rename(&tmp, &path)
         };
         write()

@@ -1,7 +1,8 @@
 //! The `anthropic-messages` wire API (Anthropic, and compatible endpoints such as Fireworks'):
 //! the request body with content blocks, and a decoder for the typed stream events.
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 use super::config::ModelDef;
 use super::http::{one_line, Emit, StreamDecoder};

@@ -73,8 +73,8 @@ pub(crate) fn repair(messages: &mut [Message]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::json;
     use crate::provider::{AssistantMessage, ToolCall};
-    use serde_json::json;
 
     #[test]
     fn which_arguments_are_unusable() {

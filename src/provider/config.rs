@@ -282,7 +282,7 @@ pub(crate) fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::json::json;
 
     fn resolve_value_now(raw: &str) -> Result<String, String> {
         resolve_value(raw, &AbortFlag::new())

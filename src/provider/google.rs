@@ -15,7 +15,8 @@
 
 use std::collections::HashSet;
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 use super::config::ModelDef;
 use super::http::{event_json, message_and_code, Emit, StreamDecoder};

@@ -6,9 +6,10 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::json::json;
 use serde::de::{value::MapAccessDeserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::config::ModelDef;
 use super::http::{error_text, Emit, StreamDecoder};

@@ -412,7 +412,7 @@ fn warn_images_omitted(label: &str, model: &ModelDef, messages: &[Message]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::json::json;
 
     #[test]
     fn windows_from_server_descriptions() {

@@ -11,8 +11,9 @@
 //! otherwise it rebuilds the turn from the provider-neutral message without reasoning or ids,
 //! which the API always accepts.
 
+use crate::json::json;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::borrow::Cow;
 
 use super::config::ModelDef;

@@ -113,8 +113,8 @@ pub(crate) fn tool_round_messages() -> Vec<Message> {
             text: "calling".into(),
             thinking: "unsigned thoughts are not sent".into(),
             tool_calls: vec![
-                call("c1", serde_json::json!({"x": 1})),
-                call("c2", serde_json::json!("{bad")),
+                call("c1", crate::json::json!({"x": 1})),
+                call("c2", crate::json::json!("{bad")),
             ],
             ..Default::default()
         }),

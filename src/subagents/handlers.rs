@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::{Family, FamilyMsg, Node, State, MAIN_NAME};
 use crate::family::{self, ChildStatus, Party, TokenBucket};

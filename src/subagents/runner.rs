@@ -4,7 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::{preview, subagent_root, Family, Node, State};
 use crate::abort::AbortFlag;

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::process::{self, Ending, RunResult, RunSpec};
 use super::truncate::{truncate_tail, MAX_BYTES, MAX_LINES};

@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::read::path_location;
 use super::truncate::format_size;

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use crate::json::json;
+use serde_json::{Map, Value};
 
 use super::{KernelEnv, KernelHost, Notice, Tool, ToolContext, ToolOutput};
 use crate::abort::AbortFlag;
@@ -176,7 +177,7 @@ impl IpythonTool {
                 .python_skills
                 .iter()
                 .map(|s| {
-                    serde_json::json!({
+                    crate::json::json!({
                         "name": s.name,
                         "module": s.module,
                         "paths": [path(&s.dir), path(&s.dir.join("src"))],

@@ -442,7 +442,7 @@ impl ToolChoice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::json::json;
     use std::time::Duration;
 
     /// A fresh private directory for one test.

@@ -9,7 +9,8 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::truncate::{format_size, MAX_BYTES, MAX_LINES};
 use super::{

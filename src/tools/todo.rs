@@ -3,7 +3,8 @@
 //! show the agent's plan; the model gets the list back as text. The schema is ours (issue 14):
 //! items with `content`, `status` and `priority`.
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::{Tool, ToolContext, ToolOutput};
 use crate::content::{PlanEntry, ToolSpec};

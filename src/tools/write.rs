@@ -4,7 +4,8 @@
 use std::io::{Read as _, Write as _};
 use std::path::Path;
 
-use serde_json::{json, Value};
+use crate::json::json;
+use serde_json::Value;
 
 use super::read::path_location;
 use super::{

@@ -200,7 +200,7 @@ impl Guard {
 mod tests {
     use super::*;
     use crate::autonomy::{Config, Unattended};
-    use serde_json::json;
+    use crate::json::json;
     use std::time::Duration;
 
     fn call(name: &str, args: Value) -> ToolCall {

@@ -165,7 +165,7 @@ pub(crate) fn close_partial_json(raw: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::json::json;
 
     #[test]
     fn partial_json_closes_where_it_can() {

@@ -150,9 +150,10 @@ pub(crate) struct Claimed {
 
 /// A job's `schedule` field: `{kind, expression, intervalMs?}`.
 fn schedule_json(j: &Job) -> serde_json::Value {
-    let mut schedule = serde_json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
+    let mut schedule =
+        crate::json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
     if let Schedule::Interval { ms } = j.schedule {
-        schedule["intervalMs"] = serde_json::json!(ms);
+        schedule["intervalMs"] = crate::json::json!(ms);
     }
     schedule
 }
@@ -272,7 +273,7 @@ impl Jobs {
                     job_id: j.id.clone(),
                     prompt: j.prompt.clone(),
                     delivery: j.delivery,
-                    details: serde_json::json!({
+                    details: crate::json::json!({
                         "jobId": j.id, "schedule": schedule_json(j), "status": j.status,
                         "runCount": j.run_count, "nextRunAt": iso(j.next_run_ms),
                         "lastRunAt": iso(j.last_run_ms),
@@ -290,7 +291,7 @@ impl Jobs {
     /// One job record (behaviour spec §5.5).
     fn record(&self, j: &Job) -> serde_json::Value {
         let schedule = schedule_json(j);
-        let mut r = serde_json::json!({
+        let mut r = crate::json::json!({
             "id": j.id, "status": j.status, "source": j.source.as_str(),
             "deliveryMode": j.delivery.as_str(),
             "activeSessionId": self.owner.session_id, "sessionId": self.owner.session_id,
@@ -311,7 +312,7 @@ impl Jobs {
         ];
         for (key, value) in optional {
             if let Some(v) = value {
-                r[key] = serde_json::json!(v);
+                r[key] = crate::json::json!(v);
             }
         }
         r
@@ -422,7 +423,7 @@ impl Jobs {
         payload: &serde_json::Value,
         now_ms: u64,
     ) -> Result<(serde_json::Value, bool), String> {
-        use serde_json::json;
+        use crate::json::json;
         let text = |key: &str| -> Result<Option<&str>, String> {
             match &payload[key] {
                 serde_json::Value::Null => Ok(None),
@@ -544,9 +545,10 @@ impl Jobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::json;
     use crate::persist::schedule::MIN_INTERVAL;
     use crate::time::iso_of_millis;
-    use serde_json::{json, Value};
+    use serde_json::Value;
 
     /// No firing is in flight.
     fn idle(_: &str) -> bool {
@@ -575,7 +577,7 @@ mod tests {
 
     #[test]
     fn rlm_heartbeat_requests_create_list_update_and_delete_jobs() {
-        use serde_json::json;
+        use crate::json::json;
         let mut jobs = Jobs {
             owner: Owner {
                 session_id: "s1".into(),
@@ -760,7 +762,7 @@ mod tests {
     fn a_follow_up_job_is_due_as_a_follow_up_and_finished_jobs_are_bounded() {
         let mut jobs = Jobs::default();
         for i in 0..(KEEP_INACTIVE + 5) {
-            let payload = serde_json::json!({"instruction": format!("p{i}"), "interval": "in 1m", "delivery_mode": "follow_up"});
+            let payload = crate::json::json!({"instruction": format!("p{i}"), "interval": "in 1m", "delivery_mode": "follow_up"});
             request(&mut jobs, "create", payload, NOW).unwrap();
         }
         let due = jobs.take_due(NOW + 60_000, &idle).due;
@@ -780,7 +782,7 @@ mod tests {
         let (created, _) = request(
             &mut jobs,
             "create",
-            serde_json::json!({"instruction": "late", "interval": "in 1m"}),
+            crate::json::json!({"instruction": "late", "interval": "in 1m"}),
             NOW,
         )
         .unwrap();
@@ -788,7 +790,7 @@ mod tests {
         request(
             &mut jobs,
             "update",
-            serde_json::json!({"id": id, "status": "pause"}),
+            crate::json::json!({"id": id, "status": "pause"}),
             NOW,
         )
         .unwrap();
@@ -796,7 +798,7 @@ mod tests {
         request(
             &mut jobs,
             "update",
-            serde_json::json!({"id": id, "status": "resume"}),
+            crate::json::json!({"id": id, "status": "resume"}),
             NOW + 120_000,
         )
         .unwrap();
