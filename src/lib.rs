@@ -2,7 +2,7 @@
 //!
 //! Modules in reading order: the wire (`rpc`, `transport`, `acp`, `meta`, `events`,
 //! `stop_reason`), the loop (`main_loop`), the work (`turn`, `provider`, `tools`), and start-up
-//! (`cli`, `setup`, `prompt`). The leaves `content` (shared content types), `abort`, `lines` (bounded
+//! (`cli`, `setup`, `prompt`). The leaves `content` (shared content types), `abort`, `json` (the crate's `json!`), `lines` (bounded
 //! line framing) and `spawn` (starting and signalling children) use no other module. See ARCHITECTURE.md for the map and
 //! the invariants.
 

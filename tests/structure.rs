@@ -1,5 +1,5 @@
 //! The code's shape, checked so it stays that way: the crate's top-level modules import each
-//! other without a cycle (`scripts/module_graph.py`).
+//! other without a cycle (`scripts/module_graph.py`), and build JSON with the crate's `json!`.
 
 use std::io::Write;
 use std::process::Command;
@@ -29,4 +29,38 @@ fn the_module_graph_has_no_cycle() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("no cycle"), "{text}");
+}
+
+/// The crate builds JSON with its own `json!` (`src/json.rs`, a smaller expansion that keeps
+/// the static binary under its size budget): serde_json's macro, used again here and there,
+/// would bring the cost back one site at a time.
+#[test]
+fn the_crate_builds_json_with_its_own_macro() {
+    let mut uses = Vec::new();
+    let mut stack = vec![root().join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/json.rs")
+            {
+                let text = std::fs::read_to_string(&path).expect("source");
+                for (i, line) in text.lines().enumerate() {
+                    let listed = ["{json,", " json,", " json}"];
+                    let imports = line.contains("serde_json::json")
+                        || (line.trim_start().starts_with("use serde_json::{")
+                            && listed.iter().any(|l| line.contains(l)));
+                    if imports {
+                        uses.push(format!("{}:{}: {line}", path.display(), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        uses.is_empty(),
+        "serde_json's json! used:\n{}",
+        uses.join("\n")
+    );
 }
