@@ -159,7 +159,7 @@ fn children_with(dir: &Path, name: &str) -> Vec<PathBuf> {
         .map(|e| e.path().join(name))
         .filter(|p| p.is_file())
         .collect();
-    out.sort();
+    out.sort_unstable();
     out
 }
 
@@ -173,7 +173,7 @@ fn markdown_files(dir: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "md"))
         .collect();
-    out.sort();
+    out.sort_unstable();
     out
 }
 

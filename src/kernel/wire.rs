@@ -2,21 +2,19 @@
 //! finds end-of-cell markers in the kernel's stdout/stderr bytes. No IO, no threads.
 
 use crate::json::json;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
-/// A kernel → host frame (one JSON object per line on fd 3, tagged by `op`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+/// A kernel → host frame (one JSON object per line on fd 3, tagged by `op`). Fields marked
+/// "may be absent" default when they are; other fields must be there with their type.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum KernelFrame {
     /// The driver is up; `engine` is `ipython` or `plain`.
     Ready {
         pid: i64,
         engine: String,
-        #[serde(default)]
+        /// May be absent.
         python: String,
         /// What loading the session's saved namespace gave (`kernel::state`), when asked to.
-        #[serde(default)]
         restore: Option<Value>,
     },
     /// The value of the cell's last expression (`repr`, like IPython's `execute_result`).
@@ -29,7 +27,6 @@ pub(crate) enum KernelFrame {
     },
     /// A display bundle (`{mime: payload}`) of MIME types the host understands.
     Display {
-        #[serde(default)]
         id: Option<u64>,
         data: Map<String, Value>,
     },
@@ -39,29 +36,139 @@ pub(crate) enum KernelFrame {
     Done { id: u64, status: String },
     /// The answer to `flush`: `saved` says whether a pending snapshot was written.
     Flushed {
-        #[serde(default)]
+        /// May be absent (false).
         saved: bool,
     },
     /// A line for the agent's log from the driver itself (e.g. a failed namespace snapshot).
     Log {
-        #[serde(default)]
+        /// Both may be absent.
         level: String,
-        #[serde(default)]
         message: String,
     },
     /// A host-bridge request from Python; answered with a `host_reply` carrying the same `rid`.
     HostRequest {
         rid: u64,
-        #[serde(default, rename = "type")]
+        /// The frame's `type`; both may be absent (null).
         kind: Value,
-        #[serde(default)]
         payload: Value,
     },
 }
 
 impl KernelFrame {
+    /// Reads one frame. By hand rather than derived: serde's derive for an internally tagged
+    /// enum buffers the object and reads it again per variant, 27 KB of the static binary.
     pub(crate) fn parse(line: &[u8]) -> Result<KernelFrame, String> {
-        serde_json::from_slice(line).map_err(|e| e.to_string())
+        let object: Map<String, Value> = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+        let mut f = Fields(object);
+        let frame = match f.string("op")?.as_str() {
+            "ready" => KernelFrame::Ready {
+                pid: f.int("pid")?,
+                engine: f.string("engine")?,
+                python: f.or_default("python", Fields::string)?,
+                restore: f.take("restore"),
+            },
+            "result" => KernelFrame::Result {
+                id: f.id("id")?,
+                text: f.string("text")?,
+            },
+            "error" => KernelFrame::Error {
+                id: f.id("id")?,
+                ename: f.string("ename")?,
+                evalue: f.string("evalue")?,
+                traceback: f.strings("traceback")?,
+            },
+            "display" => KernelFrame::Display {
+                id: f.or_default("id", |f, k| f.id(k).map(Some))?,
+                data: match f.take("data") {
+                    Some(Value::Object(data)) => data,
+                    _ => return Err(Fields::invalid("data", "an object")),
+                },
+            },
+            "child_group" => KernelFrame::ChildGroup {
+                id: f.id("id")?,
+                pgid: f.int("pgid")?,
+            },
+            "done" => KernelFrame::Done {
+                id: f.id("id")?,
+                status: f.string("status")?,
+            },
+            "flushed" => KernelFrame::Flushed {
+                saved: f.or_default("saved", |f, k| match f.take(k) {
+                    Some(Value::Bool(b)) => Ok(b),
+                    _ => Err(Fields::invalid(k, "a boolean")),
+                })?,
+            },
+            "log" => KernelFrame::Log {
+                level: f.or_default("level", Fields::string)?,
+                message: f.or_default("message", Fields::string)?,
+            },
+            "host_request" => KernelFrame::HostRequest {
+                rid: f.id("rid")?,
+                kind: f.take("type").unwrap_or_default(),
+                payload: f.take("payload").unwrap_or_default(),
+            },
+            other => return Err(format!("unknown frame op `{other}`")),
+        };
+        Ok(frame)
+    }
+}
+
+/// A frame's fields, taken out one by one.
+struct Fields(Map<String, Value>);
+
+impl Fields {
+    /// A field that is there and not null.
+    fn take(&mut self, key: &str) -> Option<Value> {
+        self.0.remove(key).filter(|v| !v.is_null())
+    }
+
+    fn invalid(key: &str, what: &str) -> String {
+        format!("field `{key}` missing or not {what}")
+    }
+
+    /// A field that may be absent (or null): its type's default then.
+    fn or_default<T: Default>(
+        &mut self,
+        key: &str,
+        read: fn(&mut Fields, &str) -> Result<T, String>,
+    ) -> Result<T, String> {
+        if self.0.get(key).is_none_or(Value::is_null) {
+            return Ok(T::default());
+        }
+        read(self, key)
+    }
+
+    fn string(&mut self, key: &str) -> Result<String, String> {
+        match self.take(key) {
+            Some(Value::String(s)) => Ok(s),
+            _ => Err(Fields::invalid(key, "a string")),
+        }
+    }
+
+    fn id(&mut self, key: &str) -> Result<u64, String> {
+        self.take(key)
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| Fields::invalid(key, "a non-negative integer"))
+    }
+
+    fn int(&mut self, key: &str) -> Result<i64, String> {
+        self.take(key)
+            .and_then(|v| v.as_i64())
+            .ok_or_else(|| Fields::invalid(key, "an integer"))
+    }
+
+    fn strings(&mut self, key: &str) -> Result<Vec<String>, String> {
+        let invalid = || Fields::invalid(key, "a list of strings");
+        let Some(Value::Array(items)) = self.take(key) else {
+            return Err(invalid());
+        };
+        items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                _ => Err(invalid()),
+            })
+            .collect()
     }
 }
 
@@ -222,6 +329,137 @@ mod tests {
             vec![Chunk::Output(b"progress 10%".to_vec())]
         );
         assert_eq!(s.push(b"x\0t"), vec![Chunk::Output(b"x".to_vec())]);
+    }
+
+    /// Every op, with its fields present, absent where they may be, and of the wrong type.
+    #[test]
+    fn frames_parse_by_op() {
+        let ok: &[(&str, KernelFrame)] = &[
+            (
+                r#"{"op":"ready","pid":7,"engine":"ipython","python":"3.11","restore":{"n":1}}"#,
+                KernelFrame::Ready {
+                    pid: 7,
+                    engine: "ipython".into(),
+                    python: "3.11".into(),
+                    restore: Some(json!({"n": 1})),
+                },
+            ),
+            (
+                r#"{"op":"ready","pid":-1,"engine":"plain","restore":null,"extra":true}"#,
+                KernelFrame::Ready {
+                    pid: -1,
+                    engine: "plain".into(),
+                    python: String::new(),
+                    restore: None,
+                },
+            ),
+            (
+                r#"{"op":"result","id":2,"text":"4"}"#,
+                KernelFrame::Result {
+                    id: 2,
+                    text: "4".into(),
+                },
+            ),
+            (
+                r#"{"op":"error","id":2,"ename":"E","evalue":"v","traceback":["a","b"]}"#,
+                KernelFrame::Error {
+                    id: 2,
+                    ename: "E".into(),
+                    evalue: "v".into(),
+                    traceback: vec!["a".into(), "b".into()],
+                },
+            ),
+            (
+                r#"{"op":"display","data":{"text/plain":"x"}}"#,
+                KernelFrame::Display {
+                    id: None,
+                    data: json!({"text/plain": "x"}).as_object().unwrap().clone(),
+                },
+            ),
+            (
+                r#"{"op":"display","id":5,"data":{}}"#,
+                KernelFrame::Display {
+                    id: Some(5),
+                    data: Map::new(),
+                },
+            ),
+            (
+                r#"{"op":"child_group","id":1,"pgid":300}"#,
+                KernelFrame::ChildGroup { id: 1, pgid: 300 },
+            ),
+            (
+                r#"{"op":"flushed","saved":true}"#,
+                KernelFrame::Flushed { saved: true },
+            ),
+            (r#"{"op":"flushed"}"#, KernelFrame::Flushed { saved: false }),
+            (
+                r#"{"op":"log","level":"warning","message":"m"}"#,
+                KernelFrame::Log {
+                    level: "warning".into(),
+                    message: "m".into(),
+                },
+            ),
+            (
+                r#"{"op":"log"}"#,
+                KernelFrame::Log {
+                    level: String::new(),
+                    message: String::new(),
+                },
+            ),
+            (
+                r#"{"op":"host_request","rid":9,"type":"llm","payload":{"p":1}}"#,
+                KernelFrame::HostRequest {
+                    rid: 9,
+                    kind: json!("llm"),
+                    payload: json!({"p": 1}),
+                },
+            ),
+        ];
+        for (line, frame) in ok {
+            assert_eq!(
+                KernelFrame::parse(line.as_bytes()).as_ref(),
+                Ok(frame),
+                "{line}"
+            );
+        }
+        let bad = [
+            (r#"[1]"#, "invalid type"),
+            (r#"{"id":1}"#, "field `op` missing or not a string"),
+            (r#"{"op":"nope"}"#, "unknown frame op `nope`"),
+            (r#"{"op":"done","status":"ok"}"#, "field `id` missing"),
+            (
+                r#"{"op":"done","id":-1,"status":"ok"}"#,
+                "field `id` missing or not a non-negative integer",
+            ),
+            (
+                r#"{"op":"done","id":1,"status":2}"#,
+                "field `status` missing or not a string",
+            ),
+            (
+                r#"{"op":"ready","pid":1.5,"engine":"x"}"#,
+                "field `pid` missing or not an integer",
+            ),
+            (
+                r#"{"op":"ready","pid":1,"engine":"x","python":3}"#,
+                "field `python`",
+            ),
+            (
+                r#"{"op":"error","id":1,"ename":"E","evalue":"v","traceback":["a",1]}"#,
+                "a list of strings",
+            ),
+            (
+                r#"{"op":"display","data":[]}"#,
+                "field `data` missing or not an object",
+            ),
+            (
+                r#"{"op":"flushed","saved":"yes"}"#,
+                "field `saved` missing or not a boolean",
+            ),
+        ];
+        for (line, error) in bad {
+            let got = KernelFrame::parse(line.as_bytes()).expect_err(line);
+            assert!(got.contains(error), "{line}: {got}");
+        }
     }
 
     #[test]

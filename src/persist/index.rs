@@ -141,7 +141,7 @@ pub(crate) fn list(dir: &Path) -> Vec<Summary> {
     if changed || index.len() != before {
         write_index(&index_path, &index);
     }
-    out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+    out.sort_unstable_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
     out
 }
 

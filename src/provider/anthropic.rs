@@ -351,7 +351,7 @@ impl StreamDecoder for Decoder {
         Ok(false)
     }
 
-    fn finish(mut self) -> Result<Reply, ProviderError> {
+    fn finish(mut self: Box<Self>) -> Result<Reply, ProviderError> {
         if !self.done {
             return Err(ProviderError::ended_early());
         }

@@ -417,7 +417,7 @@ impl StreamDecoder for Decoder {
         Ok(false)
     }
 
-    fn finish(self) -> Result<Reply, ProviderError> {
+    fn finish(self: Box<Self>) -> Result<Reply, ProviderError> {
         // Only signed parts need replaying.
         self.draft.reply(
             self.parts,
@@ -722,7 +722,7 @@ mod tests {
             "finishReason": "STOP"}]});
         d.on_event(&data_event(&chunk.to_string()), &mut |_| {})
             .expect("ok");
-        let reply = d.finish().expect("ok");
+        let reply = Box::new(d).finish().expect("ok");
         assert_eq!(reply.message.tool_calls[0].id, "fc-7");
         let messages = vec![
             Message::Assistant(reply.message),

@@ -89,8 +89,9 @@ pub(crate) trait StreamDecoder {
     /// Handles one SSE event; `Ok(true)` means the reply is complete (no need to read on).
     fn on_event(&mut self, event: &SseEvent, emit: Emit<'_>) -> Result<bool, ProviderError>;
 
-    /// The body ended: the assembled reply, or an error if no finish was ever seen.
-    fn finish(self) -> Result<Reply, ProviderError>;
+    /// The body ended: the assembled reply, or an error if no finish was ever seen. (Boxed,
+    /// as the client holds its decoder: one copy of the client's stream loop serves every API.)
+    fn finish(self: Box<Self>) -> Result<Reply, ProviderError>;
 }
 
 /// The JSON of one stream event, for decoders whose every event is one; `None` for an empty
@@ -178,11 +179,11 @@ impl HttpClient {
     /// transient error event inside the stream, which voids the partial reply), and
     /// reports each wait and its end through `on_event` (`Retrying`, `Recovered`,
     /// `RetriesExhausted`).
-    pub(crate) fn stream<D: StreamDecoder>(
+    pub(crate) fn stream(
         &self,
         request: &PostRequest<'_>,
         abort: &AbortFlag,
-        mut new_decoder: impl FnMut() -> D,
+        new_decoder: &mut dyn FnMut() -> Box<dyn StreamDecoder>,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError> {
         let mut attempt = 0u32;
@@ -289,12 +290,12 @@ impl HttpClient {
         serde_json::from_slice(&body).ok()
     }
 
-    fn attempt<D: StreamDecoder>(
+    fn attempt(
         &self,
         request: &PostRequest<'_>,
         attempt: u32,
         abort: &AbortFlag,
-        mut decoder: D,
+        mut decoder: Box<dyn StreamDecoder>,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, AttemptError> {
         let slot = Arc::new(CallSlot::default());

@@ -341,7 +341,7 @@ impl StreamDecoder for Decoder {
         self.on_chunk(data, emit)
     }
 
-    fn finish(self) -> Result<Reply, ProviderError> {
+    fn finish(self: Box<Self>) -> Result<Reply, ProviderError> {
         self.finish_reply()
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
-use super::http::{HttpClient, HttpSettings, PostRequest};
+use super::http::{HttpClient, HttpSettings, PostRequest, StreamDecoder};
 use super::{
     anthropic, azure, google, openai, responses, ChatRequest, Message, Notice, Provider,
     ProviderError, Reply, StreamEvent, ToolResultMessage,
@@ -354,26 +354,17 @@ impl Provider for RemoteProvider {
             body: &body,
             request_id: Some(request.request_id),
         };
-        match self.selection.api {
-            Api::OpenAiCompletions => {
-                self.http
-                    .stream(&post, abort, openai::Decoder::new, on_event)
+        let mut decoder = || -> Box<dyn StreamDecoder> {
+            match self.selection.api {
+                Api::OpenAiCompletions => Box::new(openai::Decoder::new()),
+                Api::AnthropicMessages => Box::new(anthropic::Decoder::new()),
+                Api::OpenAiResponses | Api::AzureOpenAiResponses => {
+                    Box::new(responses::Decoder::new(&model.id))
+                }
+                Api::Google => Box::new(google::Decoder::new(&model.id)),
             }
-            Api::AnthropicMessages => {
-                self.http
-                    .stream(&post, abort, anthropic::Decoder::new, on_event)
-            }
-            Api::OpenAiResponses | Api::AzureOpenAiResponses => self.http.stream(
-                &post,
-                abort,
-                || responses::Decoder::new(&model.id),
-                on_event,
-            ),
-            Api::Google => {
-                self.http
-                    .stream(&post, abort, || google::Decoder::new(&model.id), on_event)
-            }
-        }
+        };
+        self.http.stream(&post, abort, &mut decoder, on_event)
     }
 }
 

@@ -521,7 +521,7 @@ impl StreamDecoder for Decoder {
         Ok(false)
     }
 
-    fn finish(mut self) -> Result<Reply, ProviderError> {
+    fn finish(mut self: Box<Self>) -> Result<Reply, ProviderError> {
         for (i, c) in std::mem::take(&mut self.calls).into_iter().enumerate() {
             if c.name.is_empty() && c.arguments.is_empty() {
                 continue;

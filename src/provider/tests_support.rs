@@ -158,7 +158,7 @@ pub(crate) fn replay<D: StreamDecoder>(
             Err(e) => return (Err(e), out),
         }
     }
-    (decoder.finish(), out)
+    (Box::new(decoder).finish(), out)
 }
 
 /// Replays a recorded stream from `fixtures/sse/` through a decoder.

@@ -76,7 +76,7 @@ pub(super) fn render(
     if rows.is_empty() {
         return format!("No models matching \"{}\"\n", pattern.unwrap_or(""));
     }
-    rows.sort();
+    rows.sort_unstable();
     let header = [
         "provider", "model", "context", "max-out", "thinking", "images",
     ]
