@@ -307,7 +307,11 @@ fn no_zygote() -> [(&'static str, String); 1] {
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // `BENCH_BIN` swaps in another binary or a wrapper script (e.g. one that execs
-    // `perf record -- target/release/prime-agent "$@"`) for profiling.
+    // `perf record -- target/release/prime-agent "$@"`) for profiling. `make bench` sets it to
+    // the release build, kept aside before `cargo bench` relinks target/release/prime-agent
+    // under the bench profile: that build's symbol names differ, so scripts/startup.order
+    // does not apply to it and its start-up RSS is about 1.3 MiB higher.
+    let bench_bin_set = std::env::var_os("BENCH_BIN").is_some();
     let work = std::env::temp_dir().join(format!("prime-agent-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     let bin = match std::env::var_os("BENCH_BIN") {
@@ -342,6 +346,14 @@ fn main() {
     if b.multi {
         b.report
             .note("BENCH_MULTI=1: every agent spawned with --multi-session".into());
+    }
+    if !bench_bin_set {
+        b.report.note(
+            "no BENCH_BIN: measuring the bench profile's relink of target/release/prime-agent, \
+             which scripts/startup.order does not match (start-up RSS higher); make bench \
+             measures the release build"
+                .into(),
+        );
     }
 
     // `BENCH_ONLY=stream,cancel` runs only the named sections.
