@@ -242,3 +242,52 @@ fn the_spare_kernel_dies_with_a_killed_agent() {
     assert_dies(&spare.to_string());
     assert_dies(&z.to_string());
 }
+
+/// A cancel while the first cell waits for a zygote that is still importing ends the wait and
+/// starts nothing. Before, the wait saw the cancel only at its next 50 ms poll and then started
+/// a kernel on its own, which saw the cancel and was killed: 50-60 ms per such cancel, the
+/// outliers of the busy-cell cancel bench. (Without the fix this fails in most runs, not all:
+/// the standalone start is sometimes killed before the wrapper logs it.) The "python" here
+/// logs each start and, as a zygote, imports forever.
+#[test]
+fn a_cancel_while_the_zygote_imports_starts_no_kernel() {
+    let dir = TempDir::new("zygote-cancel");
+    let log = dir.path().join("starts.log");
+    let python = dir.write(
+        "slow-python",
+        &format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in *--zygote*) exec sleep 30;; esac\nexec python3 \"$@\"\n",
+            log.display()
+        ),
+    );
+    let _ = std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&python)
+        .status();
+    let cell = json!({"steps": [{"tool_call": {"id": "c0", "name": "ipython", "arguments": {"code": "1"}}}]});
+    let s = dir.write("cell.jsonl", &format!("{cell}\n"));
+    let mut spawn = Spawn::scripted(&s.display().to_string(), &[]);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    spawn.env = vec![(
+        "PRIME_AGENT_KERNEL_PYTHON".into(),
+        python.display().to_string(),
+    )];
+    let mut a = Agent::spawn(spawn);
+    a.handshake();
+    let id = a.prompt("go");
+    a.wait_for("the cell's tool call", |f| {
+        f["params"]["update"]["sessionUpdate"] == "tool_call"
+    });
+    // Let the tool reach its wait for the zygote (which never becomes ready).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    a.cancel();
+    let r = a.response(&id);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    assert!(a.finish().success());
+    let starts = std::fs::read_to_string(&log).unwrap_or_default();
+    let lines: Vec<&str> = starts.lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].contains("--zygote"),
+        "only the zygote was started: {starts:?}"
+    );
+}

@@ -69,6 +69,8 @@ const STATE_PY: &str = include_str!("state.py");
 
 /// How long the driver may take to start (IPython imports can be slow on a cold disk).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Why a start ended when its turn was cancelled.
+const CANCELLED_WHILE_STARTING: &str = "cancelled while starting";
 /// How long an interrupted cell may take to stop before the kernel is killed.
 pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 /// After `done`, how long to wait for the stdout/stderr markers before giving up on them.
@@ -243,6 +245,10 @@ impl Kernel {
                 Err(e) => log::warn!("kernel zygote: {e}; starting the kernel on its own"),
             }
         }
+        // The wait for the zygote ends early on a cancel: start nothing then.
+        if abort.is_aborted() {
+            return Err(CANCELLED_WHILE_STARTING.to_owned());
+        }
         let dir = write_driver_dir()?;
         match Kernel::spawn(cfg, handler, abort, &dir) {
             Ok(kernel) => Ok(kernel),
@@ -405,7 +411,7 @@ impl Kernel {
                 }
                 Ok(Event::Abort) => {
                     self.kill();
-                    return Err("cancelled while starting".to_owned());
+                    return Err(CANCELLED_WHILE_STARTING.to_owned());
                 }
                 Ok(Event::Output(Stream::Stderr, bytes)) => stderr.push(&bytes),
                 Ok(Event::Truncated(Stream::Stderr)) => stderr.truncated = true,

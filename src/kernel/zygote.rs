@@ -206,7 +206,15 @@ impl Zygote {
         s.closed || matches!(s.ready, Some(Err(_)))
     }
 
-    fn wait_ready(&self, abort: &AbortFlag) -> bool {
+    fn wait_ready(self: &Arc<Self>, abort: &AbortFlag) -> bool {
+        // A cancel wakes the wait at once. The hook takes the state lock, which every holder
+        // keeps only for a few field updates (never across IO), so the notify cannot fall
+        // between this loop's check of the flag and its wait.
+        let z = Arc::clone(self);
+        let _hook = abort.on_abort(move || {
+            let _s = lock(&z.state);
+            z.changed.notify_all();
+        });
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut s = lock(&self.state);
         loop {
@@ -221,7 +229,7 @@ impl Zygote {
             }
             s = self
                 .changed
-                .wait_timeout(s, left.min(Duration::from_millis(50)))
+                .wait_timeout(s, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
