@@ -1148,7 +1148,9 @@ impl Bench {
                 .note("python3 missing: cancel while a Python cell busy-loops skipped".into());
             return;
         }
-        let code = "print('spinning', flush=True)\nwhile True: pass";
+        // The marker is built in the cell so that only its output, not the tool call's
+        // `rawInput` (which carries the code), says the loop is running.
+        let code = "print('spin' + 'ning', flush=True)\nwhile True: pass";
         let lines: Vec<Value> = (0..n)
             .map(|_| json!({"steps":[{"tool_call":{"name":"ipython","arguments":{"code": code}}}]}))
             .collect();
