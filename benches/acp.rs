@@ -1102,7 +1102,13 @@ impl Bench {
         let lines: Vec<Value> = (0..n)
             .map(|_| json!({"steps":[{"stream_until_cancelled":{"text":"tick ","interval_ms":1}}]}))
             .collect();
-        let lat = self.cancel_loop("cancel.jsonl", &lines, "agent_message_chunk", None);
+        let lat = self.cancel_loop(
+            "cancel.jsonl",
+            &lines,
+            "agent_message_chunk",
+            None,
+            &no_zygote(),
+        );
         cancel_row(&mut self.report, "streaming (scripted)", lat);
 
         // Streaming from the loopback server.
@@ -1132,6 +1138,10 @@ impl Bench {
             &lines,
             "\"sessionUpdate\":\"tool_call\"",
             Some(Duration::from_millis(20)),
+            // No kernel in these turns: without the zygote's Python import (the first second
+            // after `session/new`, on one of the 2 cores) the first cancels measure the cancel
+            // path, not the import they shared the CPU with (5-7 ms then, about 1 ms after).
+            &no_zygote(),
         );
         cancel_row(&mut self.report, "bash runs `sleep 30`", lat);
 
@@ -1159,6 +1169,7 @@ impl Bench {
             &lines,
             "spinning",
             Some(Duration::from_millis(20)),
+            &[],
         );
         cancel_row(&mut self.report, "a Python cell busy-loops (ipython)", lat);
     }
@@ -1171,13 +1182,14 @@ impl Bench {
         lines: &[Value],
         ready: &str,
         settle: Option<Duration>,
+        env: &[(&str, String)],
     ) -> Vec<f64> {
         let script = write_script(&self.work, name, lines);
         let script_s = script.display().to_string();
         let mut p = self.agent(
             &self.bin,
             &["--provider", "scripted", "--script", &script_s],
-            &[],
+            env,
         );
         let sid = p.handshake(&self.work);
         let mut lat = vec![];
