@@ -7,6 +7,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod arguments;
 pub(crate) mod azure;
+mod chunk_scan;
 pub(crate) mod config;
 pub(crate) mod delta_pool;
 pub(crate) mod google;

@@ -3,11 +3,8 @@
 //! streamed chunks into deltas and an assembled `Reply`.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::marker::PhantomData;
 
 use crate::json::json;
-use serde::de::{value::MapAccessDeserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -197,26 +194,6 @@ fn parse_arguments(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }
 
-/// `T` parsed from a JSON object only. (Derived structs also accept arrays, which the general
-/// path would ignore; refusing them keeps the two paths in agreement.)
-struct MapOnly<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = T;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map))
-            }
-        }
-        d.deserialize_map(V(PhantomData)).map(MapOnly)
-    }
-}
-
 /// An optional string that borrows from the input unless it has escapes. Needed because serde
 /// borrows a `Cow<str>` only for a field of exactly that type: inside an `Option` it always
 /// allocates, and that was one `malloc`/`free` per streamed delta on the turn thread.
@@ -224,61 +201,6 @@ pub(super) fn borrowed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de
     #[derive(Deserialize)]
     struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
     Ok(Option::<Str<'de>>::deserialize(d)?.map(|Str(s)| s))
-}
-
-/// The first element of a JSON array, parsed as a `MapOnly<T>`; the rest are skipped unparsed
-/// (the general path reads `/choices/0` only). `None` for an empty array. No `Vec` is built:
-/// this runs once per streamed delta.
-struct FirstOf<T>(Option<T>);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for FirstOf<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = FirstOf<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FirstOf<T>, A::Error> {
-                let first = seq.next_element::<MapOnly<T>>()?.map(|MapOnly(t)| t);
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(FirstOf(first))
-            }
-        }
-        d.deserialize_seq(V(PhantomData))
-    }
-}
-
-/// The shape of almost every chunk of a stream: a text or reasoning delta and maybe a finish
-/// reason. Parsed straight from the event's text, borrowing the strings, instead of building a
-/// `Value` tree per delta (the hot path of streaming). Anything else (usage, an error, tool
-/// calls, a field of an unexpected type, a duplicate key) fails to match and goes the general
-/// way, so both paths give the same result for every chunk this one accepts.
-#[derive(Deserialize)]
-struct FastChunk<'a> {
-    #[serde(borrow)]
-    choices: FirstOf<FastChoice<'a>>,
-    usage: Option<IgnoredAny>,
-    error: Option<IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct FastChoice<'a> {
-    #[serde(borrow)]
-    delta: Option<MapOnly<FastDelta<'a>>>,
-    #[serde(borrow, default, deserialize_with = "borrowed")]
-    finish_reason: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct FastDelta<'a> {
-    #[serde(borrow, default, deserialize_with = "borrowed")]
-    content: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "borrowed")]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "borrowed")]
-    reasoning: Option<Cow<'a, str>>,
-    tool_calls: Option<IgnoredAny>,
 }
 
 fn finish_reason(reason: &str) -> FinishReason {
@@ -293,35 +215,24 @@ impl Decoder {
     /// The fast path for the common chunk; `false` means "not handled, use the general path"
     /// (and nothing was emitted or recorded).
     fn on_simple_chunk(&mut self, data: &str, emit: &mut dyn FnMut(StreamEvent)) -> bool {
-        let Ok(MapOnly(chunk)) = serde_json::from_str::<MapOnly<FastChunk<'_>>>(data) else {
+        let Some(chunk) = super::chunk_scan::scan(data) else {
             return false;
         };
-        if chunk.usage.is_some() || chunk.error.is_some() {
-            return false;
+        // As the general path: `reasoning_content` wins even when empty.
+        let thinking = chunk
+            .reasoning_content
+            .as_deref()
+            .or(chunk.reasoning.as_deref())
+            .filter(|t| !t.is_empty());
+        if let Some(t) = thinking {
+            self.message.thinking.push_str(t);
+            emit(StreamEvent::Thinking(super::delta_pool::owned(t)));
         }
-        let FirstOf(Some(choice)) = chunk.choices else {
-            return true;
-        };
-        if let Some(MapOnly(delta)) = &choice.delta {
-            if delta.tool_calls.is_some() {
-                return false;
-            }
-            // As the general path: `reasoning_content` wins even when empty.
-            let thinking = delta
-                .reasoning_content
-                .as_deref()
-                .or(delta.reasoning.as_deref())
-                .filter(|t| !t.is_empty());
-            if let Some(t) = thinking {
-                self.message.thinking.push_str(t);
-                emit(StreamEvent::Thinking(super::delta_pool::owned(t)));
-            }
-            if let Some(t) = delta.content.as_deref().filter(|t| !t.is_empty()) {
-                self.message.text.push_str(t);
-                emit(StreamEvent::Text(super::delta_pool::owned(t)));
-            }
+        if let Some(t) = chunk.content.as_deref().filter(|t| !t.is_empty()) {
+            self.message.text.push_str(t);
+            emit(StreamEvent::Text(super::delta_pool::owned(t)));
         }
-        if let Some(reason) = &choice.finish_reason {
+        if let Some(reason) = &chunk.finish_reason {
             self.finish = Some(finish_reason(reason));
         }
         true
@@ -602,26 +513,6 @@ mod tests {
     /// The fast path and the general path agree on every chunk: same events, same errors,
     /// same assembled reply.
     #[test]
-    fn fast_chunk_strings_borrow_unless_escaped() {
-        let delta = |data: &'static str| {
-            let MapOnly(chunk) = serde_json::from_str::<MapOnly<FastChunk<'_>>>(data).unwrap();
-            let FirstOf(Some(choice)) = chunk.choices else {
-                panic!("no choice in {data}")
-            };
-            (choice.delta.map(|MapOnly(d)| d), choice.finish_reason)
-        };
-        let (d, finish) =
-            delta(r#"{"choices":[{"delta":{"content":"tok "},"finish_reason":"stop"}]}"#);
-        assert!(matches!(d.unwrap().content, Some(Cow::Borrowed("tok "))));
-        assert!(matches!(finish, Some(Cow::Borrowed("stop"))));
-        let (d, finish) =
-            delta(r#"{"choices":[{"delta":{"reasoning_content":"a\nb","content":null}}]}"#);
-        let d = d.unwrap();
-        assert!(matches!(d.reasoning_content, Some(Cow::Owned(s)) if s == "a\nb"));
-        assert!(d.content.is_none() && d.reasoning.is_none() && finish.is_none());
-    }
-
-    #[test]
     fn fast_path_agrees_with_general_path() {
         let chunks = [
             r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#,
@@ -661,6 +552,20 @@ mod tests {
             r#"{"choices":[{"delta":{"content":"#,
             r#""just a string""#,
             r#"{"choices":[{"delta":{"content":"x"}}]} trailing"#,
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1733000000,"model":"m","system_fingerprint":null,"choices":[{"index":0,"delta":{"role":"assistant","content":"tok"},"logprobs":null,"finish_reason":null}]}"#,
+            " { \"choices\" : [ { \"delta\" : { \"content\" : \"a b\" } , \"finish_reason\" : \"stop\" } ] } ",
+            r#"{"choices":[{"delta":{"content":"\u00e9 \"q\" \\"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"\ud800"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"\ud83d\ude00"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"\q"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"c"}}],"n":1.5,"e":-2e-3}"#,
+            r#"{"choices":[{"delta":{"content":"c"}}],"n":1e400}"#,
+            r#"{"choices":[{"delta":{"content":"c"}}],"n":0123}"#,
+            r#"{"choices":[{"delta":{"content":"c"}}],"id":"a\"b","x":{"y":[[[]]]}}"#,
+            r#"{"choi\u0063es":[{"delta":{"content":"esc"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":null,"tool_calls":null,"content":"t"}}]}"#,
+            r#"{"choices":[{"delta":null,"delta":{"content":"d"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},]}"#,
         ];
         assert!(Decoder::new().on_simple_chunk(chunks[0], &mut |_| {}));
         for chunk in chunks {
@@ -676,6 +581,60 @@ mod tests {
                 "state for {chunk}"
             );
         }
+    }
+
+    /// The same agreement over chunks mutated at random (a fixed seed): whatever the fast path
+    /// accepts, the general path reads the same way.
+    #[test]
+    fn fast_path_agrees_with_general_path_on_mutated_chunks() {
+        let seeds = [
+            r#"{"id":"c-1","object":"chat.completion.chunk","created":17,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"t\u00e9k","reasoning":null},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"r","tool_calls":null},"finish_reason":"stop"},{"delta":{}}],"x":[1,-2,true,{"y":"z"}]}"#,
+        ];
+        const ALPHABET: &[u8] = br#"{}[]:,"\ 0123456789-.eEtrufalsn\u"#;
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let mut accepted = 0;
+        for round in 0..20_000 {
+            let mut bytes = seeds[round % seeds.len()].as_bytes().to_vec();
+            for _ in 0..1 + next(3) {
+                let at = next(bytes.len());
+                match next(3) {
+                    0 => {
+                        bytes.remove(at);
+                    }
+                    1 => bytes.insert(at, ALPHABET[next(ALPHABET.len())]),
+                    _ => bytes[at] = ALPHABET[next(ALPHABET.len())],
+                }
+            }
+            let Ok(chunk) = String::from_utf8(bytes) else {
+                continue;
+            };
+            let (mut fast, mut general) = (Decoder::new(), Decoder::new());
+            let (mut fast_out, mut general_out) = (Vec::new(), Vec::new());
+            if !fast.on_simple_chunk(&chunk, &mut |e| fast_out.push(e)) {
+                continue;
+            }
+            accepted += 1;
+            let b = general.on_chunk(&chunk, &mut |e| general_out.push(e));
+            assert!(b.is_ok(), "the general path fails on {chunk}: {b:?}");
+            assert_eq!(fast_out, general_out, "events for {chunk}");
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{general:?}"),
+                "state for {chunk}"
+            );
+        }
+        // Many mutations leave the chunk valid, so the agreement is tested, not vacuous.
+        assert!(
+            accepted > 1_000,
+            "only {accepted} mutated chunks took the fast path"
+        );
     }
 
     #[test]
