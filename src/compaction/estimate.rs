@@ -1,6 +1,7 @@
 //! Token estimates: chars/4, an image as 4,800 chars (behaviour spec §5.2). Used for what the
 //! provider has not counted yet and for choosing the cut point.
 
+use crate::content::ToolSpec;
 use crate::provider::{Message, ToolResultMessage};
 
 /// What an image costs in the estimate, in chars.
@@ -30,9 +31,20 @@ pub(crate) fn message_tokens(message: &Message) -> u64 {
     message_chars(message).div_ceil(4)
 }
 
-/// Estimated tokens of plain text (the system prompt when no reply has been counted yet).
+/// Estimated tokens of plain text.
 pub(crate) fn text_tokens(text: &str) -> u64 {
     (text.chars().count() as u64).div_ceil(4)
+}
+
+/// Estimated tokens of what every request carries besides its messages: the system prompt
+/// and each tool's name, description and parameter schema (as JSON).
+pub(crate) fn fixed_tokens(system: &str, tools: &[ToolSpec]) -> u64 {
+    let chars = |s: &str| s.chars().count() as u64;
+    let tools: u64 = tools
+        .iter()
+        .map(|t| chars(&t.name) + chars(&t.description) + chars(&t.parameters.to_string()))
+        .sum();
+    (chars(system) + tools).div_ceil(4)
 }
 
 #[cfg(test)]
@@ -91,5 +103,23 @@ mod tests {
             assert_eq!(message_tokens(&message), want, "{message:?}");
         }
         assert_eq!(text_tokens("12345"), 2);
+    }
+
+    #[test]
+    fn the_fixed_part_counts_the_tool_definitions() {
+        let tool = |name: &str, description: &str, parameters| ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        };
+        // 8 chars of system prompt; "bash" + "Run it" + `{"type":"object"}` = 4 + 6 + 17.
+        let tools = [tool("bash", "Run it", json!({"type": "object"}))];
+        assert_eq!(fixed_tokens("é1234567", &[]), 2);
+        assert_eq!(
+            fixed_tokens("é1234567", &tools),
+            (8_u64 + 4 + 6 + 17).div_ceil(4)
+        );
+        let two = [tools[0].clone(), tool("read", "", json!({}))];
+        assert_eq!(fixed_tokens("", &two), (27_u64 + 4 + 2).div_ceil(4));
     }
 }

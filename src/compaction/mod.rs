@@ -90,17 +90,29 @@ impl Settings {
         settings
     }
 
-    /// These settings for a model with `window` tokens: `reserveTokens` at most a quarter of
-    /// the window and `keepRecentTokens` at most a fifth (`RESERVE_SHARE`, `KEEP_SHARE`), so
-    /// compaction works at any window; from about 100k tokens on the configured values hold
-    /// (the spec's defaults, 16,384 and 20,000).
-    pub(crate) fn for_window(self, window: Option<u64>) -> Settings {
+    /// These settings for a model with `window` tokens whose every request also carries
+    /// `fixed` tokens (the system prompt and the tool definitions, `History::fixed_tokens`):
+    /// `reserveTokens` at most a quarter of the window, and `keepRecentTokens` at most a fifth
+    /// (`RESERVE_SHARE`, `KEEP_SHARE`) and at most half of what the fixed part and the reserve
+    /// leave (the other half is the summary's), so that what a compaction keeps ends up under
+    /// the threshold even at a small window. From about 100k tokens on the configured values
+    /// hold (the spec's defaults, 16,384 and 20,000).
+    ///
+    /// The fixed part matters at small windows: with six tools and the kernel section it is
+    /// about 2,300 tokens, more than half of a 4k window (measured on llama.cpp). Keeping a
+    /// fifth of the window on top of it left every compacted request still over the threshold,
+    /// so a real 4k run compacted before every call and gained almost nothing each time.
+    pub(crate) fn for_window(self, window: Option<u64>, fixed: u64) -> Settings {
         match window {
-            Some(w) if w > 0 => Settings {
-                reserve_tokens: self.reserve_tokens.min(w / RESERVE_SHARE),
-                keep_recent_tokens: self.keep_recent_tokens.min(w / KEEP_SHARE),
-                ..self
-            },
+            Some(w) if w > 0 => {
+                let reserve_tokens = self.reserve_tokens.min(w / RESERVE_SHARE);
+                let room = w.saturating_sub(reserve_tokens).saturating_sub(fixed);
+                Settings {
+                    reserve_tokens,
+                    keep_recent_tokens: self.keep_recent_tokens.min(w / KEEP_SHARE).min(room / 2),
+                    ..self
+                }
+            }
             _ => self,
         }
     }
@@ -155,6 +167,11 @@ pub(crate) struct History {
     /// Context tokens the last successful reply reported, and the message count right after
     /// it: what came later is estimated.
     pub last_usage: Option<(u64, usize)>,
+    /// The estimated tokens every request carries besides the messages: the system prompt and
+    /// the tool definitions (`estimate::fixed_tokens`), set when a turn starts. A server counts
+    /// the tools' schemas too, so after a compaction (which forgets the reported usage) an
+    /// estimate without them would be a third low at a 4k window.
+    pub fixed_tokens: u64,
     /// The latest compaction; while set, `messages[0]` is its summary message.
     pub summary: Option<Summary>,
     /// Session cost so far in USD, when the model's prices are known.
@@ -180,8 +197,8 @@ impl History {
 }
 
 /// Tokens in context: the last reported usage plus estimates of the messages after it; with
-/// no reported usage, estimates of the system prompt and every message.
-pub(crate) fn context_tokens(history: &History, messages: &[Message], system: &str) -> u64 {
+/// no reported usage, the fixed part (system prompt and tools) and estimates of every message.
+pub(crate) fn context_tokens(history: &History, messages: &[Message]) -> u64 {
     match history.last_usage {
         Some((reported, at)) if at <= messages.len() => {
             reported
@@ -190,10 +207,7 @@ pub(crate) fn context_tokens(history: &History, messages: &[Message], system: &s
                     .map(estimate::message_tokens)
                     .sum::<u64>()
         }
-        _ => {
-            estimate::text_tokens(system)
-                + messages.iter().map(estimate::message_tokens).sum::<u64>()
-        }
+        _ => history.fixed_tokens + messages.iter().map(estimate::message_tokens).sum::<u64>(),
     }
 }
 

@@ -282,11 +282,15 @@ fn a_failed_summary_leaves_the_conversation_as_it_was() {
 #[test]
 fn accounting_settings_and_commands() {
     let messages = vec![user(&t10('a')), assistant(&t10('b')), user(&t10('c'))];
-    let mut history = History::default();
-    // No reply counted yet: the system prompt and every message are estimated.
-    assert_eq!(context_tokens(&history, &messages, "1234"), 1 + 30);
+    let mut history = History {
+        fixed_tokens: 7,
+        ..History::default()
+    };
+    // No reply counted yet: the fixed part (system prompt and tools) and every message are
+    // estimated.
+    assert_eq!(context_tokens(&history, &messages), 7 + 30);
     history.record_reply(500, 2);
-    assert_eq!(context_tokens(&history, &messages, "1234"), 510);
+    assert_eq!(context_tokens(&history, &messages), 510);
     history.record_reply(0, 3);
     assert_eq!(
         history.last_usage,
@@ -325,4 +329,35 @@ fn control_schedules_only_during_a_turn() {
     );
     assert_eq!(c.take_scheduled(), Some(Some("x".into())));
     assert_eq!(c.take_scheduled(), None);
+}
+
+#[test]
+fn the_window_and_the_fixed_part_bound_what_a_compaction_keeps() {
+    // (window, fixed tokens) -> (reserveTokens, keepRecentTokens) from the defaults
+    // (16,384 and 20,000).
+    let cases: &[(Option<u64>, u64, (u64, u64))] = &[
+        // Large windows: the configured values.
+        (Some(200_000), 3_000, (16_384, 20_000)),
+        (Some(128_000), 3_000, (16_384, 20_000)),
+        // A 32k window: a fifth of it.
+        (Some(32_768), 2_300, (8_192, 6_553)),
+        // A 4k window with six tools and the kernel section (measured: about 2,300 tokens):
+        // half of what is left after the fixed part and the reserve.
+        (Some(4_096), 2_300, (1_024, 386)),
+        (Some(4_096), 0, (1_024, 819)),
+        // A fixed part that fills the window keeps nothing but the newest message.
+        (Some(4_096), 3_500, (1_024, 0)),
+        (Some(2_048), 2_300, (512, 0)),
+        // No window known: as configured.
+        (None, 2_300, (16_384, 20_000)),
+        (Some(0), 2_300, (16_384, 20_000)),
+    ];
+    for &(window, fixed, want) in cases {
+        let s = Settings::default().for_window(window, fixed);
+        assert_eq!(
+            (s.reserve_tokens, s.keep_recent_tokens),
+            want,
+            "{window:?} {fixed}"
+        );
+    }
 }

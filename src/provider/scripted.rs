@@ -17,7 +17,7 @@
 //! (`accepts_images` false; the default takes text and images). `config` may also set
 //! `"context_window": n` (default 128,000) and `"cost": {"input", "output", "cacheRead",
 //! "cacheWrite"}` (USD per million tokens; default: no prices), `"enforce_window": true` (a
-//! request whose text, at 4 chars a token, is over the window fails with llama.cpp's 400
+//! request whose text and tool definitions, at 4 chars a token, are over the window fails with llama.cpp's 400
 //! overflow text, as a small local server does) and `"summary": s` (every compaction summary
 //! request, no tools and an output budget, is answered `s` without using up a line).
 //!
@@ -302,10 +302,17 @@ fn start_call(
     id
 }
 
-/// A request's size at 4 chars a token: the system prompt, every message's text and every
-/// tool call's arguments.
+/// A request's size at 4 chars a token: the system prompt, the tool definitions (a server's
+/// chat template renders them into the prompt), every message's text and every tool call's
+/// arguments.
 fn request_tokens(request: &ChatRequest<'_>) -> u64 {
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum();
     let chars: usize = request.system.len()
+        + tools
         + request
             .messages
             .iter()

@@ -15,8 +15,7 @@ impl Worker<'_> {
         conv: &Conversation,
         provider: &dyn Provider,
     ) -> (u64, Option<u64>) {
-        let used =
-            compaction::context_tokens(&conv.compaction, &conv.messages, &self.ctx.system_prompt);
+        let used = compaction::context_tokens(&conv.compaction, &conv.messages);
         (used, provider.context_window())
     }
 
@@ -37,9 +36,15 @@ impl Worker<'_> {
             .settings(&self.agent.kernel_env.agent_dir, &self.agent.cwd)
     }
 
-    /// The settings scaled to the model's window (`Settings::for_window`).
-    fn window_settings(&self, provider: &dyn Provider) -> compaction::Settings {
-        self.settings().for_window(provider.context_window())
+    /// The settings scaled to the model's window and the conversation's fixed part
+    /// (`Settings::for_window`).
+    fn window_settings(
+        &self,
+        conv: &Conversation,
+        provider: &dyn Provider,
+    ) -> compaction::Settings {
+        self.settings()
+            .for_window(provider.context_window(), conv.compaction.fixed_tokens)
     }
 
     /// Before a model call: the threshold, checked after every model call (and the tool
@@ -49,7 +54,7 @@ impl Worker<'_> {
         conv: &mut Conversation,
         provider: &dyn Provider,
     ) -> Result<Option<Compacted>, TurnOutcome> {
-        let settings = self.window_settings(provider);
+        let settings = self.window_settings(conv, provider);
         let (used, window) = self.context_usage(conv, provider);
         if !settings.over_threshold(used, window) {
             return Ok(None);
@@ -72,7 +77,7 @@ impl Worker<'_> {
         instructions: Option<&str>,
     ) -> Result<Option<Compacted>, TurnOutcome> {
         let (tokens_before, _) = self.context_usage(conv, provider);
-        let mut settings = self.window_settings(provider);
+        let mut settings = self.window_settings(conv, provider);
         if reason == Reason::Overflow {
             // The server refused the request as too long, so keeping the recent part as usual
             // may not be enough (at a 4k window the system prompt and tools alone take half):
@@ -181,7 +186,7 @@ impl Worker<'_> {
             None => {
                 let (used, window) = self.context_usage(conv, &**provider);
                 if !self
-                    .window_settings(&**provider)
+                    .window_settings(conv, &**provider)
                     .over_threshold(used, window)
                 {
                     return outcome;

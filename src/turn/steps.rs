@@ -240,6 +240,7 @@ impl<'a> Worker<'a> {
             }
         };
         let (specs, system) = self.tools_and_system();
+        conv.compaction.fixed_tokens = crate::compaction::estimate::fixed_tokens(&system, &specs);
         Ok(Turn {
             provider,
             specs,
