@@ -7,7 +7,8 @@
 //!   `--mode json`, which nobody watches).
 //! - A repeat guard in every mode: the same call (name and arguments) several times in a row is
 //!   a loop. The `REPEAT_REFUSED`th identical call in a row is not run and gets a tool error
-//!   that says so; one more ends the prompt (`max_turn_requests`, with a notice).
+//!   that says so; one more ends the prompt (`max_turn_requests`, with a notice), as does a
+//!   refused call made again after other calls.
 //!
 //! One `Guard` lives for one prompt (all its continuations) or one unprompted turn. It counts
 //! every model call into the session's autonomous state as the call ends, so the counters are
@@ -47,28 +48,38 @@ pub(crate) enum Verdict {
     Stop(Stop),
 }
 
-/// Consecutive identical calls.
+/// Consecutive identical calls, and the calls already refused as repeats.
 #[derive(Debug, Default)]
 struct Repeats {
     last: Option<(String, Value)>,
     count: u32,
+    /// Calls refused in this prompt. Made again later, even after other calls, such a call
+    /// ends the prompt: a small model (Qwen2.5-Coder-0.5B on llama.cpp) answered each refusal
+    /// with one slightly different call and then went back to the refused one, over and over,
+    /// so a count of calls in a row alone never reached the stop.
+    refused: Vec<(String, Value)>,
 }
 
 impl Repeats {
     fn observe(&mut self, name: &str, arguments: &Value) -> Verdict {
-        let same = self
-            .last
-            .as_ref()
-            .is_some_and(|(n, a)| n == name && a == arguments);
-        if same {
+        let is = |(n, a): &(String, Value)| n == name && a == arguments;
+        if self.last.as_ref().is_some_and(is) {
             self.count += 1;
         } else {
             self.last = Some((name.to_owned(), arguments.clone()));
             self.count = 1;
+            if self.refused.iter().any(is) {
+                return Verdict::Stop(refused_again_stop(name));
+            }
         }
         match self.count {
             n if n >= REPEAT_STOPS => Verdict::Stop(repeat_stop(name, n)),
-            n if n >= REPEAT_REFUSED => Verdict::Refuse(repeat_refusal(name, n)),
+            n if n >= REPEAT_REFUSED => {
+                if n == REPEAT_REFUSED {
+                    self.refused.push((name.to_owned(), arguments.clone()));
+                }
+                Verdict::Refuse(repeat_refusal(name, n))
+            }
             _ => Verdict::Run,
         }
     }
@@ -87,6 +98,16 @@ fn repeat_stop(name: &str, n: u32) -> Stop {
         title: "Stopped a repeating tool call".to_owned(),
         description: format!(
             "The model made the same `{name}` call with the same arguments {n} times in a row, after being told the repeat would not run; the prompt was ended so the loop does not run on."
+        ),
+    }
+}
+
+fn refused_again_stop(name: &str) -> Stop {
+    Stop {
+        reason: StopReason::MaxTurnRequests,
+        title: "Stopped a repeating tool call".to_owned(),
+        description: format!(
+            "The model went back to a `{name}` call it had been told would not run again (the same arguments, refused as a repeat earlier in this prompt); the prompt was ended so the loop does not run on."
         ),
     }
 }
@@ -242,6 +263,30 @@ mod tests {
             assert_eq!(got, *want, "call {i}");
         }
         assert!(g.stopped().is_some());
+        // A refused call made again after other calls ends the prompt too (the loop a real
+        // small model ran: the refused write, then a read, then the same write again).
+        let w = call("write", json!({"path": "a.py", "content": "x"}));
+        let r = call("read", json!({"path": "a.py"}));
+        let seq = [(&w, 'r'), (&w, 'r'), (&w, 'x'), (&r, 'r'), (&w, 's')];
+        let mut g = Guard::default();
+        for (i, (c, want)) in seq.iter().enumerate() {
+            let got = match g.before_tool_call(c) {
+                Verdict::Run => 'r',
+                Verdict::Refuse(_) => 'x',
+                Verdict::Stop(stop) => {
+                    assert!(stop.description.contains("went back to a `write` call"));
+                    's'
+                }
+            };
+            assert_eq!(got, *want, "call {i}");
+        }
+        // Calls never refused may come back as often as they like.
+        let mut g = Guard::default();
+        for _ in 0..5 {
+            for c in [&w, &r] {
+                assert_eq!(g.before_tool_call(c), Verdict::Run);
+            }
+        }
         // The same name with other arguments is another call.
         let mut g = Guard::default();
         for n in 0..10 {
