@@ -102,14 +102,21 @@ impl Settings {
     /// about 2,300 tokens, more than half of a 4k window (measured on llama.cpp). Keeping a
     /// fifth of the window on top of it left every compacted request still over the threshold,
     /// so a real 4k run compacted before every call and gained almost nothing each time.
-    pub(crate) fn for_window(self, window: Option<u64>, fixed: u64) -> Settings {
+    ///
+    /// `scale` is how many tokens the server counts per estimated token (`History::scale`):
+    /// the kept part is measured in estimated tokens, so its budget is divided by it.
+    pub(crate) fn for_window(self, window: Option<u64>, fixed: u64, scale: f64) -> Settings {
         match window {
             Some(w) if w > 0 => {
                 let reserve_tokens = self.reserve_tokens.min(w / RESERVE_SHARE);
-                let room = w.saturating_sub(reserve_tokens).saturating_sub(fixed);
+                let estimated = |real: u64| (real as f64 / scale.max(1.0)) as u64;
+                let room = estimated(w.saturating_sub(reserve_tokens)).saturating_sub(fixed);
                 Settings {
                     reserve_tokens,
-                    keep_recent_tokens: self.keep_recent_tokens.min(w / KEEP_SHARE).min(room / 2),
+                    keep_recent_tokens: self
+                        .keep_recent_tokens
+                        .min(estimated(w / KEEP_SHARE))
+                        .min(room / 2),
                     ..self
                 }
             }
@@ -172,6 +179,12 @@ pub(crate) struct History {
     /// the tools' schemas too, so after a compaction (which forgets the reported usage) an
     /// estimate without them would be a third low at a 4k window.
     pub fixed_tokens: u64,
+    /// Tokens the server counted per estimated token at the last reported usage (at least 1,
+    /// at most `MAX_SCALE`; `None` before any). Chat templates wrap every message and tool
+    /// call in tokens of their own, so a conversation of many small tool calls counts about a
+    /// third more than chars/4 says (Qwen2.5-Coder on llama.cpp); the estimate after a
+    /// compaction, and what a compaction keeps, use this scale.
+    pub scale: Option<f64>,
     /// The latest compaction; while set, `messages[0]` is its summary message.
     pub summary: Option<Summary>,
     /// Session cost so far in USD, when the model's prices are known.
@@ -189,15 +202,34 @@ pub(crate) struct Summary {
 impl History {
     /// Records a successful reply's usage (`reported` tokens in context once `len` messages
     /// exist). A reply that reports nothing leaves the last known count in place.
-    pub(crate) fn record_reply(&mut self, reported: u64, len: usize) {
+    pub(crate) fn record_reply(&mut self, reported: u64, messages: &[Message]) {
         if reported > 0 {
-            self.last_usage = Some((reported, len));
+            self.last_usage = Some((reported, messages.len()));
+            let estimated = self.estimate(messages);
+            if self.fixed_tokens > 0 && estimated > 0 {
+                self.scale = Some((reported as f64 / estimated as f64).clamp(1.0, MAX_SCALE));
+            }
         }
+    }
+
+    /// `scale` or 1.
+    pub(crate) fn scale(&self) -> f64 {
+        self.scale.unwrap_or(1.0)
+    }
+
+    /// The fixed part and every message, by chars/4.
+    fn estimate(&self, messages: &[Message]) -> u64 {
+        self.fixed_tokens + messages.iter().map(estimate::message_tokens).sum::<u64>()
     }
 }
 
+/// The most `History::scale` believes: beyond it a reported count is more likely wrong (a
+/// server that counts cached or earlier requests' tokens) than the estimate.
+pub(crate) const MAX_SCALE: f64 = 2.0;
+
 /// Tokens in context: the last reported usage plus estimates of the messages after it; with
-/// no reported usage, the fixed part (system prompt and tools) and estimates of every message.
+/// no reported usage (none yet, or a compaction since), the fixed part (system prompt and
+/// tools) and estimates of every message, at the last known scale.
 pub(crate) fn context_tokens(history: &History, messages: &[Message]) -> u64 {
     match history.last_usage {
         Some((reported, at)) if at <= messages.len() => {
@@ -207,7 +239,7 @@ pub(crate) fn context_tokens(history: &History, messages: &[Message]) -> u64 {
                     .map(estimate::message_tokens)
                     .sum::<u64>()
         }
-        _ => history.fixed_tokens + messages.iter().map(estimate::message_tokens).sum::<u64>(),
+        _ => (history.estimate(messages) as f64 * history.scale()).ceil() as u64,
     }
 }
 

@@ -289,14 +289,35 @@ fn accounting_settings_and_commands() {
     // No reply counted yet: the fixed part (system prompt and tools) and every message are
     // estimated.
     assert_eq!(context_tokens(&history, &messages), 7 + 30);
-    history.record_reply(500, 2);
+    history.record_reply(500, &messages[..2]);
     assert_eq!(context_tokens(&history, &messages), 510);
-    history.record_reply(0, 3);
+    history.record_reply(0, &messages);
     assert_eq!(
         history.last_usage,
         Some((500, 2)),
         "a reply without usage keeps the count"
     );
+    // The server counted 500 where chars/4 says 7 + 20: the scale, capped at MAX_SCALE, is
+    // what the estimate uses once the reported count is gone (after a compaction).
+    assert_eq!(history.scale(), MAX_SCALE);
+    history.last_usage = None;
+    assert_eq!(context_tokens(&history, &messages), 2 * 37);
+    // (reported, fixed, messages counted) -> scale: never below 1, none without a fixed part.
+    let cases: &[(u64, u64, usize, Option<f64>)] = &[
+        (54, 7, 2, Some(2.0)),
+        (34, 7, 2, Some(34.0 / 27.0)),
+        (10, 7, 2, Some(1.0)),
+        (34, 0, 2, None),
+        (0, 7, 2, None),
+    ];
+    for &(reported, fixed, n, want) in cases {
+        let mut h = History {
+            fixed_tokens: fixed,
+            ..History::default()
+        };
+        h.record_reply(reported, &messages[..n]);
+        assert_eq!(h.scale, want, "{reported} {fixed} {n}");
+    }
 
     let s = Settings::default();
     assert!(!s.over_threshold(128_000 - 16_384, Some(128_000)));
@@ -335,29 +356,35 @@ fn control_schedules_only_during_a_turn() {
 fn the_window_and_the_fixed_part_bound_what_a_compaction_keeps() {
     // (window, fixed tokens) -> (reserveTokens, keepRecentTokens) from the defaults
     // (16,384 and 20,000).
-    let cases: &[(Option<u64>, u64, (u64, u64))] = &[
+    // (window, fixed, scale, (reserve, keep))
+    type Case = (Option<u64>, u64, f64, (u64, u64));
+    let cases: &[Case] = &[
         // Large windows: the configured values.
-        (Some(200_000), 3_000, (16_384, 20_000)),
-        (Some(128_000), 3_000, (16_384, 20_000)),
+        (Some(200_000), 3_000, 1.0, (16_384, 20_000)),
+        (Some(128_000), 3_000, 1.0, (16_384, 20_000)),
         // A 32k window: a fifth of it.
-        (Some(32_768), 2_300, (8_192, 6_553)),
+        (Some(32_768), 2_300, 1.0, (8_192, 6_553)),
         // A 4k window with six tools and the kernel section (measured: about 2,300 tokens):
         // half of what is left after the fixed part and the reserve.
-        (Some(4_096), 2_300, (1_024, 386)),
-        (Some(4_096), 0, (1_024, 819)),
+        (Some(4_096), 2_300, 1.0, (1_024, 386)),
+        (Some(4_096), 0, 1.0, (1_024, 819)),
         // A fixed part that fills the window keeps nothing but the newest message.
-        (Some(4_096), 3_500, (1_024, 0)),
-        (Some(2_048), 2_300, (512, 0)),
+        (Some(4_096), 3_500, 1.0, (1_024, 0)),
+        (Some(2_048), 2_300, 1.0, (512, 0)),
+        // A server that counts a third more than the estimate (Qwen on llama.cpp): the kept
+        // part, in estimated tokens, shrinks by as much.
+        (Some(4_096), 2_100, 1.3, (1_024, 131)),
+        (Some(32_768), 2_300, 1.3, (8_192, 5_040)),
         // No window known: as configured.
-        (None, 2_300, (16_384, 20_000)),
-        (Some(0), 2_300, (16_384, 20_000)),
+        (None, 2_300, 1.0, (16_384, 20_000)),
+        (Some(0), 2_300, 1.0, (16_384, 20_000)),
     ];
-    for &(window, fixed, want) in cases {
-        let s = Settings::default().for_window(window, fixed);
+    for &(window, fixed, scale, want) in cases {
+        let s = Settings::default().for_window(window, fixed, scale);
         assert_eq!(
             (s.reserve_tokens, s.keep_recent_tokens),
             want,
-            "{window:?} {fixed}"
+            "{window:?} {fixed} {scale}"
         );
     }
 }

@@ -43,8 +43,11 @@ impl Worker<'_> {
         conv: &Conversation,
         provider: &dyn Provider,
     ) -> compaction::Settings {
-        self.settings()
-            .for_window(provider.context_window(), conv.compaction.fixed_tokens)
+        self.settings().for_window(
+            provider.context_window(),
+            conv.compaction.fixed_tokens,
+            conv.compaction.scale(),
+        )
     }
 
     /// Before a model call: the threshold, checked after every model call (and the tool

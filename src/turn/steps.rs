@@ -388,7 +388,7 @@ impl<'a> Worker<'a> {
         let calls = message.tool_calls.clone();
         conv.messages.push(Message::Assistant(message));
         conv.compaction
-            .record_reply(context_after(&reply.usage), conv.messages.len());
+            .record_reply(context_after(&reply.usage), &conv.messages);
         if !cut {
             for call in &calls {
                 self.announce(call);
