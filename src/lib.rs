@@ -57,6 +57,7 @@ mod time;
 mod tools;
 mod transport;
 mod turn;
+mod untrusted;
 
 // The public surface, and all of it: what the binary, the in-process tests (fuzz), the
 // benchmarks and the kernel example use. Everything else is `pub(crate)` (the

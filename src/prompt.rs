@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::skills::Skill;
+use crate::untrusted::{read_or_warn, JSON_CAP, TEXT_CAP};
 
 /// The base prompt when there is no `ipython` tool (the classic coding tools).
 const BASE: &str = "\
@@ -234,7 +235,8 @@ pub(crate) fn harness_overview(stores: &[(&str, PathBuf)]) -> String {
     const NOTE_CHARS: usize = 400;
     let mut lines = Vec::new();
     for (scope, dir) in stores {
-        let Ok(text) = std::fs::read_to_string(dir.join("harness_state.json")) else {
+        let path = dir.join("harness_state.json");
+        let Some(text) = read_or_warn(&path, JSON_CAP, "the harness state") else {
             continue;
         };
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
@@ -284,9 +286,7 @@ pub(crate) fn system_files(cwd: &Path, agent_dir: &Path) -> (Option<String>, Opt
         ]
         .iter()
         .find_map(|p| {
-            std::fs::read_to_string(p)
-                .ok()
-                .filter(|t| !t.trim().is_empty())
+            read_or_warn(p, TEXT_CAP, "the system prompt file").filter(|t| !t.trim().is_empty())
         })
         .map(|t| t.trim_end().to_owned())
     };
@@ -294,7 +294,9 @@ pub(crate) fn system_files(cwd: &Path, agent_dir: &Path) -> (Option<String>, Opt
 }
 
 /// Context files: the global one in the agent dir, then one per directory from the root down
-/// to `cwd` (the first of `AGENTS.md`, `AGENTS.MD`, `CLAUDE.md`, `CLAUDE.MD`).
+/// to `cwd` (the first of `AGENTS.md`, `AGENTS.MD`, `CLAUDE.md`, `CLAUDE.MD`). Read through
+/// `untrusted::read_text`: a FIFO, a device or a file over `TEXT_CAP` under one of those names
+/// (a cloned repository can hold any) is skipped with a warning, and the next name is tried.
 pub(crate) fn context_files(agent_dir: &Path, cwd: &Path) -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
     let mut seen = Vec::new();
@@ -305,7 +307,7 @@ pub(crate) fn context_files(agent_dir: &Path, cwd: &Path) -> Vec<(PathBuf, Strin
     for dir in dirs {
         for name in ["AGENTS.md", "AGENTS.MD", "CLAUDE.md", "CLAUDE.MD"] {
             let path = dir.join(name);
-            if let Ok(content) = std::fs::read_to_string(&path) {
+            if let Some(content) = read_or_warn(&path, TEXT_CAP, "the context file") {
                 let canon = std::fs::canonicalize(&path).unwrap_or(path.clone());
                 if !seen.contains(&canon) {
                     seen.push(canon);

@@ -79,9 +79,10 @@ pub(crate) fn paths(agent_dir: &Path, cwd: &Path) -> [PathBuf; 2] {
 pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Result<Settings, String> {
     let mut merged = Value::Object(Default::default());
     for path in paths(agent_dir, cwd) {
-        let text = match std::fs::read_to_string(&path) {
+        // Bounded: the project's file comes from whatever repository the cwd is in.
+        let text = match crate::untrusted::read_text(&path, crate::untrusted::JSON_CAP) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(crate::untrusted::Skip::NotFound) => continue,
             Err(e) => return Err(format!("Cannot read settings file {}: {e}", path.display())),
         };
         merge(&mut merged, parse_file(&path, &text)?);

@@ -178,7 +178,8 @@ fn markdown_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn read_skill(file: &Path) -> Result<Skill, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let text =
+        crate::untrusted::read_text(file, crate::untrusted::TEXT_CAP).map_err(|e| e.to_string())?;
     let (fields, body) = front_matter(&text);
     let get = |k: &str| {
         fields
@@ -216,7 +217,8 @@ fn read_skill(file: &Path) -> Result<Skill, String> {
 }
 
 fn read_template(file: &Path) -> Result<Template, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let text =
+        crate::untrusted::read_text(file, crate::untrusted::TEXT_CAP).map_err(|e| e.to_string())?;
     let (fields, body) = front_matter(&text);
     let name = file
         .file_stem()

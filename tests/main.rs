@@ -9,6 +9,7 @@ mod client_fs;
 mod commands;
 mod compaction;
 mod config_options;
+mod construction;
 mod demo;
 mod faults;
 mod fuzz;

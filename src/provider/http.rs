@@ -81,6 +81,17 @@ impl HttpSettings {
     }
 }
 
+/// The longest wait between two attempts, whatever `retry.baseDelayMs` says: a base of hours
+/// is a typo, and `Duration`'s multiplication panics on overflow.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+
+/// The wait before retry `attempt + 1`: `base · 2^attempt`, at most `MAX_RETRY_DELAY`.
+pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
+    base.checked_mul(2u32.saturating_pow(attempt))
+        .unwrap_or(MAX_RETRY_DELAY)
+        .min(MAX_RETRY_DELAY)
+}
+
 /// Where a decoder hands each decoded piece of the reply, as it arrives.
 pub(crate) type Emit<'a> = &'a mut dyn FnMut(StreamEvent);
 
@@ -226,7 +237,7 @@ impl HttpClient {
             }
             let delay = failure
                 .retry_after
-                .unwrap_or_else(|| self.settings.retry_base * 2u32.saturating_pow(attempt));
+                .unwrap_or_else(|| backoff(self.settings.retry_base, attempt));
             if streamed {
                 // The server voided the reply it was streaming: the client hears so before
                 // the wait, and the next attempt's reply replaces it (`StreamEvent::Restarted`).
@@ -370,6 +381,28 @@ impl HttpClient {
                     )
                 });
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // See: issue 32 (a huge `retry.baseDelayMs` panicked the turn).
+    #[test]
+    fn backoff_doubles_and_never_overflows() {
+        let s = Duration::from_secs;
+        let cases = [
+            (s(2), 0, s(2)),
+            (s(2), 2, s(8)),
+            (s(1), 40, MAX_RETRY_DELAY),
+            (Duration::from_millis(u64::MAX), 0, MAX_RETRY_DELAY),
+            (Duration::from_millis(u64::MAX), 3, MAX_RETRY_DELAY),
+            (Duration::ZERO, 5, Duration::ZERO),
+        ];
+        for (base, attempt, want) in cases {
+            assert_eq!(backoff(base, attempt), want, "{base:?} {attempt}");
         }
     }
 }
