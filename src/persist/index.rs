@@ -11,7 +11,7 @@
 //! versions or other tools, the title after a long first message) is scanned in between,
 //! once, line by line without parsing lines that cannot be a title.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
@@ -103,7 +103,8 @@ pub(crate) fn list(dir: &Path) -> Vec<Summary> {
     let index_path = dir.join(INDEX_FILE);
     let mut index = read_index(&index_path);
     let mut changed = false;
-    let mut seen = Vec::new();
+    // A set: `retain` below asks it once per indexed file (a `Vec` made listing quadratic).
+    let mut seen = HashSet::new();
     let mut out = Vec::new();
     for path in entries.flatten().map(|e| e.path()) {
         let Some(name) = path
@@ -118,7 +119,7 @@ pub(crate) fn list(dir: &Path) -> Vec<Summary> {
         let Some(meta) = fs::metadata(&path).ok().filter(fs::Metadata::is_file) else {
             continue;
         };
-        seen.push(name.clone());
+        seen.insert(name.clone());
         let cached = index.get(&name);
         if let Some(row) = cached.filter(|r| r.len == meta.len() && r.mtime_ns == mtime_ns(&meta)) {
             out.push(row.summary(path));
