@@ -127,7 +127,7 @@ fn session_list_over_20000_files_is_fast_when_warm() {
         json!({"protocolVersion":1,"clientCapabilities":{}}),
     );
     assert!(r.get("result").is_some(), "{r}");
-    let mut list = |a: &mut Agent| {
+    let list = |a: &mut Agent| {
         let start = Instant::now();
         let r = a.call("session/list", json!({}));
         (start.elapsed(), r)
