@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use serde_json::Value;
 
+use crate::json::json;
+
 use crate::acp;
 use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
@@ -116,6 +118,23 @@ pub(crate) struct MainLoop {
     pub(crate) opening: Option<Opening>,
     /// Client messages that wait for that open (`waits`), in arrival order.
     deferred: VecDeque<Incoming>,
+    /// Frames held back until the store worker has written what they acknowledge.
+    hold: std::cell::RefCell<Hold>,
+}
+
+/// A schedule change is written by the store worker, and the client must not hear it
+/// acknowledged before it is on disk (a `kill -9` right after the answer must find it). So
+/// from the write's hand-over until the worker reports it done (`StoreAnswer::Saved`), every
+/// frame for the client is queued here, in order, and then handed to the writer at once. Rare
+/// (a `/heartbeat` command, a firing) and short (one small file).
+#[derive(Default)]
+struct Hold {
+    /// The last write handed over (0: none yet).
+    last: u64,
+    /// The last write the worker has reported done.
+    done: u64,
+    /// The held frames, each followed by a newline.
+    frames: Vec<u8>,
 }
 
 /// Whether a client message waits while a session is being opened: every request that opens
@@ -178,6 +197,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
         store_rx,
         opening: None,
         deferred: VecDeque::new(),
+        hold: Default::default(),
     };
     let exit = loop {
         let heartbeat = ml.heartbeat_deadline();
@@ -254,6 +274,24 @@ impl MainLoop {
     /// then cost no allocation here and no free on the writer). A gone writer means the client
     /// is gone; the reader reports it.
     fn send_with(&self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
+        let mut hold = self.hold.borrow_mut();
+        if hold.last > hold.done {
+            let start = hold.frames.len();
+            if !write(&mut hold.frames) {
+                hold.frames.truncate(start);
+                return;
+            }
+            hold.frames.push(b'\n');
+            self.backlog.add(hold.frames.len() - start);
+            if log::log_enabled!(log::Level::Debug) {
+                log::debug!(
+                    "> (held) {}",
+                    String::from_utf8_lossy(&hold.frames[start..])
+                );
+            }
+            return;
+        }
+        drop(hold);
         self.out.push(|buf| {
             let start = buf.len();
             if !write(buf) {
@@ -352,6 +390,7 @@ impl MainLoop {
     /// to the end of the same buffer); a closed session is dropped at the end.
     fn apply(&mut self, idx: usize, actions: &mut Vec<Action>) {
         let mut closed = false;
+        let mut deleted = None;
         let mut i = 0;
         while i < actions.len() {
             let action = std::mem::replace(&mut actions[i], Action::Closed);
@@ -382,40 +421,71 @@ impl MainLoop {
                     }
                 }
                 Action::Closed => closed = true,
-                Action::DeleteStored(request) => {
-                    let id = self.sessions[idx].id().to_owned();
-                    self.respond(&request, self.delete_closed(&id));
-                }
+                // Answered by the teardown below, once the session's kernel can no longer
+                // write into what is deleted.
+                Action::DeleteStored(request) => deleted = Some(request),
                 Action::SaveHeartbeats(jobs) => {
-                    // Rare (a `/heartbeat` command, a firing) and small: replaced here, so the
-                    // schedule the client saw acknowledged survives the process, and flushed to
-                    // the disk on the reaper, so this thread never waits for an fsync.
-                    if let Some(store) = &self.agent.store {
-                        match store.write_jobs(self.sessions[idx].id(), &jobs) {
-                            Ok(path) => reaper::later(move || crate::persist::sync_file(&path)),
-                            Err(e) => log::error!("{e}"),
-                        }
+                    // Replaced atomically and durably on the store worker; the client's
+                    // acknowledgement does not wait for the disk.
+                    if let Some(store) = self.agent.store.clone() {
+                        let session_id = self.sessions[idx].id().to_owned();
+                        let barrier = {
+                            let mut hold = self.hold.borrow_mut();
+                            hold.last += 1;
+                            hold.last
+                        };
+                        let job = StoreJob::WriteJobs {
+                            session_id,
+                            jobs,
+                            barrier,
+                        };
+                        self.store_job(store, job);
                     }
                 }
             }
         }
         actions.clear();
         if closed {
-            // The reaper joins its last worker (aborted: it ends on its own), flushes its kernel
-            // snapshot and drops the session (family, MCP hub, kernel), so the close is answered
-            // without waiting.
-            let mut session = self.sessions.remove(idx);
-            session.release_file();
-            let worker = session.last_worker.take();
-            let deadline = Instant::now() + CLOSED_JOIN;
-            reaper::later(move || {
-                if let Some(worker) = worker {
-                    reaper::join_or_leave(worker, deadline, "a closed session's turn worker");
-                }
-                session.save_state(Instant::now() + STATE_SAVE);
-                drop(session);
-            });
+            self.tear_down(idx, deleted);
         }
+    }
+
+    /// A closed session goes to the reaper, which joins its last worker (aborted: it ends on
+    /// its own) and drops it (family, MCP hub, kernel), so the close is answered without
+    /// waiting. A kept session's kernel snapshot is flushed first. A deleted one's is not:
+    /// its files and artifacts are removed only after the kernel is gone, so no snapshot
+    /// brings them back, and the delete is answered then (through the store channel).
+    fn tear_down(&mut self, idx: usize, deleted: Option<RequestId>) {
+        let mut session = self.sessions.remove(idx);
+        let release = session.release_file();
+        let worker = session.last_worker.take();
+        let deadline = Instant::now() + CLOSED_JOIN;
+        let delete = deleted.map(|request| {
+            let id = session.id().to_owned();
+            (request, id, self.agent.store.clone(), self.store_tx.clone())
+        });
+        reaper::later(move || {
+            if let Some(worker) = worker {
+                reaper::join_or_leave(worker, deadline, "a closed session's turn worker");
+            }
+            if delete.is_none() {
+                session.save_state(Instant::now() + STATE_SAVE);
+            }
+            drop(session);
+            // A worker stuck past its grace may still hold the conversation: the claim goes
+            // anyway, and its recorder writes nothing more.
+            if let Some(release) = release {
+                release.release();
+            }
+            if let Some((request, id, store, answers)) = delete {
+                let result = match store {
+                    Some(store) => store.delete_owned(&id).map(|()| json!({})),
+                    None => Ok(json!({})),
+                };
+                let result = result.map_err(RpcError::internal);
+                let _ = answers.send(StoreAnswer::Done { request, result });
+            }
+        });
     }
 
     fn on_client(&mut self, msg: Incoming) {
@@ -470,11 +540,11 @@ impl MainLoop {
         }
     }
 
-    /// Hands a job to the store worker (started now if this is the first); a worker that
-    /// cannot start or is gone leaves the job to this thread, answered anyway.
+    /// Hands a job to the store worker (started now if this is the first). A worker that
+    /// cannot start or is gone refuses the job: the loop never does the store's IO itself.
     pub(crate) fn store_job(&mut self, store: Arc<Store>, job: StoreJob) {
         if self.store_worker.is_none() {
-            match StoreWorker::spawn(store.clone(), self.store_tx.clone()) {
+            match StoreWorker::spawn(store, self.store_tx.clone()) {
                 Ok(w) => self.store_worker = Some(w),
                 Err(e) => log::error!("cannot start the session-store thread: {e}"),
             }
@@ -486,15 +556,52 @@ impl MainLoop {
             },
             None => job,
         };
-        let answer = store_worker::run(&store, job);
+        let answer = store_worker::refuse(job, "the session store thread is not running");
         self.on_store(answer);
     }
 
     /// The store worker's answer: a list page to send, or a session read to open.
     fn on_store(&mut self, answer: StoreAnswer) {
         match answer {
-            StoreAnswer::Listed { request, result } => self.respond(&request, result),
+            StoreAnswer::Listed { request, result } | StoreAnswer::Done { request, result } => {
+                self.respond(&request, result)
+            }
+            StoreAnswer::Saved { barrier } => self.release_hold(barrier),
             StoreAnswer::Opened { request, result } => self.finish_open(request, result),
+        }
+    }
+
+    /// The store worker has written up to `barrier`: the frames held since then go out.
+    fn release_hold(&self, barrier: u64) {
+        let mut hold = self.hold.borrow_mut();
+        hold.done = hold.done.max(barrier);
+        if hold.done < hold.last || hold.frames.is_empty() {
+            return;
+        }
+        let frames = std::mem::take(&mut hold.frames);
+        // Counted in the backlog when held; the outbox adds the last newline back.
+        self.out.push(|buf| {
+            buf.extend_from_slice(&frames[..frames.len() - 1]);
+            true
+        });
+    }
+
+    /// On the way out: the frames held for a store write go out once it is done (or the
+    /// bounded wait is over).
+    fn release_hold_blocking(&mut self) {
+        let deadline = Instant::now() + EXIT_OPEN;
+        loop {
+            let (last, done) = {
+                let hold = self.hold.borrow();
+                (hold.last, hold.done)
+            };
+            if done >= last {
+                return;
+            }
+            match self.store_rx.recv_deadline(deadline) {
+                Ok(answer) => self.on_store(answer),
+                Err(_) => return self.release_hold(last),
+            }
         }
     }
 
@@ -605,6 +712,7 @@ impl MainLoop {
     /// Aborts any running turn and gives its worker a short grace period to stop (its children
     /// are killed by abort hooks at once). A worker stuck past that is left to the process exit.
     fn shutdown(&mut self) {
+        self.release_hold_blocking();
         let deadline = Instant::now() + EXIT_JOIN;
         if let Some(worker) = self.store_worker.take() {
             worker.stop(deadline);

@@ -233,7 +233,7 @@ pub(crate) struct Session {
     /// A title given while a turn held the conversation: written when the turn ends.
     pending_title: Option<String>,
     /// The recorder's "deleted" switch, reachable while a turn holds the conversation.
-    recorder_gone: Option<Arc<std::sync::atomic::AtomicBool>>,
+    recorder_release: Option<crate::persist::Release>,
     /// The close in progress is a `session/delete`'s.
     deleting: bool,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
@@ -276,7 +276,7 @@ impl Session {
             opening_notices: Vec::new(),
             titled: false,
             pending_title: None,
-            recorder_gone: None,
+            recorder_release: None,
             deleting: false,
             last_worker: None,
         }
@@ -299,7 +299,7 @@ impl Session {
     /// Sets the conversation a new session starts with: empty with a recorder for its file,
     /// or one continued from disk (`session/load`, `--continue`, …).
     pub(crate) fn restore(&mut self, conversation: Conversation, titled: bool) {
-        self.recorder_gone = conversation.recorder.as_ref().map(|r| r.gone_flag());
+        self.recorder_release = conversation.recorder.as_ref().map(|r| r.release_handle());
         self.titled = titled;
         self.conversation = Arc::new(Mutex::new(conversation));
     }
@@ -781,8 +781,8 @@ impl Session {
         if self.deleting {
             // A turn that outlived its grace may still hold the conversation: its recorder
             // stops writing, so the deleted file does not come back.
-            if let Some(gone) = &self.recorder_gone {
-                gone.store(true, Ordering::Relaxed);
+            if let Some(release) = &self.recorder_release {
+                release.stop_writing();
             }
         } else {
             self.write_title();
@@ -802,14 +802,16 @@ impl Session {
     }
 
     /// A closed session lets go of its file at once (the lock, so it can be opened again
-    /// right away; closing a file descriptor does not wait), unless a worker still holds the
-    /// conversation: then the reaper's drop of the session does, once the worker is done.
-    pub(crate) fn release_file(&self) {
+    /// right away; closing a file descriptor does not wait). When a worker still holds the
+    /// conversation, the `Release` returned lets the reaper stop that recorder and drop the
+    /// claim after its teardown, whether the worker ever lets go or not.
+    pub(crate) fn release_file(&self) -> Option<crate::persist::Release> {
         match self.conversation.try_lock() {
             Ok(mut conv) => conv.recorder = None,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().recorder = None,
-            Err(std::sync::TryLockError::WouldBlock) => {}
+            Err(std::sync::TryLockError::WouldBlock) => return self.recorder_release.clone(),
         }
+        None
     }
 
     /// Ends everything at once (the process is exiting): aborts the turn, ends the family.

@@ -61,6 +61,26 @@ pub(crate) enum Source {
 pub(crate) enum StoreJob {
     List(ListJob),
     Open(Box<OpenJob>),
+    /// `session/delete` of a session not open here: its file (under its claim, which may
+    /// mean waiting for another process's grace) and its artifacts; answered `{}`.
+    Delete {
+        request: RequestId,
+        session_id: String,
+    },
+    /// `session/set_title` of a session not open here: the title appended under its claim;
+    /// answered `{title}`.
+    Rename {
+        request: RequestId,
+        session_id: String,
+        title: String,
+    },
+    /// A session's schedules replaced on disk (atomically and durably); `Saved { barrier }`
+    /// says it is done (the loop holds the client's frames until then).
+    WriteJobs {
+        session_id: String,
+        jobs: Value,
+        barrier: u64,
+    },
 }
 
 /// A stored session made ready to open: the conversation (with the recorder that continues
@@ -74,6 +94,13 @@ pub(crate) struct Opened {
 
 /// The worker's answer, for the loop to send (a list) or to finish (an open).
 pub(crate) enum StoreAnswer {
+    /// A request answered as it is (a delete, a rename).
+    Done {
+        request: RequestId,
+        result: Result<Value, RpcError>,
+    },
+    /// The schedule write `barrier` is done (or failed, logged).
+    Saved { barrier: u64 },
     Listed {
         request: RequestId,
         result: Result<Value, RpcError>,
@@ -119,6 +146,32 @@ impl StoreWorker {
     }
 }
 
+/// A job the worker cannot take, answered with `why` (a schedule write is logged).
+pub(crate) fn refuse(job: StoreJob, why: &str) -> StoreAnswer {
+    let result = Err(RpcError::internal(why));
+    match job {
+        StoreJob::List(job) => StoreAnswer::Listed {
+            request: job.request,
+            result,
+        },
+        StoreJob::Open(job) => StoreAnswer::Opened {
+            request: job.request,
+            result: Err(RpcError::internal(why)),
+        },
+        StoreJob::Delete { request, .. } | StoreJob::Rename { request, .. } => {
+            StoreAnswer::Done { request, result }
+        }
+        StoreJob::WriteJobs {
+            session_id,
+            barrier,
+            ..
+        } => {
+            log::error!("the schedules of session {session_id} were not stored: {why}");
+            StoreAnswer::Saved { barrier }
+        }
+    }
+}
+
 /// Does one job, on whichever thread calls it (the worker; the loop only when the worker
 /// cannot run).
 pub(crate) fn run(store: &Store, job: StoreJob) -> StoreAnswer {
@@ -127,6 +180,34 @@ pub(crate) fn run(store: &Store, job: StoreJob) -> StoreAnswer {
             result: list_page(store, job.cwd.as_deref(), job.cursor.as_deref()),
             request: job.request,
         },
+        StoreJob::Delete {
+            request,
+            session_id,
+        } => StoreAnswer::Done {
+            result: store
+                .delete(&session_id)
+                .map(|()| json!({}))
+                .map_err(RpcError::internal),
+            request,
+        },
+        StoreJob::Rename {
+            request,
+            session_id,
+            title,
+        } => StoreAnswer::Done {
+            result: rename(store, &session_id, title),
+            request,
+        },
+        StoreJob::WriteJobs {
+            session_id,
+            jobs,
+            barrier,
+        } => {
+            if let Err(e) = store.write_jobs(&session_id, &jobs) {
+                log::error!("{e}");
+            }
+            StoreAnswer::Saved { barrier }
+        }
         StoreJob::Open(job) => StoreAnswer::Opened {
             result: match &job.source {
                 Source::Stored { replay } => open(store, &job, *replay),
@@ -135,6 +216,19 @@ pub(crate) fn run(store: &Store, job: StoreJob) -> StoreAnswer {
             .map(Box::new),
             request: job.request,
         },
+    }
+}
+
+/// `session/set_title` of a stored session that is not open: appended under its claim.
+fn rename(store: &Store, session_id: &str, title: String) -> Result<Value, RpcError> {
+    match store.rename(session_id, title.clone()) {
+        Ok(()) => Ok(json!({ "title": title })),
+        Err(persist::OpenError::Unknown) => Err(RpcError::invalid_params(format!(
+            "Unknown ACP session: {session_id}"
+        ))),
+        Err(persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why)) => {
+            Err(RpcError::internal(why))
+        }
     }
 }
 

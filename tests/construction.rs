@@ -145,3 +145,234 @@ fn session_list_over_20000_files_is_fast_when_warm() {
     assert!(a.finish().success());
     a.report("session_list_20000_files", 0, 0);
 }
+
+/// A script file of its own in `dir`.
+fn script(dir: &TempDir, name: &str, lines: &[serde_json::Value]) -> String {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    dir.write(name, &text).display().to_string()
+}
+
+/// The index in `a.seen` of the response to request `id`.
+fn answered_at(a: &Agent, id: &serde_json::Value) -> usize {
+    a.seen
+        .iter()
+        .position(|f| f.get("id") == Some(id) && f.get("method").is_none())
+        .unwrap_or_else(|| panic!("no answer to {id}"))
+}
+
+// See: issue 32, defect 2. `session/delete` and `session/set_title` of a stored session that
+// is not open claimed (up to 1.5 s of polling when another process holds it) and parsed the
+// file on the main loop, so another session's cancel waited behind them. Now the store worker
+// does both: the cancel, sent after them, is answered before either.
+#[test]
+fn delete_and_set_title_of_a_session_held_elsewhere_do_not_hold_another_sessions_cancel() {
+    let dir = TempDir::new("held-elsewhere");
+    let hello = fixture("scripts/hello.jsonl").display().to_string();
+    // Another process records session `held` and keeps it open.
+    let mut other = sessions::in_dir(&dir, &hello, &[], &[]);
+    let held = other.handshake();
+    assert_eq!(other.prompt_stop("hello"), "end_turn");
+    let wait = script(
+        &dir,
+        "wait.jsonl",
+        &[json!({"steps": [{"wait_for_cancel": true}]})],
+    );
+    let mut a = sessions::in_dir(&dir, &wait, &["--multi-session"], &[]);
+    a.handshake();
+    for (method, params) in [
+        ("session/delete", json!({"sessionId": held})),
+        (
+            "session/set_title",
+            json!({"sessionId": held, "title": "renamed"}),
+        ),
+    ] {
+        let prompt = a.prompt("wait");
+        let slow = a.request(method, params);
+        let sent = Instant::now();
+        a.cancel();
+        let r = a.response(&prompt);
+        let cancel_took = sent.elapsed();
+        assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+        let refused = a.response(&slow);
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is open in another prime-agent process")),
+            "{refused}"
+        );
+        assert!(
+            answered_at(&a, &prompt) < answered_at(&a, &slow),
+            "the cancel waited for {method}"
+        );
+        note(format!(
+            "{method} of a session held elsewhere: the other session's cancel answered in {cancel_took:?}"
+        ));
+    }
+    // Nothing was lost: the session is still the other process's, whole and not renamed.
+    let lines = sessions::lines_of(&sessions::session_file(&dir, &held));
+    assert!(lines.iter().all(|l| l["name"] != "renamed"), "{lines:?}");
+    assert!(a.finish().success());
+    assert!(other.finish().success());
+    a.report("delete_and_set_title_held_elsewhere", 2, 0);
+}
+
+// See: issue 32, defect 3. Deleting an open session right after an `ipython` cell brought its
+// artifacts back: the reaper's kernel flush and the kernel's debounced snapshot wrote
+// `kernel-state.{pkl,json}` (the user's pickled namespace) after the `{}` answer, and they
+// stayed after exit. Now the kernel is torn down first and nothing is saved for a deleted
+// session; the answer comes once its file and artifacts are gone.
+#[test]
+fn deleting_an_open_session_right_after_a_cell_leaves_no_artifacts() {
+    let dir = TempDir::new("delete-after-cell");
+    let cell = json!({"tool_call": {"id": "c1", "name": "ipython", "arguments": {"code": "secret = 'pickled'\nprint(secret)"}}});
+    let s = script(
+        &dir,
+        "cell.jsonl",
+        &[
+            json!({"steps": [cell]}),
+            json!({"steps": [{"text": "Done."}]}),
+        ],
+    );
+    let mut a = sessions::in_dir(&dir, &s, &["--tools", "ipython"], &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("run a cell"), "end_turn");
+    let r = a.call("session/delete", json!({"sessionId": sid}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    let artifacts = sessions::artifacts(&dir, &sid);
+    assert!(
+        !artifacts.exists(),
+        "artifacts at the answer: {}",
+        artifacts.display()
+    );
+    assert!(!sessions::session_file(&dir, &sid).exists());
+    assert!(a.finish().success());
+    assert!(
+        !artifacts.exists(),
+        "artifacts came back by the exit: {:?}",
+        std::fs::read_dir(&artifacts)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
+}
+
+/// A stored session of about `mb` MiB in `dir/sessions`, as this binary writes them.
+fn big_session(dir: &TempDir, mb: usize) -> String {
+    use std::io::Write;
+    let store = dir.path().join("sessions");
+    std::fs::create_dir_all(&store).unwrap();
+    let id = "0190aaaa-0000-7000-8000-000000000001".to_owned();
+    let cwd = dir.path().display().to_string();
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(store.join(format!("{id}.jsonl"))).unwrap());
+    writeln!(f, r#"{{"cwd":"{cwd}","id":"{id}","timestamp":"2026-01-01T00:00:00.000Z","type":"session","version":3}}"#).unwrap();
+    let chunk = "z".repeat(64 * 1024);
+    let mut parent = "null".to_owned();
+    for n in 0..mb * 16 {
+        let (role, content) = if n % 2 == 0 {
+            ("user", format!(r#""{chunk}""#))
+        } else {
+            (
+                "assistant",
+                format!(r#"[{{"text":"{chunk}","type":"text"}}]"#),
+            )
+        };
+        let stop = if role == "assistant" {
+            r#","stopReason":"stop""#
+        } else {
+            ""
+        };
+        writeln!(f, r#"{{"id":"{n:08x}","message":{{"content":{content},"role":"{role}"{stop},"timestamp":1}},"parentId":{parent},"timestamp":"2026-01-01T00:00:01.000Z","type":"message"}}"#).unwrap();
+        parent = format!(r#""{n:08x}""#);
+    }
+    id
+}
+
+/// The ids `session/list` shows in `dir/sessions`, listed by a fresh agent.
+fn listed(dir: &TempDir) -> Vec<String> {
+    let hello = fixture("scripts/hello.jsonl").display().to_string();
+    let mut a = sessions::in_dir(dir, &hello, &[], &[]);
+    let r = a.call(
+        "initialize",
+        json!({"protocolVersion":1,"clientCapabilities":{}}),
+    );
+    assert!(r.get("result").is_some());
+    let r = a.call("session/list", json!({}));
+    assert!(a.finish().success());
+    r["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+// See: issue 32, defect 4. A fork was written in place, so a crash mid-copy left a partial
+// session that listed and loaded as a normal one. The crash here is the kernel's own: a
+// file-size limit under the fork's size, so the agent dies of SIGXFSZ mid-copy. Nothing of
+// the fork is listed afterwards; without the limit, the same fork is whole.
+#[test]
+fn a_fork_killed_mid_copy_leaves_no_partial_session() {
+    let dir = TempDir::new("fork-crash");
+    let source = big_session(&dir, 6);
+    let hello = fixture("scripts/hello.jsonl").display().to_string();
+    let sessions_dir = dir.path().join("sessions").display().to_string();
+    let spawn = |wrapper: Vec<String>| {
+        let mut spawn =
+            Spawn::scripted(&hello, &["--multi-session", "--session-dir", &sessions_dir]);
+        spawn.cwd = Some(dir.path().to_path_buf());
+        spawn.env = vec![(
+            "PRIME_AGENT_CODING_AGENT_DIR".into(),
+            dir.path().join("agent").display().to_string(),
+        )];
+        spawn.wrapper = wrapper;
+        Agent::spawn(spawn)
+    };
+    let fork = |a: &mut Agent| {
+        let r = a.call(
+            "initialize",
+            json!({"protocolVersion":1,"clientCapabilities":{}}),
+        );
+        assert!(r.get("result").is_some());
+        a.request(
+            "session/fork",
+            json!({"sessionId": source, "cwd": dir.path().display().to_string(), "mcpServers": []}),
+        )
+    };
+    // 2 MiB of file size at most: the 6 MiB copy dies a third of the way in.
+    let mut a = spawn(
+        ["prlimit", "--fsize=2097152", "--"]
+            .map(String::from)
+            .to_vec(),
+    );
+    fork(&mut a);
+    let status = a.wait_exit(TIMEOUT).expect("the agent died of SIGXFSZ");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc_sigxfsz()),
+        "{status:?}: {}",
+        a.stderr_text()
+    );
+    assert_eq!(listed(&dir), vec![source.clone()]);
+    // Without the limit the fork is whole: every entry of the original, and listed.
+    let mut b = spawn(Vec::new());
+    let id = fork(&mut b);
+    let r = b.response(&id);
+    let fork_id = r["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    assert!(b.finish().success());
+    let copied = sessions::lines_of(&sessions::session_file(&dir, &fork_id));
+    let original = sessions::lines_of(&sessions::session_file(&dir, &source));
+    assert_eq!(copied.len(), original.len());
+    let mut ids = listed(&dir);
+    ids.sort();
+    let mut want = vec![source, fork_id];
+    want.sort();
+    assert_eq!(ids, want);
+}
+
+/// SIGXFSZ on Linux (x86_64 and aarch64).
+fn libc_sigxfsz() -> i32 {
+    25
+}

@@ -8,18 +8,17 @@ use serde_json::Value;
 use crate::acp;
 use crate::auth;
 use crate::main_loop::MainLoop;
-use crate::persist;
 use crate::rpc::{RequestId, RpcError};
 use crate::session::Action;
-use crate::store_worker::Source;
+use crate::store_worker::{Source, StoreJob};
 
 use super::{session_cwd, ONE_SESSION};
 
 impl MainLoop {
     /// `session/delete {sessionId}`: an open session is closed first (as `session/close`,
-    /// its running turn cancelled) and answered once deleted; a stored one is deleted at
-    /// once; an unknown one is answered `{}` (ACP: deleting what is gone succeeds).
-    /// `Ok(None)`: the session answers.
+    /// its running turn cancelled) and answered once its teardown has deleted it; a stored one
+    /// is deleted by the store worker (its claim may wait on another process); an unknown one
+    /// is answered `{}` (ACP: deleting what is gone succeeds). `Ok(None)`: answered later.
     pub(crate) fn session_delete(
         &mut self,
         request: RequestId,
@@ -30,23 +29,17 @@ impl MainLoop {
             self.with_session_at(i, |s, now, out| s.close_and_delete(request, now, out));
             return Ok(None);
         }
-        self.delete_stored(&session_id).map(Some)
-    }
-
-    /// Deletes a session that is not open from the store (file and artifacts).
-    pub(crate) fn delete_stored(&self, session_id: &str) -> Result<Value, RpcError> {
-        if let Some(store) = &self.agent.store {
-            store.delete(session_id).map_err(RpcError::internal)?;
-        }
-        Ok(json!({}))
-    }
-
-    /// Deletes the session just closed for `session/delete` (this process holds its claim).
-    pub(crate) fn delete_closed(&self, session_id: &str) -> Result<Value, RpcError> {
-        if let Some(store) = &self.agent.store {
-            store.delete_owned(session_id).map_err(RpcError::internal)?;
-        }
-        Ok(json!({}))
+        let Some(store) = self.agent.store.clone() else {
+            return Ok(Some(json!({})));
+        };
+        self.store_job(
+            store,
+            StoreJob::Delete {
+                request,
+                session_id,
+            },
+        );
+        Ok(None)
     }
 
     /// `session/fork {sessionId, cwd, mcpServers?, additionalDirectories?, systemPrompt?}`:
@@ -98,14 +91,18 @@ impl MainLoop {
             return Ok(None);
         }
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
-        let store = self.agent.store.as_ref().ok_or_else(unknown)?;
-        match store.rename(&session_id, title.clone()) {
-            Ok(()) => Ok(Some(json!({ "title": title }))),
-            Err(persist::OpenError::Unknown) => Err(unknown()),
-            Err(persist::OpenError::Unreadable(why) | persist::OpenError::Claimed(why)) => {
-                Err(RpcError::internal(why))
-            }
-        }
+        let store = self.agent.store.clone().ok_or_else(unknown)?;
+        store.path_of(&session_id).ok_or_else(unknown)?;
+        // Claimed and appended to by the store worker, never here.
+        self.store_job(
+            store,
+            StoreJob::Rename {
+                request,
+                session_id,
+                title,
+            },
+        );
+        Ok(None)
     }
 
     /// `authenticate {methodId}`: one of `auth::methods`; lifts a `logout` and checks that the

@@ -86,7 +86,11 @@ impl Store {
         }
         let path = self.path_of(&id).expect("a uuid names a session");
         let mut loaded = load(&path).map_err(|e| e.to_string())?;
-        loaded.claim = recorder.claim.take();
+        loaded.claim = recorder
+            .claim
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         Ok(loaded)
     }
 

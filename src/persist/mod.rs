@@ -31,8 +31,8 @@ use serde_json::Value;
 pub(crate) use crate::content::Custom;
 pub(crate) use claim::{Claim, ClaimError};
 pub(crate) use load::{load, LoadError, Loaded};
-pub(crate) use recorder::Recorder;
-pub(crate) use store::{page, sessions_dir, sync_file, OpenError, Pick, Store};
+pub(crate) use recorder::{Recorder, Release};
+pub(crate) use store::{page, sessions_dir, OpenError, Pick, Store};
 
 /// A fresh entry id: 8 hex digits, as upstream.
 pub(super) fn entry_id() -> String {
@@ -53,6 +53,47 @@ pub(super) fn open_append(path: &Path, create_new: bool) -> std::io::Result<File
         o.create_new(true);
     }
     o.open(path)
+}
+
+/// Where `path` is written before it is renamed into place: `<name>.tmp`. Listing, loading
+/// and resolving never read a `*.tmp` name (a session file ends in `.jsonl`), so a crash
+/// mid-write leaves an orphan that nothing mistakes for the real file.
+pub(crate) fn tmp_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Writes a file atomically: `fill` writes the temporary file (`tmp_path`, created new and
+/// private), which is flushed to the disk (`sync_data`) and renamed over `path`; on any error
+/// the temporary file is removed. A reader sees the old file or the whole new one, never half
+/// of one, whatever kills the process when.
+pub(crate) fn write_atomic<T>(
+    path: &Path,
+    fill: impl FnOnce(&mut File) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let tmp = tmp_path(path);
+    let write = || {
+        // A leftover of a crashed write is ours to replace.
+        let _ = fs::remove_file(&tmp);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        let value = fill(&mut f)?;
+        f.sync_data()?;
+        fs::rename(&tmp, path)?;
+        // The rename itself is durable once the directory is (best effort: some file systems
+        // refuse to sync a directory).
+        if let Some(dir) = path.parent() {
+            let _ = File::open(dir).and_then(|d| d.sync_all());
+        }
+        Ok(value)
+    };
+    write().inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
 }
 
 /// One line, written with one `write` so a crash leaves at most this line torn.

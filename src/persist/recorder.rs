@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -65,8 +65,10 @@ pub(crate) struct Recorder {
     title: Option<String>,
     /// A write failed: logged once, then the session goes on in memory.
     failed: bool,
-    /// The lock on the file (`claim.rs`): nothing is appended without it.
-    pub(super) claim: Option<Claim>,
+    /// The lock on the file (`claim.rs`): nothing is appended without it. Shared with the
+    /// session's `Release`, which can let it go while a stuck turn holds this recorder; each
+    /// write holds this mutex, so a released claim never has a write of ours in flight.
+    pub(super) claim: Arc<Mutex<Option<Claim>>>,
     /// The session was deleted (`session/delete`, set by the main loop): nothing more is
     /// written, so a turn still finishing cannot bring the file back.
     pub(super) gone: Arc<AtomicBool>,
@@ -82,6 +84,31 @@ impl std::fmt::Debug for Recorder {
             .field("written", &self.written)
             .finish_non_exhaustive()
     }
+}
+
+/// A session's hold on its recorder from outside the conversation (`release_handle`).
+#[derive(Clone, Debug)]
+pub(crate) struct Release {
+    gone: Arc<AtomicBool>,
+    claim: Arc<Mutex<Option<Claim>>>,
+}
+
+impl Release {
+    /// Nothing more is written (the session was deleted); the claim stays until `release`.
+    pub(crate) fn stop_writing(&self) {
+        self.gone.store(true, Ordering::Relaxed);
+    }
+
+    /// Nothing more is written and the claim goes, so another process can open the session.
+    /// Waits for a write in flight (one line), so it runs on the reaper, not the loop.
+    pub(crate) fn release(&self) {
+        self.stop_writing();
+        drop(lock(&self.claim).take());
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Recorder {
@@ -106,7 +133,7 @@ impl Recorder {
             titled: false,
             title: None,
             failed: false,
-            claim: None,
+            claim: Arc::default(),
             gone: Arc::default(),
             flush: false,
         }
@@ -122,7 +149,7 @@ impl Recorder {
             None => Claim::take(&loaded.path),
         };
         match claim {
-            Ok(c) => r.claim = Some(c),
+            Ok(c) => *lock(&r.claim) = Some(c),
             Err(e) => {
                 r.fail(&std::io::Error::other(e.text(&loaded.header.id)));
                 return r;
@@ -177,10 +204,13 @@ impl Recorder {
         self.append(EntryKind::SessionInfo { name });
     }
 
-    /// Set when the session is deleted: the recorder writes nothing from then on (a turn
-    /// still finishing holds the conversation; the main loop holds this).
-    pub(crate) fn gone_flag(&self) -> Arc<AtomicBool> {
-        self.gone.clone()
+    /// What lets the session stop this recorder's writes and give up its claim without the
+    /// conversation's lock (a turn still finishing holds that; the main loop holds this).
+    pub(crate) fn release_handle(&self) -> Release {
+        Release {
+            gone: self.gone.clone(),
+            claim: self.claim.clone(),
+        }
     }
 
     /// Creates the file with its header and takes its claim; false when that failed (logged).
@@ -201,8 +231,14 @@ impl Recorder {
         });
         match created {
             Ok((f, claim)) => {
+                let slot = self.claim.clone();
+                let mut slot = lock(&slot);
+                if self.gone.load(Ordering::Relaxed) {
+                    // Released while the file was being made: it is not ours to write.
+                    return false;
+                }
                 self.file = Some(f);
-                self.claim = Some(claim);
+                *slot = Some(claim);
                 true
             }
             Err(e) => {
@@ -301,10 +337,17 @@ impl Recorder {
             timestamp: now_iso(),
             kind,
         };
+        let slot = self.claim.clone();
+        let slot = lock(&slot);
+        if slot.is_none() || self.gone.load(Ordering::Relaxed) {
+            return;
+        }
         let Some(file) = self.file.as_mut() else {
             return;
         };
-        match write_line(file, &entry::entry_line(&entry)) {
+        let written = write_line(file, &entry::entry_line(&entry));
+        drop(slot);
+        match written {
             Ok(()) => self.last_id = Some(entry.id),
             Err(e) => self.fail(&e),
         }

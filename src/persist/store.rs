@@ -1,9 +1,8 @@
 //! The sessions directory: listing, resolving `-r` arguments, forking, and the session the
 //! command line picked for the next `session/new`.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -11,7 +10,7 @@ use serde_json::Value;
 
 use super::entry::{self, Header};
 use super::index::Summary;
-use super::{create_dir_private, load, open_append, write_line, Claim, ClaimError};
+use super::{create_dir_private, load, Claim, ClaimError};
 use super::{LoadError, Loaded, Recorder};
 use crate::time::now_iso;
 
@@ -62,26 +61,17 @@ impl Store {
     }
 
     /// Stores a session's schedules (`<artifacts>/<id>/scheduled-jobs.json`, replaced
-    /// atomically): the new file replaces the old one at once (a process that dies after this,
-    /// `kill -9` included, finds it), but nothing waits for the disk; `sync_file` on the
-    /// returned path (off the loop, on the reaper) makes it durable.
+    /// atomically and durably by `write_atomic`; the store worker's job, never the loop's).
     pub(crate) fn write_jobs(&self, session_id: &str, jobs: &Value) -> Result<PathBuf, String> {
         let Some(path) = self.jobs_file(session_id) else {
             return Err(format!("\"{session_id}\" cannot name a session"));
         };
-        let tmp = path.with_extension("json.tmp");
-        let write = || -> std::io::Result<()> {
-            create_dir_private(path.parent().unwrap_or(&self.artifacts))?;
-            let _ = fs::remove_file(&tmp);
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&serde_json::to_vec(&crate::json::json!({ "jobs": jobs }))?)?;
-            fs::rename(&tmp, &path)
-        };
-        write()
+        create_dir_private(path.parent().unwrap_or(&self.artifacts))
+            .and_then(|()| {
+                super::write_atomic(&path, |f| {
+                    f.write_all(&serde_json::to_vec(&crate::json::json!({ "jobs": jobs }))?)
+                })
+            })
             .map(|()| path.clone())
             .map_err(|e| format!("cannot store the schedules in {}: {e}", path.display()))
     }
@@ -112,9 +102,9 @@ impl Store {
 
     /// A fork starts with its parent's kernel state and schedules (copies: the two go their
     /// own ways; the jobs' session fields become the fork's when it opens).
-    fn copy_artifacts(&self, from: &str, to: &str) {
+    fn copy_artifacts(&self, from: &str, to: &str) -> std::io::Result<()> {
         let (Some(src), Some(dst)) = (self.artifacts_of(from), self.artifacts_of(to)) else {
-            return;
+            return Ok(());
         };
         for name in [
             crate::kernel::state::PICKLE_FILE,
@@ -125,11 +115,12 @@ impl Store {
             if !from.is_file() {
                 continue;
             }
-            let copied = create_dir_private(&dst).and_then(|_| fs::copy(&from, dst.join(name)));
-            if let Err(e) = copied {
-                log::warn!("--fork: cannot copy {}: {e}", from.display());
-            }
+            create_dir_private(&dst)?;
+            super::write_atomic(&dst.join(name), |f| {
+                std::io::copy(&mut File::open(&from)?, f)
+            })?;
         }
+        Ok(())
     }
 
     /// A recorder for a new session in `cwd`.
@@ -264,20 +255,26 @@ impl Store {
             cwd: cwd.display().to_string(),
             parent_session: Some(source.display().to_string()),
         };
-        let write = || -> std::io::Result<Claim> {
-            create_dir_private(&self.dir)?;
-            let mut f = open_append(&path, true)?;
-            let claim =
-                Claim::take(&path).map_err(|e| std::io::Error::other(e.text(&header.id)))?;
-            write_line(&mut f, &entry::header_line(&header))?;
+        // Atomic (`write_atomic`): the copy is written and flushed under a temporary name, its
+        // artifacts copied, and only then renamed into place, so a crash or a write error
+        // mid-copy never leaves a partial fork that lists and loads as a session. The claim is
+        // taken on the temporary file: the lock is the inode's and moves with the rename.
+        create_dir_private(&self.dir)
+            .map_err(|e| format!("Cannot fork into {}: {e}", path.display()))?;
+        let claim = super::write_atomic(&path, |f| {
+            let claim = Claim::take(&super::tmp_path(&path))
+                .map_err(|e| std::io::Error::other(e.text(&header.id)))?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut *f);
+            write_buffered(&mut out, &entry::header_line(&header))?;
             for e in &original.entries {
-                write_line(&mut f, &entry::entry_line(e))?;
+                write_buffered(&mut out, &entry::entry_line(e))?;
             }
-            f.sync_data()?;
+            out.flush()?;
+            drop(out);
+            self.copy_artifacts(&original.header.id, &header.id)?;
             Ok(claim)
-        };
-        let claim = write().map_err(|e| format!("Cannot fork into {}: {e}", path.display()))?;
-        self.copy_artifacts(&original.header.id, &header.id);
+        })
+        .map_err(|e| format!("Cannot fork into {}: {e}", path.display()))?;
         let mut loaded = self.read(&path)?;
         loaded.claim = Some(claim);
         Ok(loaded)
@@ -287,6 +284,13 @@ impl Store {
     pub(crate) fn list(&self) -> Vec<Summary> {
         super::index::list(&self.dir)
     }
+}
+
+/// One line into a buffered writer (a fork writes a whole file; a line torn by a crash is in
+/// a temporary file nobody reads).
+fn write_buffered(out: &mut impl Write, v: &Value) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, v).map_err(std::io::Error::other)?;
+    out.write_all(b"\n")
 }
 
 /// The sessions directory: `--session-dir` > `PRIME_AGENT_SESSION_DIR` >
@@ -339,17 +343,6 @@ pub(crate) fn page(
         matching[start..end].iter().map(|s| (*s).clone()).collect(),
         next,
     ))
-}
-
-/// Flushes a file written with `Store::write_jobs` and its directory entry to the disk.
-pub(crate) fn sync_file(path: &Path) {
-    let sync = |p: &Path| File::open(p).and_then(|f| f.sync_all());
-    if let Err(e) = sync(path) {
-        log::warn!("cannot flush {}: {e}", path.display());
-    }
-    if let Some(dir) = path.parent() {
-        let _ = sync(dir);
-    }
 }
 
 #[cfg(test)]

@@ -118,6 +118,8 @@ pub struct Spawn {
     pub skip_schema: bool,
     /// Changes each frame as it arrives, before any check (to prove the checks can fail).
     pub corrupt: Option<fn(&mut Value)>,
+    /// A command the binary runs under (`["prlimit", "--fsize=1000000", "--"]`).
+    pub wrapper: Vec<String>,
 }
 
 impl Spawn {
@@ -188,7 +190,14 @@ pub struct Agent {
 
 impl Agent {
     pub fn spawn(opts: Spawn) -> Agent {
-        let mut cmd = Command::new(bin());
+        let mut cmd = match opts.wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut cmd = Command::new(first);
+                cmd.args(rest).arg(bin());
+                cmd
+            }
+            None => Command::new(bin()),
+        };
         cmd.args(&opts.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
