@@ -37,7 +37,7 @@ test:
 	@if bash scripts/dist.sh check $(DIST_TARGETS) >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory dist-smoke; \
 	else echo "dist-smoke: skipped (no cross toolchain; make dist-setup)"; fi
-	@awk '/^test result:/ {p+=$$4; f+=$$6} /^(static|dist)-smoke: [0-9]+ passed/ {p+=$$2; f+=$$4} END {print "total: " p " passed, " f " failed"}' target/test.log target/static-smoke.log target/dist-smoke.log 2>/dev/null
+	@bash scripts/test_summary.sh target
 
 ## The static binary must be static and run a scripted turn alone in an empty root directory
 ## (under chroot as root, as a `FROM scratch` image runs it; see scripts/static_smoke.py).

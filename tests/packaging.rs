@@ -260,3 +260,58 @@ fn the_acp_registry_entry_matches_the_registry_schema_and_our_archives() {
     }
     assert!(icon.contains("currentColor"));
 }
+
+/// Runs `scripts/test_summary.sh` over a log directory holding `logs` (name, text).
+fn summary(logs: &[(&str, &str)]) -> (bool, String) {
+    let dir = TempDir::new("summary");
+    for (name, text) in logs {
+        dir.write(name, text);
+    }
+    let out = Command::new("bash")
+        .arg(root().join("scripts/test_summary.sh"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn the_make_test_summary_reads_only_the_logs_a_run_wrote_and_names_the_skipped_smokes() {
+    let cargo = "test result: ok. 5 passed; 0 failed; 0 ignored\n\
+                 test result: FAILED. 3 passed; 1 failed; 0 ignored\n";
+    let dist = "dist-smoke: 2 passed, 0 failed\n";
+    let fixed = "static-smoke: 1 passed, 0 failed\n";
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        // A fresh machine: neither smoke test ran, so neither wrote a log.
+        (
+            &[("test.log", cargo)],
+            "total: 8 passed, 1 failed\nskipped: static-smoke dist-smoke",
+        ),
+        (
+            &[("test.log", cargo), ("dist-smoke.log", dist)],
+            "total: 10 passed, 1 failed\nskipped: static-smoke (",
+        ),
+        (
+            &[
+                ("test.log", cargo),
+                ("static-smoke.log", fixed),
+                ("dist-smoke.log", dist),
+            ],
+            "total: 11 passed, 1 failed\n",
+        ),
+    ];
+    for (logs, want) in cases {
+        let (ok, out) = summary(logs);
+        assert!(ok, "{logs:?}: {out}");
+        assert!(out.starts_with(want), "{logs:?}: {out}");
+    }
+    let (_, out) = summary(&[
+        ("test.log", cargo),
+        ("static-smoke.log", fixed),
+        ("dist-smoke.log", dist),
+    ]);
+    assert!(!out.contains("skipped"), "{out}");
+}
