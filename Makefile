@@ -47,7 +47,8 @@ static-smoke: static
 		| tee target/static-smoke.log
 
 ## Release archives for every target in DIST_TARGETS, static, with their .sha256 files:
-## dist/prime-agent-<version>-<target>.tar.gz (bin/prime-agent, README.md; scripts/dist.sh).
+## dist/prime-agent-<version>-<target>.tar.gz (bin/prime-agent, LICENSE, README.md; scripts/dist.sh),
+## and dist/install.sh beside them (docs/install.md fetches it from there).
 ## Stops with the exact set-up commands when the cross toolchain is missing (`make dist-setup`).
 dist:
 	@bash scripts/dist.sh check $(DIST_TARGETS)
