@@ -241,6 +241,24 @@ fn cli_help_version_and_errors() {
         (code, out.as_str(), err.trim()),
         (1, "", "Error: Unknown option: -x")
     );
+    // A mistyped long option stops start-up instead of being skipped with its value.
+    let (code, out, err) = run_cli(&["--modle", "x"]);
+    assert_eq!(
+        (code, out.as_str(), err.trim()),
+        (
+            1,
+            "",
+            "Error: Unknown option: --modle (did you mean --model?)"
+        )
+    );
+    let (code, _, err) = run_cli(&["--thinking", "ultra"]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            1,
+            "Error: Invalid thinking level \"ultra\". Valid values: off, minimal, low, medium, high, xhigh, max"
+        )
+    );
     let (code, _, err) = run_cli(&["--mode", "rpc"]);
     assert_eq!(code, 1);
     assert!(err.contains("not supported"), "{err}");
