@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::{json, Value};
 
@@ -11,13 +11,9 @@ use crate::support::*;
 
 /// Runs the binary in `dir` with `args` and `stdin`; returns (exit code, stdout, stderr).
 fn run(dir: &TempDir, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut child = Command::new(bin())
+    let mut child = agent_command(&dir.path().join("no-agent-dir"))
         .args(args)
         .current_dir(dir.path())
-        .env(
-            "PRIME_AGENT_CODING_AGENT_DIR",
-            dir.path().join("no-agent-dir"),
-        )
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -177,13 +173,9 @@ fn print_to_a_closed_stdout_is_an_error_exit() {
     for mode in [&["-p"][..], &["--mode", "json"]] {
         let mut args = scripted(&script, mode);
         args.push("go");
-        let mut child = Command::new(bin())
+        let mut child = agent_command(&dir.path().join("no-agent-dir"))
             .args(&args)
             .current_dir(dir.path())
-            .env(
-                "PRIME_AGENT_CODING_AGENT_DIR",
-                dir.path().join("no-agent-dir"),
-            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

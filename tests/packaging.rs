@@ -4,7 +4,7 @@
 //! when the cross toolchain is installed; these tests need no toolchain and package the test
 //! build of the binary instead.
 
-use crate::support::{bin, root, TempDir};
+use crate::support::{agent_command, bin, root, TempDir};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -333,7 +333,8 @@ fn the_acp_registry_entry_matches_the_registry_schema_and_our_archives() {
             .collect();
         assert_eq!(args, ["--mode", "acp", "--multi-session"]);
         // The arguments must be ones the agent accepts: it starts and answers initialize.
-        let mut agent = std::process::Command::new(bin())
+        let agent_dir = TempDir::new("registry-args");
+        let mut agent = agent_command(agent_dir.path())
             .args(&args)
             .args(["--provider", "scripted", "--script"])
             .arg(root().join("fixtures/scripts/hello.jsonl"))

@@ -34,7 +34,6 @@ fn initialize_shape_and_version() {
     assert!(a.finish().success());
 }
 
-use std::process::Command;
 use std::time::Duration;
 
 fn is_uuid_v4(s: &str) -> bool {
@@ -215,7 +214,8 @@ fn an_overlong_line_is_refused_and_the_connection_survives() {
 }
 
 fn run_cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin()).args(args).output().unwrap();
+    let dir = TempDir::new("cli");
+    let out = agent_command(dir.path()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into(),
@@ -386,9 +386,8 @@ fn a_start_on_a_terminal_prints_a_one_line_hint_then_serves_acp() {
     use std::io::{BufRead, Write};
     let dir = TempDir::new("tty-hint");
     let (mut controller, terminal) = pty();
-    let mut child = Command::new(bin())
+    let mut child = agent_command(&dir.path().join("agent"))
         .current_dir(dir.path())
-        .env("PRIME_AGENT_CODING_AGENT_DIR", dir.path().join("agent"))
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::from(terminal))
         .stdout(std::process::Stdio::piped())

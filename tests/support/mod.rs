@@ -56,6 +56,19 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_prime-agent")
 }
 
+/// The binary as a command with `agent_dir` as its agent directory (sessions, settings, auth)
+/// and none of the machine's provider keys. Every test starts the binary through here or
+/// `Agent::spawn` (tests/structure.rs checks), so no test writes into the developer's
+/// `~/.prime/agent` or reaches a real model.
+pub fn agent_command(agent_dir: &Path) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env("PRIME_AGENT_CODING_AGENT_DIR", agent_dir);
+    for key in PROVIDER_KEY_VARS {
+        cmd.env_remove(key);
+    }
+    cmd
+}
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -184,24 +197,22 @@ pub struct Agent {
     pub inputs: u64,
     /// Responses (frames with an id and no method) received so far.
     pub answered: u64,
+    /// The agent directory made for this agent when the test named none; removed (last,
+    /// after the process has exited) on drop.
+    _agent_dir: Option<TempDir>,
 }
 
 impl Agent {
     pub fn spawn(opts: Spawn) -> Agent {
-        let mut cmd = Command::new(bin());
+        // Its own agent dir, so the sessions it writes go away with it (a shared one grew
+        // forever), unless the test names one in `env` (set below, after this).
+        let agent_dir = TempDir::new("agent-dir");
+        let mut cmd = agent_command(agent_dir.path());
         cmd.args(&opts.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .env("RUST_LOG", "debug")
-            .env(
-                "PRIME_AGENT_CODING_AGENT_DIR",
-                std::env::temp_dir().join("pa-test-no-agent-dir"),
-            );
-        // Tests never reach a real model: hide any provider key the machine may have.
-        for key in PROVIDER_KEY_VARS {
-            cmd.env_remove(key);
-        }
+            .env("RUST_LOG", "debug");
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
@@ -266,6 +277,7 @@ impl Agent {
             session_id: None,
             inputs: 0,
             answered: 0,
+            _agent_dir: Some(agent_dir),
         }
     }
 
