@@ -30,7 +30,7 @@ Options:
   --thinking <level>                 off, minimal, low, medium, high, xhigh, max (default: medium)
   --context-window <tokens>          The model's context window (default: the catalogue's, or
                                      what a --base-url server reports, else 32768)
-  --script <file>                    Replies for --provider scripted (JSONL, see README)
+  --script <file>                    Replies for --provider scripted (JSONL, docs/scripted-model.md)
   --cwd <dir>                        Change to this directory before starting
   -t, --tools <a,b>                  Tools to offer the model (default: all built-in tools)
   -nt, --no-tools                    Offer no tools
