@@ -37,7 +37,7 @@ test:
 	@if bash scripts/dist.sh check $(DIST_TARGETS) >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory dist-smoke; \
 	else echo "dist-smoke: skipped (no cross toolchain; make dist-setup)"; fi
-	@awk '/^test result:/ {p+=$$4; f+=$$6} /^(static|dist)-smoke: [0-9]+ passed/ {p+=$$2; f+=$$4} END {print "total: " p " passed, " f " failed"}' target/test.log target/static-smoke.log target/dist-smoke.log 2>/dev/null
+	@bash scripts/test_summary.sh target
 
 ## The static binary must be static and run a scripted turn alone in an empty root directory
 ## (under chroot as root, as a `FROM scratch` image runs it; see scripts/static_smoke.py).
@@ -47,7 +47,8 @@ static-smoke: static
 		| tee target/static-smoke.log
 
 ## Release archives for every target in DIST_TARGETS, static, with their .sha256 files:
-## dist/prime-agent-<version>-<target>.tar.gz (bin/prime-agent, README.md; scripts/dist.sh).
+## dist/prime-agent-<version>-<target>.tar.gz (bin/prime-agent, LICENSE, README.md; scripts/dist.sh),
+## and dist/install.sh beside them (docs/install.md fetches it from there).
 ## Stops with the exact set-up commands when the cross toolchain is missing (`make dist-setup`).
 dist:
 	@bash scripts/dist.sh check $(DIST_TARGETS)

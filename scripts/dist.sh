@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Release archives: the static binary of one target as
-#   dist/prime-agent-<version>-<target>.tar.gz   (bin/prime-agent, README.md)
+#   dist/prime-agent-<version>-<target>.tar.gz   (bin/prime-agent, LICENSE, README.md)
 #   dist/prime-agent-<version>-<target>.tar.gz.sha256   (`sha256sum` format)
+#   dist/install.sh   (scripts/install.sh: the docs fetch it from beside the archives)
 #
 #   scripts/dist.sh check TARGET...            what the cross build lacks, as commands (exit 1)
 #   scripts/dist.sh env TARGET                 the build environment for TARGET (NAME=value lines)
@@ -73,11 +74,15 @@ package() {
     mkdir -p "$stage/bin" "$out"
     install -m 0755 "$binary" "$stage/bin/prime-agent"
     install -m 0644 "$(dirname "$0")/../README.md" "$stage/README.md"
+    install -m 0644 "$(dirname "$0")/../LICENSE" "$stage/LICENSE"
     local mtime
     mtime=$(git -C "$(dirname "$0")/.." log -1 --format=%ct 2>/dev/null || echo 0)
     tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$mtime" \
-        -C "$stage" -cf - bin README.md | gzip -n "${DIST_GZIP_LEVEL:--9}" > "$out/$name.tar.gz"
+        -C "$stage" -cf - bin LICENSE README.md | gzip -n "${DIST_GZIP_LEVEL:--9}" > "$out/$name.tar.gz"
     (cd "$out" && sha256sum "$name.tar.gz" > "$name.tar.gz.sha256")
+    # The installer travels with the archives, so `$BASE/install.sh` exists wherever they are
+    # served (docs/install.md) instead of a 404 that `curl | sh` would run as an empty script.
+    install -m 0755 "$(dirname "$0")/install.sh" "$out/install.sh"
     echo "dist: $out/$name.tar.gz ($(stat -c %s "$out/$name.tar.gz") bytes) $(cut -d' ' -f1 "$out/$name.tar.gz.sha256")"
 }
 

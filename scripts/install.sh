@@ -7,8 +7,9 @@
 # wget). Without either, the archive for this machine's architecture is fetched from
 # $PRIME_AGENT_DIST_BASE (a directory of release archives). The archive's sha256 must match:
 # --sha256, else the `.sha256` file next to it (fetched beside a URL); with neither, nothing is
-# installed. Installs DIR/bin/prime-agent (DIR defaults to ~/.local), replacing an older one
-# atomically, and checks that it runs. POSIX sh, so it works in minimal sandboxes (busybox).
+# installed. Checks that the new binary runs on this machine, then installs it as
+# DIR/bin/prime-agent (DIR defaults to ~/.local), replacing an older one atomically; a binary
+# that does not run replaces nothing. POSIX sh, so it works in minimal sandboxes (busybox).
 set -eu
 
 VERSION=0.1.0
@@ -81,15 +82,21 @@ gzip -dc "$archive" | (cd "$work/x" && tar -xf -) || die "could not unpack $src"
 [ -f "$work/x/bin/prime-agent" ] || die "$src holds no bin/prime-agent"
 
 mkdir -p "$prefix/bin" || die "cannot create $prefix/bin"
-cp "$work/x/bin/prime-agent" "$prefix/bin/.prime-agent.new"
-chmod 0755 "$prefix/bin/.prime-agent.new"
-mv -f "$prefix/bin/.prime-agent.new" "$prefix/bin/prime-agent"
-
-if version=$("$prefix/bin/prime-agent" --version 2>/dev/null); then
-    echo "installed $prefix/bin/prime-agent ($version)"
-else
-    die "installed $prefix/bin/prime-agent, but it does not run on this machine (another architecture?)"
-fi
+new="$prefix/bin/.prime-agent.new"
+cp "$work/x/bin/prime-agent" "$new" || die "cannot write $new"
+chmod 0755 "$new"
+# The new binary must run here BEFORE it replaces anything: an archive of another architecture
+# would otherwise leave a working install broken. It runs from beside its destination, not
+# from $work, so a noexec /tmp does not refuse a good archive. On ENOEXEC a shell may run the
+# file as a script, so the exit code alone is not enough: the output must be the version line.
+version=$("$new" --version 2>/dev/null) || version=""
+case "$version" in
+    "prime-agent "*) ;;
+    *) rm -f "$new"
+       die "$src does not run on this machine ($(uname -m); another architecture?); nothing was replaced" ;;
+esac
+mv -f "$new" "$prefix/bin/prime-agent" || die "cannot replace $prefix/bin/prime-agent"
+echo "installed $prefix/bin/prime-agent ($version)"
 case ":${PATH:-}:" in
     *":$prefix/bin:"*) ;;
     *) echo "note: $prefix/bin is not on PATH" ;;

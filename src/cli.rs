@@ -30,7 +30,7 @@ Options:
   --thinking <level>                 off, minimal, low, medium, high, xhigh, max (default: medium)
   --context-window <tokens>          The model's context window (default: the catalogue's, or
                                      what a --base-url server reports, else 32768)
-  --script <file>                    Replies for --provider scripted (JSONL, see README)
+  --script <file>                    Replies for --provider scripted (JSONL, docs/scripted-model.md)
   --cwd <dir>                        Change to this directory before starting
   -t, --tools <a,b>                  Tools to offer the model (default: all built-in tools)
   -nt, --no-tools                    Offer no tools
@@ -137,7 +137,7 @@ pub struct Config {
     pub model_thinking: Option<Thinking>,
     /// `--max-model-calls` (`Some(0)`: no cap, even headless).
     pub(crate) max_model_calls: Option<u64>,
-    /// Non-fatal diagnostics (unknown long flags, bad thinking level) to log at start-up.
+    /// Non-fatal diagnostics (positional arguments ACP mode ignores) to log at start-up.
     pub warnings: Vec<String>,
 }
 
@@ -226,13 +226,6 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Skips an unknown flag's value, if the next argument looks like one.
-    fn skip_value(&mut self) {
-        if self.inline.is_none() && self.args.get(self.at).is_some_and(|v| !v.starts_with('-')) {
-            self.at += 1;
-        }
-    }
-
     /// Everything after `--`.
     fn rest(&mut self) -> Vec<String> {
         let rest = self.args[self.at..].to_vec();
@@ -277,13 +270,12 @@ fn apply_flag(
         "--base-url" => cfg.base_url = Some(cursor.value("--base-url")?),
         "--thinking" => {
             let level = cursor.value("--thinking")?;
-            match Thinking::parse(&level) {
-                Some(t) => cfg.thinking = Some(t),
-                None => cfg.warnings.push(format!(
+            cfg.thinking = Some(Thinking::parse(&level).ok_or_else(|| {
+                format!(
                     "Invalid thinking level \"{level}\". Valid values: {}",
                     Thinking::NAMES
-                )),
-            }
+                )
+            })?);
         }
         "--context-window" => {
             let raw = cursor.value("--context-window")?;
@@ -378,16 +370,113 @@ fn apply_flag(
         "--daemon-socket" => {
             cfg.daemon_socket = Some(PathBuf::from(cursor.value("--daemon-socket")?))
         }
-        _ if flag.starts_with("--") => {
-            // Upstream keeps unknown long flags for extensions; we have none, so we say so
-            // and skip the flag (and its value, if it has one).
-            cfg.warnings.push(format!("Ignoring unknown option {flag}"));
-            cursor.skip_value();
-        }
+        // Upstream keeps unknown long flags for its extensions. This build has none, so a
+        // skipped flag could only be a typo whose value silently changes the run (`--modle x`
+        // ran the default model): it is an error naming the flag that was probably meant.
+        _ if flag.starts_with("--") => return Err(unknown_long(flag)),
         _ if flag.starts_with('-') => return Err(format!("Unknown option: {flag}")),
         _ => cfg.prompt_args.push(flag.to_owned()),
     }
     Ok(None)
+}
+
+/// Every long option `apply_flag` accepts, for "did you mean" (a test keeps the two, and
+/// `HELP`, in step).
+const LONG_FLAGS: &[&str] = &[
+    "--help",
+    "--version",
+    "--mode",
+    "--print",
+    "--provider",
+    "--model",
+    "--models",
+    "--skill",
+    "--no-skills",
+    "--prompt-template",
+    "--no-prompt-templates",
+    "--api-key",
+    "--base-url",
+    "--thinking",
+    "--context-window",
+    "--autonomous",
+    "--autonomous-gate",
+    "--autonomous-gate-retries",
+    "--autonomous-gate-timeout-ms",
+    "--autonomous-max-continuations",
+    "--autonomous-max-turns",
+    "--autonomous-max-tokens",
+    "--autonomous-timeout-ms",
+    "--goal",
+    "--max-model-calls",
+    "--goal-token-budget",
+    "--script",
+    "--multi-session",
+    "--client-terminal",
+    "--permission-mode",
+    "--cwd",
+    "--tools",
+    "--no-tools",
+    "--no-builtin-tools",
+    "--verbose",
+    "--system-prompt",
+    "--append-system-prompt",
+    "--no-context-files",
+    "--no-session",
+    "--session-dir",
+    "--continue",
+    "--resume",
+    "--fork",
+    "--offline",
+    "--daemon-socket",
+];
+
+/// The error for a long option this build does not know, naming the nearest known one.
+fn unknown_long(flag: &str) -> String {
+    match nearest(flag, LONG_FLAGS) {
+        Some(near) => format!("Unknown option: {flag} (did you mean {near}?)"),
+        None => format!("Unknown option: {flag} (see prime-agent --help)"),
+    }
+}
+
+/// The candidate closest to `word` by edit distance (a swap of two neighbours counts as one
+/// edit, the commonest typo), if it is close enough to be the one meant: within 2 edits, or a
+/// third of the word for long ones. At equal distance the candidate nearer the word's length
+/// wins (`--modle` is one swap from `--model` and one deletion from `--mode`: the user typed
+/// seven characters), then the earlier one.
+fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let len = word.chars().count();
+    let allowed = 2.max(len / 3);
+    candidates
+        .iter()
+        .map(|c| (edit_distance(word, c), c.chars().count().abs_diff(len), *c))
+        .filter(|(d, _, _)| *d <= allowed)
+        .min_by_key(|(d, len_diff, _)| (*d, *len_diff))
+        .map(|(_, _, c)| c)
+}
+
+/// Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of
+/// adjacent characters, each one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // d[i][j]: the distance between the first i chars of a and the first j of b.
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    d[0] = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// `--mode`: whether output is JSON; the modes this build does not have are errors.
@@ -647,13 +736,11 @@ mod tests {
     }
 
     #[test]
-    fn lists_inline_values_and_unknown_long_flags() {
+    fn lists_and_inline_values() {
         let Ok(Command::Run(cfg)) = p(&[
             "--tools=bash, read",
-            "--unknown-flag",
-            "3",
             "--thinking",
-            "huge",
+            "high",
             "--append-system-prompt",
             "a",
             "--append-system-prompt",
@@ -666,8 +753,102 @@ mod tests {
             cfg.append_system_prompt,
             vec!["a".to_string(), "b".to_string()]
         );
-        assert_eq!(cfg.warnings.len(), 2);
-        assert!(cfg.thinking.is_none());
+        assert_eq!(cfg.thinking, Some(Thinking::High));
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+    }
+
+    #[test]
+    fn unknown_long_flags_and_bad_values_are_errors_naming_what_was_meant() {
+        let levels = "Valid values: off, minimal, low, medium, high, xhigh, max";
+        let cases: &[(&[&str], String)] = &[
+            (
+                &["--modle", "x"],
+                "Unknown option: --modle (did you mean --model?)".into(),
+            ),
+            (
+                &["--modle=x"],
+                "Unknown option: --modle (did you mean --model?)".into(),
+            ),
+            (
+                &["--thinkng", "high"],
+                "Unknown option: --thinkng (did you mean --thinking?)".into(),
+            ),
+            (
+                &["--no-sesion"],
+                "Unknown option: --no-sesion (did you mean --no-session?)".into(),
+            ),
+            (
+                &["--autonomous-max-turn", "3"],
+                "Unknown option: --autonomous-max-turn (did you mean --autonomous-max-turns?)"
+                    .into(),
+            ),
+            (
+                &["--frobnicate"],
+                "Unknown option: --frobnicate (see prime-agent --help)".into(),
+            ),
+            (
+                &["--thinking", "ultra"],
+                format!("Invalid thinking level \"ultra\". {levels}"),
+            ),
+            (
+                &["--thinking=huge"],
+                format!("Invalid thinking level \"huge\". {levels}"),
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(p(args).as_ref(), Err(want), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn nearest_and_edit_distance() {
+        for (a, b, d) in [
+            ("", "", 0),
+            ("model", "model", 0),
+            ("modle", "model", 1),
+            ("mode", "model", 1),
+            ("moodel", "model", 1),
+            ("mdoel", "model", 1),
+            ("kitten", "sitting", 3),
+            ("é", "e", 1),
+        ] {
+            assert_eq!(edit_distance(a, b), d, "{a} {b}");
+        }
+        let flags = &["--mode", "--model", "--models", "--no-session"];
+        for (word, want) in [
+            ("--modle", Some("--model")),
+            ("--mode", Some("--mode")),
+            ("--mod", Some("--mode")),
+            ("--moder", Some("--model")),
+            ("--nosession", Some("--no-session")),
+            ("--x", None),
+            ("--completely-different", None),
+        ] {
+            assert_eq!(nearest(word, flags), want, "{word}");
+        }
+    }
+
+    #[test]
+    fn every_long_flag_in_the_help_is_known_and_accepted() {
+        let in_help: std::collections::BTreeSet<&str> = HELP
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .collect();
+        for flag in &in_help {
+            assert!(
+                LONG_FLAGS.contains(flag),
+                "{flag} is in HELP, not LONG_FLAGS"
+            );
+        }
+        for flag in LONG_FLAGS {
+            assert!(in_help.contains(flag), "{flag} is not in HELP");
+            // Accepted: whatever its value does, it is not an unknown option.
+            for args in [vec![*flag], vec![*flag, "1"]] {
+                if let Err(e) = p(&args) {
+                    assert!(!e.starts_with("Unknown option"), "{args:?}: {e}");
+                }
+            }
+        }
     }
 
     #[test]

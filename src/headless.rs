@@ -1,6 +1,8 @@
 //! Headless front ends for scripts and CI: `-p/--print "<prompt>"` prints the final assistant
-//! text, `--mode json "<prompt>"` prints every `session/update` payload as one JSON line and
-//! then `{"type":"result","stopReason","usage"}`.
+//! text (for a `!cmd` prompt, the command's output), `--mode json "<prompt>"` prints every
+//! `session/update` payload as one JSON line and then `{"type":"result","stopReason","usage"}`.
+//! Output that cannot be written (the reader of stdout went away) is an error exit: a script
+//! must not take a lost answer for a delivered one.
 //!
 //! There is no second agent loop: the real main loop, reader and writer threads run over an
 //! in-memory connection, and a client thread here plays the ACP client (initialize,
@@ -70,23 +72,29 @@ pub(crate) fn run(cfg: &Config, version: &str) -> Result<u8, String> {
                 last_message: None,
                 text: String::new(),
                 warning: None,
+                session_id: None,
+                write_error: None,
             };
             let outcome = client.run(&cwd, &prompt);
             client.finish(&outcome);
+            let write_error = client.write_error.take();
             // Dropping the sender closes the agent's input: the loop settles and exits.
             drop(client);
-            outcome
+            (outcome, write_error)
         })
         .map_err(|e| format!("Cannot start the headless client: {e}"))?;
     main_loop::run(conn, Arc::new(agent), signal_rx, version);
-    let outcome = client
+    let (outcome, write_error) = client
         .join()
-        .unwrap_or_else(|_| Err("the headless client panicked".to_owned()));
+        .unwrap_or_else(|_| (Err("the headless client panicked".to_owned()), None));
     if let Err(e) = io_threads.join() {
         log::debug!("writer ended with {e}");
     }
     if let Err(e) = &outcome {
         let _ = writeln!(std::io::stderr(), "Error: {e}");
+    }
+    if let Some(e) = write_error {
+        return Err(format!("Cannot write the output to stdout: {e}"));
     }
     Ok(exit_code(&outcome))
 }
@@ -161,11 +169,16 @@ struct Client {
     pending: Vec<u8>,
     out: File,
     json: bool,
-    /// The `messageId` of the newest assistant message, and its text so far.
+    /// What `--print` prints: the newest assistant message (by `messageId`) or user shell run
+    /// (`!cmd`, by its tool call id), and its text so far.
     last_message: Option<String>,
     text: String,
     /// The last warning notice (why a bound stopped the prompt), for stderr.
     warning: Option<String>,
+    /// The session once `session/new` answered (to cancel the prompt when stdout is gone).
+    session_id: Option<String>,
+    /// The first failed write to stdout; later output is dropped.
+    write_error: Option<std::io::Error>,
 }
 
 impl Client {
@@ -235,7 +248,13 @@ impl Client {
         if self.json {
             let mut line = serde_json::to_vec(update).expect("a JSON value always serialises");
             line.push(b'\n');
-            let _ = self.out.write_all(&line);
+            self.write_out(&line);
+            return;
+        }
+        if let Some((id, output)) = user_shell_output(update) {
+            // Each update carries the run's output so far (its last 8 KB), so it replaces.
+            self.last_message = Some(id.to_owned());
+            self.text = output.to_owned();
             return;
         }
         if update["sessionUpdate"] != "agent_message_chunk" {
@@ -251,6 +270,25 @@ impl Client {
         }
     }
 
+    /// Writes to stdout. The first failure is kept for the exit code and, since nobody reads
+    /// what the prompt produces any more, cancels it rather than letting it run on unseen.
+    fn write_out(&mut self, bytes: &[u8]) {
+        if self.write_error.is_some() {
+            return;
+        }
+        if let Err(e) = self.out.write_all(bytes).and_then(|()| self.out.flush()) {
+            self.write_error = Some(e);
+            if let Some(sid) = &self.session_id {
+                let mut line = serde_json::to_vec(&json!({
+                    "jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}
+                }))
+                .expect("a JSON value always serialises");
+                line.push(b'\n');
+                let _ = self.to_agent.send(line);
+            }
+        }
+    }
+
     fn run(&mut self, cwd: &str, prompt: &str) -> Result<Value, String> {
         self.call(
             1,
@@ -262,6 +300,7 @@ impl Client {
             .as_str()
             .ok_or("session/new gave no session id")?
             .to_owned();
+        self.session_id = Some(sid.clone());
         self.call(
             3,
             "session/prompt",
@@ -293,14 +332,60 @@ impl Client {
         if !line.ends_with('\n') {
             line.push('\n');
         }
-        let _ = self.out.write_all(line.as_bytes());
-        let _ = self.out.flush();
+        self.write_out(line.as_bytes());
     }
+}
+
+/// The tool call id and output so far of a user shell run's update (`!cmd`, which the agent
+/// streams as its synthetic bash tool call), else `None`: model tool calls are not answers.
+fn user_shell_output(update: &Value) -> Option<(&str, &str)> {
+    if update["sessionUpdate"] != "tool_call_update" {
+        return None;
+    }
+    let id = update["toolCallId"].as_str()?;
+    if !id.starts_with(&crate::events::bash_tool_call_id(None)) {
+        return None;
+    }
+    let text = update["content"]
+        .as_array()?
+        .iter()
+        .find_map(|c| c["content"]["text"].as_str())?;
+    Some((id, text))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_user_shell_updates_with_output_are_answers() {
+        let text = |t: &str| json!([{"type": "content", "content": {"type": "text", "text": t}}]);
+        let cases = [
+            (
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "prime-agent-bash-ab",
+                       "content": text("hi\n")}),
+                Some(("prime-agent-bash-ab", "hi\n")),
+            ),
+            // The start carries no output yet; a model's tool call is not an answer.
+            (
+                json!({"sessionUpdate": "tool_call", "toolCallId": "prime-agent-bash-ab"}),
+                None,
+            ),
+            (
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "prime-agent-bash-ab",
+                       "status": "completed"}),
+                None,
+            ),
+            (
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "call_1",
+                       "content": text("x")}),
+                None,
+            ),
+        ];
+        for (update, want) in cases {
+            assert_eq!(user_shell_output(&update), want, "{update}");
+        }
+    }
 
     #[test]
     fn exit_codes() {

@@ -89,10 +89,19 @@ pub fn run_subcommand(sub: &Subcommand) -> Result<u8, String> {
     subcommands::run(sub, &setup::agent_dir(), &mut std::io::stdout().lock())
 }
 
+/// What a person who starts the agent in a terminal sees: ACP waits silently for JSON-RPC,
+/// which looks like a hang to someone who expected a prompt.
+pub const TERMINAL_HINT: &str = "prime-agent: waiting for ACP (JSON-RPC, one message per line) on stdin; for one prompt run prime-agent -p \"<prompt>\", for an editor see prime-agent --help";
+
 /// Runs ACP over the process's stdio until stdin closes or a signal arrives.
 pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
     for warning in &cfg.warnings {
         log::warn!("{warning}");
+    }
+    // Editors and harnesses give a pipe; a terminal means a person is at the keyboard.
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "{TERMINAL_HINT}");
     }
     let agent = setup::build_agent(cfg)?;
     let (signal_tx, signal_rx) = crossbeam_channel::bounded(4);

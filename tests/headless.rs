@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::{json, Value};
 
@@ -11,13 +11,9 @@ use crate::support::*;
 
 /// Runs the binary in `dir` with `args` and `stdin`; returns (exit code, stdout, stderr).
 fn run(dir: &TempDir, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut child = Command::new(bin())
+    let mut child = agent_command(&dir.path().join("no-agent-dir"))
         .args(args)
         .current_dir(dir.path())
-        .env(
-            "PRIME_AGENT_CODING_AGENT_DIR",
-            dir.path().join("no-agent-dir"),
-        )
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -155,4 +151,44 @@ fn text_mode_keeps_its_clear_error() {
         err.contains("Error: --mode text is not supported by this build; use --mode acp"),
         "{err}"
     );
+}
+
+#[test]
+fn print_of_a_user_shell_command_prints_its_output() {
+    let dir = TempDir::new("print-bang");
+    // No model at all: `!cmd` needs none.
+    let (code, out, err) = run(&dir, &["-p", "!echo hi; echo there"], None);
+    assert_eq!((code, out.as_str()), (0, "hi\nthere\n"), "{err}");
+    let (code, out, err) = run(&dir, &["-p", "!!printf quiet"], None);
+    assert_eq!((code, out.as_str()), (0, "quiet\n"), "{err}");
+}
+
+#[test]
+fn print_to_a_closed_stdout_is_an_error_exit() {
+    let dir = TempDir::new("print-epipe");
+    let script = script_file(
+        &dir,
+        &[json!({"steps":[{"text":"an answer nobody reads"}]})],
+    );
+    for mode in [&["-p"][..], &["--mode", "json"]] {
+        let mut args = scripted(&script, mode);
+        args.push("go");
+        let mut child = agent_command(&dir.path().join("no-agent-dir"))
+            .args(&args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the agent writes anything: every write is EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{mode:?}: {err}");
+        assert!(
+            err.contains("Error: Cannot write the output to stdout"),
+            "{mode:?}: {err}"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! (and cancellable) while its arguments stream. Scripted models for the loops, the loopback
 //! server for what a real OpenAI-compatible server (llama.cpp) sends and receives.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -52,13 +52,9 @@ fn notices(a: &Agent) -> Vec<Value> {
 fn headless(dir: &TempDir, script: &str, args: &[&str]) -> (i32, String, String) {
     let mut all = vec!["--provider", "scripted", "--script", script, "--no-session"];
     all.extend_from_slice(args);
-    let out = Command::new(bin())
+    let out = agent_command(&dir.path().join("no-agent-dir"))
         .args(&all)
         .current_dir(dir.path())
-        .env(
-            "PRIME_AGENT_CODING_AGENT_DIR",
-            dir.path().join("no-agent-dir"),
-        )
         .stdin(Stdio::null())
         .output()
         .unwrap();

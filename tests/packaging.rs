@@ -4,7 +4,7 @@
 //! when the cross toolchain is installed; these tests need no toolchain and package the test
 //! build of the binary instead.
 
-use crate::support::{bin, root, TempDir};
+use crate::support::{agent_command, bin, root, TempDir};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -40,6 +40,107 @@ fn install(args: &[&Path]) -> Output {
         .unwrap()
 }
 
+/// The license `Cargo.toml` declares is the one in `LICENSE`.
+#[test]
+fn the_license_file_is_the_one_cargo_toml_declares() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(manifest.lines().any(|l| l == "license = \"MIT\""));
+    let license = std::fs::read_to_string(root().join("LICENSE")).unwrap();
+    assert!(
+        license.starts_with("MIT License\n\nCopyright (c) "),
+        "{license}"
+    );
+    assert!(license.contains("the prime-agent developers"));
+}
+
+/// An archive as `dist.sh` lays it out whose `bin/prime-agent` is `binary` (bytes), with its
+/// `.sha256`, in `dir`.
+fn archive_of(dir: &Path, target: &str, binary: &[u8]) -> PathBuf {
+    let stage = dir.join(format!("stage-{target}"));
+    std::fs::create_dir_all(stage.join("bin")).unwrap();
+    let exe = stage.join("bin/prime-agent");
+    std::fs::write(&exe, binary).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let name = format!("prime-agent-{VERSION}-{target}.tar.gz");
+    let tar = Command::new("tar")
+        .arg("-czf")
+        .arg(dir.join(&name))
+        .arg("-C")
+        .arg(&stage)
+        .arg("bin")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    let sum = Command::new("sha256sum")
+        .arg(&name)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    std::fs::write(dir.join(format!("{name}.sha256")), sum.stdout).unwrap();
+    dir.join(name)
+}
+
+/// The first 64 bytes of an ELF executable for `machine` (`e_machine`): what another
+/// architecture's binary looks like to this kernel (exec fails with ENOEXEC).
+fn elf_header(machine: u16) -> Vec<u8> {
+    let mut h = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
+    h.resize(16, 0);
+    h.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    h.extend_from_slice(&machine.to_le_bytes());
+    h.extend_from_slice(&1u32.to_le_bytes());
+    h.resize(64, 0);
+    h
+}
+
+#[test]
+fn install_sh_refuses_a_binary_that_does_not_run_here_and_keeps_the_old_install() {
+    let dir = TempDir::new("install-arch");
+    let prefix = dir.path().join("prefix");
+    let good = package(dir.path(), "x86_64-unknown-linux-musl");
+    let out = install(&[Path::new("--prefix"), &prefix, &good]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let installed = prefix.join("bin/prime-agent");
+    let before = std::fs::read(&installed).unwrap();
+
+    // Another architecture's ELF (a machine this host is not), then a file that is no
+    // executable at all: a shell that gets ENOEXEC may run it as a script.
+    let other = if cfg!(target_arch = "aarch64") {
+        62 // x86-64
+    } else {
+        183 // AArch64
+    };
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    for (target, binary) in [
+        ("other-unknown-linux-musl", elf_header(other)),
+        (
+            "script-unknown-linux-musl",
+            b"echo prime-agent-ish; exit 0\n".to_vec(),
+        ),
+    ] {
+        let archive = archive_of(&bad, target, &binary);
+        let out = install(&[Path::new("--prefix"), &prefix, &archive]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{target}: {err}");
+        assert!(
+            err.contains("does not run on this machine") && err.contains("nothing was replaced"),
+            "{target}: {err}"
+        );
+        // The old install is untouched, still runs, and no temporary file is left.
+        assert_eq!(files_under(&prefix), ["bin/prime-agent"], "{target}");
+        assert!(std::fs::read(&installed).unwrap() == before, "{target}");
+        let v = Command::new(&installed).arg("--version").output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&v.stdout).trim(),
+            format!("prime-agent {VERSION}")
+        );
+    }
+}
+
 fn files_under(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -58,7 +159,7 @@ fn files_under(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn dist_archives_hold_bin_prime_agent_and_a_sha256_in_sha256sum_format() {
+fn dist_archives_hold_the_binary_license_and_readme_and_a_sha256_in_sha256sum_format() {
     let dir = TempDir::new("dist");
     let archive = package(dir.path(), "x86_64-unknown-linux-musl");
     let list = Command::new("tar")
@@ -71,7 +172,22 @@ fn dist_archives_hold_bin_prime_agent_and_a_sha256_in_sha256sum_format() {
         .map(str::to_string)
         .collect();
     names.sort();
-    assert_eq!(names, ["README.md", "bin/", "bin/prime-agent"]);
+    assert_eq!(names, ["LICENSE", "README.md", "bin/", "bin/prime-agent"]);
+    let license = Command::new("tar")
+        .arg("-xzOf")
+        .arg(&archive)
+        .arg("LICENSE")
+        .output()
+        .unwrap();
+    assert_eq!(
+        license.stdout,
+        std::fs::read(root().join("LICENSE")).unwrap()
+    );
+    // The installer is served beside the archives (docs/install.md fetches $BASE/install.sh).
+    assert_eq!(
+        std::fs::read(dir.path().join("install.sh")).unwrap(),
+        std::fs::read(root().join("scripts/install.sh")).unwrap()
+    );
     let check = Command::new("sha256sum")
         .arg("-c")
         .arg(archive.with_extension("gz.sha256"))
@@ -217,7 +333,8 @@ fn the_acp_registry_entry_matches_the_registry_schema_and_our_archives() {
             .collect();
         assert_eq!(args, ["--mode", "acp", "--multi-session"]);
         // The arguments must be ones the agent accepts: it starts and answers initialize.
-        let mut agent = std::process::Command::new(bin())
+        let agent_dir = TempDir::new("registry-args");
+        let mut agent = agent_command(agent_dir.path())
             .args(&args)
             .args(["--provider", "scripted", "--script"])
             .arg(root().join("fixtures/scripts/hello.jsonl"))
@@ -259,4 +376,183 @@ fn the_acp_registry_entry_matches_the_registry_schema_and_our_archives() {
         }
     }
     assert!(icon.contains("currentColor"));
+}
+
+/// Runs `scripts/test_summary.sh` over a log directory holding `logs` (name, text).
+fn summary(logs: &[(&str, &str)]) -> (bool, String) {
+    let dir = TempDir::new("summary");
+    for (name, text) in logs {
+        dir.write(name, text);
+    }
+    let out = Command::new("bash")
+        .arg(root().join("scripts/test_summary.sh"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn the_make_test_summary_reads_only_the_logs_a_run_wrote_and_names_the_skipped_smokes() {
+    let cargo = "test result: ok. 5 passed; 0 failed; 0 ignored\n\
+                 test result: FAILED. 3 passed; 1 failed; 0 ignored\n";
+    let dist = "dist-smoke: 2 passed, 0 failed\n";
+    let fixed = "static-smoke: 1 passed, 0 failed\n";
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        // A fresh machine: neither smoke test ran, so neither wrote a log.
+        (
+            &[("test.log", cargo)],
+            "total: 8 passed, 1 failed\nskipped: static-smoke dist-smoke",
+        ),
+        (
+            &[("test.log", cargo), ("dist-smoke.log", dist)],
+            "total: 10 passed, 1 failed\nskipped: static-smoke (",
+        ),
+        (
+            &[
+                ("test.log", cargo),
+                ("static-smoke.log", fixed),
+                ("dist-smoke.log", dist),
+            ],
+            "total: 11 passed, 1 failed\n",
+        ),
+    ];
+    for (logs, want) in cases {
+        let (ok, out) = summary(logs);
+        assert!(ok, "{logs:?}: {out}");
+        assert!(out.starts_with(want), "{logs:?}: {out}");
+    }
+    let (_, out) = summary(&[
+        ("test.log", cargo),
+        ("static-smoke.log", fixed),
+        ("dist-smoke.log", dist),
+    ]);
+    assert!(!out.contains("skipped"), "{out}");
+}
+
+/// The one line of `doc` that starts with `prefix` (a documented command), without its
+/// trailing `# comment`.
+fn documented_command(doc: &str, prefix: &str) -> String {
+    let text = std::fs::read_to_string(root().join(doc)).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(prefix)).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{doc}: lines starting {prefix:?}: {lines:?}"
+    );
+    lines[0].split("   #").next().unwrap().trim().to_owned()
+}
+
+/// Runs `command` with `sh -c` in `cwd`, with `HOME` and extra `env`; panics unless it succeeds.
+fn run_documented(command: &str, cwd: &Path, home: &Path, env: &[(&str, String)]) {
+    let out = Command::new("sh")
+        .args(["-c", command])
+        .current_dir(cwd)
+        .env("HOME", home)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{command}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn assert_runs(installed: &Path) {
+    let v = Command::new(installed).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout).trim(),
+        format!("prime-agent {VERSION}"),
+        "{}",
+        installed.display()
+    );
+}
+
+/// README.md's install command, run as written from a checkout after `make dist` (the archive
+/// is in `dist/`), and docs/install.md's sandbox recipe against a local HTTP server serving
+/// `dist/` (only the root-owned `/opt` prefix is swapped for a temporary one).
+#[test]
+fn the_documented_install_commands_work_as_written() {
+    let dir = TempDir::new("install-docs");
+    let checkout = dir.path().join("checkout");
+    std::fs::create_dir_all(checkout.join("scripts")).unwrap();
+    std::fs::copy(
+        root().join("scripts/install.sh"),
+        checkout.join("scripts/install.sh"),
+    )
+    .unwrap();
+    let dist = checkout.join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    // The archives are named for their target; the binary inside is this host's test build.
+    let machine = String::from_utf8(Command::new("uname").arg("-m").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    for arch in ["x86_64".to_owned(), machine] {
+        package(&dist, &format!("{arch}-unknown-linux-musl"));
+    }
+
+    let home = dir.path().join("home");
+    let readme = documented_command("README.md", "scripts/install.sh ");
+    run_documented(&readme, &checkout, &home, &[]);
+    assert_runs(&home.join(".local/bin/prime-agent"));
+
+    if Command::new("curl").arg("--version").output().is_err() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: packaging::the_documented_install_commands (the curl recipe): no curl"
+        );
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = KillOnDrop(
+        Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1"])
+            .arg(port.to_string())
+            .current_dir(&dist)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "http.server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let sandbox = dir.path().join("sandbox");
+    std::fs::create_dir_all(&sandbox).unwrap();
+    let opt = dir.path().join("opt/prime-agent");
+    let recipe = documented_command("docs/install.md", "curl ")
+        .replace("/opt/prime-agent", &opt.display().to_string());
+    run_documented(
+        &recipe,
+        &sandbox,
+        &home,
+        &[("BASE", format!("http://127.0.0.1:{port}"))],
+    );
+    assert_runs(&opt.join("bin/prime-agent"));
+}
+
+/// A child process killed and reaped when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

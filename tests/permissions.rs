@@ -286,7 +286,8 @@ fn modes_and_the_mode_option_stay_in_step() {
 
 #[test]
 fn an_unknown_permission_mode_fails_start_up() {
-    let out = std::process::Command::new(bin())
+    let dir = TempDir::new("permission-mode-yolo");
+    let out = agent_command(dir.path())
         .args(["--permission-mode", "yolo"])
         .output()
         .unwrap();

@@ -34,7 +34,6 @@ fn initialize_shape_and_version() {
     assert!(a.finish().success());
 }
 
-use std::process::Command;
 use std::time::Duration;
 
 fn is_uuid_v4(s: &str) -> bool {
@@ -215,7 +214,8 @@ fn an_overlong_line_is_refused_and_the_connection_survives() {
 }
 
 fn run_cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin()).args(args).output().unwrap();
+    let dir = TempDir::new("cli");
+    let out = agent_command(dir.path()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into(),
@@ -240,6 +240,24 @@ fn cli_help_version_and_errors() {
     assert_eq!(
         (code, out.as_str(), err.trim()),
         (1, "", "Error: Unknown option: -x")
+    );
+    // A mistyped long option stops start-up instead of being skipped with its value.
+    let (code, out, err) = run_cli(&["--modle", "x"]);
+    assert_eq!(
+        (code, out.as_str(), err.trim()),
+        (
+            1,
+            "",
+            "Error: Unknown option: --modle (did you mean --model?)"
+        )
+    );
+    let (code, _, err) = run_cli(&["--thinking", "ultra"]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            1,
+            "Error: Invalid thinking level \"ultra\". Valid values: off, minimal, low, medium, high, xhigh, max"
+        )
     );
     let (code, _, err) = run_cli(&["--mode", "rpc"]);
     assert_eq!(code, 1);
@@ -334,4 +352,69 @@ fn a_corrupted_frame_nobody_awaited_still_fails() {
     a.handshake();
     let sid = a.sid();
     a.request("session/close", json!({"sessionId": sid}));
+}
+
+/// A new pseudo-terminal: (the controlling side, the terminal a child gets as stdin).
+fn pty() -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let (mut controller, mut terminal) = (-1, -1);
+    #[allow(unsafe_code)]
+    // SAFETY: openpty writes two new descriptors, which we own from here on.
+    let (rc, files) = unsafe {
+        let rc = libc::openpty(
+            &mut controller,
+            &mut terminal,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        );
+        (
+            rc,
+            (rc == 0).then(|| {
+                (
+                    std::fs::File::from_raw_fd(controller),
+                    std::os::fd::OwnedFd::from_raw_fd(terminal),
+                )
+            }),
+        )
+    };
+    files.unwrap_or_else(|| panic!("openpty failed ({rc})"))
+}
+
+#[test]
+fn a_start_on_a_terminal_prints_a_one_line_hint_then_serves_acp() {
+    use std::io::{BufRead, Write};
+    let dir = TempDir::new("tty-hint");
+    let (mut controller, terminal) = pty();
+    let mut child = agent_command(&dir.path().join("agent"))
+        .current_dir(dir.path())
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::from(terminal))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Typed at the terminal, the protocol still works as today.
+    controller
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n")
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["result"]["protocolVersion"], 1, "{line}");
+    // ctrl-d at the start of a line: end of input, a clean exit.
+    controller.write_all(b"\x04").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let hint = err.lines().next().unwrap_or_default();
+    assert!(
+        hint.starts_with("prime-agent: waiting for ACP") && hint.contains("prime-agent -p"),
+        "{err}"
+    );
+    // A pipe (every other test, every editor) gets no hint.
+    let (_, _, err) = run_cli(&["--provider", "scripted", "--script", "/nonexistent"]);
+    assert!(!err.contains("waiting for ACP"), "{err}");
 }

@@ -64,3 +64,41 @@ fn the_crate_builds_json_with_its_own_macro() {
         uses.join("\n")
     );
 }
+
+/// Tests start the binary only through `support::agent_command` or `Agent::spawn`, which give
+/// it a temporary agent directory: a test that ran it bare wrote sessions into the
+/// developer's `~/.prime/agent`.
+#[test]
+fn tests_start_the_binary_only_with_an_isolated_agent_dir() {
+    let mut bare = Vec::new();
+    let mut stack = vec![root().join("tests")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("tests") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("tests/structure.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("test source");
+            // The function each line is in, by the last top-level `pub fn` above it.
+            let mut in_fn = "";
+            for (i, line) in text.lines().enumerate() {
+                if line.starts_with("pub fn ") {
+                    in_fn = line;
+                }
+                let is_helper =
+                    path.ends_with("support/mod.rs") && in_fn.starts_with("pub fn agent_command");
+                if line.contains("Command::new(bin())") && !is_helper {
+                    bare.push(format!("{}:{}", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "start the binary with support::agent_command: {bare:?}"
+    );
+}

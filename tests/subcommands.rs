@@ -6,7 +6,7 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -24,20 +24,16 @@ struct Run {
 
 /// Runs the binary in `dir` (agent dir `dir/agent`, no provider keys but `env`), stdin open.
 fn run_in(dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(bin());
+    let mut cmd = agent_command(&dir.path().join("agent"));
     cmd.args(args)
         .current_dir(dir.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .env("PRIME_AGENT_CODING_AGENT_DIR", dir.path().join("agent"))
         .env("HOME", dir.path())
         .env_remove("PRIME_AGENT_SESSION_DIR")
         .env_remove("PRIME_AGENT_CODING_AGENT_SESSION_DIR")
         .env_remove("RUST_LOG");
-    for k in PROVIDER_KEY_VARS {
-        cmd.env_remove(k);
-    }
     for (k, v) in env {
         cmd.env(k, v);
     }

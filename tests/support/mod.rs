@@ -56,6 +56,31 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_prime-agent")
 }
 
+/// The binary as a command with `agent_dir` as its agent directory (sessions, settings, auth)
+/// and none of the machine's provider keys. Every test starts the binary through here or
+/// `Agent::spawn` (tests/structure.rs checks), so no test writes into the developer's
+/// `~/.prime/agent` or reaches a real model.
+pub fn agent_command(agent_dir: &Path) -> Command {
+    agent_command_under(agent_dir, &[])
+}
+
+/// `agent_command` run under `wrapper` (`["prlimit", "--fsize=N", "--"]`), when it has one.
+pub fn agent_command_under(agent_dir: &Path, wrapper: &[String]) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut cmd = Command::new(first);
+            cmd.args(rest).arg(bin());
+            cmd
+        }
+        None => Command::new(bin()),
+    };
+    cmd.env("PRIME_AGENT_CODING_AGENT_DIR", agent_dir);
+    for key in PROVIDER_KEY_VARS {
+        cmd.env_remove(key);
+    }
+    cmd
+}
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -186,31 +211,22 @@ pub struct Agent {
     pub inputs: u64,
     /// Responses (frames with an id and no method) received so far.
     pub answered: u64,
+    /// The agent directory made for this agent when the test named none; removed (last,
+    /// after the process has exited) on drop.
+    _agent_dir: Option<TempDir>,
 }
 
 impl Agent {
     pub fn spawn(opts: Spawn) -> Agent {
-        let mut cmd = match opts.wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut cmd = Command::new(first);
-                cmd.args(rest).arg(bin());
-                cmd
-            }
-            None => Command::new(bin()),
-        };
+        // Its own agent dir, so the sessions it writes go away with it (a shared one grew
+        // forever), unless the test names one in `env` (set below, after this).
+        let agent_dir = TempDir::new("agent-dir");
+        let mut cmd = agent_command_under(agent_dir.path(), &opts.wrapper);
         cmd.args(&opts.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .env("RUST_LOG", "debug")
-            .env(
-                "PRIME_AGENT_CODING_AGENT_DIR",
-                std::env::temp_dir().join("pa-test-no-agent-dir"),
-            );
-        // Tests never reach a real model: hide any provider key the machine may have.
-        for key in PROVIDER_KEY_VARS {
-            cmd.env_remove(key);
-        }
+            .env("RUST_LOG", "debug");
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
@@ -275,6 +291,7 @@ impl Agent {
             session_id: None,
             inputs: 0,
             answered: 0,
+            _agent_dir: Some(agent_dir),
         }
     }
 
