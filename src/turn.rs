@@ -519,7 +519,7 @@ pub(crate) fn spawn_turn(
                     outcome = turn(&mut conv, TurnInput::Inbox);
                 }
                 ctx.inbox.close_steering();
-                save_goal(&mut autonomy::lock(u), &mut conv);
+                save_goal(u, &mut conv);
             }
             // Before the outcome is reported: what the client sees acknowledged is written
             // (one `write` per line, no user-space buffer, so a killed process loses nothing).
@@ -603,7 +603,9 @@ fn run_prompt(
             state.goal_failed(&why.text, now);
         }
         report_goal(&mut state, emit);
-        save_goal(&mut state, conv);
+        drop(state);
+        save_goal(unattended, conv);
+        let mut state = autonomy::lock(unattended);
         let TurnOutcome::Completed(stop) = outcome else {
             break outcome;
         };
@@ -655,12 +657,16 @@ fn run_prompt(
 
 /// Writes the goal's state to the session file if it changed since it was last written
 /// (`thread_goal_state`), at once: a resume restores it however the process ends.
-fn save_goal(state: &mut autonomy::Unattended, conv: &mut Conversation) {
-    if let Some(r) = conv.recorder.as_mut() {
-        if let Some(record) = state.take_goal_to_save(Instant::now()) {
-            r.note_goal(record);
-            conv.persist();
-        }
+/// The lock is held only to take the record: the write (which may create the file and take
+/// its claim) happens after it is released, since the main loop takes the same lock.
+fn save_goal(unattended: &autonomy::Shared, conv: &mut Conversation) {
+    if conv.recorder.is_none() {
+        return;
+    }
+    let record = autonomy::lock(unattended).take_goal_to_save(Instant::now());
+    if let (Some(record), Some(r)) = (record, conv.recorder.as_mut()) {
+        r.note_goal(record);
+        conv.persist();
     }
 }
 
