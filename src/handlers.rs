@@ -13,7 +13,7 @@ use crate::autonomy;
 use crate::client_host::{ClientCaps, ClientHost};
 use crate::commands::{self, Command};
 use crate::config_options::{self, Choice};
-use crate::main_loop::{MainLoop, Opening};
+use crate::main_loop::{MainLoop, OpenKind, Opening};
 use crate::mcp::McpHub;
 use crate::meta;
 use crate::permissions::{self, Mode};
@@ -21,7 +21,7 @@ use crate::persist::{self, schedule};
 use crate::rpc::{RequestId, RpcError};
 use crate::session::{FamilyWorkers, Session};
 use crate::setup;
-use crate::store_worker::{self, ListJob, OpenJob, Opened, Refusals, Source, StoreJob};
+use crate::store_worker::{self, DirRole, ListJob, OpenJob, Ready, Refusals, Source, StoreJob};
 use crate::subagents::{Family, FamilyMsg};
 use crate::turn::{Agent, Conversation, Local, TurnInput};
 
@@ -38,11 +38,11 @@ impl MainLoop {
                 self.client_caps = ClientCaps::from_initialize(&params);
                 meta::initialize_result(&self.version, crate::auth::methods())
             }),
-            acp::SESSION_NEW => {
-                let result = self.session_new(&params);
-                self.answer_new_session(&id, result);
-                return;
-            }
+            acp::SESSION_NEW => match self.session_new(id.clone(), &params) {
+                // Answered once the store worker has read what the session needs.
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
             acp::SESSION_LOAD | acp::SESSION_RESUME | acp::SESSION_FORK => {
                 let started = if method == acp::SESSION_FORK {
                     self.session_fork(id.clone(), &params)
@@ -142,19 +142,17 @@ impl MainLoop {
         }
     }
 
-    fn session_new(&mut self, params: &Value) -> Result<Value, RpcError> {
+    /// `session/new`: opened once the store worker has read what it needs (its context files
+    /// and harness state, the directories its params name, and the session `-c`, `-r` or
+    /// `--fork` picked at start-up, which the first `session/new` gets); `finish_open`
+    /// answers. `Err`: refused before any IO.
+    fn session_new(&mut self, request: RequestId, params: &Value) -> Result<(), RpcError> {
         let p = acp::parse_new_session(params)?;
         if !self.agent.multi_session && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
-        let agent = self.session_agent(&p)?;
-        // The session `-c`, `-r` or `--fork` picked is the one the first `session/new` gets
-        // (read at start-up; made ready here).
-        let resumed = self.agent.store.as_ref().and_then(|store| {
-            let loaded = store.take_next()?;
-            Some(store_worker::prepare(store, loaded, false))
-        });
-        self.open_session(p, agent, resumed, false)
+        self.start_open(request, String::new(), p, Source::New, None);
+        Ok(())
     }
 
     /// `session/load` (with the replay) and `session/resume` (without): the stored session
@@ -175,7 +173,7 @@ impl MainLoop {
         };
         let (session_id, p) = acp::parse_load_session(params, method)?;
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
-        let store = self.agent.store.clone().ok_or_else(unknown)?;
+        let store = self.agent.store.as_ref().ok_or_else(unknown)?;
         store.path_of(&session_id).ok_or_else(unknown)?;
         // Decided from the loop's state now; the worker says them in their old order (an
         // unknown session is unknown first, a bad cwd comes after the file's own refusals).
@@ -188,16 +186,15 @@ impl MainLoop {
             None
         };
         let source = Source::Stored { replay };
-        self.start_open(store, request, session_id, p, source, refuse);
+        self.start_open(request, session_id, p, source, refuse);
         Ok(())
     }
 
     /// Hands an open to the store worker and keeps what the loop needs to finish it
-    /// (`opening`); the params' own refusal (`session_agent`) is the worker's to say, after
-    /// the file's.
+    /// (`opening`); the params' own refusal (`session_agent`, and the directories they name,
+    /// which the worker checks) is the worker's to say, after the file's.
     pub(crate) fn start_open(
         &mut self,
-        store: Arc<persist::Store>,
         request: RequestId,
         session_id: String,
         p: acp::NewSessionParams,
@@ -208,42 +205,53 @@ impl MainLoop {
             Ok(agent) => (Some(agent), None),
             Err(e) => (None, Some(e)),
         };
+        let mut dirs = Vec::new();
+        if let Some(agent) = agent.as_ref().filter(|_| self.agent.multi_session) {
+            dirs.push((agent.cwd.clone(), DirRole::Cwd));
+        }
+        dirs.extend(
+            p.additional_directories
+                .iter()
+                .map(|d| (d.clone(), DirRole::Additional)),
+        );
         let refusals = Refusals {
             before_open: refuse,
             after_open,
         };
-        let fork = matches!(source, Source::Fork { .. });
+        let kind = match source {
+            Source::New => OpenKind::New,
+            Source::Fork { .. } => OpenKind::Fork,
+            Source::Stored { .. } => OpenKind::Stored,
+        };
         let job = OpenJob {
             request: request.clone(),
             session_id: session_id.clone(),
             source,
             refusals,
+            agent: agent.clone(),
+            dirs,
         };
         self.opening = Some(Opening {
             request,
             session_id,
             params: p,
             agent,
-            fork,
+            kind,
         });
-        self.store_job(store, StoreJob::Open(Box::new(job)));
+        self.store_job(StoreJob::Open(Box::new(job)));
     }
 
     /// The store worker has read a session for `session/load` / `session/resume` (opened with
     /// the replay before the answer) or copied one for `session/fork` (answered like
     /// `session/new`), or the request is refused; then what waited for it runs.
-    pub(crate) fn finish_open(
-        &mut self,
-        request: RequestId,
-        result: Result<Box<Opened>, RpcError>,
-    ) {
+    pub(crate) fn finish_open(&mut self, request: RequestId, result: Result<Box<Ready>, RpcError>) {
         let opening = self.opening.take().filter(|o| o.request == request);
-        let fork = opening.as_ref().is_some_and(|o| o.fork);
-        let result = result.and_then(|opened| self.open_read(opening, *opened));
+        let kind = opening.as_ref().map_or(OpenKind::Stored, |o| o.kind);
+        let result = result.and_then(|ready| self.open_read(opening, *ready));
         let sid = result.as_ref().ok().map(|(_, sid)| sid.clone());
         let result = result.map(|(answer, _)| answer);
-        if fork {
-            // As after `session/new`: the fork is a new session to the client.
+        if kind != OpenKind::Stored {
+            // A new session (a fork is one to the client): its commands and notices follow.
             self.answer_new_session(&request, result);
         } else {
             self.respond(&request, result);
@@ -254,61 +262,79 @@ impl MainLoop {
         self.run_deferred();
     }
 
-    /// Opens what the store worker read (`opening`: what the loop kept of the request);
+    /// Opens what the store worker made ready (`opening`: what the loop kept of the request);
     /// returns the answer and the session's id.
     fn open_read(
         &mut self,
         opening: Option<Opening>,
-        mut opened: Opened,
+        mut ready: Ready,
     ) -> Result<(Value, String), RpcError> {
-        let id = opened.loaded.header.id.clone();
         let Some(Opening {
             params,
             agent: Some(agent),
-            fork,
+            kind,
             ..
         }) = opening
         else {
-            return Err(RpcError::internal(format!(
-                "session {id} was read, but its open was lost"
-            )));
+            return Err(RpcError::internal(
+                "a session was made ready, but its open was lost".to_owned(),
+            ));
         };
-        let updates = std::mem::take(&mut opened.updates);
-        let result = self.open_session(params, agent, Some(opened), true);
-        if fork {
-            if let (Err(_), Some(store)) = (&result, self.agent.store.clone()) {
-                // Nothing the client was told of: the copy goes again.
-                let fork_id = id.clone();
-                crate::reaper::later(move || drop(store.delete(&fork_id)));
+        let updates = ready
+            .stored
+            .as_mut()
+            .map(|o| std::mem::take(&mut o.updates))
+            .unwrap_or_default();
+        let fork_id = ready.stored.as_ref().map(|o| o.loaded.header.id.clone());
+        let result = self.open_session(params, agent, ready, kind != OpenKind::New);
+        match kind {
+            OpenKind::New => {
+                let id = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r["sessionId"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                result.map(|answer| (answer, id))
             }
-            return result.map(|answer| (answer, id));
+            OpenKind::Fork => {
+                let id = fork_id.unwrap_or_default();
+                if result.is_err() {
+                    // Nothing the client was told of: the copy goes again (on the store worker).
+                    if let Some(store) = self.agent.store.clone() {
+                        let fork_id = id.clone();
+                        crate::reaper::later(move || drop(store.delete(&fork_id)));
+                    }
+                }
+                result.map(|answer| (answer, id))
+            }
+            OpenKind::Stored => {
+                let id = fork_id.unwrap_or_default();
+                let mut result = result?;
+                if let Some(i) = self.session_index(&id) {
+                    self.with_session_at(i, |s, _, out| s.replay(updates, out));
+                }
+                if let Some(obj) = result.as_object_mut() {
+                    obj.remove("sessionId");
+                }
+                Ok((result, id))
+            }
         }
-        let mut result = result?;
-        if let Some(i) = self.session_index(&id) {
-            self.with_session_at(i, |s, _, out| s.replay(updates, out));
-        }
-        if let Some(obj) = result.as_object_mut() {
-            obj.remove("sessionId");
-        }
-        Ok((result, id))
     }
 
     /// `session/list`: the stored sessions, newest first, a page at a time, read by the
     /// `session-store` worker (`store_worker.rs`) and answered when it reports back.
     fn session_list(&mut self, id: RequestId, params: &Value) -> Result<(), RpcError> {
         let (cwd, cursor) = acp::parse_list_sessions(params)?;
-        let Some(store) = self.agent.store.clone() else {
+        if self.agent.store.is_none() {
             self.respond(&id, store_worker::empty_page(cursor.as_deref()));
             return Ok(());
-        };
-        self.store_job(
-            store,
-            StoreJob::List(ListJob {
-                request: id,
-                cwd,
-                cursor,
-            }),
-        );
+        }
+        self.store_job(StoreJob::List(ListJob {
+            request: id,
+            cwd,
+            cursor,
+        }));
         Ok(())
     }
 
@@ -318,9 +344,13 @@ impl MainLoop {
         &mut self,
         p: acp::NewSessionParams,
         mut agent: Agent,
-        opened: Option<Opened>,
+        ready: Ready,
         loading: bool,
     ) -> Result<Value, RpcError> {
+        let Ready {
+            stored: opened,
+            files,
+        } = ready;
         let multi = self.agent.multi_session;
         if !multi && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
@@ -355,7 +385,7 @@ impl MainLoop {
             .recorder
             .as_ref()
             .map(|r| r.path().to_path_buf());
-        let ctx = Arc::new(family.main_ctx(log.as_deref()));
+        let ctx = Arc::new(family.main_ctx(log.as_deref(), &files));
         let workers = Box::new(FamilyWorkers {
             family: family.clone(),
             ctx: ctx.clone(),
@@ -401,7 +431,6 @@ impl MainLoop {
         } else {
             (*self.agent).clone()
         };
-        check_directories(&p.additional_directories)?;
         // What the client asked for goes last, after the agent's own prompt.
         setup::apply_client_prompt(
             &mut agent,
@@ -799,45 +828,16 @@ fn unattended_of(agent: &Agent) -> autonomy::Shared {
     shared
 }
 
-/// `additionalDirectories` must name existing directories (`-32602` otherwise).
-fn check_directories(dirs: &[PathBuf]) -> Result<(), RpcError> {
-    for dir in dirs {
-        match std::fs::metadata(dir) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(RpcError::invalid_params(format!(
-                    "additional directory is not a directory: {}",
-                    dir.display()
-                )))
-            }
-            Err(e) => {
-                return Err(RpcError::invalid_params(format!(
-                    "additional directory {} cannot be used: {e}",
-                    dir.display()
-                )))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A `--multi-session` session's cwd: an absolute path to an existing directory.
-fn session_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
+/// A `--multi-session` session's cwd: an absolute path (that it is an existing directory is
+/// the store worker's check, `store_worker::DirRole`: no `stat` on the loop).
+pub(crate) fn session_cwd(cwd: &str) -> Result<PathBuf, RpcError> {
     let path = Path::new(cwd);
     if !path.is_absolute() {
         return Err(RpcError::invalid_params(format!(
             "cwd must be an absolute path: {cwd:?}"
         )));
     }
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => Ok(path.to_path_buf()),
-        Ok(_) => Err(RpcError::invalid_params(format!(
-            "cwd is not a directory: {cwd}"
-        ))),
-        Err(e) => Err(RpcError::invalid_params(format!(
-            "cwd {cwd} cannot be used: {e}"
-        ))),
-    }
+    Ok(path.to_path_buf())
 }
 
 fn unknown_session(session_id: &str) -> RpcError {

@@ -20,7 +20,6 @@ use crate::client_host::ClientCaps;
 use crate::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::events::message_chunk_frame;
 use crate::outbox::Outbox;
-use crate::persist::Store;
 use crate::reaper::{self, Reaped};
 use crate::rpc::{self, Incoming, RequestId, RpcError};
 use crate::session::{Action, Session, Timing};
@@ -80,8 +79,18 @@ pub(crate) struct Opening {
     pub params: acp::NewSessionParams,
     /// The session's agent (`None`: its params were refused, which the worker reports).
     pub agent: Option<Agent>,
+    pub kind: OpenKind,
+}
+
+/// What an `Opening` opens.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum OpenKind {
+    /// `session/new`.
+    New,
+    /// `session/load`, `session/resume`.
+    Stored,
     /// `session/fork`: answered like `session/new`.
-    pub fork: bool,
+    Fork,
 }
 
 /// The loop's state: the connection's sending side, the session, and the channels its
@@ -427,7 +436,7 @@ impl MainLoop {
                 Action::SaveHeartbeats(jobs) => {
                     // Replaced atomically and durably on the store worker; the client's
                     // acknowledgement does not wait for the disk.
-                    if let Some(store) = self.agent.store.clone() {
+                    if self.agent.store.is_some() {
                         let session_id = self.sessions[idx].id().to_owned();
                         let barrier = {
                             let mut hold = self.hold.borrow_mut();
@@ -439,7 +448,7 @@ impl MainLoop {
                             jobs,
                             barrier,
                         };
-                        self.store_job(store, job);
+                        self.store_job(job);
                     }
                 }
             }
@@ -542,9 +551,9 @@ impl MainLoop {
 
     /// Hands a job to the store worker (started now if this is the first). A worker that
     /// cannot start or is gone refuses the job: the loop never does the store's IO itself.
-    pub(crate) fn store_job(&mut self, store: Arc<Store>, job: StoreJob) {
+    pub(crate) fn store_job(&mut self, job: StoreJob) {
         if self.store_worker.is_none() {
-            match StoreWorker::spawn(store, self.store_tx.clone()) {
+            match StoreWorker::spawn(self.agent.store.clone(), self.store_tx.clone()) {
                 Ok(w) => self.store_worker = Some(w),
                 Err(e) => log::error!("cannot start the session-store thread: {e}"),
             }
@@ -616,14 +625,19 @@ impl MainLoop {
                 Err(_) => {
                     // Answered here, once: a late answer from the worker is never read.
                     if let Some(opening) = self.opening.take() {
-                        let what = match opening.fork {
-                            true => "the fork of session",
-                            false => "session",
+                        let why = match opening.kind {
+                            OpenKind::New => {
+                                "prime-agent is exiting; the new session was not opened".to_owned()
+                            }
+                            OpenKind::Fork => format!(
+                                "prime-agent is exiting; the fork of session {} was not opened",
+                                opening.session_id
+                            ),
+                            OpenKind::Stored => format!(
+                                "prime-agent is exiting; session {} was not opened",
+                                opening.session_id
+                            ),
                         };
-                        let why = format!(
-                            "prime-agent is exiting; {what} {} was not opened",
-                            opening.session_id
-                        );
                         self.respond(&opening.request, Err(RpcError::internal(why)));
                     }
                     self.run_deferred();

@@ -75,6 +75,16 @@ pub(crate) struct AgentFacts<'a> {
     /// The harness overview when refine is available (the main agent at depth 0 with a
     /// kernel); `None` leaves the harness paragraph out.
     pub harness: Option<&'a str>,
+    /// The context files (`context_files`), read before: building a prompt reads nothing.
+    pub context: &'a [(PathBuf, String)],
+}
+
+/// What a session's system prompt quotes from disk, read off the main loop (the store
+/// worker's open job) through `untrusted`: the context files and the harness overview.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct SessionFiles {
+    pub context: Vec<(PathBuf, String)>,
+    pub harness: String,
 }
 
 /// The user's part of the system prompt, fixed at start-up (one per process, or per
@@ -173,8 +183,8 @@ pub(crate) fn build(spec: &PromptSpec, f: &AgentFacts<'_>) -> String {
     if let (true, Some(overview)) = (kernel, f.harness) {
         push_section(&mut out, &harness(overview));
     }
-    if let Some(agent_dir) = &spec.agent_dir {
-        let files = context_files(agent_dir, f.cwd);
+    if spec.agent_dir.is_some() {
+        let files = f.context;
         if !files.is_empty() {
             let mut ctx = String::from(
                 "# Project Context\n\nThe user keeps these instructions for this project; follow them.\n",
@@ -346,7 +356,10 @@ mod tests {
             today: "2026-11-29".into(),
         };
         let names = vec!["bash".to_string()];
-        let p = spec.build(&facts(&sub, &names));
+        let p = spec.build(&AgentFacts {
+            context: &files,
+            ..facts(&sub, &names)
+        });
         assert!(p.starts_with("Custom base."));
         assert!(p.contains("Current date: 2026-11-29"));
         assert!(p.contains("project rules") && p.ends_with("Extra."));
@@ -354,7 +367,10 @@ mod tests {
             agent_dir: None,
             ..spec
         }
-        .build(&facts(&sub, &names));
+        .build(&AgentFacts {
+            context: &files,
+            ..facts(&sub, &names)
+        });
         assert!(!none.contains("project rules"));
         let _ = std::fs::remove_dir_all(&base);
     }
@@ -369,6 +385,7 @@ mod tests {
             log: None,
             child: None,
             harness: None,
+            context: &[],
         }
     }
 

@@ -5,6 +5,7 @@
 //! The loop stays the only writer to the client, and a list over a big directory or the load
 //! of a big session never holds another session's cancel.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -14,8 +15,9 @@ use crossbeam_channel::{unbounded, Sender};
 use serde_json::Value;
 
 use crate::persist::{self, Loaded, Store};
+use crate::prompt::SessionFiles;
 use crate::rpc::{RequestId, RpcError};
-use crate::turn::Conversation;
+use crate::turn::{Agent, Conversation};
 
 /// Sessions per `session/list` page.
 const PAGE: usize = 50;
@@ -27,13 +29,60 @@ pub(crate) struct ListJob {
     pub cursor: Option<String>,
 }
 
-/// A session to open from the store (its params already validated on the loop).
+/// A session to open (its params already validated on the loop, as far as no IO is needed).
 pub(crate) struct OpenJob {
     pub request: RequestId,
-    /// The stored session to continue, or the one to fork.
+    /// The stored session to continue, or the one to fork (`session/new`: empty).
     pub session_id: String,
     pub source: Source,
     pub refusals: Refusals,
+    /// The session's agent (`None`: its params were refused): its context files and harness
+    /// state are read here, off the loop.
+    pub agent: Option<Agent>,
+    /// Directories the params name that must exist (the cwd, `additionalDirectories`):
+    /// checked here, as part of the params' refusal.
+    pub dirs: Vec<(PathBuf, DirRole)>,
+}
+
+/// What a directory of the params is for (its refusal's words).
+#[derive(Clone, Copy)]
+pub(crate) enum DirRole {
+    Cwd,
+    Additional,
+}
+
+impl OpenJob {
+    /// The params' refusal: the loop's, else a directory that does not exist.
+    fn refused_after_open(&self) -> Option<RpcError> {
+        if let Some(refusal) = &self.refusals.after_open {
+            return Some(refusal.clone());
+        }
+        self.dirs
+            .iter()
+            .find_map(|(dir, role)| check_dir(dir, *role).err())
+    }
+}
+
+/// A directory the params name must exist and be one (`-32602` otherwise).
+fn check_dir(dir: &Path, role: DirRole) -> Result<(), RpcError> {
+    let (not_dir, unusable) = match role {
+        DirRole::Cwd => ("cwd is not a directory: ", "cwd "),
+        DirRole::Additional => (
+            "additional directory is not a directory: ",
+            "additional directory ",
+        ),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(RpcError::invalid_params(format!(
+            "{not_dir}{}",
+            dir.display()
+        ))),
+        Err(e) => Err(RpcError::invalid_params(format!(
+            "{unusable}{} cannot be used: {e}",
+            dir.display()
+        ))),
+    }
 }
 
 /// The loop's refusals of an open, decided from its own state, which the worker says in
@@ -50,6 +99,8 @@ pub(crate) struct Refusals {
 
 /// Where an opened session comes from.
 pub(crate) enum Source {
+    /// `session/new`: a new session, or the one `-c`/`-r`/`--fork` picked at start-up.
+    New,
     /// `session/load` (`replay`: with the updates that replay it) or `session/resume`.
     Stored { replay: bool },
     /// `session/fork`: a copy under a new id, beside the original (`open`: the original is
@@ -92,6 +143,13 @@ pub(crate) struct Opened {
     pub jobs: Option<Value>,
 }
 
+/// A session made ready to open: what was read of it (`None`: a new session) and the files
+/// its system prompt quotes.
+pub(crate) struct Ready {
+    pub stored: Option<Opened>,
+    pub files: SessionFiles,
+}
+
 /// The worker's answer, for the loop to send (a list) or to finish (an open).
 pub(crate) enum StoreAnswer {
     /// A request answered as it is (a delete, a rename).
@@ -107,7 +165,7 @@ pub(crate) enum StoreAnswer {
     },
     Opened {
         request: RequestId,
-        result: Result<Box<Opened>, RpcError>,
+        result: Result<Box<Ready>, RpcError>,
     },
 }
 
@@ -118,7 +176,7 @@ pub(crate) struct StoreWorker {
 
 impl StoreWorker {
     pub(crate) fn spawn(
-        store: Arc<Store>,
+        store: Option<Arc<Store>>,
         answers: Sender<StoreAnswer>,
     ) -> std::io::Result<StoreWorker> {
         let (jobs, rx) = unbounded::<StoreJob>();
@@ -126,7 +184,7 @@ impl StoreWorker {
             .name("session-store".to_owned())
             .spawn(move || {
                 for job in rx {
-                    if answers.send(run(&store, job)).is_err() {
+                    if answers.send(run(store.as_deref(), job)).is_err() {
                         break; // The loop is gone.
                     }
                 }
@@ -172,9 +230,18 @@ pub(crate) fn refuse(job: StoreJob, why: &str) -> StoreAnswer {
     }
 }
 
-/// Does one job, on whichever thread calls it (the worker; the loop only when the worker
-/// cannot run).
-pub(crate) fn run(store: &Store, job: StoreJob) -> StoreAnswer {
+/// Does one job (on the worker). Only an open for `session/new` needs no sessions directory;
+/// the loop sends nothing else without one.
+pub(crate) fn run(store: Option<&Store>, job: StoreJob) -> StoreAnswer {
+    let Some(store) = store else {
+        return match job {
+            StoreJob::Open(job) if matches!(job.source, Source::New) => StoreAnswer::Opened {
+                result: open_new(None, &job).map(Box::new),
+                request: job.request,
+            },
+            job => refuse(job, "this agent keeps no sessions on disk (--no-session)"),
+        };
+    };
     match job {
         StoreJob::List(job) => StoreAnswer::Listed {
             result: list_page(store, job.cwd.as_deref(), job.cursor.as_deref()),
@@ -210,13 +277,45 @@ pub(crate) fn run(store: &Store, job: StoreJob) -> StoreAnswer {
         }
         StoreJob::Open(job) => StoreAnswer::Opened {
             result: match &job.source {
-                Source::Stored { replay } => open(store, &job, *replay),
-                Source::Fork { cwd, open } => fork(store, &job, cwd, *open),
+                Source::New => open_new(Some(store), &job),
+                Source::Stored { replay } => {
+                    open(store, &job, *replay).map(|o| ready(&job, Some(o)))
+                }
+                Source::Fork { cwd, open } => {
+                    fork(store, &job, cwd, *open).map(|o| ready(&job, Some(o)))
+                }
             }
             .map(Box::new),
             request: job.request,
         },
     }
+}
+
+/// `session/new`: refused as the loop and the directories say, else the session `-c`/`-r`/
+/// `--fork` picked (if no `session/new` took it yet) made ready, and the session's files read.
+fn open_new(store: Option<&Store>, job: &OpenJob) -> Result<Ready, RpcError> {
+    if let Some(refusal) = &job.refusals.before_open {
+        return Err(refusal.clone());
+    }
+    if let Some(refusal) = job.refused_after_open() {
+        return Err(refusal);
+    }
+    let stored = store.and_then(|store| {
+        let loaded = store.take_next()?;
+        Some(prepare(store, loaded, false))
+    });
+    Ok(ready(job, stored))
+}
+
+/// What the session's system prompt quotes, read for its agent (nothing for a refused one,
+/// which never opens).
+fn ready(job: &OpenJob, stored: Option<Opened>) -> Ready {
+    let files = job
+        .agent
+        .as_ref()
+        .map(crate::subagents::session_files)
+        .unwrap_or_default();
+    Ready { stored, files }
 }
 
 /// `session/set_title` of a stored session that is not open: appended under its claim.
@@ -256,8 +355,8 @@ fn open(store: &Store, job: &OpenJob, replay: bool) -> Result<Opened, RpcError> 
             }
         })?,
     };
-    if let Some(refusal) = &job.refusals.after_open {
-        return Err(refusal.clone());
+    if let Some(refusal) = job.refused_after_open() {
+        return Err(refusal);
     }
     Ok(prepare(store, loaded, replay))
 }
@@ -284,10 +383,10 @@ fn fork(
     };
     let fork_id = loaded.header.id.clone();
     log::info!("forked session {source} into {fork_id}");
-    if let Some(refusal) = &job.refusals.after_open {
+    if let Some(refusal) = job.refused_after_open() {
         drop(loaded);
         let _ = store.delete(&fork_id);
-        return Err(refusal.clone());
+        return Err(refusal);
     }
     Ok(prepare(store, loaded, false))
 }

@@ -29,16 +29,13 @@ impl MainLoop {
             self.with_session_at(i, |s, now, out| s.close_and_delete(request, now, out));
             return Ok(None);
         }
-        let Some(store) = self.agent.store.clone() else {
+        if self.agent.store.is_none() {
             return Ok(Some(json!({})));
-        };
-        self.store_job(
-            store,
-            StoreJob::Delete {
-                request,
-                session_id,
-            },
-        );
+        }
+        self.store_job(StoreJob::Delete {
+            request,
+            session_id,
+        });
         Ok(None)
     }
 
@@ -53,11 +50,11 @@ impl MainLoop {
         params: &Value,
     ) -> Result<(), RpcError> {
         let (source, p) = acp::parse_load_session(params, acp::SESSION_FORK)?;
-        let Some(store) = self.agent.store.clone() else {
+        if self.agent.store.is_none() {
             return Err(RpcError::invalid_params(
                 "session/fork needs sessions on disk, and this agent runs with --no-session",
             ));
-        };
+        }
         if !self.agent.multi_session && !self.sessions.is_empty() {
             return Err(RpcError::internal(ONE_SESSION));
         }
@@ -68,7 +65,7 @@ impl MainLoop {
         };
         let open = self.session_index(&source).is_some();
         let fork = Source::Fork { cwd, open };
-        self.start_open(store, request, source.clone(), p, fork, None);
+        self.start_open(request, source.clone(), p, fork, None);
         Ok(())
     }
 
@@ -91,17 +88,14 @@ impl MainLoop {
             return Ok(None);
         }
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
-        let store = self.agent.store.clone().ok_or_else(unknown)?;
+        let store = self.agent.store.as_ref().ok_or_else(unknown)?;
         store.path_of(&session_id).ok_or_else(unknown)?;
         // Claimed and appended to by the store worker, never here.
-        self.store_job(
-            store,
-            StoreJob::Rename {
-                request,
-                session_id,
-                title,
-            },
-        );
+        self.store_job(StoreJob::Rename {
+            request,
+            session_id,
+            title,
+        });
         Ok(None)
     }
 

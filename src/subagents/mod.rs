@@ -147,6 +147,34 @@ struct Node {
     thinking: Thinking,
 }
 
+/// What the system prompt of `agent`'s session quotes from disk: its context files and, for
+/// the harness paragraph, the overview of the harness stores (global, then the session's
+/// own). Reads (bounded, `untrusted`), so it runs on the store worker, never the loop.
+pub(crate) fn session_files(agent: &Agent) -> crate::prompt::SessionFiles {
+    let context = match agent
+        .prompt_spec
+        .as_ref()
+        .and_then(|s| s.agent_dir.as_ref())
+    {
+        Some(agent_dir) => crate::prompt::context_files(agent_dir, &agent.cwd),
+        None => Vec::new(),
+    };
+    let env = &agent.kernel_env;
+    let global = env
+        .global_harness_dir
+        .as_ref()
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env.agent_dir.join("harness"));
+    let mut stores = vec![("global", global)];
+    if let Some(local) = &env.harness_dir {
+        stores.push(("local", std::path::PathBuf::from(local)));
+    }
+    crate::prompt::SessionFiles {
+        context,
+        harness: crate::prompt::harness_overview(&stores),
+    }
+}
+
 impl Family {
     pub(crate) fn new(
         generation: u64,
@@ -242,8 +270,13 @@ impl Family {
     }
 
     /// The main agent's context: its tools answer host requests through this family; `log`
-    /// is its session file (`None`: not persisted), which its prompt names.
-    pub(crate) fn main_ctx(&self, log: Option<&std::path::Path>) -> AgentCtx {
+    /// is its session file (`None`: not persisted), which its prompt names; `files` what its
+    /// prompt quotes, read off the loop (`session_files`).
+    pub(crate) fn main_ctx(
+        &self,
+        log: Option<&std::path::Path>,
+        files: &crate::prompt::SessionFiles,
+    ) -> AgentCtx {
         let compaction = Arc::<crate::compaction::Control>::default();
         let mut host = self.kernel_host(&self.main_id, self.root_depth, &compaction);
         // Only the main agent's namespace survives the process (behaviour spec §4.1).
@@ -256,20 +289,8 @@ impl Family {
         let names = tools.names();
         let env = &self.agent.kernel_env;
         // Refine (and so the harness paragraph) is the main agent's at depth 0 (§5.4).
-        let harness = (self.root_depth == 0
-            && names.iter().any(|n| n == crate::tools::ipython::NAME))
-        .then(|| {
-            let global = env
-                .global_harness_dir
-                .as_ref()
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| env.agent_dir.join("harness"));
-            let mut stores = vec![("global", global)];
-            if let Some(local) = &env.harness_dir {
-                stores.push(("local", std::path::PathBuf::from(local)));
-            }
-            crate::prompt::harness_overview(&stores)
-        });
+        let harness =
+            self.root_depth == 0 && names.iter().any(|n| n == crate::tools::ipython::NAME);
         let system_prompt = self.agent.system_prompt_for(&crate::prompt::AgentFacts {
             cwd: &self.agent.cwd,
             tool_names: &names,
@@ -278,7 +299,8 @@ impl Family {
             max_depth: env.max_depth,
             log,
             child: None,
-            harness: harness.as_deref(),
+            harness: harness.then_some(files.harness.as_str()),
+            context: &files.context,
         });
         log::info!(
             "system prompt: {} chars, about {} tokens (chars/4)",

@@ -173,6 +173,14 @@ impl Family {
                     log: log.as_deref(),
                     child: Some((&node.name, &parent_name)),
                     harness: None,
+                    // Read on this child's own thread, never the main loop's.
+                    context: &self
+                        .agent
+                        .prompt_spec
+                        .as_ref()
+                        .and_then(|s| s.agent_dir.as_ref())
+                        .map(|dir| crate::prompt::context_files(dir, &self.agent.cwd))
+                        .unwrap_or_default(),
                 });
                 let ctx = Arc::new(AgentCtx {
                     agent: self.agent.clone(),
