@@ -15,13 +15,20 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test io-ban test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
 
 release:
 	$(CARGO) build --release
+
+## The main loop does no IO, as a compile error: clippy.toml lists what the loop's modules
+## (main_loop, handlers, session) may not call, and those modules deny it. `make test` runs this.
+io-ban:
+	$(CARGO) clippy --lib --quiet \
+		|| { echo "io-ban: the main loop's modules call IO (clippy.toml says where it goes instead)"; exit 1; }
+	@echo "io-ban: the main loop's modules call no IO"
 
 ## Installs the pinned test components (scripts/test-deps.sh; a no-op once present), runs unit
 ## tests (pure mappings) and integration tests (the real binary over stdio), then a smoke
@@ -30,6 +37,7 @@ release:
 test:
 	@mkdir -p target; rm -f target/static-smoke.log target/dist-smoke.log
 	@bash scripts/test-deps.sh || echo "test-deps: incomplete; the tests that need the missing parts print 'skipped:'"
+	@$(MAKE) --no-print-directory io-ban
 	set -o pipefail; $(CARGO) test 2>&1 | tee target/test.log
 	@if command -v musl-gcc >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -q $(MUSL_TARGET); then \
 		$(MAKE) --no-print-directory static-smoke; \

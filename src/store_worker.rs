@@ -318,6 +318,24 @@ fn ready(job: &OpenJob, stored: Option<Opened>) -> Ready {
     Ready { stored, files }
 }
 
+/// The open session `id` deleted once the reaper has torn it down (its kernel can no longer
+/// write a snapshot into its artifacts): its file, whose claim this process held, and its
+/// artifacts. Runs on the reaper.
+pub(crate) fn delete_torn_down(store: Option<&Store>, id: &str) -> Result<Value, RpcError> {
+    match store {
+        Some(store) => store
+            .delete_owned(id)
+            .map(|()| json!({}))
+            .map_err(RpcError::internal),
+        None => Ok(json!({})),
+    }
+}
+
+/// A fork the client was never told of (its open failed) goes again, on the reaper.
+pub(crate) fn discard_fork(store: Arc<Store>, id: String) {
+    crate::reaper::later(move || drop(store.delete(&id)));
+}
+
 /// `session/set_title` of a stored session that is not open: appended under its claim.
 fn rename(store: &Store, session_id: &str, title: String) -> Result<Value, RpcError> {
     match store.rename(session_id, title.clone()) {

@@ -276,7 +276,12 @@ fn steer_joins_the_running_turn_and_follow_up_runs_after_it() {
     // Two creates, then the two completions: in one timer tick or in two.
     let n = changes(&a);
     assert!((3..=4).contains(&n), "{n}");
-    // Both deliveries are kept as the firing's custom message, not as a user's prompt.
+    // Both deliveries are kept as the firing's custom message, not as a user's prompt. The
+    // follow-up's is written when its turn syncs, which can be after its text streamed.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while custom_messages(&dir, &sid).len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let kept: Vec<String> = custom_messages(&dir, &sid)
         .iter()
         .map(|m| {

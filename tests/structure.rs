@@ -102,3 +102,42 @@ fn tests_start_the_binary_only_with_an_isolated_agent_dir() {
         "start the binary with support::agent_command: {bare:?}"
     );
 }
+
+/// The main loop does no IO (issue 32): its modules deny clippy's `disallowed_methods` and
+/// `disallowed_types`, whose lists (`clippy.toml`) name the file system, joins, sleeps, child
+/// waits and the store's blocking methods; `make io-ban` (in `make test`) compiles them under
+/// clippy. This keeps the attribute and the key entries from being dropped quietly.
+#[test]
+fn the_main_loops_modules_deny_io() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let deny = "#![deny(clippy::disallowed_methods, clippy::disallowed_types)]";
+    for module in [
+        "src/main_loop.rs",
+        "src/handlers.rs",
+        "src/handlers/manage.rs",
+        "src/session.rs",
+    ] {
+        let text = std::fs::read_to_string(root.join(module)).unwrap();
+        assert!(text.contains(deny), "{module} lost its IO ban: {deny}");
+    }
+    let config = std::fs::read_to_string(root.join("clippy.toml")).unwrap();
+    for banned in [
+        "\"std::fs::read\"",
+        "\"std::fs::File\"",
+        "\"std::thread::JoinHandle::join\"",
+        "\"prime_agent::persist::Claim\"",
+        "\"prime_agent::persist::load\"",
+        "\"prime_agent::persist::Store::delete\"",
+        "\"prime_agent::untrusted::read_text\"",
+    ] {
+        assert!(
+            config.contains(banned),
+            "clippy.toml no longer bans {banned}"
+        );
+    }
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+    assert!(
+        makefile.contains("@$(MAKE) --no-print-directory io-ban"),
+        "make test no longer runs make io-ban"
+    );
+}

@@ -2,6 +2,9 @@
 //! (unstable), `session/set_title` (unstable) and `/rename`, `authenticate`, `logout`.
 //! Parsing is `acp.rs`'s, the store's side `persist/manage.rs`'s, the texts `auth.rs`'s.
 
+// The main loop does no IO (clippy.toml lists what that excludes; `make io-ban` checks it).
+#![deny(clippy::disallowed_methods, clippy::disallowed_types)]
+
 use crate::json::json;
 use serde_json::Value;
 
