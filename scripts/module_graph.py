@@ -14,14 +14,22 @@ import sys
 
 CRATE_PATH = re.compile(r"\bcrate::(\w+)")
 USE_GROUP = re.compile(r"\buse\s+crate::\{([^;]*)\}", re.S)
+# Comments, string and char literals, in one left-to-right pass (so a `'"'` or a `"//"` is
+# not taken for the start of a string or a comment).
+LEXEMES = re.compile(
+    r"""//[^\n]*|/\*.*?\*/"""
+    r"""|(?<!\w)b?r(#*)".*?"\1"""
+    r"""|(?<!\w)b?"(?:\\.|[^"\\])*\""""
+    r"""|(?<!\w)b?'(?:\\u\{[0-9a-fA-F]+\}|\\.|[^'\\\n])'""",
+    re.S,
+)
+
+
 
 
 def strip(text):
     """Drops comments, string literals and `#[cfg(test)]` items."""
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    text = LEXEMES.sub(lambda m: "" if m.group(0)[0] == "/" else '""', text)
     out, i = [], 0
     for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:mod\s+\w+\s*)?\{?", text):
         if m.start() < i:
