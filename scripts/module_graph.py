@@ -7,6 +7,13 @@ blocks and `tests.rs` files) and comments are skipped: only the shipped code cou
 
 Usage: module_graph.py [SRC_DIR]      prints the cycles and exits 1 if there are any
        module_graph.py --dot [SRC]    prints the graph in Graphviz form
+       module_graph.py --check-doc ARCHITECTURE.md [SRC]
+                                      compares the doc's `module-graph` block with the graph
+                                      and exits 1, saying where they differ, if they do
+
+The `module-graph` block is a fenced block (```module-graph) with one line per module,
+`name: every module it uses`, bottom-up (a module uses only modules on lines above it);
+a line that starts with whitespace continues the one before.
 """
 import os
 import re
@@ -14,14 +21,20 @@ import sys
 
 CRATE_PATH = re.compile(r"\bcrate::(\w+)")
 USE_GROUP = re.compile(r"\buse\s+crate::\{([^;]*)\}", re.S)
+# Comments, string and char literals, in one left-to-right pass (so a `'"'` or a `"//"` is
+# not taken for the start of a string or a comment).
+LEXEMES = re.compile(
+    r"""//[^\n]*|/\*.*?\*/"""
+    r"""|(?<!\w)b?r(#*)".*?"\1"""
+    r"""|(?<!\w)b?"(?:\\.|[^"\\])*\""""
+    r"""|(?<!\w)b?'(?:\\u\{[0-9a-fA-F]+\}|\\.|[^'\\\n])'""",
+    re.S,
+)
 
 
 def strip(text):
     """Drops comments, string literals and `#[cfg(test)]` items."""
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    text = LEXEMES.sub(lambda m: "" if m.group(0)[0] == "/" else '""', text)
     out, i = [], 0
     for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:mod\s+\w+\s*)?\{?", text):
         if m.start() < i:
@@ -45,7 +58,8 @@ def strip(text):
     return "".join(out)
 
 
-def graph(src):
+def graph(src, origins=None):
+    """Module -> the modules it uses; `origins` (if given) gets the first file of each edge."""
     modules = set()
     for entry in os.listdir(src):
         path = os.path.join(src, entry)
@@ -67,7 +81,11 @@ def graph(src):
             targets = set(CRATE_PATH.findall(text))
             for group in USE_GROUP.findall(text):
                 targets.update(re.findall(r"(?:^|,)\s*(\w+)", group))
-            edges[top].update(t for t in targets if t in modules and t != top)
+            for t in sorted(targets):
+                if t in modules and t != top:
+                    edges[top].add(t)
+                    if origins is not None:
+                        origins.setdefault((top, t), os.path.join("src", rel))
     return edges
 
 
@@ -104,10 +122,93 @@ def cycles(edges):
     return out
 
 
+def doc_block(path):
+    """The `module-graph` block of `path`: [(line number, module, [modules it uses])]."""
+    rows, inside = [], False
+    for n, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
+        if not inside:
+            inside = line.strip() == "```module-graph"
+            continue
+        if line.strip().startswith("```"):
+            return rows
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line[0].isspace() and rows:
+            rows[-1][2].extend(line.split())
+            continue
+        name, sep, deps = line.partition(":")
+        if not sep or not name.strip().isidentifier():
+            rows.append((n, None, line))
+            continue
+        rows.append((n, name.strip(), deps.split()))
+    return rows if inside else None
+
+
+def check_doc(doc, edges, origins):
+    """How the doc's block and the graph disagree, one sentence each (empty: they agree)."""
+    rows = doc_block(doc)
+    name = os.path.basename(doc)
+    if rows is None:
+        return [f"{name} has no ```module-graph block"]
+    out, listed, above = [], {}, set()
+    for n, module, deps in rows:
+        where = f"{name}:{n}"
+        if module is None:
+            out.append(f"{where}: not `module: modules it uses`: {deps!r}")
+            continue
+        if module in listed:
+            out.append(f"{where}: {module} is listed twice")
+        listed[module] = set(deps)
+        if module not in edges:
+            out.append(f"{where}: the block lists {module}, which is not a module of src/")
+        for d in deps:
+            if d not in above:
+                out.append(
+                    f"{where}: {module} uses {d}, which is not listed above it "
+                    "(the block lists modules bottom-up)"
+                )
+        above.add(module)
+    for module in sorted(edges):
+        if module not in listed:
+            uses = " ".join(sorted(edges[module]))
+            out.append(f"src/{module} is not in {name}'s block: add `{module}: {uses}`")
+            continue
+        for d in sorted(edges[module] - listed[module]):
+            out.append(
+                f"{origins[(module, d)]} uses crate::{d}, but {name} does not list {d} "
+                f"for {module}: add it to that line (an architecture change), or drop the use"
+            )
+        for d in sorted(listed[module] - edges[module]):
+            out.append(
+                f"{name} says {module} uses {d}, but no file of src/{module} names "
+                f"crate::{d}: remove {d} from that line"
+            )
+    return out
+
+
 def main():
-    args = [a for a in sys.argv[1:] if a != "--dot"]
+    args = sys.argv[1:]
+    doc = None
+    if "--check-doc" in args:
+        i = args.index("--check-doc")
+        if i + 1 >= len(args):
+            print("--check-doc needs the path of ARCHITECTURE.md")
+            return 2
+        doc = args[i + 1]
+        del args[i : i + 2]
+    args = [a for a in args if a != "--dot"]
     src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "src")
-    edges = graph(src)
+    origins = {}
+    edges = graph(src, origins)
+    if doc is not None:
+        problems = check_doc(doc, edges, origins)
+        for p in problems:
+            print(p)
+        if problems:
+            return 1
+        n = sum(len(b) for b in edges.values())
+        print(f"{doc}: its module graph matches src/ ({len(edges)} modules, {n} edges)")
+        return 0
     if "--dot" in sys.argv:
         print("digraph modules {")
         for a in sorted(edges):

@@ -1,34 +1,87 @@
 //! The code's shape, checked so it stays that way: the crate's top-level modules import each
-//! other without a cycle (`scripts/module_graph.py`), and build JSON with the crate's `json!`.
+//! other without a cycle and exactly as ARCHITECTURE.md's `module-graph` block says
+//! (`scripts/module_graph.py`), ARCHITECTURE.md stays short and wrapped, and the crate builds
+//! JSON with its own `json!`.
 
 use std::io::Write;
 use std::process::Command;
 
 use crate::support::root;
 
-#[test]
-fn the_module_graph_has_no_cycle() {
+/// Runs `scripts/module_graph.py` with `args` and the `src` dir: its exit status and its
+/// output, or `None` (after a `skipped:` line) when there is no python3.
+fn module_graph(test: &str, args: &[&str]) -> Option<(bool, String)> {
     let out = match Command::new("python3")
         .arg(root().join("scripts/module_graph.py"))
+        .args(args)
         .arg(root().join("src"))
         .output()
     {
         Ok(out) => out,
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: the_module_graph_has_no_cycle: no python3 ({e})"
-            );
-            return;
+            let _ = writeln!(std::io::stderr(), "skipped: {test}: no python3 ({e})");
+            return None;
         }
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    Some((out.status.success(), text))
+}
+
+#[test]
+fn the_module_graph_has_no_cycle() {
+    let Some((ok, text)) = module_graph("the_module_graph_has_no_cycle", &[]) else {
+        return;
+    };
+    assert!(ok, "{text}");
     assert!(text.contains("no cycle"), "{text}");
+}
+
+/// Every dependency statement of ARCHITECTURE.md is its `module-graph` block, and the block is
+/// the real graph: each module's line lists exactly the modules its files name, bottom-up.
+#[test]
+fn architecture_md_states_the_real_module_graph() {
+    let doc = root().join("ARCHITECTURE.md");
+    let doc = doc.to_str().expect("utf-8 path");
+    let Some((ok, text)) = module_graph(
+        "architecture_md_states_the_real_module_graph",
+        &["--check-doc", doc],
+    ) else {
+        return;
+    };
+    assert!(
+        ok,
+        "ARCHITECTURE.md's module-graph block and src/ disagree:\n{text}"
+    );
+}
+
+/// ARCHITECTURE.md is a codemap a newcomer reads in one sitting: at most 3,000 words, and
+/// prose lines wrapped (no line over 120 characters outside code blocks).
+#[test]
+fn architecture_md_is_short_and_wrapped() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let words = text.split_whitespace().count();
+    assert!(
+        words <= 3000,
+        "ARCHITECTURE.md has {words} words, over 3,000: move detail to docs/ or drop it"
+    );
+    let mut in_code = false;
+    let mut long = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.chars().count() > 120 {
+            long.push(format!(
+                "ARCHITECTURE.md:{}: {} chars",
+                i + 1,
+                line.chars().count()
+            ));
+        }
+    }
+    assert!(long.is_empty(), "wrap these lines:\n{}", long.join("\n"));
 }
 
 /// The crate builds JSON with its own `json!` (`src/json.rs`, a smaller expansion that keeps
