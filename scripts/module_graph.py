@@ -6,6 +6,7 @@ A module is a file `src/<name>.rs` or a directory `src/<name>/`; an edge A -> B 
 blocks and `tests.rs` files) and comments are skipped: only the shipped code counts.
 
 Usage: module_graph.py [SRC_DIR]      prints the cycles and exits 1 if there are any
+       module_graph.py --layers [SRC] prints each use of a higher layer (LAYERS) and exits 1
        module_graph.py --dot [SRC]    prints the graph in Graphviz form
        module_graph.py --check-doc ARCHITECTURE.md [SRC]
                                       compares the doc's `module-graph` block with the graph
@@ -19,7 +20,9 @@ import os
 import re
 import sys
 
-CRATE_PATH = re.compile(r"\bcrate::(\w+)")
+CRATE_PATH = re.compile(r"\bcrate::(\w+)(?:::(\w+))?")
+GROUP_ITEM = re.compile(r"(?:^|,)\s*(\w+)(?:::(\w+))?")
+SUPER_PATH = re.compile(r"\bsuper::(\w+)")
 USE_GROUP = re.compile(r"\buse\s+crate::\{([^;]*)\}", re.S)
 # Comments, string and char literals, in one left-to-right pass (so a `'"'` or a `"//"` is
 # not taken for the start of a string or a comment).
@@ -58,35 +61,86 @@ def strip(text):
     return "".join(out)
 
 
-def graph(src, origins=None):
-    """Module -> the modules it uses; `origins` (if given) gets the first file of each edge."""
-    modules = set()
+# The layers, lowest first: a directory of `src/` whose modules are one layer (`base`,
+# `protocol`, `config`, `persist`'s files, `agent`, `server`, `app`), or a module that is a layer
+# of its own (`kernel`, `tools`, `provider`, `mcp`). A module may use modules of its own layer
+# and of the layers below it, never above (`--layers` checks it; tests/structure.rs runs it).
+LAYERS = ["base", "protocol", "config", "kernel", "tools", "provider", "mcp", "persist",
+          "agent", "server", "app"]
+# Directories whose children are the modules (the rest are modules themselves).
+LAYER_DIRS = {"base", "protocol", "config", "agent", "server", "app"}
+
+
+def modules_of(src):
+    """Module -> its layer. A layer directory's modules are its files and subdirectories."""
+    layer = {}
     for entry in os.listdir(src):
         path = os.path.join(src, entry)
-        if entry.endswith(".rs") and entry not in ("lib.rs", "main.rs"):
-            modules.add(entry[:-3])
+        if entry in LAYER_DIRS and os.path.isdir(path):
+            for inner in os.listdir(path):
+                if inner == "mod.rs":
+                    continue
+                name = inner[:-3] if inner.endswith(".rs") else inner
+                if inner.endswith(".rs") or os.path.isdir(os.path.join(path, inner)):
+                    layer[name] = entry
+        elif entry.endswith(".rs") and entry not in ("lib.rs", "main.rs"):
+            layer[entry[:-3]] = entry[:-3]
         elif os.path.isdir(path):
-            modules.add(entry)
+            layer[entry] = entry
+    return layer
+
+
+def graph(src, origins=None):
+    """Module -> the modules it uses; `origins` (if given) gets the first file of each edge."""
+    layer = modules_of(src)
+    modules = set(layer)
     edges = {m: set() for m in modules}
     for root, _, files in os.walk(src):
         for f in files:
             if not f.endswith(".rs") or f == "tests.rs":
                 continue
             rel = os.path.relpath(os.path.join(root, f), src)
-            top = rel.split(os.sep)[0]
-            top = top[:-3] if top.endswith(".rs") else top
+            parts = rel.split(os.sep)
+            if parts[0] in LAYER_DIRS:
+                if len(parts) < 2 or parts[1] == "mod.rs":
+                    continue
+                parts = parts[1:]
+            top = parts[0][:-3] if parts[0].endswith(".rs") else parts[0]
             if top not in modules:
                 continue
             text = strip(open(os.path.join(root, f), encoding="utf-8").read())
-            targets = set(CRATE_PATH.findall(text))
+            paths = CRATE_PATH.findall(text)
             for group in USE_GROUP.findall(text):
-                targets.update(re.findall(r"(?:^|,)\s*(\w+)", group))
+                paths += [(a, b) for a, b in GROUP_ITEM.findall(group)]
+            targets = set()
+            for first, second in paths:
+                targets.add(second if first in LAYER_DIRS and second else first)
+            # `super::x` from a module directly in a layer directory names a sibling.
+            if len(parts) == 1 and layer.get(top) in LAYER_DIRS:
+                targets.update(SUPER_PATH.findall(text))
             for t in sorted(targets):
                 if t in modules and t != top:
                     edges[top].add(t)
                     if origins is not None:
                         origins.setdefault((top, t), os.path.join("src", rel))
     return edges
+
+
+def layer_violations(src, edges, origins):
+    """Each use of a module in a higher layer, one sentence each."""
+    layer = modules_of(src)
+    out = []
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            la, lb = layer[a], layer[b]
+            if la not in LAYERS or lb not in LAYERS:
+                out.append(f"{a} or {b} is in no layer: add its directory to LAYERS")
+            elif LAYERS.index(lb) > LAYERS.index(la):
+                out.append(
+                    f"{origins[(a, b)]}: {a} ({la}) uses {b} ({lb}), a higher layer; "
+                    f"the layers, lowest first: {', '.join(LAYERS)}"
+                )
+    return out
 
 
 def cycles(edges):
@@ -171,7 +225,7 @@ def check_doc(doc, edges, origins):
     for module in sorted(edges):
         if module not in listed:
             uses = " ".join(sorted(edges[module]))
-            out.append(f"src/{module} is not in {name}'s block: add `{module}: {uses}`")
+            out.append(f"module {module} is not in {name}'s block: add `{module}: {uses}`")
             continue
         for d in sorted(edges[module] - listed[module]):
             out.append(
@@ -180,7 +234,7 @@ def check_doc(doc, edges, origins):
             )
         for d in sorted(listed[module] - edges[module]):
             out.append(
-                f"{name} says {module} uses {d}, but no file of src/{module} names "
+                f"{name} says {module} uses {d}, but no file of module {module} names "
                 f"crate::{d}: remove {d} from that line"
             )
     return out
@@ -196,7 +250,7 @@ def main():
             return 2
         doc = args[i + 1]
         del args[i : i + 2]
-    args = [a for a in args if a != "--dot"]
+    args = [a for a in args if a not in ("--dot", "--layers")]
     src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "src")
     origins = {}
     edges = graph(src, origins)
@@ -215,6 +269,14 @@ def main():
             for b in sorted(edges[a]):
                 print(f'  "{a}" -> "{b}";')
         print("}")
+        return 0
+    if "--layers" in sys.argv:
+        problems = layer_violations(src, edges, origins)
+        for p in problems:
+            print(p)
+        if problems:
+            return 1
+        print(f"module layers: every use points down ({', '.join(LAYERS)})")
         return 0
     found = cycles(edges)
     for comp in found:

@@ -40,6 +40,20 @@ fn the_module_graph_has_no_cycle() {
     assert!(text.contains("no cycle"), "{text}");
 }
 
+/// `src/`'s directories are its layers (issue 32): a module uses only its own layer and the
+/// ones below it (`LAYERS` in `scripts/module_graph.py`, lowest first).
+#[test]
+fn every_module_uses_only_its_layer_and_those_below() {
+    let Some((ok, text)) = module_graph(
+        "every_module_uses_only_its_layer_and_those_below",
+        &["--layers"],
+    ) else {
+        return;
+    };
+    assert!(ok, "a module uses a higher layer:\n{text}");
+    assert!(text.contains("every use points down"), "{text}");
+}
+
 /// Every dependency statement of ARCHITECTURE.md is its `module-graph` block, and the block is
 /// the real graph: each module's line lists exactly the modules its files name, bottom-up.
 #[test]
@@ -84,7 +98,7 @@ fn architecture_md_is_short_and_wrapped() {
     assert!(long.is_empty(), "wrap these lines:\n{}", long.join("\n"));
 }
 
-/// The crate builds JSON with its own `json!` (`src/json.rs`, a smaller expansion that keeps
+/// The crate builds JSON with its own `json!` (`src/base/json.rs`, a smaller expansion that keeps
 /// the static binary under its size budget): serde_json's macro, used again here and there,
 /// would bring the cost back one site at a time.
 #[test]
@@ -96,7 +110,7 @@ fn the_crate_builds_json_with_its_own_macro() {
             let path = entry.expect("entry").path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/json.rs")
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/base/json.rs")
             {
                 let text = std::fs::read_to_string(&path).expect("source");
                 for (i, line) in text.lines().enumerate() {
@@ -165,10 +179,10 @@ fn the_main_loops_modules_deny_io() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let deny = "#![deny(clippy::disallowed_methods, clippy::disallowed_types)]";
     for module in [
-        "src/main_loop.rs",
-        "src/handlers.rs",
-        "src/handlers/manage.rs",
-        "src/session.rs",
+        "src/server/main_loop.rs",
+        "src/server/handlers.rs",
+        "src/server/handlers/manage.rs",
+        "src/server/session.rs",
     ] {
         let text = std::fs::read_to_string(root.join(module)).unwrap();
         assert!(text.contains(deny), "{module} lost its IO ban: {deny}");
@@ -181,7 +195,7 @@ fn the_main_loops_modules_deny_io() {
         "\"prime_agent::persist::Claim\"",
         "\"prime_agent::persist::load\"",
         "\"prime_agent::persist::Store::delete\"",
-        "\"prime_agent::untrusted::read_text\"",
+        "\"prime_agent::base::untrusted::read_text\"",
     ] {
         assert!(
             config.contains(banned),

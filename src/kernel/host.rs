@@ -22,7 +22,7 @@
 //!
 //! Every payload also carries `cellSourceCode`, the source of the cell that asked.
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 /// Answers host-bridge requests from the kernel. `Ok(v)` becomes the Python return value;

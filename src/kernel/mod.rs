@@ -54,11 +54,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 
-use crate::lines::{read_line_limited, LineRead};
+use crate::base::lines::{read_line_limited, LineRead};
 use serde_json::{Map, Value};
 
-use crate::abort::AbortFlag;
-use crate::spawn;
+use crate::base::abort::AbortFlag;
+use crate::base::spawn;
 pub use host::{DefaultHostHandler, HostHandler};
 use wire::{Chunk, KernelFrame, MarkerScanner};
 
@@ -1092,7 +1092,7 @@ mod tests {
             if kind == "test.panic" {
                 panic!("handler exploded");
             }
-            Ok(crate::json::json!({ "kind": kind }))
+            Ok(crate::base::json::json!({ "kind": kind }))
         }
     }
 

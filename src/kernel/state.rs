@@ -119,7 +119,7 @@ pub(crate) fn notice(report: &RestoreReport) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::json;
+    use crate::base::json::json;
 
     #[test]
     fn reports_parse_from_the_ready_frame() {
@@ -310,9 +310,9 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(back), 'x': back.
         assert_eq!(out["on_disk"], true);
         assert_eq!(
             out["modes"],
-            crate::json::json!(["0o700", "0o700", "0o600", "0o600"])
+            crate::base::json::json!(["0o700", "0o700", "0o600", "0o600"])
         );
-        assert_eq!(out["back"], crate::json::json!(["text", "x"]));
+        assert_eq!(out["back"], crate::base::json::json!(["text", "x"]));
         assert_eq!(out["x"], 41);
         let report = super::RestoreReport::from_json(&out["restore"]).unwrap();
         assert_eq!(report.restored, ["text", "x"]);
@@ -383,7 +383,7 @@ print(json.dumps({{'manifest': m, 'preempted': preempted, 'wrote': os.path.exist
         assert_eq!(names("saved"), ["a", "c"]);
         assert_eq!(
             m["skipped"][0],
-            crate::json::json!({"name": "b", "type": "bytes", "reason": "the snapshot's 3000 bytes total was reached"})
+            crate::base::json::json!({"name": "b", "type": "bytes", "reason": "the snapshot's 3000 bytes total was reached"})
         );
         assert_eq!(out["preempted"], true);
         assert_eq!(out["wrote"], false, "a preempted snapshot writes nothing");

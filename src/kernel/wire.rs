@@ -1,7 +1,7 @@
 //! The pure half of the host–kernel protocol: frame types, their encoding, and the scanner that
 //! finds end-of-cell markers in the kernel's stdout/stderr bytes. No IO, no threads.
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::{Map, Value};
 
 /// A kernel → host frame (one JSON object per line on fd 3, tagged by `op`). Fields marked

@@ -36,11 +36,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
-use crate::abort::AbortFlag;
-use crate::spawn;
+use crate::base::abort::AbortFlag;
+use crate::base::spawn;
 
 /// How long a kernel start waits for a zygote that is still importing, and for a fork's answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);

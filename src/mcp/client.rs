@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::json::json;
+use crate::base::json::json;
 use crossbeam_channel::{bounded, select, Sender};
 use serde_json::Value;
 
 use super::wire::{self, ToolInfo};
-use crate::abort::AbortFlag;
+use crate::base::abort::AbortFlag;
 
 /// Why an MCP request did not give a result.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,7 +104,7 @@ impl Router {
             (Some(method), Some(id)) => Some(if method == "ping" {
                 json!({ "jsonrpc": "2.0", "id": id, "result": {} })
             } else {
-                json!({ "jsonrpc": "2.0", "id": id, "error": { "code": crate::rpc::METHOD_NOT_FOUND, "message": format!("Method not found: {method}") } })
+                json!({ "jsonrpc": "2.0", "id": id, "error": { "code": crate::protocol::rpc::METHOD_NOT_FOUND, "message": format!("Method not found: {method}") } })
             }),
             (Some(method), None) => {
                 if method == "notifications/tools/list_changed" {

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::{McpError, Router, Sent, Transport};
-use crate::abort::AbortFlag;
+use crate::base::abort::AbortFlag;
+use crate::base::reaper;
 use crate::provider::sse::{SseDecoder, SseEvent};
-use crate::reaper;
 
 /// A request's whole life on the wire; the caller's own timeout (60 s) fires first.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(75);

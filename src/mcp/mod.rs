@@ -18,11 +18,11 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
-use crate::abort::AbortFlag;
-use crate::acp::McpServer;
+use crate::base::abort::AbortFlag;
+use crate::protocol::acp::McpServer;
 use client::{Client, McpError, Router};
 use wire::{Status, ToolInfo};
 
@@ -383,11 +383,11 @@ impl McpHub {
             ))
             .collect();
         let servers = self.servers.clone();
-        crate::reaper::later(move || {
+        crate::base::reaper::later(move || {
             // Connect threads see `closing` at once; a spawn under way ends quickly.
             let deadline = Instant::now() + Duration::from_millis(500);
             for t in threads {
-                crate::reaper::join_or_leave(t, deadline, "an MCP connect thread");
+                crate::base::reaper::join_or_leave(t, deadline, "an MCP connect thread");
             }
             // A connect that finished after we took its client.
             for server in &servers {

@@ -16,9 +16,9 @@ use crossbeam_channel::{bounded, select, Sender, TrySendError};
 use serde_json::Value;
 
 use super::client::{McpError, Router, Sent, Transport};
-use crate::abort::AbortFlag;
-use crate::lines::{read_line_limited, LineRead};
-use crate::{reaper, spawn};
+use crate::base::abort::AbortFlag;
+use crate::base::lines::{read_line_limited, LineRead};
+use crate::{base::reaper, base::spawn};
 
 /// The variables a server inherits from us (§1.17); everything else comes from the client.
 const KEPT_ENV: &[&str] = &["HOME", "PATH", "TMPDIR", "TEMP", "TMP"];

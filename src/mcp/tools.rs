@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 use super::wire::{self, Status, ToolInfo};
 use super::McpHub;
-use crate::content::ToolSpec;
+use crate::base::content::ToolSpec;
 use crate::tools::process::capped_text;
 use crate::tools::{Tool, ToolContext, ToolDisplay, ToolOutput};
 

@@ -2,10 +2,10 @@
 //! request, tool lists, tool results, native tool names and the status `_meta` payload.
 //! Pure functions, table-tested.
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::{Map, Value};
 
-use crate::content::Image;
+use crate::base::content::Image;
 
 /// The versions this client speaks, newest first; `initialize` offers the first.
 pub(crate) const PROTOCOL_VERSIONS: &[&str] =

@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn one_claim_per_file_until_it_is_dropped() {
-        let dir = crate::test_support::temp_dir("claim");
+        let dir = crate::base::test_support::temp_dir("claim");
         let path = dir.join("s.jsonl");
         assert_eq!(Claim::take(&path).unwrap_err(), ClaimError::Missing);
         std::fs::write(&path, "{}\n").unwrap();
@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_lock_released_within_the_grace_is_claimed_and_one_kept_is_refused() {
-        let dir = crate::test_support::temp_dir("claim-grace");
+        let dir = crate::base::test_support::temp_dir("claim-grace");
         let path = dir.join("s.jsonl");
         std::fs::write(&path, "{}\n").unwrap();
 

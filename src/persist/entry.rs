@@ -7,10 +7,10 @@
 //! …) are kept as `EntryKind::Other` with their JSON, so a file written upstream loads, and the
 //! engineers adding compaction and goals give them a variant of their own next to the others.
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::{Map, Value};
 
-use crate::content::Image;
+use crate::base::content::Image;
 use crate::provider::{AssistantMessage, Message, ReasoningBlock, ToolCall, ToolResultMessage};
 
 pub(crate) const VERSION: u64 = 3;
@@ -299,7 +299,7 @@ pub(crate) fn parse_entry(v: &Value) -> Result<Entry, String> {
 
 /// Milliseconds since the epoch of an ISO timestamp we wrote (messages carry numbers).
 fn millis_of(iso: &str) -> u64 {
-    crate::time::parse_iso_millis(iso).unwrap_or(0)
+    crate::base::time::parse_iso_millis(iso).unwrap_or(0)
 }
 
 fn images_json(images: &[Image]) -> impl Iterator<Item = Value> + '_ {
@@ -533,8 +533,8 @@ fn parse_assistant(v: &Value) -> AssistantMessage {
 /// The details stored with a tool result: what the client was shown beyond the text.
 pub(crate) fn tool_details(
     locations: &[String],
-    diff: Option<&crate::content::FileDiff>,
-    ipython: Option<&crate::content::IpythonDetails>,
+    diff: Option<&crate::base::content::FileDiff>,
+    ipython: Option<&crate::base::content::IpythonDetails>,
     display: Option<&crate::tools::ToolDisplay>,
 ) -> Option<Value> {
     let mut d = Map::new();

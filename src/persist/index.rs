@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 use super::entry;
@@ -307,7 +307,7 @@ fn timestamp_at_end(line_end: &[u8]) -> Option<String> {
     let at = window.windows(KEY.len()).rposition(|w| w == KEY)? + KEY.len();
     let len = window[at..].iter().position(|b| *b == b'"')?;
     let stamp = std::str::from_utf8(&window[at..at + len]).ok()?;
-    crate::time::parse_iso_millis(stamp).map(|_| stamp.to_owned())
+    crate::base::time::parse_iso_millis(stamp).map(|_| stamp.to_owned())
 }
 
 /// A file never summarised: the header and what follows it in the head window, the last
@@ -377,7 +377,7 @@ fn first_summary(file: &mut File, len: u64) -> Result<Row, String> {
             .or_else(|| {
                 let meta = file.metadata().ok()?;
                 let ms = u64::try_from(mtime_ns(&meta) / 1_000_000).ok()?;
-                Some(crate::time::iso_of_millis(ms))
+                Some(crate::base::time::iso_of_millis(ms))
             }),
         _ => in_head.last_timestamp.clone(),
     };
@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn summaries_from_head_and_tail_agree_with_a_full_load_and_the_index_follows_growth() {
-        let dir = crate::test_support::temp_dir("index");
+        let dir = crate::base::test_support::temp_dir("index");
         let cases: Vec<(&str, String)> = vec![
             // Ours: the title right after the header, a long conversation after it.
             (

@@ -316,7 +316,7 @@ mod tests {
                     .map(|id| ToolCall {
                         id: (*id).into(),
                         name: "bash".into(),
-                        arguments: crate::json::json!({}),
+                        arguments: crate::base::json::json!({}),
                     })
                     .collect(),
                 ..Default::default()

@@ -28,7 +28,7 @@ use std::path::Path;
 use serde_json::Value;
 
 /// Defined in the leaf `content` (a prompt carries one); kept here under its old name.
-pub(crate) use crate::content::Custom;
+pub(crate) use crate::base::content::Custom;
 pub(crate) use claim::{Claim, ClaimError};
 pub(crate) use load::{load, LoadError, Loaded};
 pub(crate) use recorder::{Recorder, Release};

@@ -13,9 +13,9 @@ use serde_json::Value;
 use super::claim::Claim;
 use super::entry::{self, BashRun, Entry, EntryKind, Header, Record};
 use super::{create_dir_private, entry_id, open_append, write_line, Loaded};
-use crate::content::Custom;
+use crate::base::content::Custom;
+use crate::base::time::now_iso;
 use crate::provider::{Message, ToolResultMessage};
-use crate::time::now_iso;
 
 /// How the turn said an unwritten message is to be written, beyond its plain shape.
 #[derive(Debug)]
@@ -378,7 +378,7 @@ impl Recorder {
                     Message::User { text, .. } => Some(text),
                     _ => None,
                 });
-                if let Some(name) = first.and_then(|t| crate::meta::session_title(t)) {
+                if let Some(name) = first.and_then(|t| crate::protocol::meta::session_title(t)) {
                     self.titled = true;
                     self.pending.push(EntryKind::SessionInfo { name });
                 }
@@ -408,7 +408,7 @@ impl Recorder {
                 _ => Record::Chat(m.clone()),
             };
             if let (false, None, Message::User { text, .. }) = (self.titled, &self.title, m) {
-                self.title = crate::meta::session_title(text);
+                self.title = crate::protocol::meta::session_title(text);
             }
             self.append(EntryKind::Message(record));
             self.ids.push(self.last_id.clone());
@@ -476,7 +476,7 @@ mod tests {
     use std::path::Path;
 
     fn tmp(tag: &str) -> PathBuf {
-        crate::test_support::temp_dir(&format!("persist-{tag}"))
+        crate::base::test_support::temp_dir(&format!("persist-{tag}"))
     }
 
     /// A store whose sessions (and artifacts) live in `dir`.
@@ -536,12 +536,12 @@ mod tests {
             tool_calls: vec![ToolCall {
                 id: "c1".into(),
                 name: "bash".into(),
-                arguments: crate::json::json!({"command": "ls"}),
+                arguments: crate::base::json::json!({"command": "ls"}),
             }],
             ..Default::default()
         }));
         r.sync(&messages);
-        r.note_tool_details("c1", Some(crate::json::json!({"locations": ["x"]})));
+        r.note_tool_details("c1", Some(crate::base::json::json!({"locations": ["x"]})));
         messages.push(Message::ToolResult(ToolResultMessage {
             call_id: "c1".into(),
             name: "bash".into(),
@@ -645,7 +645,7 @@ mod tests {
         let beat = |n: u64| Custom {
             custom_type: "heartbeat_prompt",
             display: true,
-            details: Some(crate::json::json!({"jobId": "hb-1", "runCount": n})),
+            details: Some(crate::base::json::json!({"jobId": "hb-1", "runCount": n})),
         };
         // A prompt at 0 that failed before any model answered is taken back out: the firing
         // noted at 1 is now at 0, and a note for the removed one is gone.
@@ -662,7 +662,7 @@ mod tests {
         assert_eq!(custom[0]["content"], "BEAT");
         assert_eq!(
             custom[0]["details"],
-            crate::json::json!({"jobId": "hb-1", "runCount": 1})
+            crate::base::json::json!({"jobId": "hb-1", "runCount": 1})
         );
         assert_eq!(entries_of(&path, "message").len(), 2);
         assert_eq!(load(&path).unwrap().messages(), messages);
@@ -732,7 +732,7 @@ mod tests {
         store.pick(&Pick::Continue, Path::new("/w")).unwrap();
         assert_eq!(store.take_next().unwrap().messages(), messages);
         // A fork inherits its parent's schedules (and kernel state).
-        let jobs = crate::json::json!([{"id": "hb-1", "status": "active"}]);
+        let jobs = crate::base::json::json!([{"id": "hb-1", "status": "active"}]);
         store.write_jobs("0190aaaa-0000", &jobs).unwrap();
         store
             .pick(&Pick::Fork("0190aaaa-0000".into()), Path::new("/w"))

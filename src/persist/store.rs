@@ -12,7 +12,7 @@ use super::entry::{self, Header};
 use super::index::Summary;
 use super::{create_dir_private, load, Claim, ClaimError};
 use super::{LoadError, Loaded, Recorder};
-use crate::time::now_iso;
+use crate::base::time::now_iso;
 
 /// A session's schedules beside its conversation (`<artifacts>/<id>/`).
 const JOBS_FILE: &str = "scheduled-jobs.json";
@@ -69,7 +69,9 @@ impl Store {
         create_dir_private(path.parent().unwrap_or(&self.artifacts))
             .and_then(|()| {
                 super::write_atomic(&path, |f| {
-                    f.write_all(&serde_json::to_vec(&crate::json::json!({ "jobs": jobs }))?)
+                    f.write_all(&serde_json::to_vec(
+                        &crate::base::json::json!({ "jobs": jobs }),
+                    )?)
                 })
             })
             .map(|()| path.clone())
@@ -332,7 +334,7 @@ pub(crate) fn page(
     };
     let matching: Vec<&Summary> = rows
         .iter()
-        .filter(|s| cwd.is_none_or(|c| crate::acp::same_cwd(c, Path::new(&s.cwd))))
+        .filter(|s| cwd.is_none_or(|c| crate::protocol::acp::same_cwd(c, Path::new(&s.cwd))))
         .collect();
     if start > matching.len() {
         return None;

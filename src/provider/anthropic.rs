@@ -1,7 +1,7 @@
 //! The `anthropic-messages` wire API (Anthropic, and compatible endpoints such as Fireworks'):
 //! the request body with content blocks, and a decoder for the typed stream events.
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::{Map, Value};
 
 use super::config::ModelDef;

@@ -73,7 +73,7 @@ pub(crate) fn repair(messages: &mut [Message]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::json;
+    use crate::base::json::json;
     use crate::provider::{AssistantMessage, ToolCall};
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::abort::AbortFlag;
+use crate::base::abort::AbortFlag;
 
 /// Where keys come from; built once at start-up and consulted on every request.
 #[derive(Debug)]
@@ -113,7 +113,7 @@ impl Credentials {
         abort: &AbortFlag,
     ) -> Result<Option<String>, String> {
         if self.signed_out.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(crate::auth::SIGNED_OUT.to_owned());
+            return Err(crate::protocol::auth::SIGNED_OUT.to_owned());
         }
         if let Some(k) = &self.cli_key {
             return Ok(Some(k.clone()));
@@ -282,7 +282,7 @@ pub(crate) fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::json;
+    use crate::base::json::json;
 
     fn resolve_value_now(raw: &str) -> Result<String, String> {
         resolve_value(raw, &AbortFlag::new())

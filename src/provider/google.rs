@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::{Map, Value};
 
 use super::config::ModelDef;
@@ -26,7 +26,7 @@ use super::{
     AssistantMessage, ChatRequest, Draft, FinishReason, Message, ProviderError, ReasoningBlock,
     Reply, StreamEvent, Thinking, ToolCall, Usage,
 };
-use crate::content::Image;
+use crate::base::content::Image;
 
 pub(crate) fn url(base_url: &str, model: &str) -> String {
     format!(

@@ -25,7 +25,7 @@ use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConne
 
 use super::sse::{SseDecoder, SseEvent};
 use super::{ProviderError, Reply, RetryWait, StreamEvent};
-use crate::abort::AbortFlag;
+use crate::base::abort::AbortFlag;
 
 /// At trace level the HTTP stack hex-dumps raw request bytes, `Authorization` and
 /// `x-api-key` included. When any trace logging is asked for, cap those crates at debug (where
@@ -53,10 +53,10 @@ pub(crate) struct HttpSettings {
 
 /// Settings `retry.*`, set once at start-up (`setup`): every provider the process builds,
 /// the start-up one and each a model switch makes, reads it here.
-static RETRY: std::sync::OnceLock<crate::settings::Retry> = std::sync::OnceLock::new();
+static RETRY: std::sync::OnceLock<crate::config::settings::Retry> = std::sync::OnceLock::new();
 
 /// Records the settings' retry policy (the first call wins).
-pub(crate) fn set_retry(retry: crate::settings::Retry) {
+pub(crate) fn set_retry(retry: crate::config::settings::Retry) {
     let _ = RETRY.set(retry);
 }
 

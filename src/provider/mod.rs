@@ -24,8 +24,8 @@ pub(crate) mod tests_support;
 
 use serde_json::Value;
 
-use crate::abort::AbortFlag;
-use crate::content::{Image, ToolSpec};
+use crate::base::abort::AbortFlag;
+use crate::base::content::{Image, ToolSpec};
 
 /// One message of the conversation, in the shape every wire API can be built from.
 #[derive(Debug, Clone, PartialEq)]
@@ -293,7 +293,7 @@ pub(crate) struct Notice {
 }
 
 /// Defined in the leaf `thinking` (settings read it too); re-exported under its usual path.
-pub(crate) use crate::thinking::Thinking;
+pub(crate) use crate::config::thinking::Thinking;
 
 /// The share of a known window an unknown model's reply may take (1/`REPLY_SHARE`); compaction
 /// reserves the same share (`compaction::RESERVE_SHARE`), so a prompt under its threshold plus

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use crate::json::json;
+use crate::base::json::json;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::config::ModelDef;
-use crate::content::Image;
+use crate::base::content::Image;
 
 /// The headers of a JSON request answered by a server-sent event stream, and the key's own
 /// header (`(name, value)`) when there is a key.

@@ -13,7 +13,7 @@ use super::{
     anthropic, azure, google, openai, responses, ChatRequest, Message, Notice, Provider,
     ProviderError, Reply, StreamEvent, ToolResultMessage,
 };
-use crate::abort::AbortFlag;
+use crate::base::abort::AbortFlag;
 
 /// The window assumed for an unknown model whose server does not say. 32,768 tokens is what
 /// the common local set-ups run with or above (vLLM and Ollama defaults for current open
@@ -403,7 +403,7 @@ fn warn_images_omitted(label: &str, model: &ModelDef, messages: &[Message]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::json;
+    use crate::base::json::json;
 
     #[test]
     fn windows_from_server_descriptions() {

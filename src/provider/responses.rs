@@ -11,7 +11,7 @@
 //! otherwise it rebuilds the turn from the provider-neutral message without reasoning or ids,
 //! which the API always accepts.
 
-use crate::json::json;
+use crate::base::json::json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -25,7 +25,7 @@ use super::{
     AssistantMessage, ChatRequest, Draft, FinishReason, Message, ProviderError, ReasoningBlock,
     Reply, StreamEvent, ToolCall, ToolResultMessage, Usage,
 };
-use crate::content::Image;
+use crate::base::content::Image;
 
 pub(crate) fn url(base_url: &str) -> String {
     format!("{}/responses", base_url.trim_end_matches('/'))

@@ -50,7 +50,7 @@ use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, Provider, ProviderError, Reply,
     StreamEvent, ToolCall, ToolResultMessage, Usage,
 };
-use crate::abort::AbortFlag;
+use crate::base::abort::AbortFlag;
 
 pub(crate) struct ScriptedProvider {
     path: PathBuf,

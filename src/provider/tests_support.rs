@@ -8,7 +8,7 @@ use super::{
     AssistantMessage, ChatRequest, FinishReason, Message, ProviderError, Reply, StreamEvent,
     Thinking, ToolCall, ToolResultMessage, Usage,
 };
-use crate::content::{Image, ToolSpec};
+use crate::base::content::{Image, ToolSpec};
 
 /// A catalogue-like model: a 200k window and a 64k output limit (so the output budget is the
 /// 32k cap), default quirks, the provider's API.
@@ -113,8 +113,8 @@ pub(crate) fn tool_round_messages() -> Vec<Message> {
             text: "calling".into(),
             thinking: "unsigned thoughts are not sent".into(),
             tool_calls: vec![
-                call("c1", crate::json::json!({"x": 1})),
-                call("c2", crate::json::json!("{bad")),
+                call("c1", crate::base::json::json!({"x": 1})),
+                call("c2", crate::base::json::json!("{bad")),
             ],
             ..Default::default()
         }),

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 use super::process::{self, Ending, RunResult, RunSpec};
 use super::truncate::{truncate_tail, MAX_BYTES, MAX_LINES};
 use super::{Tool, ToolContext, ToolOutput};
-use crate::content::ToolSpec;
+use crate::base::content::ToolSpec;
 
 pub(crate) struct Bash {
     /// Settings `shellCommandPrefix`, put on its own line before every command (§3.3).

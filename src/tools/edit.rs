@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 use super::read::path_location;
@@ -14,7 +14,7 @@ use super::truncate::format_size;
 use super::{
     file_diff, io_error_code, open_regular, resolve_path, FileError, Tool, ToolContext, ToolOutput,
 };
-use crate::content::ToolSpec;
+use crate::base::content::ToolSpec;
 
 /// The largest file `edit` loads. An edit holds the file several times over (the original,
 /// its LF- and fuzzy-normalised copies for matching, the result with its line endings

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::process::Ending;
-use crate::abort::AbortFlag;
+use crate::base::abort::AbortFlag;
 
 /// A tool call about to run, as the approval sees it.
 pub(crate) struct CallInfo<'a> {

@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::{Map, Value};
 
 use super::{KernelEnv, KernelHost, Notice, Tool, ToolContext, ToolOutput};
-use crate::abort::AbortFlag;
-use crate::content::{Attachment, FileDiff, Image, IpythonDetails, ToolSpec};
+use crate::base::abort::AbortFlag;
+use crate::base::content::{Attachment, FileDiff, Image, IpythonDetails, ToolSpec};
 use crate::kernel::state::{self, RestoreReport};
 use crate::kernel::{
     find_python, Capture, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
@@ -177,7 +177,7 @@ impl IpythonTool {
                 .python_skills
                 .iter()
                 .map(|s| {
-                    crate::json::json!({
+                    crate::base::json::json!({
                         "name": s.name,
                         "module": s.module,
                         "paths": [path(&s.dir), path(&s.dir.join("src"))],
@@ -669,7 +669,9 @@ mod tests {
         assert_eq!(details.diff_count, 2);
         assert_eq!(details.attachments.len(), 1);
         assert_eq!(
-            crate::content::base64_decoded_len(details.attachments[0].data.as_deref().unwrap()),
+            crate::base::content::base64_decoded_len(
+                details.attachments[0].data.as_deref().unwrap()
+            ),
             5
         );
         assert_eq!(

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::abort::AbortFlag;
-use crate::content::{FileDiff, Image, IpythonDetails, PlanEntry, ToolSpec};
+use crate::base::abort::AbortFlag;
+use crate::base::content::{FileDiff, Image, IpythonDetails, PlanEntry, ToolSpec};
 
 /// What a tool needs from its turn.
 pub(crate) struct ToolContext<'a> {
@@ -376,7 +376,7 @@ pub(crate) struct KernelEnv {
     /// User skills with a Python package (`python_import`), imported into every kernel.
     pub python_skills: Vec<PythonSkill>,
     /// Settings `images.*` (the kernel's `attach_image`).
-    pub images: crate::settings::Images,
+    pub images: crate::config::settings::Images,
 }
 
 /// A skill whose Python package the kernel imports (behaviour spec §3.6).
@@ -401,7 +401,7 @@ impl Default for KernelEnv {
             shell_path: None,
             shell_command_prefix: None,
             python_skills: Vec::new(),
-            images: crate::settings::Images::default(),
+            images: crate::config::settings::Images::default(),
         }
     }
 }
@@ -442,12 +442,12 @@ impl ToolChoice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::json;
+    use crate::base::json::json;
     use std::time::Duration;
 
     /// A fresh private directory for one test.
     fn temp_dir(name: &str) -> PathBuf {
-        crate::test_support::temp_dir(&format!("tools-{name}"))
+        crate::base::test_support::temp_dir(&format!("tools-{name}"))
     }
 
     /// Runs built-in tool `name` on another thread, waited for at most 10 s: a tool that

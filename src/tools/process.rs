@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
 
-use crate::abort::{AbortFlag, HookGuard};
-use crate::content::tail_bytes;
-use crate::spawn;
+use crate::base::abort::{AbortFlag, HookGuard};
+use crate::base::content::tail_bytes;
+use crate::base::spawn;
 use crate::tools::truncate::{format_size, truncate_tail, MAX_BYTES, MAX_LINES};
 
 /// In-memory tail: twice the byte limit is always kept, so the tail truncation never reaches

@@ -9,7 +9,7 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 use super::truncate::{format_size, MAX_BYTES, MAX_LINES};
@@ -17,9 +17,9 @@ use super::{
     io_error_code, io_error_text, open_regular, resolve_path, FileError, Tool, ToolContext,
     ToolOutput,
 };
-use crate::abort::AbortFlag;
-use crate::content::Image;
-use crate::content::ToolSpec;
+use crate::base::abort::AbortFlag;
+use crate::base::content::Image;
+use crate::base::content::ToolSpec;
 
 /// Bytes read from the file at a time.
 const READ_CHUNK: usize = 64 * 1024;

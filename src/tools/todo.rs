@@ -3,11 +3,11 @@
 //! show the agent's plan; the model gets the list back as text. The schema is ours (issue 14):
 //! items with `content`, `status` and `priority`.
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 use super::{Tool, ToolContext, ToolOutput};
-use crate::content::{PlanEntry, ToolSpec};
+use crate::base::content::{PlanEntry, ToolSpec};
 
 pub(crate) const NAME: &str = "todo";
 
@@ -115,7 +115,7 @@ fn summary(entries: &[PlanEntry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abort::AbortFlag;
+    use crate::base::abort::AbortFlag;
 
     fn run(args: Value) -> ToolOutput {
         let abort = AbortFlag::new();

@@ -3,7 +3,7 @@
 //! protocol-visible (behaviour spec §3.3/§3.5), so the arithmetic mirrors the reference
 //! implementation exactly: a "line" is a piece of `text.split('\n')`, sizes are UTF-8 bytes.
 
-use crate::content::tail_bytes;
+use crate::base::content::tail_bytes;
 
 /// Line limit of a tool result.
 pub(crate) const MAX_LINES: usize = 2000;

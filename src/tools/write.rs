@@ -4,7 +4,7 @@
 use std::io::{Read as _, Write as _};
 use std::path::Path;
 
-use crate::json::json;
+use crate::base::json::json;
 use serde_json::Value;
 
 use super::read::path_location;
@@ -12,7 +12,7 @@ use super::{
     file_diff, io_error_code, io_error_text, open_regular, resolve_path, FileError, Tool,
     ToolContext, ToolOutput, DIFF_MAX_BYTES,
 };
-use crate::content::ToolSpec;
+use crate::base::content::ToolSpec;
 
 pub(crate) struct Write;
 

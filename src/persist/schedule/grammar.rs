@@ -98,9 +98,9 @@ pub(crate) fn parse(text: &str, now_ms: u64) -> Result<Schedule, String> {
     }
     if let Some(rest) = t.strip_prefix("at ").or_else(|| t.strip_prefix("AT ")) {
         let rest = rest.trim();
-        let at_ms = crate::time::parse_iso_millis(rest)
-            .or_else(|| crate::time::parse_iso_millis(&format!("{rest}:00Z")))
-            .or_else(|| crate::time::parse_iso_millis(&format!("{rest}T00:00:00Z")))
+        let at_ms = crate::base::time::parse_iso_millis(rest)
+            .or_else(|| crate::base::time::parse_iso_millis(&format!("{rest}:00Z")))
+            .or_else(|| crate::base::time::parse_iso_millis(&format!("{rest}T00:00:00Z")))
             .ok_or_else(|| format!("Invalid date: {rest}"))?;
         if at_ms <= now_ms {
             return Err(format!("Scheduled time is in the past: {rest}"));
@@ -185,7 +185,7 @@ impl Cron {
         let limit = minute + 5 * 366 * 24 * 60;
         while minute < limit {
             let days = (minute / 1440) as i64;
-            let (_, month, day) = crate::time::civil_from_days(days);
+            let (_, month, day) = crate::base::time::civil_from_days(days);
             let weekday = (days + 4).rem_euclid(7) as usize; // 1970-01-01 was a Thursday.
             let day_ok = match (self.day_or, self.days[day as usize], self.weekdays[weekday]) {
                 (true, d, w) => d || w,
@@ -253,7 +253,7 @@ pub(crate) fn heartbeat_command(text: &str) -> Option<HeartbeatCommand> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::{iso_of_millis, parse_iso_millis};
+    use crate::base::time::{iso_of_millis, parse_iso_millis};
 
     const NOW: u64 = 1_764_583_200_000; // 2025-12-01T10:00:00Z, a Monday.
 

@@ -151,9 +151,9 @@ pub(crate) struct Claimed {
 /// A job's `schedule` field: `{kind, expression, intervalMs?}`.
 fn schedule_json(j: &Job) -> serde_json::Value {
     let mut schedule =
-        crate::json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
+        crate::base::json::json!({ "kind": j.schedule.kind(), "expression": j.expression });
     if let Schedule::Interval { ms } = j.schedule {
-        schedule["intervalMs"] = crate::json::json!(ms);
+        schedule["intervalMs"] = crate::base::json::json!(ms);
     }
     schedule
 }
@@ -268,12 +268,12 @@ impl Jobs {
                 if completed {
                     j.status = "completed".to_owned();
                 }
-                let iso = |ms: Option<u64>| ms.map(crate::time::iso_of_millis);
+                let iso = |ms: Option<u64>| ms.map(crate::base::time::iso_of_millis);
                 due.push(Due {
                     job_id: j.id.clone(),
                     prompt: j.prompt.clone(),
                     delivery: j.delivery,
-                    details: crate::json::json!({
+                    details: crate::base::json::json!({
                         "jobId": j.id, "schedule": schedule_json(j), "status": j.status,
                         "runCount": j.run_count, "nextRunAt": iso(j.next_run_ms),
                         "lastRunAt": iso(j.last_run_ms),
@@ -291,28 +291,34 @@ impl Jobs {
     /// One job record (behaviour spec §5.5).
     fn record(&self, j: &Job) -> serde_json::Value {
         let schedule = schedule_json(j);
-        let mut r = crate::json::json!({
+        let mut r = crate::base::json::json!({
             "id": j.id, "status": j.status, "source": j.source.as_str(),
             "deliveryMode": j.delivery.as_str(),
             "activeSessionId": self.owner.session_id, "sessionId": self.owner.session_id,
             "sessionFile": self.owner.session_file, "cwd": self.owner.cwd,
             "prompt": j.prompt, "schedule": schedule,
-            "createdAt": crate::time::iso_of_millis(j.created_ms),
-            "updatedAt": crate::time::iso_of_millis(j.updated_ms),
+            "createdAt": crate::base::time::iso_of_millis(j.created_ms),
+            "updatedAt": crate::base::time::iso_of_millis(j.updated_ms),
             "runCount": j.run_count,
         });
         let optional = [
             ("label", j.label.clone()),
-            ("nextRunAt", j.next_run_ms.map(crate::time::iso_of_millis)),
-            ("lastRunAt", j.last_run_ms.map(crate::time::iso_of_millis)),
+            (
+                "nextRunAt",
+                j.next_run_ms.map(crate::base::time::iso_of_millis),
+            ),
+            (
+                "lastRunAt",
+                j.last_run_ms.map(crate::base::time::iso_of_millis),
+            ),
             (
                 "lastSkippedAt",
-                j.last_skipped_ms.map(crate::time::iso_of_millis),
+                j.last_skipped_ms.map(crate::base::time::iso_of_millis),
             ),
         ];
         for (key, value) in optional {
             if let Some(v) = value {
-                r[key] = crate::json::json!(v);
+                r[key] = crate::base::json::json!(v);
             }
         }
         r
@@ -325,8 +331,9 @@ impl Jobs {
 
     /// Jobs read back from a session file (entries that no longer parse are dropped).
     pub(crate) fn from_json(v: &serde_json::Value, now_ms: u64) -> Jobs {
-        let ms =
-            |j: &serde_json::Value, k: &str| j[k].as_str().and_then(crate::time::parse_iso_millis);
+        let ms = |j: &serde_json::Value, k: &str| {
+            j[k].as_str().and_then(crate::base::time::parse_iso_millis)
+        };
         let jobs = v
             .as_array()
             .into_iter()
@@ -393,7 +400,7 @@ impl Jobs {
             .map(|j| {
                 let next = match (j.status.as_str(), j.next_run_ms) {
                     ("paused", _) => "paused".to_owned(),
-                    (_, Some(t)) => format!("next at {}", crate::time::iso_of_millis(t)),
+                    (_, Some(t)) => format!("next at {}", crate::base::time::iso_of_millis(t)),
                     (_, None) => "next at never".to_owned(),
                 };
                 let who = match j.source {
@@ -423,7 +430,7 @@ impl Jobs {
         payload: &serde_json::Value,
         now_ms: u64,
     ) -> Result<(serde_json::Value, bool), String> {
-        use crate::json::json;
+        use crate::base::json::json;
         let text = |key: &str| -> Result<Option<&str>, String> {
             match &payload[key] {
                 serde_json::Value::Null => Ok(None),
@@ -545,9 +552,9 @@ impl Jobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::json;
+    use crate::base::json::json;
+    use crate::base::time::iso_of_millis;
     use crate::persist::schedule::MIN_INTERVAL;
-    use crate::time::iso_of_millis;
     use serde_json::Value;
 
     /// No firing is in flight.
@@ -577,7 +584,7 @@ mod tests {
 
     #[test]
     fn rlm_heartbeat_requests_create_list_update_and_delete_jobs() {
-        use crate::json::json;
+        use crate::base::json::json;
         let mut jobs = Jobs {
             owner: Owner {
                 session_id: "s1".into(),
@@ -618,7 +625,7 @@ mod tests {
         let (listed, changed) = request(&mut jobs, "list", json!({}), NOW).unwrap();
         assert!(!changed);
         assert_eq!(
-            crate::test_support::strs(&listed["jobs"], "source"),
+            crate::base::test_support::strs(&listed["jobs"], "source"),
             ["heartbeat", "rlm_heartbeat", "rlm_heartbeat"]
         );
         let user_id = listed["jobs"][0]["id"].as_str().unwrap().to_owned();
@@ -762,7 +769,7 @@ mod tests {
     fn a_follow_up_job_is_due_as_a_follow_up_and_finished_jobs_are_bounded() {
         let mut jobs = Jobs::default();
         for i in 0..(KEEP_INACTIVE + 5) {
-            let payload = crate::json::json!({"instruction": format!("p{i}"), "interval": "in 1m", "delivery_mode": "follow_up"});
+            let payload = crate::base::json::json!({"instruction": format!("p{i}"), "interval": "in 1m", "delivery_mode": "follow_up"});
             request(&mut jobs, "create", payload, NOW).unwrap();
         }
         let due = jobs.take_due(NOW + 60_000, &idle).due;
@@ -782,7 +789,7 @@ mod tests {
         let (created, _) = request(
             &mut jobs,
             "create",
-            crate::json::json!({"instruction": "late", "interval": "in 1m"}),
+            crate::base::json::json!({"instruction": "late", "interval": "in 1m"}),
             NOW,
         )
         .unwrap();
@@ -790,7 +797,7 @@ mod tests {
         request(
             &mut jobs,
             "update",
-            crate::json::json!({"id": id, "status": "pause"}),
+            crate::base::json::json!({"id": id, "status": "pause"}),
             NOW,
         )
         .unwrap();
@@ -798,7 +805,7 @@ mod tests {
         request(
             &mut jobs,
             "update",
-            crate::json::json!({"id": id, "status": "resume"}),
+            crate::base::json::json!({"id": id, "status": "resume"}),
             NOW + 120_000,
         )
         .unwrap();
