@@ -77,6 +77,13 @@ pub(crate) fn paths(agent_dir: &Path, cwd: &Path) -> [PathBuf; 2] {
 
 /// Reads and merges both files; a missing file counts as `{}`.
 pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Result<Settings, String> {
+    read_merged(agent_dir, cwd).map(|merged| from_value(&merged))
+}
+
+/// The one reader of `settings.json`: both files, bounded (`untrusted`), merged, the project's
+/// over the global one. Start-up (`load`) fails on its error; a session in another cwd
+/// (`compaction::Settings::load`) logs it and goes on with the defaults.
+pub(crate) fn read_merged(agent_dir: &Path, cwd: &Path) -> Result<Value, String> {
     let mut merged = Value::Object(Default::default());
     for path in paths(agent_dir, cwd) {
         // Bounded: the project's file comes from whatever repository the cwd is in.
@@ -88,7 +95,7 @@ pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Result<Settings, String> {
         };
         merge(&mut merged, parse_file(&path, &text)?);
     }
-    Ok(from_value(&merged))
+    Ok(merged)
 }
 
 /// One file's text as a JSON object, or the start-up error naming the file.

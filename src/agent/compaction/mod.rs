@@ -70,22 +70,13 @@ impl Settings {
         }
     }
 
-    /// The global `<agent dir>/settings.json`, then the project's
-    /// `<cwd>/.prime/agent/settings.json` over it. A missing or unreadable file counts as
-    /// empty (logged when it is not valid JSON).
+    /// The `compaction` keys of the merged settings (`settings::read_merged`, the one reader
+    /// of `settings.json`); a file that does not read or parse is logged and the defaults stay.
     pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Settings {
         let mut settings = Settings::default();
-        for path in [
-            agent_dir.join("settings.json"),
-            cwd.join(".prime/agent/settings.json"),
-        ] {
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            match serde_json::from_str::<Value>(&text) {
-                Ok(v) => settings.apply(&v),
-                Err(e) => log::warn!("ignoring {}: {e}", path.display()),
-            }
+        match crate::config::settings::read_merged(agent_dir, cwd) {
+            Ok(merged) => settings.apply(&merged),
+            Err(e) => log::warn!("compaction settings: {e}"),
         }
         settings
     }
