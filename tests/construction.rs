@@ -376,3 +376,54 @@ fn a_fork_killed_mid_copy_leaves_no_partial_session() {
 fn libc_sigxfsz() -> i32 {
     25
 }
+
+// See: issue 32, defect 4, as the review ran it. A `make reliability` row: `kill -9` of the
+// agent while it copies a large session for `session/fork` (once its temporary file has grown
+// past 16 MiB) leaves nothing that lists or loads: the original alone is listed.
+#[test]
+#[ignore = "a 200 MiB session: make reliability"]
+fn kill_9_during_the_fork_of_a_large_session_leaves_no_partial_session() {
+    let dir = TempDir::new("fork-kill9");
+    let source = big_session(&dir, 200);
+    let hello = fixture("scripts/hello.jsonl").display().to_string();
+    let mut a = sessions::in_dir(&dir, &hello, &["--multi-session"], &[]);
+    let r = a.call(
+        "initialize",
+        json!({"protocolVersion":1,"clientCapabilities":{}}),
+    );
+    assert!(r.get("result").is_some());
+    a.request(
+        "session/fork",
+        json!({"sessionId": source, "cwd": dir.path().display().to_string(), "mcpServers": []}),
+    );
+    let store = dir.path().join("sessions");
+    let deadline = Instant::now() + TIMEOUT;
+    let copied = loop {
+        let partial = std::fs::read_dir(&store)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl.tmp"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .max();
+        if let Some(len) = partial.filter(|len| *len > 16 << 20) {
+            break len;
+        }
+        assert!(Instant::now() < deadline, "the fork never started copying");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    assert_eq!(listed(&dir), vec![source.clone()]);
+    let jsonl: Vec<String> = std::fs::read_dir(&store)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".jsonl"))
+        .collect();
+    assert_eq!(jsonl, vec![format!("{source}.jsonl")]);
+    note(format!(
+        "fork killed with {copied} bytes copied: nothing listed but the original"
+    ));
+    reliability_line("kill_9_during_fork", 1, 2, 1, 0);
+}

@@ -107,14 +107,16 @@ pub(crate) fn list(dir: &Path) -> Vec<Summary> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for path in entries.flatten().map(|e| e.path()) {
-        let Some(name) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .filter(|n| n.ends_with(".jsonl"))
-            .map(str::to_owned)
-        else {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
             continue;
         };
+        if name.ends_with(".tmp") {
+            remove_if_stale(&path);
+            continue;
+        }
+        if !name.ends_with(".jsonl") {
+            continue;
+        }
         // Regular files only: opening a FIFO named `x.jsonl` would block the listing.
         let Some(meta) = fs::metadata(&path).ok().filter(fs::Metadata::is_file) else {
             continue;
@@ -144,6 +146,21 @@ pub(crate) fn list(dir: &Path) -> Vec<Summary> {
     }
     out.sort_unstable_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
     out
+}
+
+/// How old a `*.tmp` file (`persist::write_atomic`'s) must be before a listing removes it:
+/// a write still in progress, in this process or another, is never that old.
+const STALE_TMP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes what a write killed mid-way left behind (a fork's partial copy can be large).
+fn remove_if_stale(path: &Path) {
+    let age = fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok());
+    if age.is_some_and(|age| age > STALE_TMP) && fs::remove_file(path).is_ok() {
+        log::info!("removed {}, left by a write that did not finish", path.display());
+    }
 }
 
 fn read_index(path: &Path) -> HashMap<String, Row> {
@@ -431,6 +448,21 @@ mod tests {
 
     fn title(name: &str) -> Value {
         json!({"type": "session_info", "name": name})
+    }
+
+    #[test]
+    fn a_listing_removes_only_stale_temporary_files() {
+        let dir = crate::base::test_support::temp_dir("index-tmp");
+        let fresh = dir.join("a.jsonl.tmp");
+        let stale = dir.join("b.jsonl.tmp");
+        fs::write(&fresh, "partial").unwrap();
+        fs::write(&stale, "partial").unwrap();
+        let old = std::time::SystemTime::now() - 2 * STALE_TMP;
+        File::options().write(true).open(&stale).unwrap().set_modified(old).unwrap();
+        assert!(list(&dir).is_empty());
+        assert!(fresh.exists(), "a write in progress is left alone");
+        assert!(!stale.exists(), "a write killed an hour ago is removed");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
