@@ -54,7 +54,7 @@ fn a_fifo_named_agents_md_is_skipped_and_the_agent_still_answers_and_exits() {
     assert_eq!(stop, "end_turn");
     let err = a.stderr_text();
     assert!(
-        err.contains("AGENTS.md: not a regular file (a FIFO)"),
+        err.contains("AGENTS.md: not a regular file but a named pipe (FIFO)"),
         "no warning naming the FIFO:\n{err}"
     );
     let status = a.finish();
@@ -81,7 +81,7 @@ fn a_dev_zero_agents_md_and_an_oversized_one_are_skipped_with_bounded_memory() {
     let rss_kib = vm_kib(a.pid(), "VmHWM:");
     assert_eq!(a.prompt_stop("hi"), "end_turn");
     let err = a.stderr_text();
-    assert!(err.contains("a character device"), "{err}");
+    assert!(err.contains("but a character device"), "{err}");
     assert!(err.contains("over the 262144-byte cap"), "{err}");
     // The agent alone is a few MiB; the 8 MiB file was never read whole, nor /dev/zero at all.
     assert!(rss_kib < 64 * 1024, "peak RSS {rss_kib} KiB");

@@ -39,7 +39,7 @@ impl fmt::Display for Skip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Skip::NotFound => f.write_str("not found"),
-            Skip::NotRegular(kind) => write!(f, "not a regular file ({kind})"),
+            Skip::NotRegular(kind) => write!(f, "not a regular file but a {kind}"),
             Skip::TooLarge(size, cap) => write!(f, "{size} bytes, over the {cap}-byte cap"),
             Skip::NotText => f.write_str("not UTF-8 text"),
             Skip::Io(e) => f.write_str(e),
@@ -54,19 +54,10 @@ pub(crate) fn read_text(path: &Path, cap: u64) -> Result<String, Skip> {
     let meta = file.metadata().map_err(|e| Skip::Io(e.to_string()))?;
     let kind = meta.file_type();
     if !kind.is_file() {
-        use std::os::unix::fs::FileTypeExt;
         let what = if kind.is_dir() {
-            "a directory"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_char_device() {
-            "a character device"
-        } else if kind.is_block_device() {
-            "a block device"
-        } else if kind.is_socket() {
-            "a socket"
+            "directory"
         } else {
-            "a special file"
+            special_kind(kind)
         };
         return Err(Skip::NotRegular(what));
     }
@@ -82,6 +73,23 @@ pub(crate) fn read_text(path: &Path, cap: u64) -> Result<String, Skip> {
         return Err(Skip::TooLarge(bytes.len() as u64, cap));
     }
     String::from_utf8(bytes).map_err(|_| Skip::NotText)
+}
+
+/// What a file that is neither a regular file nor a directory is, in words (the `read` tool's
+/// refusal and `Skip::NotRegular`'s).
+pub(crate) fn special_kind(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "named pipe (FIFO)"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
 }
 
 /// `read_text`, with anything but "not found" logged as a warning naming the file and what
@@ -139,12 +147,12 @@ mod tests {
         let cases: [(&str, Result<String, Skip>); 8] = [
             ("ok.md", Ok("hello".into())),
             ("link.md", Ok("hello".into())),
-            ("fifo", Err(Skip::NotRegular("a FIFO"))),
-            ("zero", Err(Skip::NotRegular("a character device"))),
+            ("fifo", Err(Skip::NotRegular("named pipe (FIFO)"))),
+            ("zero", Err(Skip::NotRegular("character device"))),
             ("big.md", Err(Skip::TooLarge(11, 10))),
             ("bin", Err(Skip::NotText)),
             ("dangling", Err(Skip::NotFound)),
-            (".", Err(Skip::NotRegular("a directory"))),
+            (".", Err(Skip::NotRegular("directory"))),
         ];
         for (name, want) in cases {
             assert_eq!(read_text(&dir.join(name), 10), want, "{name}");

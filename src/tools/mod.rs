@@ -284,26 +284,16 @@ pub(crate) fn open_regular(
 ) -> Result<(std::fs::File, std::fs::Metadata), FileError> {
     use std::os::unix::fs::OpenOptionsExt;
     fn check(meta: &std::fs::Metadata) -> Result<(), FileError> {
-        use std::os::unix::fs::FileTypeExt;
         let t = meta.file_type();
-        let kind = if t.is_file() {
-            return Ok(());
+        if t.is_file() {
+            Ok(())
         } else if t.is_dir() {
-            return Err(FileError::Io(std::io::Error::from_raw_os_error(
+            Err(FileError::Io(std::io::Error::from_raw_os_error(
                 libc::EISDIR,
-            )));
-        } else if t.is_fifo() {
-            "named pipe (FIFO)"
-        } else if t.is_char_device() {
-            "character device"
-        } else if t.is_block_device() {
-            "block device"
-        } else if t.is_socket() {
-            "socket"
+            )))
         } else {
-            "special file"
-        };
-        Err(FileError::NotRegular(kind))
+            Err(FileError::NotRegular(crate::base::untrusted::special_kind(t)))
+        }
     }
     check(&std::fs::metadata(abs).map_err(FileError::Io)?)?;
     let file = options
