@@ -427,3 +427,48 @@ fn kill_9_during_the_fork_of_a_large_session_leaves_no_partial_session() {
     ));
     reliability_line("kill_9_during_fork", 1, 2, 1, 0);
 }
+
+// See: issue 32 (found by reading). A closed session whose stuck turn still held the
+// conversation kept its claim (`release_file` skipped it on `WouldBlock`), so no other process
+// could open the session until that turn ended. Now the reaper releases the claim after the
+// teardown, and the stuck turn's recorder writes nothing more.
+#[test]
+fn a_closed_session_with_a_stuck_turn_lets_another_process_open_it() {
+    let dir = TempDir::new("stuck-claim");
+    let s = script(
+        &dir,
+        "stuck.jsonl",
+        &[
+            json!({"steps": [{"text": "first answer"}]}),
+            // Deaf to the cancel: a call no abort hook reaches, for longer than the test.
+            json!({"steps": [{"stuck_ms": 15000}, {"text": "late"}]}),
+        ],
+    );
+    let mut a = sessions::in_dir(&dir, &s, &[], &[]);
+    let sid = a.handshake();
+    assert_eq!(a.prompt_stop("one"), "end_turn");
+    let stuck = a.prompt("two");
+    // Let the turn reach its stuck call.
+    std::thread::sleep(Duration::from_millis(300));
+    let r = a.call("session/close", json!({"sessionId": sid}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    // Answered before the close (which waits for it).
+    let cancelled = &a.seen[answered_at(&a, &stuck)];
+    assert_eq!(cancelled["result"]["stopReason"], "cancelled", "{cancelled}");
+    // Another process resumes it while the stuck turn still runs.
+    let hello = fixture("scripts/hello.jsonl").display().to_string();
+    let mut b = sessions::in_dir(&dir, &hello, &[], &[]);
+    let r = b.call(
+        "initialize",
+        json!({"protocolVersion":1,"clientCapabilities":{}}),
+    );
+    assert!(r.get("result").is_some());
+    let r = b.call(
+        "session/resume",
+        json!({"sessionId": sid, "cwd": dir.path().display().to_string(), "mcpServers": []}),
+    );
+    assert!(r.get("result").is_some(), "the claim was kept: {r}");
+    assert!(b.finish().success());
+    a.close_stdin();
+    let _ = a.wait_exit(TIMEOUT);
+}
