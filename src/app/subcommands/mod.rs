@@ -101,12 +101,32 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
             usage.lines().next().unwrap_or("")
         ));
     }
-    let mut operands = Vec::new();
-    let mut session_dir = None;
-    let mut all = false;
+    let opts = options(word, sub, &rest[..end])?;
+    let after: Vec<String> = rest.get(end + 1..).unwrap_or_default().to_vec();
+    let dashes = end < rest.len();
+    let usage_error = || format!("Usage: {}", usage_line(usage, sub));
+    build(word, sub, opts, dashes, after)
+        .ok_or_else(usage_error)
+        .map(Some)
+}
+
+/// What a subcommand's arguments (before `--`, the words after the subcommand's) said.
+struct Options {
+    operands: Vec<String>,
+    session_dir: Option<PathBuf>,
+    all: bool,
+}
+
+/// Reads the flags of `word sub` from `args` (the words after `sub`, up to `--`).
+fn options(word: &str, sub: &str, args: &[String]) -> Result<Options, String> {
+    let mut opts = Options {
+        operands: Vec::new(),
+        session_dir: None,
+        all: false,
+    };
     let mut i = 1;
-    while i < end {
-        let a = rest[i].as_str();
+    while i < args.len() {
+        let a = args[i].as_str();
         let (flag, inline) = match a.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
             _ => (a, None),
@@ -117,28 +137,43 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
                     Some(v) => v,
                     None => {
                         i += 1;
-                        rest.get(i)
-                            .filter(|v| i < end && !v.starts_with('-'))
+                        args.get(i)
+                            .filter(|v| !v.starts_with('-'))
                             .cloned()
                             .ok_or("--session-dir requires a value")?
                     }
                 };
-                session_dir = Some(PathBuf::from(v));
+                opts.session_dir = Some(PathBuf::from(v));
             }
-            "-a" | "--all" if word == "schedule" && sub == "list" => all = true,
+            "-a" | "--all" if word == "schedule" && sub == "list" => opts.all = true,
             _ if a.starts_with('-') && a.len() > 1 => {
                 return Err(format!("Unknown option for {word} {sub}: {a}"));
             }
-            _ => operands.push(a.to_owned()),
+            _ => opts.operands.push(a.to_owned()),
         }
         i += 1;
     }
-    let after: Vec<String> = rest.get(end + 1..).unwrap_or_default().to_vec();
-    let usage_error = || format!("Usage: {}", usage_line(usage, sub));
-    let parsed = match (word.as_str(), sub.as_str()) {
+    Ok(opts)
+}
+
+/// The subcommand `word sub` with `opts`; `dashes`: a `--` came, `after` what followed it.
+/// `None`: its operands do not fit its usage line.
+fn build(
+    word: &str,
+    sub: &str,
+    opts: Options,
+    dashes: bool,
+    after: Vec<String>,
+) -> Option<Subcommand> {
+    let Options {
+        mut operands,
+        session_dir,
+        all,
+    } = opts;
+    let parsed = match (word, sub) {
         ("model", _) => {
-            if end < rest.len() {
-                return Err(usage_error());
+            if dashes {
+                return None;
             }
             // `model list gem pro` searches for both words, as `model list "gem pro"` does.
             Subcommand::ModelList {
@@ -146,8 +181,8 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
             }
         }
         ("session", _) => {
-            if operands.is_empty() || operands.len() > 2 || end < rest.len() {
-                return Err(usage_error());
+            if operands.is_empty() || operands.len() > 2 || dashes {
+                return None;
             }
             let mut ops = operands.into_iter();
             Subcommand::SessionExport {
@@ -161,7 +196,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
             let (session, when, prompt) = match (operands.as_slice(), after.is_empty()) {
                 ([s, w], false) => (s.clone(), w.clone(), after.join(" ")),
                 ([s, w, p @ ..], true) if !p.is_empty() => (s.clone(), w.clone(), p.join(" ")),
-                _ => return Err(usage_error()),
+                _ => return None,
             };
             Subcommand::ScheduleAdd {
                 session,
@@ -171,8 +206,8 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
             }
         }
         (_, "list") => {
-            if operands.len() > 1 || end < rest.len() {
-                return Err(usage_error());
+            if operands.len() > 1 || dashes {
+                return None;
             }
             Subcommand::ScheduleList {
                 session: operands.pop(),
@@ -181,8 +216,8 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
             }
         }
         _ => {
-            if operands.len() != 1 || end < rest.len() {
-                return Err(usage_error());
+            if operands.len() != 1 || dashes {
+                return None;
             }
             Subcommand::ScheduleRemove {
                 job: operands.pop().unwrap_or_default(),
@@ -190,7 +225,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
             }
         }
     };
-    Ok(Some(parsed))
+    Some(parsed)
 }
 
 /// The usage line of `sub` in a usage text.
