@@ -454,7 +454,10 @@ fn a_closed_session_with_a_stuck_turn_lets_another_process_open_it() {
     assert_eq!(r["result"], json!({}), "{r}");
     // Answered before the close (which waits for it).
     let cancelled = &a.seen[answered_at(&a, &stuck)];
-    assert_eq!(cancelled["result"]["stopReason"], "cancelled", "{cancelled}");
+    assert_eq!(
+        cancelled["result"]["stopReason"], "cancelled",
+        "{cancelled}"
+    );
     // Another process resumes it while the stuck turn still runs.
     let hello = fixture("scripts/hello.jsonl").display().to_string();
     let mut b = sessions::in_dir(&dir, &hello, &[], &[]);

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, Sender, TrySendError};
+use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use serde_json::Value;
 
 use super::client::{McpError, Router, Sent, Transport};
@@ -60,21 +60,7 @@ impl StdioTransport {
         router: Arc<Router>,
         on_exit: OnExit,
     ) -> Result<StdioTransport, McpError> {
-        let mut cmd = Command::new(command);
-        cmd.args(args)
-            .current_dir(cwd)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for key in KEPT_ENV {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        let mut cmd = server_command(command, args, env, cwd);
         let (mut child, pgid) = spawn::spawn_group(&mut cmd, None)
             .map_err(|e| McpError::Transport(format!("cannot start {command}: {e}")))?;
         let stdout = child.stdout.take().expect("piped");
@@ -94,96 +80,132 @@ impl StdioTransport {
         let server = name.to_owned();
         let writer = std::thread::Builder::new()
             .name(format!("mcp-{name}-in"))
-            .spawn(move || {
-                let mut stdin = stdin;
-                // Ends at `close` or when the pipe breaks (the group was killed).
-                loop {
-                    let line = select! {
-                        recv(queued) -> line => match line {
-                            Ok(line) => line,
-                            Err(_) => break,
-                        },
-                        recv(stopped) -> _ => break,
-                    };
-                    if let Err(e) = stdin.write_all(&line).and_then(|()| stdin.flush()) {
-                        log::debug!("MCP server {server}: writing failed: {e}");
-                        break;
-                    }
-                }
-            });
-        let writer = match writer {
-            Ok(t) => t,
-            Err(e) => {
-                transport.close();
-                return Err(McpError::Transport(format!("cannot start a thread: {e}")));
-            }
-        };
-        transport.threads.lock().unwrap().push(writer);
-        let reader_router = router.clone();
-        // The reader answers the server's own requests (`ping`) through the same writer;
-        // it never waits for room (a server that does not read gets no pong).
-        let replies = lines;
+            .spawn(move || write_lines(stdin, queued, stopped, &server));
+        transport.keep(writer)?;
+        // The reader answers the server's own requests (`ping`) through the same writer.
         let server = name.to_owned();
         let reader = std::thread::Builder::new()
             .name(format!("mcp-{name}-out"))
-            .spawn(move || {
-                let mut r = BufReader::new(stdout);
-                let mut buf = Vec::new();
-                let why = loop {
-                    match read_line_limited(&mut r, &mut buf, MAX_LINE) {
-                        Ok(LineRead::Line) => {}
-                        Ok(LineRead::Eof) => break "the server exited".to_owned(),
-                        Ok(LineRead::TooLong(n)) => {
-                            log::warn!("MCP server {server}: skipped a {n}-byte line");
-                            continue;
-                        }
-                        Err(e) => break format!("reading from the server failed: {e}"),
-                    }
-                    let Ok(msg) = serde_json::from_slice::<Value>(&buf) else {
-                        log::debug!("MCP server {server}: a line that is not JSON on stdout");
-                        continue;
-                    };
-                    if let Some(answer) = reader_router.deliver(msg) {
-                        if replies.try_send(line_of(&answer)).is_err() {
-                            log::debug!("MCP server {server}: a reply dropped (queue full)");
-                        }
-                    }
-                };
-                reader_router.close(&why);
-                on_exit(why);
-            });
-        let reader = match reader {
-            Ok(t) => t,
-            Err(e) => {
-                transport.close();
-                return Err(McpError::Transport(format!("cannot start a thread: {e}")));
-            }
-        };
+            .spawn(move || read_lines(stdout, router, lines, &server, on_exit));
+        transport.keep(reader)?;
         let server = name.to_owned();
         let drain = std::thread::Builder::new()
             .name(format!("mcp-{name}-err"))
-            .spawn(move || {
-                let mut r = BufReader::new(stderr);
-                let mut buf = Vec::new();
-                while let Ok(LineRead::Line | LineRead::TooLong(_)) =
-                    read_line_limited(&mut r, &mut buf, 64 * 1024)
-                {
-                    log::debug!(
-                        "MCP server {server} stderr: {}",
-                        String::from_utf8_lossy(&buf)
-                    );
-                }
-            });
-        let drain = match drain {
-            Ok(t) => t,
-            Err(e) => {
-                transport.threads.lock().unwrap().push(reader);
-                transport.close();
-                return Err(McpError::Transport(format!("cannot start a thread: {e}")));
-            }
-        };
-        transport.threads.lock().unwrap().extend([reader, drain]);
+            .spawn(move || drain_stderr(stderr, &server));
+        transport.keep(drain)?;
         Ok(transport)
+    }
+
+    /// Keeps a thread just started to join at `close`; one that could not start closes the
+    /// transport (killing the server) and is the spawn's error.
+    fn keep(&self, thread: std::io::Result<JoinHandle<()>>) -> Result<(), McpError> {
+        match thread {
+            Ok(t) => {
+                self.threads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(t);
+                Ok(())
+            }
+            Err(e) => {
+                self.close();
+                Err(McpError::Transport(format!("cannot start a thread: {e}")))
+            }
+        }
+    }
+}
+
+/// The server's command: its own environment only (`KEPT_ENV` and what the config gives),
+/// all three pipes.
+fn server_command(command: &str, args: &[String], env: &[(String, String)], cwd: &Path) -> Command {
+    let mut cmd = Command::new(command);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for key in KEPT_ENV {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// The `mcp-<name>-in` thread: writes each queued line to the server's stdin. Ends at `close`
+/// or when the pipe breaks (the group was killed).
+fn write_lines(
+    mut stdin: std::process::ChildStdin,
+    queued: Receiver<Vec<u8>>,
+    stopped: Receiver<()>,
+    server: &str,
+) {
+    loop {
+        let line = select! {
+            recv(queued) -> line => match line {
+                Ok(line) => line,
+                Err(_) => break,
+            },
+            recv(stopped) -> _ => break,
+        };
+        if let Err(e) = stdin.write_all(&line).and_then(|()| stdin.flush()) {
+            log::debug!("MCP server {server}: writing failed: {e}");
+            break;
+        }
+    }
+}
+
+/// The `mcp-<name>-out` thread: delivers each line from the server's stdout to the router,
+/// and queues its answers to the server's own requests without waiting for room (a server
+/// that does not read gets no pong). At EOF the router and `on_exit` hear why.
+fn read_lines(
+    stdout: std::process::ChildStdout,
+    router: Arc<Router>,
+    replies: Sender<Vec<u8>>,
+    server: &str,
+    on_exit: OnExit,
+) {
+    let mut r = BufReader::new(stdout);
+    let mut buf = Vec::new();
+    let why = loop {
+        match read_line_limited(&mut r, &mut buf, MAX_LINE) {
+            Ok(LineRead::Line) => {}
+            Ok(LineRead::Eof) => break "the server exited".to_owned(),
+            Ok(LineRead::TooLong(n)) => {
+                log::warn!("MCP server {server}: skipped a {n}-byte line");
+                continue;
+            }
+            Err(e) => break format!("reading from the server failed: {e}"),
+        }
+        let Ok(msg) = serde_json::from_slice::<Value>(&buf) else {
+            log::debug!("MCP server {server}: a line that is not JSON on stdout");
+            continue;
+        };
+        if let Some(answer) = router.deliver(msg) {
+            if replies.try_send(line_of(&answer)).is_err() {
+                log::debug!("MCP server {server}: a reply dropped (queue full)");
+            }
+        }
+    };
+    router.close(&why);
+    on_exit(why);
+}
+
+/// The `mcp-<name>-err` thread: the server's stderr, line by line, to the debug log.
+fn drain_stderr(stderr: std::process::ChildStderr, server: &str) {
+    let mut r = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    while let Ok(LineRead::Line | LineRead::TooLong(_)) =
+        read_line_limited(&mut r, &mut buf, 64 * 1024)
+    {
+        log::debug!(
+            "MCP server {server} stderr: {}",
+            String::from_utf8_lossy(&buf)
+        );
     }
 }
 
