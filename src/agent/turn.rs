@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use serde_json::Value;
 
+pub(crate) mod attribution;
 mod compacting;
 pub(crate) mod guard;
 mod refining;
@@ -175,6 +176,9 @@ pub(crate) struct AgentCtx {
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
     /// This agent's place in the session's semantic edges (`semantic.rs`).
     pub trace: crate::protocol::semantic::Tracer,
+    /// Where this agent's model usage is attributed, and its descendants' waits
+    /// (`attribution.rs`).
+    pub usage: attribution::Links,
 }
 
 impl AgentCtx {
@@ -191,6 +195,7 @@ impl AgentCtx {
             compaction: Arc::default(),
             mcp: None,
             trace: crate::protocol::semantic::Tracer::alone("main"),
+            usage: attribution::Links::default(),
         }
     }
 }
@@ -315,7 +320,10 @@ pub(crate) enum Local {
 #[derive(Debug, Default)]
 pub(crate) struct Conversation {
     pub messages: Vec<Message>,
+    /// The session's model usage, its descendants' included (`attribution.rs`).
     pub usage: Usage,
+    /// The descendants' part of it, with what the session file recorded before.
+    pub children: attribution::ChildTotals,
     /// Model calls that answered, over the session (autonomous turns are counted from it).
     pub model_calls: u64,
     /// Provider notices already shown in this session (each is shown once).
@@ -331,8 +339,10 @@ impl Conversation {
     /// A stored session's conversation (dangling calls closed), with the recorder that
     /// continues its file and takes over its claim.
     pub(crate) fn continued(loaded: &mut crate::persist::Loaded) -> Conversation {
+        let (usage, cost) = loaded.child_usage();
         Conversation {
             messages: loaded.messages(),
+            children: attribution::ChildTotals { usage, cost },
             recorder: Some(crate::persist::Recorder::resume(loaded)),
             ..Conversation::default()
         }
@@ -592,6 +602,7 @@ fn run_prompt(
     unattended: &autonomy::Shared,
 ) -> TurnOutcome {
     let usage_at_start = conv.usage;
+    let children_at_start = conv.children.usage;
     let mut calls_seen = conv.model_calls;
     let mut input = input;
     // Counts every model call into `unattended` as it ends, and bounds the whole prompt.
@@ -654,7 +665,17 @@ fn run_prompt(
             }
         }
     };
-    autonomy::lock(unattended).prompt_usage = Some(conv.usage.minus(usage_at_start));
+    // Children's calls that ended after our last model call count into this prompt too.
+    attribution::fold(&ctx.usage, conv, Some(unattended));
+    let mut state = autonomy::lock(unattended);
+    state.prompt_usage = Some(conv.usage.minus(usage_at_start));
+    state.prompt_children = (!conv.children.is_empty()).then(|| {
+        (
+            conv.children.usage.minus(children_at_start),
+            conv.children.usage,
+        )
+    });
+    drop(state);
     outcome
 }
 
@@ -1317,6 +1338,8 @@ pub(crate) enum AgentEvent {
         used: u64,
         size: Option<u64>,
         cost: Option<f64>,
+        /// The session's descendants' part of its usage and cost, once there is one.
+        children: Option<attribution::ChildTotals>,
     },
     /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
     AutoRetry(RetryPhase),

@@ -110,6 +110,9 @@ pub(crate) struct Unattended {
     pub gates: GateBook,
     /// Token usage of the last prompt that finished, for its response.
     pub prompt_usage: Option<Usage>,
+    /// The children's part of it and the session's children's total, once children have
+    /// used any (`turn::attribution`).
+    pub prompt_children: Option<(Usage, Usage)>,
     /// The session's goal, if one is set.
     pub goal: Option<Goal>,
     /// Bumped on every goal change; `goal_reported` is the version last shown to the client.
@@ -134,6 +137,7 @@ impl Unattended {
             counters: Counters::default(),
             gates: GateBook::default(),
             prompt_usage: None,
+            prompt_children: None,
             goal: None,
             goal_version: 0,
             goal_reported: 0,
@@ -149,6 +153,7 @@ impl Unattended {
             started_at: None,
             gates: GateBook::default(),
             prompt_usage: None,
+            prompt_children: None,
             goal: None,
             goal_version: 0,
             goal_reported: 0,
