@@ -179,6 +179,9 @@ pub(crate) struct AgentCtx {
     /// Where this agent's model usage is attributed, and its descendants' waits
     /// (`attribution.rs`).
     pub usage: attribution::Links,
+    /// Whether this agent's children have settled: none queued or running, no message
+    /// waiting for one (`None`: an agent without a family). A goal continuation waits for it.
+    pub settled: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl AgentCtx {
@@ -196,6 +199,7 @@ impl AgentCtx {
             mcp: None,
             trace: crate::protocol::semantic::Tracer::alone("main"),
             usage: attribution::Links::default(),
+            settled: None,
         }
     }
 }
@@ -634,7 +638,15 @@ fn run_prompt(
         if abort.is_aborted() {
             break TurnOutcome::Cancelled;
         }
-        // A goal goes first, as upstream.
+        // A goal goes first, as upstream, once the children have settled (behaviour spec
+        // §5.3): their news reaches the model before it is told to keep going.
+        if state.goal_active() && !children_settled(ctx) {
+            drop(state);
+            if wait_for_children(ctx, abort).is_err() {
+                break TurnOutcome::Cancelled;
+            }
+            state = autonomy::lock(unattended);
+        }
         let next = match state.goal_continuation() {
             Some(text) => Next::Continue(text),
             None => {
@@ -677,6 +689,23 @@ fn run_prompt(
     });
     drop(state);
     outcome
+}
+
+/// Whether `ctx`'s children have settled (an agent without a family has none).
+fn children_settled(ctx: &AgentCtx) -> bool {
+    ctx.settled.as_ref().is_none_or(|settled| settled())
+}
+
+/// How often a held goal continuation looks at the children again.
+const CHILDREN_POLL: Duration = Duration::from_millis(50);
+
+/// Waits until `ctx`'s children have settled; `Err` once the prompt is cancelled or the
+/// session closes (both set `abort`, and both end the children too).
+fn wait_for_children(ctx: &AgentCtx, abort: &AbortFlag) -> Result<(), crate::base::abort::Aborted> {
+    while !children_settled(ctx) {
+        abort.sleep(CHILDREN_POLL)?;
+    }
+    abort.check()
 }
 
 /// Writes the goal's state to the session file if it changed since it was last written

@@ -282,6 +282,13 @@ impl Unattended {
         })
     }
 
+    /// Whether a goal is active (its continuation is due after a clean assistant turn).
+    pub(crate) fn goal_active(&self) -> bool {
+        self.goal
+            .as_ref()
+            .is_some_and(|g| g.status == GoalStatus::Active)
+    }
+
     /// After a clean assistant turn: the goal continuation while the goal is active (it goes
     /// before any autonomous continuation, and has no limit but the token budget).
     pub(crate) fn goal_continuation(&mut self) -> Option<String> {

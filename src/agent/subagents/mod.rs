@@ -332,7 +332,19 @@ impl Family {
                 own: self.main_pool.clone(),
                 up: Vec::new(),
             },
+            settled: Some(Arc::new({
+                let family = self.me.clone();
+                move || family.upgrade().is_none_or(|f| f.settled())
+            })),
         }
+    }
+
+    /// No child (at any depth) is queued or running, and none has a message waiting (a
+    /// cancelled child's stay unread: it is not revived).
+    pub(crate) fn settled(&self) -> bool {
+        self.lock().nodes.values().all(|n| {
+            n.status.is_terminal() && (n.inbox.is_empty() || n.status == ChildStatus::Cancelled)
+        })
     }
 
     /// Where agent `id`'s usage is attributed: its own pool and its ancestors', parent first.

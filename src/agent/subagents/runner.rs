@@ -198,6 +198,7 @@ impl Family {
                     mcp: self.mcp(),
                     trace: self.tracer(id),
                     usage: links,
+                    settled: None,
                 });
                 node.ctx = Some(ctx.clone());
                 ctx
