@@ -365,7 +365,7 @@ impl MainLoop {
                 Some((o.loaded, o.jobs)),
             ),
             None => {
-                let id = uuid::Uuid::new_v4().to_string();
+                let id = crate::persist::new_session_id();
                 let conversation = conversation_of(&agent, &id);
                 (id, conversation, None)
             }
