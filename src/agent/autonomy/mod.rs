@@ -97,8 +97,8 @@ pub(crate) enum Next {
     Continue(String),
 }
 
-/// Our default continuation (the spec leaves its words to us).
-pub(crate) const DEFAULT_CONTINUATION: &str = "Nobody is watching this run, so no answer to a question will come. Keep working on the task until the configured checks pass or a limit of this autonomous run stops it. Where you would ask the user, pick the most reasonable assumption and check it. If you think you are blocked, show it with evidence the host can observe (files, command output), keep that evidence, and look for any other safe progress while budget remains. Do not declare the work finished yourself: the configured gates decide that.";
+/// The default continuation, upstream's words (behaviour spec §5.1, verbatim).
+pub(crate) const DEFAULT_CONTINUATION: &str = "No human input is available in autonomous mode. Continue working until the host evaluator, verifier, or configured autonomous limits stop the run. If you were asking the user a question, make a reasonable assumption and verify it. If you believe you are blocked, prove it with host-observable evidence, preserve that evidence, and keep looking for safe progress while budget remains. Do not end the session yourself; the verifier/evaluator decides completion when configured gates pass.";
 
 /// A session's unattended-run state.
 #[derive(Debug)]
