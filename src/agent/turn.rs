@@ -546,6 +546,11 @@ pub(crate) fn spawn_turn(
         })
 }
 
+/// What the model and the client read when `images.blockImages` keeps a prompt's images back.
+pub(crate) fn images_blocked(n: usize) -> String {
+    format!("{n} image(s) of this prompt were not passed to the model: images are turned off by the images.blockImages setting")
+}
+
 /// How long a turn waits for its predecessor to let go of the conversation.
 const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 
@@ -941,10 +946,8 @@ impl<'a> Worker<'a> {
                     if let (Some(r), Some(c)) = (conv.recorder.as_mut(), prompt.custom) {
                         r.note_custom(conv.messages.len(), c);
                     }
-                    conv.messages.push(Message::User {
-                        text: prompt.text,
-                        images: prompt.images,
-                    });
+                    let (text, images) = self.without_blocked_images(prompt.text, prompt.images);
+                    conv.messages.push(Message::User { text, images });
                     return Ok(Some(at));
                 }
             }
@@ -999,6 +1002,21 @@ impl<'a> Worker<'a> {
             crate::mcp::wire::prompt_section(&hub.statuses())
         );
         (specs, std::borrow::Cow::Owned(system))
+    }
+
+    /// `images.blockImages`: a prompt's images stay out of the history; the model reads why
+    /// in the prompt and the client gets the same words as a notice.
+    fn without_blocked_images(&self, text: String, images: Vec<Image>) -> (String, Vec<Image>) {
+        if images.is_empty() || !self.agent.kernel_env.images.block {
+            return (text, images);
+        }
+        let why = images_blocked(images.len());
+        self.emit(AgentEvent::Notice {
+            severity: "warning".to_owned(),
+            title: why.clone(),
+            description: None,
+        });
+        (format!("{text}\n\n[{why}]"), Vec::new())
     }
 
     /// Before each model call: what waits for the model joins the history.
