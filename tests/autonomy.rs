@@ -141,7 +141,8 @@ fn without_gates_the_default_continuation_runs_until_the_continuation_limit() {
         &dir,
         &[
             json!({"text":"first"}),
-            json!({"steps":[{"expect":["user: ","autonomous run","configured gates decide"]},{"text":"second"}]}),
+            // The spec's words, verbatim (§5.1).
+            json!({"steps":[{"expect":["user: No human input is available in autonomous mode. Continue working until the host evaluator, verifier, or configured autonomous limits stop the run. If you were asking the user a question, make a reasonable assumption and verify it. If you believe you are blocked, prove it with host-observable evidence, preserve that evidence, and keep looking for safe progress while budget remains. Do not end the session yourself; the verifier/evaluator decides completion when configured gates pass."]},{"text":"second"}]}),
             json!({"text":"never asked"}),
         ],
     );

@@ -500,3 +500,49 @@ fn a_stuck_turn_fails_the_next_prompt_instead_of_wedging_the_session() {
     assert_eq!(a.text(), "back");
     a.report("turn_stuck_past_cancel", 1, 0);
 }
+
+/// Issue 33, item 6: with `images.blockImages` a prompt's image never reaches the model (even
+/// one that accepts images); the model reads why in the prompt and the client gets a notice.
+#[test]
+fn block_images_keeps_a_prompts_images_from_the_model_and_says_so() {
+    let dir = TempDir::new("block-images");
+    let agent_dir = dir.path().join("agent-dir");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    std::fs::write(
+        agent_dir.join("settings.json"),
+        json!({"images": {"blockImages": true}}).to_string(),
+    )
+    .unwrap();
+    let why = "1 image(s) of this prompt were not passed to the model: images are turned off by the images.blockImages setting";
+    let script = script_file(
+        &dir,
+        &[json!({"steps":[
+            {"expect":[format!("user: what is this?\n\n[{why}]")]},
+            {"expect_none":[" [1 image(s)]"]},
+            {"text":"I see no image."}
+        ]})],
+    );
+    let agent_dir = agent_dir.display().to_string();
+    let mut a = agent_in_env(
+        &dir,
+        &script,
+        &[],
+        &[("PRIME_AGENT_CODING_AGENT_DIR", &agent_dir)],
+    );
+    let id = a.prompt_blocks(json!([
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+    ]));
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    let told = a
+        .updates()
+        .into_iter()
+        .any(|u| u["title"] == why || ns(&u)["notice"]["title"] == why);
+    assert!(told, "{:?}", a.updates());
+}

@@ -188,3 +188,71 @@ fn a_goal_survives_every_resume_path_with_its_status_objective_and_tokens() {
         assert!(c.finish().success());
     }
 }
+
+/// Issue 33, item 2: a goal continuation waits while an `rlm(...)` child runs, so the child's
+/// news (here its completion notice) reaches the model before it is told to keep going.
+#[test]
+fn a_goal_continuation_waits_for_running_children() {
+    let dir = TempDir::new("goal-children");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"name":"ipython","arguments":{"code":"h = await rlm(\"Take your time\", name=\"slow\")\nprint(\"spawned\", h.name)"}}},{"usage":{"input":10,"output":5}}]}),
+            json!({"agent":"slow","steps":[{"sleep_ms":1500},{"text":"slow work done"}]}),
+            json!({"steps":[{"expect":["spawned slow"]},{"text":"Spawned it."},{"usage":{"input":10,"output":5}}]}),
+            json!({"steps":[
+                {"expect_history":["<goal_context>","RLM child slow (sub-","completed without sending a reply. Last assistant text: slow work done"]},
+                {"text":" Noted."},{"usage":{"input":20,"output":10}}
+            ]}),
+        ],
+    );
+    let mut a = agent_in_env(
+        &dir,
+        &script,
+        &["--goal", "wait for the child", "--goal-token-budget", "60"],
+        &[("RLM_MAX_DEPTH", "1")],
+    );
+    let id = a.prompt("go");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    assert_eq!(a.text(), "Spawned it. Noted.");
+    assert_eq!(goal_metas(&a).last().unwrap()["status"], "budget_limited");
+}
+
+/// A held goal continuation still ends at once on `session/cancel`.
+#[test]
+fn a_cancel_ends_a_goal_continuation_held_for_children() {
+    let dir = TempDir::new("goal-children-cancel");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"name":"ipython","arguments":{"code":"h = await rlm(\"Never finish\", name=\"stuck\")\nprint(\"spawned\")"}}}]}),
+            json!({"agent":"stuck","steps":[{"wait_for_cancel":true}]}),
+            json!({"steps":[{"text":"Spawned it."}]}),
+            json!({"text":"never asked"}),
+        ],
+    );
+    let mut a = agent_in_env(
+        &dir,
+        &script,
+        &["--goal", "wait for the child"],
+        &[("RLM_MAX_DEPTH", "1")],
+    );
+    let sid = a.sid();
+    let id = a.prompt("go");
+    a.wait_for("the first answer", |f| {
+        f["params"]["update"]["content"]["text"] == "Spawned it."
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    a.notify("session/cancel", json!({"sessionId": sid}));
+    let r = a.response(&id);
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    assert_eq!(a.text(), "Spawned it.");
+}

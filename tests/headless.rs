@@ -192,3 +192,37 @@ fn print_to_a_closed_stdout_is_an_error_exit() {
         );
     }
 }
+
+/// Issue 33, item 5: `@file` arguments, as upstream: a text file is inlined in a `<file>`
+/// element, an image is attached (its `<file>` element empty), a missing file fails.
+#[test]
+fn at_file_arguments_inline_text_and_attach_images() {
+    let dir = TempDir::new("print-at-file");
+    dir.write("notes.txt", "alpha beta");
+    std::fs::write(dir.path().join("shot.png"), [0x89, b'P', b'N', b'G']).unwrap();
+    let notes = dir.path().join("notes.txt").display().to_string();
+    let shot = dir.path().join("shot.png").display().to_string();
+    let script = script_file(
+        &dir,
+        &[json!({"steps":[
+            {"expect":[format!("user: <file name=\"{notes}\">\nalpha beta\n</file>\n<file name=\"{shot}\"></file>\nsummarize these [1 image(s)]")]},
+            {"text":"done"}
+        ]})],
+    );
+    let (code, out, err) = run(
+        &dir,
+        &scripted(
+            &script,
+            &["-p", "@notes.txt", "summarize", "@shot.png", "these"],
+        ),
+        None,
+    );
+    assert_eq!((code, out.as_str()), (0, "done\n"), "{err}");
+    let (code, _, err) = run(
+        &dir,
+        &scripted(&script, &["-p", "@missing.txt", "hi"]),
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("Error: File not found: "), "{err}");
+}

@@ -36,11 +36,12 @@ fn initialize_shape_and_version() {
 
 use std::time::Duration;
 
-fn is_uuid_v4(s: &str) -> bool {
+/// A UUIDv7 (behaviour spec §5.6: session ids sort by creation time).
+fn is_uuid_v7(s: &str) -> bool {
     let b = s.as_bytes();
     s.len() == 36
         && [8, 13, 18, 23].iter().all(|&i| b[i] == b'-')
-        && b[14] == b'4'
+        && b[14] == b'7'
         && matches!(b[19], b'8' | b'9' | b'a' | b'b')
         && s.chars()
             .filter(|c| *c != '-')
@@ -48,7 +49,7 @@ fn is_uuid_v4(s: &str) -> bool {
 }
 
 #[test]
-fn session_ids_are_v4_uuids_and_symlinked_cwds_match() {
+fn session_ids_are_v7_uuids_in_creation_order_and_symlinked_cwds_match() {
     let dir = TempDir::new("cwd");
     let real = dir.path().join("real");
     std::fs::create_dir(&real).unwrap();
@@ -69,15 +70,23 @@ fn session_ids_are_v4_uuids_and_symlinked_cwds_match() {
         json!({"cwd": link.display().to_string(), "mcpServers": []}),
     );
     assert!(
-        is_uuid_v4(r["result"]["sessionId"].as_str().unwrap()),
+        is_uuid_v7(r["result"]["sessionId"].as_str().unwrap()),
         "{r}"
     );
+
     assert!(
         r["result"].get("_meta").is_none(),
         "a symlink alias is not a mismatch: {r}"
     );
     let sid = r["result"]["sessionId"].as_str().unwrap().to_owned();
     a.call("session/close", json!({"sessionId": sid}));
+    let later = a.call(
+        "session/new",
+        json!({"cwd": real.display().to_string(), "mcpServers": []}),
+    );
+    let later = later["result"]["sessionId"].as_str().unwrap().to_owned();
+    assert!(is_uuid_v7(&later) && later > sid, "{later} follows {sid}");
+    a.call("session/close", json!({"sessionId": later}));
     // A missing path is a mismatch that reports the original string and the real cwd.
     let missing = dir.path().join("missing").display().to_string();
     let r = a.call("session/new", json!({"cwd": missing, "mcpServers": []}));

@@ -302,3 +302,115 @@ fn a_cancel_with_nothing_running_leaves_finished_children_reachable() {
     );
     assert!(a.finish().success());
 }
+
+/// A script whose main agent spawns the child `name`, waits in the same cell until it is
+/// done, then answers; the child answers with `child` usage (issue 33, item 1).
+fn attribution_script(dir: &TempDir, name: &str, main: [u64; 2], child: Value) -> String {
+    let code = format!(
+        "import asyncio\nh = await rlm(\"Count to three\", name=\"{name}\")\nfor _ in range(600):\n    s = [c.status for c in await rlm.list_subagents() if c.session_name == \"{name}\"]\n    if s and s[0] != \"running\":\n        break\n    await asyncio.sleep(0.05)\nprint(\"child\", s)"
+    );
+    script_file(
+        dir,
+        &[
+            serde_json::json!({"steps":[{"tool_call":{"name":"ipython","arguments":{"code":code}}},{"usage":{"input":main[0],"output":main[1]}}]}),
+            serde_json::json!({"agent":name,"steps":[{"text":"one two three"},{"usage":child}]}),
+            serde_json::json!({"steps":[{"expect_history":["child ['completed']"]},{"text":"The child counted."},{"usage":{"input":main[0] * 2,"output":main[1] * 2}}]}),
+        ],
+    )
+}
+
+/// Issue 33, item 1: a child's model usage is counted into its parent's prompt `usage`
+/// (to the token), shown as `_meta…childUsage`, written as `child_usage_attributed` entries,
+/// and the session's children's total survives `-c`.
+#[test]
+fn a_childs_usage_is_counted_into_the_parents_prompt_before_and_after_a_resume() {
+    use crate::support::sessions;
+    let dir = TempDir::new("child-usage");
+    let env = [("RLM_MAX_DEPTH", "1")];
+    let script = attribution_script(
+        &dir,
+        "counter",
+        [100, 10],
+        serde_json::json!({"input":1000,"output":50,"cache_read":7}),
+    );
+    let mut a = sessions::in_dir(&dir, &script, &[], &env);
+    let sid = a.handshake();
+    let id = a.prompt("delegate the count");
+    let r = a.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        a.stderr_text()
+    );
+    // Parent 100+200 in, 10+20 out; child 1000 in, 50 out, 7 cache reads.
+    assert_eq!(
+        r["result"]["usage"],
+        serde_json::json!({"inputTokens":1300,"outputTokens":80,"totalTokens":1387,"cachedReadTokens":7}),
+        "{r}"
+    );
+    let child = serde_json::json!({"inputTokens":1000,"outputTokens":50,"totalTokens":1057,"cachedReadTokens":7});
+    assert_eq!(
+        r["result"]["_meta"][NS]["childUsage"]["prompt"], child,
+        "{r}"
+    );
+    assert_eq!(
+        r["result"]["_meta"][NS]["childUsage"]["session"], child,
+        "{r}"
+    );
+    let last_usage = a.updates_of("usage_update").last().cloned().unwrap();
+    assert_eq!(
+        ns(&last_usage)["childUsage"]["totalTokens"],
+        1057,
+        "{last_usage}"
+    );
+    assert!(a.finish().success());
+    let entries: Vec<Value> = sessions::lines_of(&sessions::session_file(&dir, &sid))
+        .into_iter()
+        .filter(|l| l["type"] == "child_usage_attributed")
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["childName"], "counter");
+    assert_eq!(
+        (
+            &entries[0]["usage"]["input"],
+            &entries[0]["usage"]["output"]
+        ),
+        (&serde_json::json!(1000), &serde_json::json!(50))
+    );
+
+    // Resumed: a new child counts into the new prompt, and the session's total keeps the first.
+    let script = attribution_script(
+        &dir,
+        "recounter",
+        [30, 3],
+        serde_json::json!({"input":400,"output":40}),
+    );
+    let mut b = sessions::in_dir(&dir, &script, &["-c"], &env);
+    assert_eq!(b.handshake(), sid);
+    let id = b.prompt("once more");
+    let r = b.response(&id);
+    assert_eq!(
+        r["result"]["stopReason"],
+        "end_turn",
+        "{r}\n{}",
+        b.stderr_text()
+    );
+    assert_eq!(
+        r["result"]["usage"],
+        serde_json::json!({"inputTokens":490,"outputTokens":49,"totalTokens":539}),
+        "{r}"
+    );
+    let meta = &r["result"]["_meta"][NS]["childUsage"];
+    assert_eq!(
+        meta["prompt"],
+        serde_json::json!({"inputTokens":400,"outputTokens":40,"totalTokens":440}),
+        "{r}"
+    );
+    assert_eq!(
+        meta["session"],
+        serde_json::json!({"inputTokens":1400,"outputTokens":90,"totalTokens":1497,"cachedReadTokens":7}),
+        "{r}"
+    );
+    assert!(b.finish().success());
+}

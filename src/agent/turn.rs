@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use serde_json::Value;
 
+pub(crate) mod attribution;
 mod compacting;
 pub(crate) mod guard;
 mod refining;
@@ -175,6 +176,12 @@ pub(crate) struct AgentCtx {
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
     /// This agent's place in the session's semantic edges (`semantic.rs`).
     pub trace: crate::protocol::semantic::Tracer,
+    /// Where this agent's model usage is attributed, and its descendants' waits
+    /// (`attribution.rs`).
+    pub usage: attribution::Links,
+    /// Whether this agent's children have settled: none queued or running, no message
+    /// waiting for one (`None`: an agent without a family). A goal continuation waits for it.
+    pub settled: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl AgentCtx {
@@ -191,6 +198,8 @@ impl AgentCtx {
             compaction: Arc::default(),
             mcp: None,
             trace: crate::protocol::semantic::Tracer::alone("main"),
+            usage: attribution::Links::default(),
+            settled: None,
         }
     }
 }
@@ -315,7 +324,10 @@ pub(crate) enum Local {
 #[derive(Debug, Default)]
 pub(crate) struct Conversation {
     pub messages: Vec<Message>,
+    /// The session's model usage, its descendants' included (`attribution.rs`).
     pub usage: Usage,
+    /// The descendants' part of it, with what the session file recorded before.
+    pub children: attribution::ChildTotals,
     /// Model calls that answered, over the session (autonomous turns are counted from it).
     pub model_calls: u64,
     /// Provider notices already shown in this session (each is shown once).
@@ -331,8 +343,10 @@ impl Conversation {
     /// A stored session's conversation (dangling calls closed), with the recorder that
     /// continues its file and takes over its claim.
     pub(crate) fn continued(loaded: &mut crate::persist::Loaded) -> Conversation {
+        let (usage, cost) = loaded.child_usage();
         Conversation {
             messages: loaded.messages(),
+            children: attribution::ChildTotals { usage, cost },
             recorder: Some(crate::persist::Recorder::resume(loaded)),
             ..Conversation::default()
         }
@@ -532,6 +546,11 @@ pub(crate) fn spawn_turn(
         })
 }
 
+/// What the model and the client read when `images.blockImages` keeps a prompt's images back.
+pub(crate) fn images_blocked(n: usize) -> String {
+    format!("{n} image(s) of this prompt were not passed to the model: images are turned off by the images.blockImages setting")
+}
+
 /// How long a turn waits for its predecessor to let go of the conversation.
 const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 
@@ -592,6 +611,7 @@ fn run_prompt(
     unattended: &autonomy::Shared,
 ) -> TurnOutcome {
     let usage_at_start = conv.usage;
+    let children_at_start = conv.children.usage;
     let mut calls_seen = conv.model_calls;
     let mut input = input;
     // Counts every model call into `unattended` as it ends, and bounds the whole prompt.
@@ -623,7 +643,15 @@ fn run_prompt(
         if abort.is_aborted() {
             break TurnOutcome::Cancelled;
         }
-        // A goal goes first, as upstream.
+        // A goal goes first, as upstream, once the children have settled (behaviour spec
+        // §5.3): their news reaches the model before it is told to keep going.
+        if state.goal_active() && !children_settled(ctx) {
+            drop(state);
+            if wait_for_children(ctx, abort).is_err() {
+                break TurnOutcome::Cancelled;
+            }
+            state = autonomy::lock(unattended);
+        }
         let next = match state.goal_continuation() {
             Some(text) => Next::Continue(text),
             None => {
@@ -654,8 +682,35 @@ fn run_prompt(
             }
         }
     };
-    autonomy::lock(unattended).prompt_usage = Some(conv.usage.minus(usage_at_start));
+    // Children's calls that ended after our last model call count into this prompt too.
+    attribution::fold(&ctx.usage, conv, Some(unattended));
+    let mut state = autonomy::lock(unattended);
+    state.prompt_usage = Some(conv.usage.minus(usage_at_start));
+    state.prompt_children = (!conv.children.is_empty()).then(|| {
+        (
+            conv.children.usage.minus(children_at_start),
+            conv.children.usage,
+        )
+    });
+    drop(state);
     outcome
+}
+
+/// Whether `ctx`'s children have settled (an agent without a family has none).
+fn children_settled(ctx: &AgentCtx) -> bool {
+    ctx.settled.as_ref().is_none_or(|settled| settled())
+}
+
+/// How often a held goal continuation looks at the children again.
+const CHILDREN_POLL: Duration = Duration::from_millis(50);
+
+/// Waits until `ctx`'s children have settled; `Err` once the prompt is cancelled or the
+/// session closes (both set `abort`, and both end the children too).
+fn wait_for_children(ctx: &AgentCtx, abort: &AbortFlag) -> Result<(), crate::base::abort::Aborted> {
+    while !children_settled(ctx) {
+        abort.sleep(CHILDREN_POLL)?;
+    }
+    abort.check()
 }
 
 /// Writes the goal's state to the session file if it changed since it was last written
@@ -891,10 +946,8 @@ impl<'a> Worker<'a> {
                     if let (Some(r), Some(c)) = (conv.recorder.as_mut(), prompt.custom) {
                         r.note_custom(conv.messages.len(), c);
                     }
-                    conv.messages.push(Message::User {
-                        text: prompt.text,
-                        images: prompt.images,
-                    });
+                    let (text, images) = self.without_blocked_images(prompt.text, prompt.images);
+                    conv.messages.push(Message::User { text, images });
                     return Ok(Some(at));
                 }
             }
@@ -949,6 +1002,21 @@ impl<'a> Worker<'a> {
             crate::mcp::wire::prompt_section(&hub.statuses())
         );
         (specs, std::borrow::Cow::Owned(system))
+    }
+
+    /// `images.blockImages`: a prompt's images stay out of the history; the model reads why
+    /// in the prompt and the client gets the same words as a notice.
+    fn without_blocked_images(&self, text: String, images: Vec<Image>) -> (String, Vec<Image>) {
+        if images.is_empty() || !self.agent.kernel_env.images.block {
+            return (text, images);
+        }
+        let why = images_blocked(images.len());
+        self.emit(AgentEvent::Notice {
+            severity: "warning".to_owned(),
+            title: why.clone(),
+            description: None,
+        });
+        (format!("{text}\n\n[{why}]"), Vec::new())
     }
 
     /// Before each model call: what waits for the model joins the history.
@@ -1317,6 +1385,8 @@ pub(crate) enum AgentEvent {
         used: u64,
         size: Option<u64>,
         cost: Option<f64>,
+        /// The session's descendants' part of its usage and cost, once there is one.
+        children: Option<attribution::ChildTotals>,
     },
     /// A model call is being retried, or its retries ended (behaviour spec §7.3 `autoRetry`).
     AutoRetry(RetryPhase),

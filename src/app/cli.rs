@@ -162,7 +162,8 @@ pub(crate) const LIST_MODELS_REMOVED: &str =
     "--list-models was removed. Use \"prime-agent model list [search]\".";
 pub(crate) const EXPORT_REMOVED: &str =
     "--export was removed. Use \"prime-agent session export <file> [output]\".";
-/// Why `-e/--extension` and `-ne/--no-extensions` stop start-up.
+/// Why `-e/--extension` stops start-up (`-ne/--no-extensions` is accepted: this build loads
+/// none anyway).
 pub(crate) const EXTENSIONS_UNSUPPORTED: &str =
     "extensions are not supported by this build: they run in a JavaScript host, which prime-agent does not include";
 
@@ -353,9 +354,9 @@ fn apply_flag(
         "--verbose" => cfg.verbose = true,
         "--list-models" => return Err(LIST_MODELS_REMOVED.to_owned()),
         "--export" => return Err(EXPORT_REMOVED.to_owned()),
-        "-e" | "--extension" | "-ne" | "--no-extensions" => {
-            return Err(EXTENSIONS_UNSUPPORTED.to_owned())
-        }
+        "-e" | "--extension" => return Err(EXTENSIONS_UNSUPPORTED.to_owned()),
+        // No extensions are ever loaded, so turning them off changes nothing.
+        "-ne" | "--no-extensions" => {}
         "--system-prompt" => cfg.system_prompt = Some(cursor.value("--system-prompt")?),
         "--append-system-prompt" => cfg
             .append_system_prompt
@@ -698,9 +699,14 @@ mod tests {
             (&["--export", "s.jsonl"], EXPORT_REMOVED),
             (&["-e", "./ext.ts"], EXTENSIONS_UNSUPPORTED),
             (&["--extension", "x"], EXTENSIONS_UNSUPPORTED),
-            (&["-ne"], EXTENSIONS_UNSUPPORTED),
         ] {
             assert_eq!(p(args), Err(want.to_owned()), "{args:?}");
+        }
+        for flag in ["-ne", "--no-extensions"] {
+            assert!(
+                matches!(p(&[flag]), Ok(Command::Run(_))),
+                "{flag} is a no-op"
+            );
         }
         assert_eq!(
             LIST_MODELS_REMOVED,

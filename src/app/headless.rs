@@ -38,7 +38,7 @@ pub(crate) fn run(cfg: &Config, version: &str) -> Result<u8, String> {
     for warning in &cfg.warnings {
         log::warn!("{warning}");
     }
-    let prompt = prompt_text(cfg)?;
+    let prompt = prompt_blocks(cfg)?;
     let agent = setup::build_agent(cfg)?;
     let cwd = agent.cwd.display().to_string();
     // Stray writes to fd 1 (a crate, a child) go to stderr, as in ACP mode.
@@ -99,12 +99,52 @@ pub(crate) fn run(cfg: &Config, version: &str) -> Result<u8, String> {
     Ok(exit_code(&outcome))
 }
 
-/// The positional arguments, else stdin when it is not a terminal.
-fn prompt_text(cfg: &Config) -> Result<String, String> {
-    let args = cfg.prompt_args.join(" ");
-    if !args.trim().is_empty() {
-        return Ok(args);
+/// The prompt's ACP content: `@file` arguments as upstream reads them (a text file inlined as
+/// `<file name="PATH">…</file>`, an image attached with an empty `<file>` naming it), then the
+/// other arguments joined; with no argument, stdin.
+fn prompt_blocks(cfg: &Config) -> Result<Value, String> {
+    let (files, words): (Vec<&String>, Vec<&String>) = cfg
+        .prompt_args
+        .iter()
+        .partition(|a| a.starts_with('@') && a.len() > 1);
+    let mut text = String::new();
+    let mut images = Vec::new();
+    for arg in files {
+        let path = std::path::absolute(&arg[1..]).unwrap_or_else(|_| arg[1..].into());
+        let shown = path.display();
+        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!("File not found: {shown}"),
+            _ => format!("Could not read file {shown}: {e}"),
+        })?;
+        if bytes.is_empty() {
+            continue;
+        }
+        match crate::tools::read::image_mime(&path) {
+            Some(mime) => {
+                text.push_str(&format!("<file name=\"{shown}\"></file>\n"));
+                images.push(json!({"type": "image", "mimeType": mime,
+                    "data": crate::tools::read::base64_encode(&bytes)}));
+            }
+            None => {
+                let content = String::from_utf8_lossy(&bytes);
+                text.push_str(&format!("<file name=\"{shown}\">\n{content}\n</file>\n"));
+            }
+        }
     }
+    let words: Vec<&str> = words.iter().map(|w| w.as_str()).collect();
+    let words = words.join(" ");
+    let text = if words.trim().is_empty() && text.is_empty() {
+        prompt_text()?
+    } else {
+        text + &words
+    };
+    let mut blocks = vec![json!({"type": "text", "text": text})];
+    blocks.extend(images);
+    Ok(Value::Array(blocks))
+}
+
+/// Stdin when it is not a terminal.
+fn prompt_text() -> Result<String, String> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         let mut text = String::new();
@@ -289,7 +329,7 @@ impl Client {
         }
     }
 
-    fn run(&mut self, cwd: &str, prompt: &str) -> Result<Value, String> {
+    fn run(&mut self, cwd: &str, prompt: &Value) -> Result<Value, String> {
         self.call(
             1,
             "initialize",
@@ -304,7 +344,7 @@ impl Client {
         self.call(
             3,
             "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": prompt}]}),
+            json!({"sessionId": sid, "prompt": prompt}),
         )
     }
 

@@ -60,6 +60,48 @@ pub(crate) enum EntryKind {
 /// The `customType` of the goal's state (behaviour spec §5.3).
 pub(crate) const GOAL_STATE: &str = "thread_goal_state";
 
+/// The entry type of a child's usage counted into its parent's (behaviour spec §5.6).
+pub(crate) const CHILD_USAGE: &str = "child_usage_attributed";
+
+/// A `child_usage_attributed` entry's body: the child and the usage, in the shape of an
+/// assistant message's `usage` (cost in USD, `total` only).
+pub(crate) fn child_usage(
+    child_id: &str,
+    child_name: &str,
+    u: crate::provider::Usage,
+    cost: f64,
+) -> Value {
+    json!({
+        "type": CHILD_USAGE,
+        "childId": child_id,
+        "childName": child_name,
+        "usage": {
+            "input": u.input, "output": u.output, "cacheRead": u.cache_read,
+            "cacheWrite": u.cache_write,
+            "totalTokens": u.input + u.output + u.cache_read + u.cache_write,
+            "cost": { "total": cost },
+        },
+    })
+}
+
+/// The usage and cost a `child_usage_attributed` entry records.
+pub(crate) fn child_usage_of(v: &Value) -> Option<(crate::provider::Usage, f64)> {
+    if v["type"] != CHILD_USAGE {
+        return None;
+    }
+    let u = &v["usage"];
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    Some((
+        crate::provider::Usage {
+            input: n("input"),
+            output: n("output"),
+            cache_read: n("cacheRead"),
+            cache_write: n("cacheWrite"),
+        },
+        u["cost"]["total"].as_f64().unwrap_or(0.0),
+    ))
+}
+
 /// Keys of an entry this binary does not act on, kept so a line round-trips exactly.
 pub(crate) type Rest = Map<String, Value>;
 

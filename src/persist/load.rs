@@ -121,6 +121,21 @@ impl Loaded {
         })
     }
 
+    /// The children's usage and cost recorded on the branch (`child_usage_attributed`).
+    pub(crate) fn child_usage(&self) -> (crate::provider::Usage, f64) {
+        let mut total = (crate::provider::Usage::default(), 0.0);
+        for e in &self.entries {
+            if let Some((u, cost)) = match &e.kind {
+                EntryKind::Other(v) => entry::child_usage_of(v),
+                _ => None,
+            } {
+                total.0.add(u);
+                total.1 += cost;
+            }
+        }
+        total
+    }
+
     pub(crate) fn title(&self) -> Option<String> {
         self.entries.iter().rev().find_map(|e| match &e.kind {
             EntryKind::SessionInfo { name } if !name.is_empty() => Some(name.clone()),

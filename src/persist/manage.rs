@@ -79,7 +79,7 @@ impl Store {
     /// A fork of a session that has nothing on disk yet: a file with only its header, so the
     /// fork is listed (and loadable) from its response on.
     pub(crate) fn fork_empty(&self, cwd: &Path) -> Result<Loaded, String> {
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = crate::persist::new_session_id();
         let mut recorder = self.recorder(&id, cwd);
         if !recorder.create_file() {
             return Err(format!("Cannot create the session file of fork {id}"));

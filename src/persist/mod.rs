@@ -34,6 +34,11 @@ pub(crate) use load::{load, LoadError, Loaded};
 pub(crate) use recorder::{Recorder, Release};
 pub(crate) use store::{page, sessions_dir, OpenError, Pick, Store};
 
+/// A new session's id: a UUIDv7, so ids sort by creation time (behaviour spec §5.6).
+pub(crate) fn new_session_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
 /// A fresh entry id: 8 hex digits, as upstream.
 pub(super) fn entry_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()

@@ -287,6 +287,20 @@ impl Recorder {
         self.flush = true;
     }
 
+    /// A child's model usage was counted into this session's (`child_usage_attributed`,
+    /// behaviour spec §5.6), written with the next sync.
+    pub(crate) fn note_child_usage(
+        &mut self,
+        child_id: &str,
+        child_name: &str,
+        usage: crate::provider::Usage,
+        cost: f64,
+    ) {
+        self.pending.push(EntryKind::Other(entry::child_usage(
+            child_id, child_name, usage, cost,
+        )));
+    }
+
     /// What the client was shown of a tool result, written with the result.
     pub(crate) fn note_tool_details(&mut self, call_id: &str, details: Option<Value>) {
         if let Some(d) = details {

@@ -140,7 +140,7 @@ impl Store {
     /// format, a new id, `parentSession` naming the root's file) in `dir`, the child's
     /// directory under the root's artifacts.
     pub(crate) fn child_recorder(&self, root_id: &str, dir: &Path, cwd: &Path) -> Recorder {
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = crate::persist::new_session_id();
         let header = Header {
             id: id.clone(),
             timestamp: now_iso(),
@@ -249,7 +249,7 @@ impl Store {
     /// A copy of the session at `source` under a new id, with `parentSession`.
     pub(super) fn fork(&self, source: &Path, cwd: &Path) -> Result<Loaded, String> {
         let original = self.read(source)?;
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = crate::persist::new_session_id();
         let path = self.dir.join(format!("{id}.jsonl"));
         let header = Header {
             id,

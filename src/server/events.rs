@@ -316,7 +316,14 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             used,
             size: Some(size),
             cost,
-        } if *used > 0 => vec![usage_update(*used, *size, *cost)],
+            children,
+        } if *used > 0 => {
+            let mut update = usage_update(*used, *size, *cost);
+            if let Some(c) = children {
+                update["_meta"] = namespaced(json!({ "childUsage": child_usage(c) }));
+            }
+            vec![update]
+        }
         AgentEvent::ContextUsage { .. } => vec![],
         AgentEvent::MessageDelta { .. } => vec![],
         AgentEvent::ToolPending { id, name, args } => {
@@ -499,6 +506,20 @@ fn message_chunk(kind: DeltaKind, delta: &str, state: &MappingState) -> Option<V
         ));
     }
     Some(chunk)
+}
+
+/// `_meta[ns].childUsage`: the session's descendants' part of its usage, in the prompt
+/// response's `usage` shape, with their cost in USD.
+fn child_usage(c: &crate::agent::turn::attribution::ChildTotals) -> Value {
+    let u = &c.usage;
+    json!({
+        "inputTokens": u.input,
+        "outputTokens": u.output,
+        "cachedReadTokens": u.cache_read,
+        "cachedWriteTokens": u.cache_write,
+        "totalTokens": u.input + u.output + u.cache_read + u.cache_write,
+        "cost": c.cost,
+    })
 }
 
 fn usage_update(used: u64, size: u64, cost: Option<f64>) -> Value {
@@ -1390,6 +1411,7 @@ mod tests {
             used: 1200,
             size: Some(128_000),
             cost: None,
+            children: None,
         };
         assert_eq!(
             to_session_updates(&usage, &mut st),
@@ -1399,6 +1421,7 @@ mod tests {
             used: 1200,
             size: Some(128_000),
             cost: Some(0.25),
+            children: None,
         };
         assert_eq!(
             to_session_updates(&priced, &mut st),
@@ -1406,11 +1429,33 @@ mod tests {
                 json!({"sessionUpdate":"usage_update","used":1200,"size":128000,"cost":{"amount":0.25,"currency":"USD"}})
             ]
         );
+        let with_children = AgentEvent::ContextUsage {
+            used: 1200,
+            size: Some(128_000),
+            cost: Some(0.25),
+            children: Some(crate::agent::turn::attribution::ChildTotals {
+                usage: crate::provider::Usage {
+                    input: 100,
+                    output: 10,
+                    cache_read: 5,
+                    cache_write: 0,
+                },
+                cost: 0.125,
+            }),
+        };
+        assert_eq!(
+            to_session_updates(&with_children, &mut st),
+            vec![
+                json!({"sessionUpdate":"usage_update","used":1200,"size":128000,"cost":{"amount":0.25,"currency":"USD"},
+                    "_meta":{NAMESPACE:{"childUsage":{"inputTokens":100,"outputTokens":10,"cachedReadTokens":5,"cachedWriteTokens":0,"totalTokens":115,"cost":0.125}}}})
+            ]
+        );
         assert!(to_session_updates(
             &AgentEvent::ContextUsage {
                 used: 0,
                 size: Some(1),
                 cost: None,
+                children: None,
             },
             &mut st
         )
@@ -1420,6 +1465,7 @@ mod tests {
                 used: 5,
                 size: None,
                 cost: None,
+                children: None,
             },
             &mut st
         )

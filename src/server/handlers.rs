@@ -365,7 +365,7 @@ impl MainLoop {
                 Some((o.loaded, o.jobs)),
             ),
             None => {
-                let id = uuid::Uuid::new_v4().to_string();
+                let id = crate::persist::new_session_id();
                 let conversation = conversation_of(&agent, &id);
                 (id, conversation, None)
             }
@@ -636,7 +636,9 @@ impl MainLoop {
             return Ok(());
         }
         if let Ok(provider) = &self.sessions[i].model().provider {
-            if !prompt.images.is_empty() && !provider.accepts_images() {
+            // Blocked images never reach the model (the turn says so): nothing to refuse.
+            let blocked = self.agent.kernel_env.images.block;
+            if !prompt.images.is_empty() && !provider.accepts_images() && !blocked {
                 return Err(RpcError::invalid_params(format!(
                     "the prompt has {} image(s), but the model {} does not accept images; send text only or choose a model with image input",
                     prompt.images.len(),

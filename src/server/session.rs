@@ -1187,9 +1187,19 @@ impl Session {
             }
             TurnOutcome::Completed(stop) => {
                 let mut result = json!({ "stopReason": stop.as_str() });
-                let usage = autonomy::lock(&self.unattended).prompt_usage.take();
+                let (usage, children) = {
+                    let mut state = autonomy::lock(&self.unattended);
+                    (state.prompt_usage.take(), state.prompt_children.take())
+                };
                 if let Some(u) = usage {
                     result["usage"] = autonomy::usage_value(u);
+                }
+                // `usage` counts the children's calls; this says how much of it was theirs.
+                if let Some((prompt, session)) = children {
+                    result["_meta"] = json!({ crate::protocol::meta::NAMESPACE: { "childUsage": {
+                        "prompt": autonomy::usage_value(prompt),
+                        "session": autonomy::usage_value(session),
+                    }}});
                 }
                 crate::protocol::semantic::annotate(&mut result, &self.ctx.trace.take());
                 (Ok(result), true)

@@ -154,7 +154,8 @@ pub(crate) fn path_location(args: &Value, cwd: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn image_mime(path: &Path) -> Option<&'static str> {
+/// The image type of `path` by its extension (`None`: not an image we send).
+pub(crate) fn image_mime(path: &Path) -> Option<&'static str> {
     let ext = path.extension()?.to_str()?.to_ascii_lowercase();
     Some(match ext.as_str() {
         "jpg" | "jpeg" => "image/jpeg",

@@ -97,8 +97,8 @@ pub(crate) enum Next {
     Continue(String),
 }
 
-/// Our default continuation (the spec leaves its words to us).
-pub(crate) const DEFAULT_CONTINUATION: &str = "Nobody is watching this run, so no answer to a question will come. Keep working on the task until the configured checks pass or a limit of this autonomous run stops it. Where you would ask the user, pick the most reasonable assumption and check it. If you think you are blocked, show it with evidence the host can observe (files, command output), keep that evidence, and look for any other safe progress while budget remains. Do not declare the work finished yourself: the configured gates decide that.";
+/// The default continuation, upstream's words (behaviour spec §5.1, verbatim).
+pub(crate) const DEFAULT_CONTINUATION: &str = "No human input is available in autonomous mode. Continue working until the host evaluator, verifier, or configured autonomous limits stop the run. If you were asking the user a question, make a reasonable assumption and verify it. If you believe you are blocked, prove it with host-observable evidence, preserve that evidence, and keep looking for safe progress while budget remains. Do not end the session yourself; the verifier/evaluator decides completion when configured gates pass.";
 
 /// A session's unattended-run state.
 #[derive(Debug)]
@@ -110,6 +110,9 @@ pub(crate) struct Unattended {
     pub gates: GateBook,
     /// Token usage of the last prompt that finished, for its response.
     pub prompt_usage: Option<Usage>,
+    /// The children's part of it and the session's children's total, once children have
+    /// used any (`turn::attribution`).
+    pub prompt_children: Option<(Usage, Usage)>,
     /// The session's goal, if one is set.
     pub goal: Option<Goal>,
     /// Bumped on every goal change; `goal_reported` is the version last shown to the client.
@@ -134,6 +137,7 @@ impl Unattended {
             counters: Counters::default(),
             gates: GateBook::default(),
             prompt_usage: None,
+            prompt_children: None,
             goal: None,
             goal_version: 0,
             goal_reported: 0,
@@ -149,6 +153,7 @@ impl Unattended {
             started_at: None,
             gates: GateBook::default(),
             prompt_usage: None,
+            prompt_children: None,
             goal: None,
             goal_version: 0,
             goal_reported: 0,
@@ -275,6 +280,13 @@ impl Unattended {
                 tokens_used: None,
             },
         })
+    }
+
+    /// Whether a goal is active (its continuation is due after a clean assistant turn).
+    pub(crate) fn goal_active(&self) -> bool {
+        self.goal
+            .as_ref()
+            .is_some_and(|g| g.status == GoalStatus::Active)
     }
 
     /// After a clean assistant turn: the goal continuation while the goal is active (it goes

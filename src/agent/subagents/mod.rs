@@ -26,6 +26,7 @@ use crossbeam_channel::Sender;
 use serde_json::Value;
 
 use crate::agent::family::{ChildStatus, TokenBucket};
+use crate::agent::turn::attribution::{Links, Pool};
 use crate::agent::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
 use crate::base::abort::AbortFlag;
 use crate::mcp::McpHub;
@@ -102,6 +103,8 @@ pub(crate) struct Family {
     heartbeats: OnceLock<Arc<Mutex<Jobs>>>,
     /// The semantic edges between every agent's model calls (`semantic.rs`).
     edges: Arc<Mutex<crate::protocol::semantic::Graph>>,
+    /// The main agent's descendants' usage, waiting for its worker (`turn::attribution`).
+    main_pool: Arc<Pool>,
 }
 
 #[derive(Default)]
@@ -145,6 +148,8 @@ struct Node {
     ctx: Option<Arc<AgentCtx>>,
     /// `rlm(..., thinking=)`, else the parent's.
     thinking: Thinking,
+    /// Its descendants' usage, waiting for its own worker (`turn::attribution`).
+    pool: Arc<Pool>,
 }
 
 /// What the system prompt of `agent`'s session quotes from disk: its context files and, for
@@ -201,6 +206,7 @@ impl Family {
             mcp: OnceLock::new(),
             heartbeats: OnceLock::new(),
             edges: Arc::default(),
+            main_pool: Arc::default(),
         })
     }
 
@@ -321,6 +327,50 @@ impl Family {
             mcp: self.mcp(),
             compaction,
             trace: self.tracer(&self.main_id),
+            usage: Links {
+                id: self.main_id.clone(),
+                own: self.main_pool.clone(),
+                up: Vec::new(),
+            },
+            settled: Some(Arc::new({
+                let family = self.me.clone();
+                move || family.upgrade().is_none_or(|f| f.settled())
+            })),
+        }
+    }
+
+    /// No child (at any depth) is queued or running, and none has a message waiting (a
+    /// cancelled child's stay unread: it is not revived).
+    pub(crate) fn settled(&self) -> bool {
+        self.lock().nodes.values().all(|n| {
+            n.status.is_terminal() && (n.inbox.is_empty() || n.status == ChildStatus::Cancelled)
+        })
+    }
+
+    /// Where agent `id`'s usage is attributed: its own pool and its ancestors', parent first.
+    fn links_of(&self, state: &State, id: &str) -> Links {
+        let mut up = Vec::new();
+        let mut at = state.nodes.get(id).map(|n| n.parent.as_str());
+        while let Some(parent) = at {
+            match state.nodes.get(parent) {
+                Some(node) => {
+                    up.push(node.pool.clone());
+                    at = Some(node.parent.as_str());
+                }
+                None => {
+                    up.push(self.main_pool.clone());
+                    at = None;
+                }
+            }
+        }
+        Links {
+            id: id.to_owned(),
+            own: state
+                .nodes
+                .get(id)
+                .map(|n| n.pool.clone())
+                .unwrap_or_default(),
+            up,
         }
     }
 

@@ -102,6 +102,7 @@ impl Family {
                 .and_then(Value::as_str)
                 .and_then(Thinking::parse)
                 .unwrap_or(inherited),
+            pool: Arc::default(),
         };
         self.notify_child(&node);
         self.edges().spawned(parent, &id);
@@ -143,6 +144,7 @@ impl Family {
                 .unwrap_or_default();
             self.name_of(state, &parent)
         };
+        let links = self.links_of(state, id);
         let node = state.nodes.get_mut(id).ok_or("unknown subagent")?;
         if let Some(old) = node.thread.take() {
             // A revived child: its previous run has ended (it reported a terminal status).
@@ -195,6 +197,8 @@ impl Family {
                     compaction,
                     mcp: self.mcp(),
                     trace: self.tracer(id),
+                    usage: links,
+                    settled: None,
                 });
                 node.ctx = Some(ctx.clone());
                 ctx
@@ -233,6 +237,8 @@ impl Family {
                             &|_| {},
                             &mut Guard::default(),
                         );
+                        // Descendants' calls that ended after this run's last model call.
+                        crate::agent::turn::attribution::fold(&ctx.usage, &mut conv, None);
                         conv.persist();
                         let last_text = conv
                             .messages

@@ -27,6 +27,7 @@ impl Worker<'_> {
             used,
             size,
             cost: provider.prices().map(|_| conv.compaction.cost),
+            children: (!conv.children.is_empty()).then_some(conv.children),
         });
     }
 

@@ -174,6 +174,11 @@ impl Guard {
         }
     }
 
+    /// The session's autonomous state, for a client prompt.
+    pub(crate) fn unattended(&self) -> Option<&autonomy::Shared> {
+        self.unattended.as_ref()
+    }
+
     /// Whether the prompt was stopped (then nothing continues it).
     pub(crate) fn stopped(&self) -> Option<&Stop> {
         self.stopped.as_ref()

@@ -368,9 +368,11 @@ impl<'a> Worker<'a> {
         self.guard.model_call_done(usage, Instant::now());
         conv.usage.add(usage);
         conv.model_calls += 1;
-        if let Some(prices) = turn.provider.prices() {
-            conv.compaction.cost += prices.cost(&usage);
-        }
+        let cost = turn.provider.prices().map_or(0.0, |p| p.cost(&usage));
+        conv.compaction.cost += cost;
+        // Our ancestors count this call too, and we count what our descendants used.
+        self.ctx.usage.report(&self.ctx.name, usage, cost);
+        super::attribution::fold(&self.ctx.usage, conv, self.guard.unattended());
     }
 
     /// The reply joins the history and the file. Its calls are shown before its usage
