@@ -317,15 +317,8 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             size: Some(size),
             cost,
             children,
-        } if *used > 0 => {
-            let mut update = usage_update(*used, *size, *cost);
-            if let Some(c) = children {
-                update["_meta"] = namespaced(json!({ "childUsage": child_usage(c) }));
-            }
-            vec![update]
-        }
-        AgentEvent::ContextUsage { .. } => vec![],
-        AgentEvent::MessageDelta { .. } => vec![],
+        } if *used > 0 => vec![usage_update(*used, *size, *cost, children.as_ref())],
+        AgentEvent::ContextUsage { .. } | AgentEvent::MessageDelta { .. } => vec![],
         AgentEvent::ToolPending { id, name, args } => {
             vec![tool_pending(id, name, args.as_ref(), state)]
         }
@@ -522,8 +515,16 @@ fn child_usage(c: &crate::agent::turn::attribution::ChildTotals) -> Value {
     })
 }
 
-fn usage_update(used: u64, size: u64, cost: Option<f64>) -> Value {
+fn usage_update(
+    used: u64,
+    size: u64,
+    cost: Option<f64>,
+    children: Option<&crate::agent::turn::attribution::ChildTotals>,
+) -> Value {
     let mut update = json!({ "sessionUpdate": "usage_update", "used": used, "size": size });
+    if let Some(c) = children {
+        update["_meta"] = namespaced(json!({ "childUsage": child_usage(c) }));
+    }
     if let Some(amount) = cost {
         update["cost"] = json!({ "amount": amount, "currency": "USD" });
     }

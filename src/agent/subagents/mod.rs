@@ -105,6 +105,9 @@ pub(crate) struct Family {
     edges: Arc<Mutex<crate::protocol::semantic::Graph>>,
     /// The main agent's descendants' usage, waiting for its worker (`turn::attribution`).
     main_pool: Arc<Pool>,
+    /// The session's context files, read off the loop when it opened (`main_ctx`): every
+    /// agent of the family quotes them, so no child reads them again (under `state`'s lock).
+    context: OnceLock<Vec<(PathBuf, String)>>,
 }
 
 #[derive(Default)]
@@ -207,6 +210,7 @@ impl Family {
             heartbeats: OnceLock::new(),
             edges: Arc::default(),
             main_pool: Arc::default(),
+            context: OnceLock::new(),
         })
     }
 
@@ -300,6 +304,7 @@ impl Family {
         // Refine (and so the harness paragraph) is the main agent's at depth 0 (§5.4).
         let harness =
             self.root_depth == 0 && names.iter().any(|n| n == crate::tools::ipython::NAME);
+        let context = self.context.get_or_init(|| files.context.clone());
         let system_prompt = self
             .agent
             .system_prompt_for(&crate::config::prompt::AgentFacts {
@@ -311,7 +316,7 @@ impl Family {
                 log,
                 child: None,
                 harness: harness.then_some(files.harness.as_str()),
-                context: &files.context,
+                context,
             });
         log::info!(
             "system prompt: {} chars, about {} tokens (chars/4)",
@@ -372,6 +377,11 @@ impl Family {
                 .unwrap_or_default(),
             up,
         }
+    }
+
+    /// The session's context files (none before `main_ctx`).
+    pub(super) fn context(&self) -> &[(PathBuf, String)] {
+        self.context.get().map_or(&[], Vec::as_slice)
     }
 
     /// Agent `node`'s view of the family's semantic edges.

@@ -17,6 +17,23 @@ use crate::provider::{Message, Thinking};
 
 impl Family {
     /// `rlm.run`: admits a child and returns its handle at once (never its answer).
+    /// `rlm(..., model=)` may name only the session's model (or none); returns its label.
+    fn check_model(&self, payload: &Value) -> Result<String, String> {
+        let label = self
+            .model_label()
+            .ok_or("no model is configured for subagents")?;
+        match payload
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+        {
+            Some(model) if model != label => Err(format!(
+                "Model \"{model}\" is not available in this session; rlm.find_models() lists what is (\"{label}\")"
+            )),
+            _ => Ok(label),
+        }
+    }
+
     pub(super) fn spawn_child(&self, parent: &str, payload: &Value) -> Result<Value, String> {
         if self.closed.load(Ordering::SeqCst) {
             return Err("the session is closing".to_owned());
@@ -25,20 +42,7 @@ impl Family {
             .get("prompt")
             .and_then(Value::as_str)
             .ok_or("rlm.run prompt must be a string")?;
-        let label = self
-            .model_label()
-            .ok_or("no model is configured for subagents")?;
-        if let Some(model) = payload
-            .get("model")
-            .and_then(Value::as_str)
-            .filter(|m| !m.is_empty())
-        {
-            if model != label {
-                return Err(format!(
-                    "Model \"{model}\" is not available in this session; rlm.find_models() lists what is (\"{label}\")"
-                ));
-            }
-        }
+        let label = self.check_model(payload)?;
         let mut state = self.lock();
         let depth = self.depth_of(&state, parent);
         if let Some(refusal) = family::depth_refusal(depth, self.max_depth) {
@@ -177,16 +181,8 @@ impl Family {
                             log: log.as_deref(),
                             child: Some((&node.name, &parent_name)),
                             harness: None,
-                            // Read on this child's own thread, never the main loop's.
-                            context: &self
-                                .agent
-                                .prompt_spec
-                                .as_ref()
-                                .and_then(|s| s.agent_dir.as_ref())
-                                .map(|dir| {
-                                    crate::config::prompt::context_files(dir, &self.agent.cwd)
-                                })
-                                .unwrap_or_default(),
+                            // Read once, off the loop, when the session opened.
+                            context: self.context(),
                         });
                 let ctx = Arc::new(AgentCtx {
                     agent: self.agent.clone(),
