@@ -105,8 +105,9 @@ test-deps:
 ## Optional, not in `make test`: the binary driven through the harnesses' own code
 ## (docs/harnesses.md#make-harness-check). Installs verifiers 0.4.0 and Harbor 0.25.0 into
 ## `.deps/harness` (scripts/harness-deps.sh), runs one rollout through each against a loopback
-## model (scripts/harness_check.py), then the `harness::` tests, whose edge sets verifiers'
-## own `SemanticEdgeSet` then validates.
+## model (scripts/harness_check.py: Harbor's trajectory of a one-tool turn is two steps), then
+## HARNESS_CHECK_ROLLOUTS (100) more through verifiers' harness, none unverified, then the
+## `harness::` tests, whose edge sets verifiers' own `SemanticEdgeSet` then validates.
 harness-check: build
 	bash scripts/harness-deps.sh
 	PATH="$(CURDIR)/.deps/harness/bin:$$PATH" UV_CACHE_DIR="$(CURDIR)/.deps/harness/uv-cache" \

@@ -10,13 +10,16 @@
    `X-ACP-Model-Request-ID`; a retried call repeated its id, its `Idempotency-Key` and counted
    `x-stainless-retry-count` up, and the proxy recorded it once; the semantic edges were
    accepted by verifiers' own `SemanticEdgeSet` and `Trace.add_semantic_edges` (which rejects
-   an edge naming an unseen request) and link the calls of the tool loop.
+   an edge naming an unseen request) and link the calls of the tool loop; the harness saw the
+   turn's `terminalQuiescence` update (status `ok`). Then `HARNESS_CHECK_ROLLOUTS` (100) more
+   rollouts, four at a time: all succeed and none is `unverified`.
 2. Harbor 0.25.0: its ACP runner script (`harbor/agents/installed/acp_runner.py`, run as Harbor
    runs it in a task container) starts the agent from a launcher, sets the model through the
    session's config option and records `acp-events.jsonl`; Harbor's `AcpAgent` then converts
-   it to an ATIF trajectory (`populate_context_post_run`). Asserted: one agent step with usage
-   per model response, each holding that response's text and tool calls (with arguments), no
-   orphaned usage, and the tool's output as the observation; every model request carried the
+   it to an ATIF trajectory (`populate_context_post_run`). Asserted: the one-tool turn is
+   exactly two agent steps, one per model response, each with its one usage update; the first
+   holds its text, the call (named, with its arguments) and the call's output once as its
+   observation, the second its text only; no orphaned usage; every model request carried the
    headers.
 
 Usage: harness_check.py PRIME_AGENT_BINARY (run with the `.deps/harness` venv's Python).
@@ -139,13 +142,6 @@ def model_requests(server):
 
 
 async def verifiers_rollout(binary, server, seen):
-    import verifiers.v1 as vf
-    from verifiers.v1.acp import ACPHarness
-    from verifiers.v1.runtimes.subprocess import SubprocessConfig
-    from verifiers.v1.harnesses.prime_agent.harness import (
-        PrimeAgentHarness,
-        PrimeAgentHarnessConfig,
-    )
     from verifiers.v1.semantic import ACP_SEMANTIC_EDGES_METADATA_KEY, SemanticEdgeSet
 
     import verifiers.v1.interception.server as interception
@@ -161,6 +157,25 @@ async def verifiers_rollout(binary, server, seen):
 
     interception.extract_acp_info = observed
 
+    class EdgeRecordingHarness(local_harness_class(binary)):
+        def _consume_protocol_metadata(self, trace, response_metadata):
+            if ACP_SEMANTIC_EDGES_METADATA_KEY in response_metadata:
+                edge_sets.append(response_metadata[ACP_SEMANTIC_EDGES_METADATA_KEY])
+            super()._consume_protocol_metadata(trace, response_metadata)
+
+    agent = verifiers_agent(server, EdgeRecordingHarness)
+    try:
+        async with agent:
+            trace = await agent.run(rollout_task(0))
+    finally:
+        interception.extract_acp_info = parse
+    return trace, edge_sets, SemanticEdgeSet
+
+
+def local_harness_class(binary):
+    from verifiers.v1.acp import ACPHarness
+    from verifiers.v1.harnesses.prime_agent.harness import PrimeAgentHarness
+
     class LocalPrimeAgentHarness(PrimeAgentHarness):
         """verifiers' Prime Agent harness with this build instead of upstream's release:
         the documented recipe (docs/harnesses.md). Everything else is the harness's own.
@@ -175,10 +190,13 @@ async def verifiers_rollout(binary, server, seen):
         def _bin(self):
             return str(binary)
 
-        def _consume_protocol_metadata(self, trace, response_metadata):
-            if ACP_SEMANTIC_EDGES_METADATA_KEY in response_metadata:
-                edge_sets.append(response_metadata[ACP_SEMANTIC_EDGES_METADATA_KEY])
-            super()._consume_protocol_metadata(trace, response_metadata)
+    return LocalPrimeAgentHarness
+
+
+def verifiers_agent(server, harness_class):
+    import verifiers.v1 as vf
+    from verifiers.v1.runtimes.subprocess import SubprocessConfig
+    from verifiers.v1.harnesses.prime_agent.harness import PrimeAgentHarnessConfig
 
     os.environ["HARNESS_CHECK_KEY"] = "loopback-key"
     config = vf.AgentConfig(
@@ -188,11 +206,37 @@ async def verifiers_rollout(binary, server, seen):
         client=vf.EvalClientConfig(base_url=server.url, api_key_var="HARNESS_CHECK_KEY"),
     )
     agent = vf.Agent(config)
-    agent.harness = LocalPrimeAgentHarness(agent.config.harness)
-    task = vf.Task(vf.TaskData(idx=0, prompt="Run `echo %s` and report." % TOOL_OUTPUT))
+    agent.harness = harness_class(agent.config.harness)
+    return agent
+
+
+def rollout_task(idx):
+    import verifiers.v1 as vf
+
+    return vf.Task(vf.TaskData(idx=idx, prompt="Run `echo %s` and report." % TOOL_OUTPUT))
+
+
+def lifecycle(trace):
+    """PrimeAgentHarness's lifecycle status of each turn of a rollout's trace."""
+    return trace.info.get("acp_lifecycle", {}).get("ai.primeintellect.prime-agent", [])
+
+
+async def verifiers_rollouts(binary, server, count, concurrency):
+    """`count` rollouts of the tool loop through the harness, `concurrency` at a time; returns
+    per rollout whether it succeeded and its turns' lifecycle statuses."""
+    agent = verifiers_agent(server, local_harness_class(binary))
+    gate = asyncio.Semaphore(concurrency)
+    results = []
+
+    async def one(idx):
+        async with gate:
+            trace = await agent.run(rollout_task(idx))
+            results.append((trace.ok and not trace.errors,
+                            [x["infrastructure_status"] for x in lifecycle(trace)]))
+
     async with agent:
-        trace = await agent.run(task)
-    return trace, edge_sets, SemanticEdgeSet
+        await asyncio.gather(*(one(i) for i in range(count)))
+    return results
 
 
 def check_verifiers(binary, work):
@@ -227,16 +271,31 @@ def check_verifiers(binary, work):
              for s in edge_sets for e in s["edges"]]
     check(edges == [(ids[0], ids[1], "continuation")],
           "SemanticEdgeSet accepted the edges; the tool loop is one continuation: %s" % edges)
-    # Not asserted (docs/harnesses.md): PrimeAgentHarness looks for the turn's
-    # `terminalQuiescence` among the updates its runner has handled when the prompt response
-    # arrives; this agent sends it right after the response (the spec's order), so the status
-    # is `ok` or, when the runner had not dispatched it yet, `unverified`.
-    lifecycle = trace.info.get("acp_lifecycle", {}).get("ai.primeintellect.prime-agent", [])
-    print("  note: PrimeAgentHarness lifecycle status: %s"
-          % [(x["infrastructure_status"], x["terminal_quiescence_observed"]) for x in lifecycle])
     linked = [n for n in trace.nodes if getattr(n, "semantic_parents", None)]
     check(len(linked) == 1 and linked[0].semantic_parents[0].type == "continuation",
           "Trace.add_semantic_edges linked the second call's node to the first")
+    # PrimeAgentHarness looks for the turn's `terminalQuiescence` among the updates its runner
+    # has handled when the prompt response arrives; a settled turn sends it just before the
+    # response (docs/harnesses.md, lifecycle order).
+    statuses = [(x["infrastructure_status"], x["terminal_quiescence_observed"])
+                for x in lifecycle(trace)]
+    check(statuses == [("ok", True)],
+          "PrimeAgentHarness saw the terminalQuiescence update: %s" % statuses)
+
+    # Many rollouts, four at a time on the machine's cores, so the runners are busy when the
+    # responses come: none may be unverified.
+    count = int(os.environ.get("HARNESS_CHECK_ROLLOUTS", "100"))
+    start = time.monotonic()
+    server = Loopback()
+    try:
+        results = asyncio.run(verifiers_rollouts(binary, server, count, concurrency=4))
+    finally:
+        server.close()
+    failed = [r for r in results if not r[0]]
+    unverified = [r for r in results if r[1] != ["ok"]]
+    check(len(results) == count and not failed,
+          "%d more rollouts succeeded (%.0f s, 4 at a time)" % (count, time.monotonic() - start))
+    check(not unverified, "none of the %d is unverified: %s" % (count, unverified[:5]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,23 +362,29 @@ def check_harbor(binary, work):
     agent.populate_context_post_run(AgentContext())
     trajectory = json.loads((logs / "trajectory.json").read_text())
     steps = [s for s in trajectory["steps"] if s["source"] == "agent"]
+    print("  steps: " + ", ".join(
+        "%s(%s%s)" % (s["source"], "usage" if (s.get("extra") or {}).get("usage_updates") else "",
+                      "+obs" if s.get("observation") else "") for s in trajectory["steps"]))
     extra = trajectory.get("extra") or {}
     check("orphan_usage_updates" not in extra, "no orphaned usage_update")
-    with_usage = [s for s in steps if (s.get("extra") or {}).get("usage_updates")]
-    check(len(with_usage) == 2 and all(len(s["extra"]["usage_updates"]) == 1 for s in with_usage),
-          "one agent step with its one usage_update per model response")
-    first, last = with_usage
+    # The one-tool turn is exactly two agent steps, one per model response, each closed by
+    # its own usage_update (docs/harnesses.md, event order).
+    check(len(steps) == 2, "the one-tool turn is exactly 2 agent steps (%d)" % len(steps))
+    check(all(len((s.get("extra") or {}).get("usage_updates") or []) == 1 for s in steps),
+          "each agent step holds its response's one usage_update")
+    first, last = steps
     calls = first.get("tool_calls") or []
     check(first["message"] == "Let me check." and len(calls) == 1
+          and calls[0]["function_name"] == "execute"
           and calls[0]["arguments"] == {"command": "echo " + TOOL_OUTPUT},
-          "the first response's step holds its text and its tool call with arguments")
-    check(last["message"] == "Done: " + TOOL_OUTPUT and not last.get("tool_calls"),
-          "the last response's step holds its text only")
-    observed = [r["content"] for s in steps for r in ((s.get("observation") or {}).get("results") or [])]
-    check(any(TOOL_OUTPUT in o for o in observed), "the tool's rawOutput is the observation")
-    print("  steps: " + ", ".join(
-        "%s(%s%s)" % (s["source"], "usage" if s in with_usage else "",
-                      "+obs" if s.get("observation") else "") for s in trajectory["steps"]))
+          "the first step holds its text and its tool call, named and with its arguments")
+    results = (first.get("observation") or {}).get("results") or []
+    check(len(results) == 1 and results[0]["source_call_id"] == calls[0]["tool_call_id"]
+          and results[0]["content"] == TOOL_OUTPUT + "\n",
+          "the first step holds the call's output once, as its observation: %r"
+          % [r["content"] for r in results])
+    check(last["message"] == "Done: " + TOOL_OUTPUT and not last.get("tool_calls")
+          and not last.get("observation"), "the last step holds its text only")
 
 
 def _version(name):

@@ -87,13 +87,15 @@ def drive(cmd, cwd):
     checks.append(("scripted turn", stop == "end_turn" and text == "Hello, world",
                    {"stopReason": stop, "text": text, "last": frames[-1]}))
     p.stdin.close()
-    # After the response only the turn's terminal-quiescence update may follow.
+    # The settled turn's terminal-quiescence update comes just before the response
+    # (docs/harnesses.md); nothing follows the response.
+    phases = [f.get("params", {}).get("update", {}).get("_meta", {})
+              .get("ai.primeintellect.prime-agent", {}).get("phase") for f in frames[:-1]]
     rest = [json.loads(line) for line in p.stdout.read().splitlines()]
     code = p.wait(timeout=20)
-    phases = [f.get("params", {}).get("update", {}).get("_meta", {})
-              .get("ai.primeintellect.prime-agent", {}).get("phase") for f in rest]
-    checks.append(("exit 0 on stdin EOF after the terminal update",
-                   code == 0 and phases == ["terminalQuiescence"], {"code": code, "rest": rest}))
+    checks.append(("exit 0 on stdin EOF, the terminal update before the response",
+                   code == 0 and phases[-1:] == ["terminalQuiescence"] and not rest,
+                   {"code": code, "phases": phases, "rest": rest}))
     return checks, p.stderr.read()
 
 

@@ -70,13 +70,8 @@ fn a_failed_gate_continues_with_its_report_until_the_model_fixes_it() {
         ns(&c)["quiescence"],
         json!({"outstandingSubagents":0,"remainingAutonomousContinuations":2})
     );
-    let terminal = a.wait_for("terminal", |f| {
-        ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
-    });
-    assert_eq!(
-        ns(&terminal["params"]["update"])["autonomous"]["continuationsUsed"],
-        1
-    );
+    let terminal = a.terminal(1);
+    assert_eq!(ns(&terminal)["autonomous"]["continuationsUsed"], 1);
     // One prompt: one boundary, one response.
     let boundaries = a
         .updates()

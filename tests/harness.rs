@@ -285,9 +285,7 @@ fn an_rlm_child_is_linked_to_the_call_that_started_it_and_the_call_it_returned_t
     let r = a.response(&id);
     assert_eq!(stop_reason(&r), "end_turn", "{r}\n{}", a.stderr_text());
     // Settled: the child finished and the parent has taken its reply and its end.
-    a.wait_for("the prompt's terminal update", |f| {
-        ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
-    });
+    a.terminal(1);
     // The child replied, so its end wakes nobody: the return feeds the parent's next call,
     // here the next prompt's.
     let id = a.prompt("and now?");
@@ -378,50 +376,111 @@ fn transport_failures_say_model_transport_and_others_say_their_kind() {
     assert!(r["error"]["data"]["details"].is_string());
 }
 
-/// Harbor 0.26's ACP → ATIF step rule (`harbor.agents.installed.acp`), ported: text and
-/// thoughts join the open step (a new one after a finished tool cycle), a `usage_update`
-/// closes the open step or is orphaned when there is none, tool updates join the open step
-/// unless it finished a tool cycle and does not know the call. Returns, per step, its text,
-/// its tool call ids and whether it got a usage update, plus the orphaned usage count.
-fn harbor_steps(updates: &[Value]) -> (Vec<(String, Vec<String>, bool)>, usize) {
+/// One agent step of Harbor's ATIF trajectory, as `harbor_steps` builds it.
+#[derive(Debug, Default)]
+struct HarborStep {
+    text: String,
+    /// Per tool call, in order: its id, the name Harbor gives it (the first update's `kind`
+    /// unless `other`, else its title's first line, else `tool`), its arguments (the last
+    /// `rawInput`, `{}` without one) and its observation chunks.
+    calls: Vec<HarborCall>,
+    usage: bool,
+    /// A call of the step reported `completed` (Harbor's `has_completed_tool_cycle`).
+    cycle: bool,
+}
+
+#[derive(Debug)]
+struct HarborCall {
+    id: String,
+    name: String,
+    args: Value,
+    observation: Vec<String>,
+}
+
+/// Harbor's reading of one tool update's output (`_stringify_tool_output`): `rawOutput.output`
+/// when a non-empty string, any other non-object `rawOutput` as a string, else the text of
+/// `content`. Every non-empty one is a chunk of the call's observation.
+fn harbor_output(u: &Value) -> Option<String> {
+    let text = match &u["rawOutput"] {
+        Value::Object(raw) => match raw.get("output") {
+            Some(Value::String(s)) if !s.is_empty() => return Some(s.clone()),
+            _ => None,
+        },
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    };
+    let text = text.unwrap_or_else(|| {
+        u["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["content"]["text"].as_str())
+            .collect()
+    });
+    (!text.is_empty()).then_some(text)
+}
+
+/// Harbor 0.25's ACP → ATIF step rule (`AcpAgent._convert_events_to_trajectory` in
+/// `harbor.agents.installed.acp`), ported: text and thoughts join the open step (a new one
+/// after a finished tool cycle), a `usage_update` closes the open step or is orphaned when
+/// there is none, tool updates join the open step unless it finished a tool cycle and does not
+/// know the call (a call new to a step is named by that update). Returns the agent steps and
+/// the orphaned usage count.
+fn harbor_steps(updates: &[Value]) -> (Vec<HarborStep>, usize) {
     let mut steps = Vec::new();
     let mut orphans = 0;
-    let mut cur: Option<(String, Vec<String>, bool, bool)> = None; // text, tools, usage, cycle
-    let flush = |cur: &mut Option<(String, Vec<String>, bool, bool)>,
-                 steps: &mut Vec<(String, Vec<String>, bool)>| {
-        if let Some((t, tools, u, _)) = cur.take() {
-            if !t.is_empty() || !tools.is_empty() {
-                steps.push((t, tools, u));
+    let mut cur: Option<HarborStep> = None;
+    let flush = |cur: &mut Option<HarborStep>, steps: &mut Vec<HarborStep>| {
+        if let Some(step) = cur.take() {
+            if !step.text.is_empty() || !step.calls.is_empty() {
+                steps.push(step);
             }
         }
     };
     for u in updates {
         match u["sessionUpdate"].as_str().unwrap_or("") {
             "agent_message_chunk" | "agent_thought_chunk" => {
-                if cur.as_ref().is_some_and(|c| c.3) {
+                if cur.as_ref().is_some_and(|c| c.cycle) {
                     flush(&mut cur, &mut steps);
                 }
                 let c = cur.get_or_insert_with(Default::default);
-                c.0.push_str(u["content"]["text"].as_str().unwrap_or(""));
+                c.text.push_str(u["content"]["text"].as_str().unwrap_or(""));
             }
             "usage_update" => match cur.as_mut() {
-                Some(c) if !c.0.is_empty() || !c.1.is_empty() => {
-                    c.2 = true;
+                Some(c) if !c.text.is_empty() || !c.calls.is_empty() => {
+                    c.usage = true;
                     flush(&mut cur, &mut steps);
                 }
                 _ => orphans += 1,
             },
             "tool_call" | "tool_call_update" => {
                 let id = u["toolCallId"].as_str().unwrap_or("").to_owned();
-                if cur.as_ref().is_some_and(|c| c.3 && !c.1.contains(&id)) {
+                let known = |c: &HarborStep| c.calls.iter().any(|call| call.id == id);
+                if cur.as_ref().is_some_and(|c| c.cycle && !known(c)) {
                     flush(&mut cur, &mut steps);
                 }
                 let c = cur.get_or_insert_with(Default::default);
-                if !c.1.contains(&id) {
-                    c.1.push(id);
+                if !known(c) {
+                    let title = u["title"].as_str().and_then(|t| t.lines().next());
+                    let name = match u["kind"].as_str() {
+                        Some(k) if !k.is_empty() && k != "other" => k,
+                        _ => title.filter(|t| !t.trim().is_empty()).unwrap_or("tool"),
+                    };
+                    c.calls.push(HarborCall {
+                        id: id.clone(),
+                        name: name.trim().to_owned(),
+                        args: json!({}),
+                        observation: Vec::new(),
+                    });
                 }
+                let call = c.calls.iter_mut().find(|call| call.id == id).unwrap();
+                if !u["rawInput"].is_null() {
+                    call.args = u["rawInput"].clone();
+                }
+                call.observation.extend(harbor_output(u));
                 if u["status"] == "completed" {
-                    c.3 = true;
+                    c.cycle = true;
                 }
             }
             _ => {}
@@ -431,8 +490,79 @@ fn harbor_steps(updates: &[Value]) -> (Vec<(String, Vec<String>, bool)>, usize) 
     (steps, orphans)
 }
 
+/// The scripted one-tool turn: the agent's updates, in order.
+fn one_tool_turn(command: &str) -> Vec<Value> {
+    let server = LlmServer::start(vec![
+        reply("Let me check.", &[bash("t1", command)]),
+        reply("Done.", &[]),
+    ]);
+    let (_dir, mut a) = agent(&server, &["--tools", "bash"], None);
+    a.handshake();
+    let id = a.prompt("go");
+    assert_eq!(stop_reason(&a.response(&id)), "end_turn");
+    a.updates()
+}
+
 #[test]
-fn a_reply_s_calls_are_announced_before_its_usage_then_run_and_end_with_raw_output() {
+fn a_one_tool_turn_is_two_harbor_steps_the_first_holding_the_call_and_its_output_once() {
+    // A command that streams (its output comes in two parts, so the tool reports progress).
+    let updates = one_tool_turn("echo first; sleep 0.3; echo second");
+    let kinds: Vec<(&str, &str)> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] != "session_info_update")
+        .map(|u| {
+            (
+                u["sessionUpdate"].as_str().unwrap(),
+                u["status"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    // The update order: the reply's text, its call shown with its arguments, run, live output,
+    // its end, then the reply's usage; the next reply's text and usage.
+    let usage = kinds.iter().position(|k| k.0 == "usage_update").unwrap();
+    let end = kinds
+        .iter()
+        .position(|k| k.0 == "tool_call_update" && k.1 == "completed")
+        .unwrap();
+    assert!(end < usage, "the usage follows the call's end: {kinds:?}");
+    assert!(
+        kinds[..end].contains(&("tool_call_update", "in_progress")),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds[usage + 1..],
+        [("agent_message_chunk", ""), ("usage_update", "")],
+        "{kinds:?}"
+    );
+    // Live output reached the client while the call ran.
+    assert!(
+        updates.iter().any(|u| u["status"] == "in_progress"
+            && u["content"][0]["content"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("first"))),
+        "{updates:?}"
+    );
+    let (steps, orphans) = harbor_steps(&updates);
+    assert_eq!(orphans, 0, "{steps:?}");
+    assert_eq!(steps.len(), 2, "{steps:#?}");
+    assert!(steps.iter().all(|s| s.usage), "{steps:#?}");
+    assert_eq!(steps[0].text, "Let me check.");
+    let [call] = &steps[0].calls[..] else {
+        panic!("{steps:#?}")
+    };
+    assert_eq!(call.id, "t1");
+    assert_eq!(call.name, "execute");
+    assert_eq!(
+        call.args,
+        json!({"command": "echo first; sleep 0.3; echo second"})
+    );
+    assert_eq!(call.observation, ["first\nsecond\n"], "once: {steps:#?}");
+    assert_eq!(steps[1].text, "Done.");
+    assert!(steps[1].calls.is_empty());
+}
+
+#[test]
+fn a_reply_s_calls_are_announced_then_run_and_end_with_raw_output_before_its_usage() {
     let server = LlmServer::start(vec![
         reply("", &[bash("t1", "echo one"), bash("t2", "echo two")]),
         reply("Checking once more.", &[bash("t3", "echo three")]),
@@ -457,8 +587,8 @@ fn a_reply_s_calls_are_announced_before_its_usage_then_run_and_end_with_raw_outp
         .collect();
     assert_eq!(usage.len(), 3, "one per model call");
     for (call, reply_usage) in [("t1", usage[0]), ("t2", usage[0]), ("t3", usage[1])] {
-        // Shown `pending` (by name while it streams), and with its arguments before its
-        // reply's usage.
+        // Shown `pending` (by name while it streams), with its arguments before any call of
+        // its reply runs; run and ended before its reply's usage.
         let announced = at(&|u| u["sessionUpdate"] == "tool_call" && u["toolCallId"] == call);
         assert_eq!(updates[announced]["status"], "pending");
         let detailed = at(&|u| {
@@ -466,18 +596,17 @@ fn a_reply_s_calls_are_announced_before_its_usage_then_run_and_end_with_raw_outp
                 && u["status"] == "pending"
                 && u["rawInput"]["command"].is_string()
         });
-        assert!(detailed < reply_usage, "{call} announced after its usage");
-        let runs = at(&|u| {
-            u["sessionUpdate"] == "tool_call_update"
-                && u["toolCallId"] == call
-                && u["status"] == "in_progress"
-        });
-        assert!(runs > reply_usage, "{call} ran before its reply's usage");
+        let first_run = at(&|u| u["status"] == "in_progress");
+        assert!(
+            call == "t3" || detailed < first_run,
+            "{call} announced after a call ran"
+        );
         let end = updates
             .iter()
-            .rev()
-            .find(|u| u["toolCallId"] == call)
+            .rposition(|u| u["toolCallId"] == call)
             .unwrap();
+        assert!(end < reply_usage, "{call} ended after its reply's usage");
+        let end = &updates[end];
         assert_eq!(end["status"], "completed");
         assert_eq!(end["rawOutput"]["isError"], false, "{end}");
         let out = end["rawOutput"]["output"].as_str().unwrap();
@@ -486,15 +615,23 @@ fn a_reply_s_calls_are_announced_before_its_usage_then_run_and_end_with_raw_outp
     assert!(updates
         .iter()
         .any(|u| u["rawOutput"]["output"].as_str() == Some("two\n")));
-    // Harbor: one agent step per model reply, each with its usage, none orphaned.
+    // Harbor: exactly one agent step per model reply, each with its usage, its calls with
+    // their arguments and each call's output once; none orphaned.
     let (steps, orphans) = harbor_steps(&updates);
-    assert_eq!(orphans, 0, "{steps:?}");
-    let with_usage: Vec<&(String, Vec<String>, bool)> = steps.iter().filter(|s| s.2).collect();
-    assert_eq!(with_usage.len(), 3, "{steps:?}");
-    assert_eq!(with_usage[0].1, ["t1", "t2"]);
-    assert_eq!(with_usage[1].0, "Checking once more.");
-    assert_eq!(with_usage[1].1, ["t3"]);
-    assert_eq!(with_usage[2].0, "all done");
+    assert_eq!(orphans, 0, "{steps:#?}");
+    assert_eq!(steps.len(), 3, "{steps:#?}");
+    assert!(steps.iter().all(|s| s.usage), "{steps:#?}");
+    let ids = |s: &HarborStep| s.calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&steps[0]), ["t1", "t2"]);
+    assert_eq!(steps[1].text, "Checking once more.");
+    assert_eq!(ids(&steps[1]), ["t3"]);
+    assert_eq!(steps[2].text, "all done");
+    for (step, call, out) in [(0, 0, "one\n"), (0, 1, "two\n"), (1, 0, "three\n")] {
+        let call = &steps[step].calls[call];
+        assert_eq!(call.name, "execute");
+        assert!(call.args["command"].is_string(), "{call:?}");
+        assert_eq!(call.observation, [out], "{call:?}");
+    }
 }
 
 #[test]

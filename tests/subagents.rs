@@ -111,10 +111,8 @@ fn a_child_replies_by_agent_message_and_the_parent_answers_unprompted() {
         done < t1 && t1 < t2_start,
         "done {done}, terminal {t1}, turn 2 starts {t2_start}"
     );
-    // Turn 2's terminal follows its response.
-    a.wait_for("turn 2's terminal", |f| {
-        ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
-    });
+    // Turn 2, settled when answered, has its terminal too.
+    a.terminal(2);
     let terminals = a
         .updates()
         .iter()
@@ -168,9 +166,7 @@ fn session_cancel_cancels_every_child_and_suppresses_the_terminal() {
         ns(&f["params"]["update"])["subagents"][0]["status"] == "cancelled"
     });
     assert_eq!(a.prompt_stop("next"), "end_turn");
-    a.wait_for("turn 2's terminal", |f| {
-        ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
-    });
+    a.terminal(2);
     assert_eq!(
         phase_index(&a, "terminalQuiescence", 1),
         None,
@@ -266,11 +262,7 @@ fn a_cancel_with_nothing_running_leaves_finished_children_reachable() {
     // Nothing runs once turn 1's terminal update is out: the unsolicited turn that read the
     // child's answer has ended (its text alone can arrive before it ends, and a cancel then
     // cancels it, so the next prompt would meet a cancelling session).
-    if phase_index(&a, "terminalQuiescence", 1).is_none() {
-        a.wait_for("turn 1's terminal", |f| {
-            ns(&f["params"]["update"])["phase"] == "terminalQuiescence"
-        });
-    }
+    a.terminal(1);
     assert!(a.text().contains("noted"), "{}", a.text());
     a.cancel();
     let id = a.prompt("message the child again");

@@ -837,12 +837,16 @@ impl<'a> Worker<'a> {
             };
             self.count_answer(conv, &mut turn, &request_id, reply.usage);
             let kept = self.keep_reply(conv, &turn, reply, &announcer);
-            match after_reply(kept.calls.len(), kept.cut, self.steer_waiting(&kept)) {
-                AfterReply::CallAgain => {}
-                AfterReply::End(stop) => return Err(TurnOutcome::Completed(stop)),
-                AfterReply::RefuseCut => return Err(self.refuse_cut(conv, &mut announcer, &kept)),
-                AfterReply::RunCalls => self.run_calls(conv, &mut announcer, &kept)?,
-            }
+            let step = match after_reply(kept.calls.len(), kept.cut, self.steer_waiting(&kept)) {
+                AfterReply::CallAgain => Ok(()),
+                AfterReply::End(stop) => Err(TurnOutcome::Completed(stop)),
+                AfterReply::RefuseCut => Err(self.refuse_cut(conv, &mut announcer, &kept)),
+                AfterReply::RunCalls => self.run_calls(conv, &mut announcer, &kept),
+            };
+            // The reply's usage closes its step: after its calls ended (run, refused or
+            // cancelled), before the next model call or the prompt's answer.
+            self.emit(kept.usage);
+            step?;
         }
     }
 
@@ -1269,11 +1273,11 @@ pub(crate) enum AgentEvent {
         kind: DeltaKind,
         delta: String,
     },
-    /// A model reply's tool call, announced before the reply's `ContextUsage` and before any
-    /// of its calls runs (shown `pending` with `rawInput`): trajectory builders close a step
-    /// at each `usage_update`, so every call of a reply must be known by then. A call may be
-    /// announced more than once (while its arguments stream, then complete); the mapping
-    /// sends `tool_call` once per id and refines it with `tool_call_update`s.
+    /// A model reply's tool call, announced before any of its calls runs (shown `pending`
+    /// with `rawInput`); the reply's `ContextUsage` follows once all of them have ended, since
+    /// trajectory builders close a step at each `usage_update`. A call may be announced more
+    /// than once (while its arguments stream, then complete); the mapping sends `tool_call`
+    /// once per id and refines it with `tool_call_update`s.
     ToolAnnounced {
         id: String,
         name: String,

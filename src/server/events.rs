@@ -373,12 +373,7 @@ pub(crate) fn to_session_updates(event: &AgentEvent, state: &mut MappingState) -
             "content": [{ "type": "terminal", "terminalId": terminal_id }],
         })],
         AgentEvent::ToolApproved { id } => vec![tool_status(id, "in_progress")],
-        AgentEvent::ToolProgress { id, output } => vec![json!({
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": id,
-            "status": "in_progress",
-            "content": [text_content(output)],
-        })],
+        AgentEvent::ToolProgress { id, output } => vec![tool_progress(id, output)],
         AgentEvent::ToolEnd { id, name, result } => {
             state.announced.remove(id);
             state.detailed.remove(id);
@@ -764,6 +759,22 @@ fn tool_call(
     update
 }
 
+/// A running call's output so far, shown live in `content` (which each update replaces). Its
+/// `rawOutput` is the empty string: the model has been given nothing yet. Trajectory builders
+/// read `rawOutput` before `content` and count every update's output into the call's
+/// observation (Harbor's ACP → ATIF conversion does, `_stringify_tool_output`), so an empty
+/// one keeps the live tail out of it: the final update's `rawOutput.output` is the
+/// observation, once (docs/harnesses.md).
+fn tool_progress(id: &str, output: &str) -> Value {
+    json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": id,
+        "status": "in_progress",
+        "content": [text_content(output)],
+        "rawOutput": "",
+    })
+}
+
 fn tool_end(id: &str, name: &str, result: &ToolResultView) -> Value {
     let mut update = json!({
         "sessionUpdate": "tool_call_update",
@@ -876,6 +887,15 @@ mod tests {
                 ],
             ),
             (
+                AgentEvent::ToolProgress {
+                    id: "c1".into(),
+                    output: "hi\n".into(),
+                },
+                vec![
+                    json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","content":[{"type":"content","content":{"type":"text","text":"hi\n"}}],"rawOutput":""}),
+                ],
+            ),
+            (
                 AgentEvent::ToolEnd {
                     id: "c1".into(),
                     name: "bash".into(),
@@ -915,6 +935,75 @@ mod tests {
             &mut st,
         );
         assert!(!st.announced.contains("c1") && !st.detailed.contains("c1"));
+    }
+
+    /// Harbor's reading of a tool update's output (`_stringify_tool_output` in
+    /// `harbor.agents.installed.acp`, 0.25): `rawOutput.output` when a non-empty string, any
+    /// other non-object `rawOutput` as a string, else the text of `content`; every non-empty
+    /// one joins the call's observation.
+    fn harbor_output(update: &Value) -> Option<String> {
+        let text = match &update["rawOutput"] {
+            Value::Object(raw) => match raw.get("output") {
+                Some(Value::String(s)) if !s.is_empty() => return Some(s.clone()),
+                _ => None,
+            },
+            Value::Null => None,
+            Value::String(s) => Some(s.clone()),
+            other => Some(other.to_string()),
+        };
+        let text = text.unwrap_or_else(|| {
+            update["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["content"]["text"].as_str())
+                .collect()
+        });
+        (!text.is_empty()).then_some(text)
+    }
+
+    #[test]
+    fn a_call_s_output_reaches_a_trajectory_builder_once_and_an_editor_live() {
+        let mut st = MappingState::default();
+        let progress = |output: &str| AgentEvent::ToolProgress {
+            id: "c1".into(),
+            output: output.into(),
+        };
+        let text = |t: &str| ToolResultView {
+            text: Some(t.into()),
+            ..ToolResultView::default()
+        };
+        // (events of one call, what Harbor's observation of it holds): live output in
+        // `content` for editors, the model's result once.
+        let cases: Vec<(Vec<AgentEvent>, Vec<&str>)> = vec![
+            (vec![progress("a\n"), progress("a\nb\n")], vec!["a\nb\n"]),
+            (vec![progress("partial")], vec!["partial, then cut"]),
+            (vec![], vec!["no progress"]),
+            (vec![progress("x")], vec![]),
+        ];
+        for (i, (events, want)) in cases.into_iter().enumerate() {
+            let end = AgentEvent::ToolEnd {
+                id: "c1".into(),
+                name: "bash".into(),
+                result: match want.first() {
+                    Some(t) => text(t),
+                    None => ToolResultView::default(),
+                },
+            };
+            let updates: Vec<Value> = events
+                .iter()
+                .chain([&end])
+                .flat_map(|e| to_session_updates(e, &mut st))
+                .collect();
+            for (update, event) in updates.iter().zip(&events) {
+                let AgentEvent::ToolProgress { output, .. } = event else {
+                    unreachable!()
+                };
+                assert_eq!(update["content"][0]["content"]["text"], *output, "case {i}");
+            }
+            let seen: Vec<String> = updates.iter().filter_map(harbor_output).collect();
+            assert_eq!(seen, want, "case {i}: {updates:?}");
+        }
     }
 
     #[test]

@@ -899,11 +899,8 @@ impl Session {
         if self.active.is_some() || self.closing.is_some() {
             return;
         }
-        // Outstanding first: it takes the family lock, so a child that just finished has also
-        // finished putting its completion notice in the inbox.
-        let outstanding = self.workers.outstanding();
         let inbox_waiting = self.workers.inbox_waiting();
-        if outstanding == 0 && !inbox_waiting && self.follow_ups.is_empty() {
+        if self.quiescent() {
             if let Some(pending) = self.pending_terminal.take() {
                 self.publish_terminal(pending, out);
             }
@@ -927,6 +924,16 @@ impl Session {
             };
             self.start_turn(None, TurnInput::Prompt(prompt), out);
         }
+    }
+
+    /// No work of the last prompt turn is left: no subagent outstanding, nothing in the main
+    /// agent's inbox, no follow-up due (the turn's terminal-quiescence update is due).
+    fn quiescent(&self) -> bool {
+        // Outstanding first: it takes the family lock, so a child that just finished has also
+        // finished putting its completion notice in the inbox.
+        self.workers.outstanding() == 0
+            && !self.workers.inbox_waiting()
+            && self.follow_ups.is_empty()
     }
 
     fn publish_terminal(&mut self, pending: PendingTerminal, out: &mut Vec<Action>) {
@@ -1216,11 +1223,19 @@ impl Session {
         self.publish(boundary, id, Phase::ResponseBoundary, Some(ok), out);
         let completion = self.quiescence_update();
         self.publish(completion, id, Phase::Event, None, out);
-        out.push(Action::Respond(request, result));
-        self.pending_terminal = Some(PendingTerminal {
+        let pending = PendingTerminal {
             prompt_turn_id: id,
             ok,
-        });
+        };
+        // Already quiescent (the usual case): the terminal update goes just before the
+        // response, so a client that reads the updates it has when the response arrives sees
+        // it (verifiers' PrimeAgentHarness does). Otherwise it follows when the work settles.
+        if self.quiescent() {
+            self.publish_terminal(pending, out);
+        } else {
+            self.pending_terminal = Some(pending);
+        }
+        out.push(Action::Respond(request, result));
         self.advance(out);
     }
 }
@@ -1370,7 +1385,9 @@ mod tests {
             self.workers.outstanding.store(1, Ordering::SeqCst);
             self.turn(t, done());
             let tail = self.take();
+            // A child still runs: no terminal update yet, the response goes first.
             assert_eq!(tail.len(), 3, "boundary, completion, response: {tail:?}");
+            assert!(tail[2].starts_with("respond 1"), "{tail:?}");
             self.prompt(2, "next");
             assert!(self.take().is_empty(), "prompt 2 waits");
         }
@@ -1424,14 +1441,16 @@ mod tests {
             }),
         );
         h.turn(t, done());
+        // Nothing outstanding: the terminal update goes just before the response
+        // (docs/harnesses.md, verifiers reads the updates it has when the response arrives).
         assert_eq!(
             h.take(),
             [
                 "chunk Hi seq=2",
                 "update session_info_update responseBoundary turn=1 seq=3",
                 "update session_info_update event turn=1 seq=4",
-                r#"respond 1 {"stopReason":"end_turn"}"#,
                 "update session_info_update terminalQuiescence turn=1 seq=5",
+                r#"respond 1 {"stopReason":"end_turn"}"#,
             ]
         );
         // A stale message of the finished turn is dropped.

@@ -571,6 +571,21 @@ impl Agent {
             .collect()
     }
 
+    /// Prompt turn `turn`'s `terminalQuiescence` update: seen already (a turn settled when it
+    /// is answered sends it just before its response), or waited for (one whose subagents were
+    /// still working sends it once they settle).
+    pub fn terminal(&mut self, turn: u64) -> Value {
+        let is =
+            |u: &Value| ns(u)["phase"] == "terminalQuiescence" && ns(u)["promptTurnId"] == turn;
+        if let Some(u) = self.updates().into_iter().find(|u| is(u)) {
+            return u;
+        }
+        let frame = self.wait_for("the terminal update", |f| {
+            f["method"] == "session/update" && is(&f["params"]["update"])
+        });
+        frame["params"]["update"].clone()
+    }
+
     /// Concatenated `agent_message_chunk` text seen so far.
     pub fn text(&self) -> String {
         self.updates()

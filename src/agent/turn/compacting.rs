@@ -21,14 +21,22 @@ impl Worker<'_> {
 
     /// Tells the client (and the kernel's `compact.status()`) what the context holds now.
     pub(super) fn report_usage(&self, conv: &Conversation, provider: &dyn Provider) {
+        let usage = self.measure_usage(conv, provider);
+        self.emit(usage);
+    }
+
+    /// What the context holds now: told to the kernel's `compact.status()` at once, and
+    /// returned as the event that tells the client, for the caller to send when it is due (a
+    /// reply's usage goes after its tool calls have ended, `Worker::run`).
+    pub(super) fn measure_usage(&self, conv: &Conversation, provider: &dyn Provider) -> AgentEvent {
         let (used, size) = self.context_usage(conv, provider);
         self.ctx.compaction.set_usage(used, size);
-        self.emit(AgentEvent::ContextUsage {
+        AgentEvent::ContextUsage {
             used,
             size,
             cost: provider.prices().map(|_| conv.compaction.cost),
             children: (!conv.children.is_empty()).then_some(conv.children),
-        });
+        }
     }
 
     fn settings(&self) -> compaction::Settings {

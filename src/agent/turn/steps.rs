@@ -67,6 +67,10 @@ pub(super) struct Kept {
     /// Calls whose arguments are unusable, with the result each gets instead (by call id).
     unusable: Vec<(String, String)>,
     pub cut: bool,
+    /// The reply's `ContextUsage`, measured when the reply joined the history and sent once
+    /// its calls have ended (`Worker::run`): trajectory builders close a step at each
+    /// `usage_update`, so one reply's step holds its text, its calls and their results.
+    pub usage: AgentEvent,
 }
 
 impl Kept {
@@ -375,9 +379,9 @@ impl<'a> Worker<'a> {
         super::attribution::fold(&self.ctx.usage, conv, self.guard.unattended());
     }
 
-    /// The reply joins the history and the file. Its calls are shown before its usage
-    /// (trajectory builders close a step at each usage update, so every call of a reply must
-    /// be known by then), and calls shown while it streamed that it does not hold end failed.
+    /// The reply joins the history and the file. Its calls are shown (`pending`, with their
+    /// arguments) before any of them runs, and calls shown while it streamed that it does not
+    /// hold end failed. Its usage is measured now and sent by the caller after its calls end.
     pub(super) fn keep_reply(
         &self,
         conv: &mut Conversation,
@@ -397,13 +401,14 @@ impl<'a> Worker<'a> {
                 self.announce(call);
             }
         }
-        self.report_usage(conv, &*turn.provider);
+        let usage = self.measure_usage(conv, &*turn.provider);
         conv.persist();
         self.close_announced(announcer, &calls, CALL_DROPPED);
         Kept {
             calls,
             unusable,
             cut,
+            usage,
         }
     }
 
