@@ -110,7 +110,8 @@ fn the_crate_builds_json_with_its_own_macro() {
             let path = entry.expect("entry").path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/base/json.rs")
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && !path.ends_with("src/base/json.rs")
             {
                 let text = std::fs::read_to_string(&path).expect("source");
                 for (i, line) in text.lines().enumerate() {

@@ -814,6 +814,8 @@ impl<'a> Worker<'a> {
             cwd: &self.agent.cwd,
             timeout: None,
             abort: self.abort,
+            // The user's own command (`!cmd`), not the model's: never sandboxed.
+            sandbox: None,
         };
         let result = process::run(&spec, &mut |r| {
             let chunk = if r.skipped > 0 {
@@ -1059,6 +1061,21 @@ impl<'a> Worker<'a> {
         });
     }
 
+    /// The sandbox a call runs in: the session's (its host's), else the start-up one. A
+    /// `write` or `edit` the user approved when asked (in `ask`, only a change outside the
+    /// sandbox asks) runs as approved.
+    fn call_sandbox(&self, tool: &str, asked: bool) -> crate::base::sandbox::Sandbox {
+        let sandbox = self
+            .agent
+            .host
+            .sandbox()
+            .unwrap_or_else(|| self.agent.kernel_env.sandbox.clone());
+        if asked && matches!(tool, "write" | "edit") {
+            return sandbox.with_mode(crate::base::sandbox::Mode::Off);
+        }
+        sandbox
+    }
+
     /// Runs one call; also returns how it was shown (the session file keeps that).
     fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Shown) {
         let mcp_tool = self.mcp_tool(call);
@@ -1132,6 +1149,7 @@ impl<'a> Worker<'a> {
                         terminal_id: terminal_id.to_owned(),
                     });
                 };
+                let sandbox = self.call_sandbox(&call.name, asked);
                 let mut ctx = ToolContext {
                     cwd: &self.agent.cwd,
                     abort: self.abort,
@@ -1139,6 +1157,7 @@ impl<'a> Worker<'a> {
                     files: self.agent.host.files(),
                     terminal: self.agent.host.terminal(),
                     on_terminal: &mut on_terminal,
+                    sandbox: &sandbox,
                 };
                 tool.run(&call.arguments, &mut ctx)
             }

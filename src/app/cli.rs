@@ -16,6 +16,7 @@ Usage: prime-agent [--mode acp] [options]
        prime-agent model list [search]                 (the models you have keys for)
        prime-agent session export <id|path> [out.html] (a stored session as one HTML page)
        prime-agent schedule add|list|remove ...        (scheduled prompts of stored sessions)
+       prime-agent sandbox                             (the Landlock ABI the sandbox finds)
 
 Options:
   --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
@@ -44,6 +45,11 @@ Options:
   -np, --no-prompt-templates         Do not discover prompt templates
   --permission-mode <mode>           full-access (default), ask (approve writes, edits,
                                      commands and MCP calls in the client), read-only
+  --sandbox <mode>                   off (default), read-only or workspace-write: hold the
+                                     model's commands, cells and writes to it (Linux Landlock;
+                                     docs/sandbox.md)
+  --sandbox-writable <path>          Another root workspace-write may write (repeatable)
+  --sandbox-network <on|off>         TCP in the sandbox (default: off)
   --client-terminal                  Run bash in the client's terminal when it offers one
   --multi-session                    Host several sessions on one connection, each in the cwd
                                      its session/new names (PRIME_AGENT_MULTI_SESSION=1)
@@ -137,6 +143,12 @@ pub struct Config {
     pub model_thinking: Option<Thinking>,
     /// `--max-model-calls` (`Some(0)`: no cap, even headless).
     pub(crate) max_model_calls: Option<u64>,
+    /// `--sandbox`: the id of a valid mode.
+    pub sandbox: Option<String>,
+    /// `--sandbox-writable` (repeatable).
+    pub sandbox_writable: Vec<PathBuf>,
+    /// `--sandbox-network on|off`.
+    pub sandbox_network: Option<bool>,
     /// Non-fatal diagnostics (positional arguments ACP mode ignores) to log at start-up.
     pub warnings: Vec<String>,
 }
@@ -337,6 +349,27 @@ fn apply_flag(
             }
             cfg.permission_mode = Some(mode);
         }
+        "--sandbox" => {
+            let mode = cursor.value("--sandbox")?;
+            if crate::base::sandbox::Mode::parse(&mode).is_none() {
+                return Err(crate::base::sandbox::unknown_mode(&mode));
+            }
+            cfg.sandbox = Some(mode);
+        }
+        "--sandbox-writable" => cfg
+            .sandbox_writable
+            .push(PathBuf::from(cursor.value("--sandbox-writable")?)),
+        "--sandbox-network" => {
+            cfg.sandbox_network = Some(match cursor.value("--sandbox-network")?.as_str() {
+                "on" => true,
+                "off" => false,
+                other => {
+                    return Err(format!(
+                        "Invalid --sandbox-network \"{other}\". Valid values: on, off"
+                    ))
+                }
+            })
+        }
         "--cwd" => cfg.cwd = Some(PathBuf::from(cursor.value("--cwd")?)),
         "-t" | "--tools" => {
             let list = cursor.value("--tools")?;
@@ -413,6 +446,9 @@ const LONG_FLAGS: &[&str] = &[
     "--multi-session",
     "--client-terminal",
     "--permission-mode",
+    "--sandbox",
+    "--sandbox-writable",
+    "--sandbox-network",
     "--cwd",
     "--tools",
     "--no-tools",

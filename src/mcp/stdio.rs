@@ -75,7 +75,7 @@ impl StdioTransport {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let (mut child, pgid) = spawn::spawn_group(&mut cmd, None)
+        let (mut child, pgid) = spawn::spawn_group(&mut cmd, None, None)
             .map_err(|e| McpError::Transport(format!("cannot start {command}: {e}")))?;
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
