@@ -90,10 +90,12 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         },
         &mut |w| log::warn!("{w}"),
     ));
+    // Before the provider: a sandbox that cannot be had is the first thing to hear of.
+    let sandbox = sandbox_config(cfg, &settings, &dir, &cwd)?;
     let (provider, models, level) = build_provider(cfg, &dir, &settings)?;
     let tools = tool_choice(cfg)?;
     let mut kernel_env = kernel_env(dir.clone(), &settings, &resources);
-    kernel_env.sandbox = sandbox_config(cfg, &settings, &dir, &cwd)?;
+    kernel_env.sandbox = sandbox;
     let permission_mode = cfg
         .permission_mode
         .as_deref()
