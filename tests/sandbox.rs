@@ -3,7 +3,7 @@
 //! succeeds with `--sandbox off`), the usual work inside it, and the honest refusals.
 //! Skipped (with a `skipped:` line) where this kernel has no Landlock.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Stdio;
@@ -21,8 +21,7 @@ fn landlock(test: &str) -> bool {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
-        eprintln!("skipped: {test}: {}", text.trim());
-        println!("skipped: {test}: {}", text.trim());
+        let _ = writeln!(std::io::stderr(), "skipped: {test}: {}", text.trim());
         return false;
     }
     assert!(text.starts_with("sandbox: Landlock ABI "), "{text}");
@@ -235,7 +234,10 @@ fn every_escape_fails_inside_the_sandbox_and_works_without_it() {
         try_each("escape-in", port, &["--sandbox", "workspace-write"])
     {
         let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-        println!("sandbox escape: {name}: blocked ({first})");
+        let _ = writeln!(
+            std::io::stderr(),
+            "sandbox escape: {name}: blocked ({first})"
+        );
         assert!(!got_out, "{name} got out of the sandbox: {text}");
         // The clear error: the OS's "Permission denied" (or the write tool's sandbox text).
         assert!(
@@ -251,7 +253,10 @@ fn every_escape_fails_inside_the_sandbox_and_works_without_it() {
         );
     }
     for (name, is_error, text, got_out) in try_each("escape-off", port, &["--sandbox", "off"]) {
-        println!("sandbox escape: {name}: works with --sandbox off ({got_out})");
+        let _ = writeln!(
+            std::io::stderr(),
+            "sandbox escape: {name}: got out with --sandbox off: {got_out}"
+        );
         assert!(got_out, "{name} did not work without the sandbox: {text}");
         assert!(!is_error, "{name}: {text}");
     }
