@@ -321,7 +321,7 @@ fn sandboxed_commands_have_no_new_privileges() {
     let (_, calls, err) = run_calls(
         &l.dir,
         &l.work,
-        &[call.clone()],
+        std::slice::from_ref(&call),
         &["--sandbox", "read-only"],
     );
     assert!(calls[0].text.contains("NoNewPrivs:\t1"), "{calls:?} {err}");
