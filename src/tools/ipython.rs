@@ -147,12 +147,23 @@ impl IpythonTool {
                 .map_or_else(|| self.harness_dir.clone(), PathBuf::from),
         ];
         dirs.extend(self.state_dir.clone());
-        dirs.retain(|d| std::fs::create_dir_all(d).is_ok());
+        // Private, as the kernel makes them (tests/secrets.rs).
+        dirs.retain(|d| {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .is_ok()
+        });
         dirs
     }
 
     fn config(&self, cwd: &Path, restore: bool, sandbox: &Sandbox) -> Result<KernelConfig, String> {
-        let policy = sandbox.policy(cwd, &self.own_dirs())?.map(Arc::new);
+        let policy = match sandbox.is_on() {
+            true => sandbox.policy(cwd, &self.own_dirs())?.map(Arc::new),
+            false => None,
+        };
         let env = &self.env;
         let path = |p: &Path| p.display().to_string();
         let mut cfg = KernelConfig {
