@@ -540,3 +540,81 @@ fn sandbox_misconfiguration_fails_start_up() {
     assert_eq!(code, Some(1));
     assert!(err.contains("/no/such/dir"), "{err}");
 }
+
+/// The `sandbox` config option (offered when the agent was started with `--sandbox`): a
+/// switch applies from the next call, and a running kernel is replaced by one in the new
+/// sandbox (its result says so).
+#[test]
+fn the_sandbox_option_switches_the_next_call() {
+    if !landlock("the_sandbox_option_switches_the_next_call") {
+        return;
+    }
+    let l = layout("option");
+    let o = l.out.display().to_string();
+    let write = |name: &str| bash(&format!("echo x > {o}/{name} && echo wrote"));
+    let lines = [
+        json!({"steps": [{"tool_call": write("first.txt")}]}),
+        json!({"steps": [{"tool_call": cell("x = 1")}]}),
+        json!({"text": "one"}),
+        json!({"steps": [{"tool_call": write("second.txt")}]}),
+        json!({"steps": [{"tool_call": cell(&format!("open('{o}/cell.txt', 'w').write('x')"))}]}),
+        json!({"text": "two"}),
+    ];
+    let script = script_file(&l.dir, &lines);
+    let mut a = Agent::spawn(Spawn {
+        cwd: Some(l.work.clone()),
+        ..Spawn::scripted(&script, &["--sandbox", "off"])
+    });
+    a.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let cwd = l.work.display().to_string();
+    let r = a.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_owned();
+    a.session_id = Some(sid.clone());
+    let option = r["result"]["configOptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "sandbox")
+        .cloned()
+        .unwrap_or_else(|| panic!("no sandbox option: {r}"));
+    assert_eq!(option["currentValue"], "off");
+    assert_eq!(option["options"].as_array().unwrap().len(), 3, "{option}");
+    assert_eq!(a.prompt_stop("one"), "end_turn");
+    assert!(l.out.join("first.txt").exists());
+    let r = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "sandbox", "value": "workspace-write"}),
+    );
+    let current = r["result"]["configOptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "sandbox")
+        .map(|o| o["currentValue"].clone());
+    assert_eq!(current, Some(json!("workspace-write")), "{r}");
+    let r = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "sandbox", "value": "strict"}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(a.prompt_stop("two"), "end_turn");
+    assert!(!l.out.join("second.txt").exists());
+    assert!(!l.out.join("cell.txt").exists());
+    let results: Vec<String> = a
+        .seen
+        .iter()
+        .filter(|f| f["params"]["update"]["sessionUpdate"] == "tool_call_update")
+        .filter_map(|f| f["params"]["update"]["rawOutput"]["output"].as_str())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        results.iter().any(
+            |t| t.contains("restarted because the session's sandbox changed")
+                && t.contains("Permission denied")
+        ),
+        "{results:?}"
+    );
+}
