@@ -21,11 +21,7 @@ fn ms(d: Duration) -> String {
 
 fn main() -> Result<(), String> {
     let python = find_python().ok_or("no python3")?;
-    let cfg = KernelConfig {
-        python: python.clone(),
-        cwd: std::env::temp_dir(),
-        env: Vec::new(),
-    };
+    let cfg = KernelConfig::new(python.clone(), std::env::temp_dir(), Vec::new());
     let start =
         |abort: &AbortFlag| Kernel::start(&cfg, Arc::new(DefaultHostHandler::default()), abort);
     let mut out = std::io::stdout();

@@ -45,7 +45,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Runs one prompt without an ACP client (`-p/--print`, `--mode json`); returns the exit code
 /// (0 `end_turn`, 1 failure, 2 a hit limit).
 pub fn run_headless(cfg: &Config) -> Result<u8, String> {
-    app::headless::run(cfg, VERSION)
+    let code = app::headless::run(cfg, VERSION);
+    base::sandbox::remove_private_tmp();
+    code
 }
 
 /// Runs `prime-agent model|session|schedule …` (stdout, no ACP); returns the exit code.
@@ -79,5 +81,6 @@ pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
     if let Err(e) = io_threads.join() {
         log::debug!("writer ended with {e}");
     }
+    base::sandbox::remove_private_tmp();
     Ok(exit)
 }

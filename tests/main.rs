@@ -34,6 +34,7 @@ mod refine;
 mod reliability;
 mod responses;
 mod resume;
+mod sandbox;
 mod secrets;
 mod sessions;
 mod skills;

@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::base::json::json;
 use serde_json::Value;
 
+use crate::base::sandbox::Sandbox;
 use crate::tools::resolve_path;
 
 /// The config option id (and category) of the permission mode.
@@ -190,13 +191,39 @@ pub(crate) enum Decision {
     Ask(Scope),
 }
 
+/// Whether the call stays inside the session's sandbox (`contained`): a command or a cell
+/// (the OS holds them to it, whatever they try), or a write or edit of a path it may write.
+/// Every other call (MCP, a write outside) is not.
+pub(crate) fn contained(sandbox: &Sandbox, tool: &str, args: &Value, cwd: &Path) -> bool {
+    if !sandbox.is_on() {
+        return false;
+    }
+    match tool {
+        "bash" | "ipython" => true,
+        "write" | "edit" => {
+            let path = args.get("path").and_then(Value::as_str).unwrap_or("");
+            sandbox.may_write(cwd, &resolve_path(cwd, path)).is_ok()
+        }
+        _ => false,
+    }
+}
+
 /// The mode's and the remembered answers' verdict on a call (`guarded` from `guard`).
-pub(crate) fn decide(mode: Mode, rules: &Rules, tool: &str, guarded: Option<&Guarded>) -> Decision {
+/// `contained`: the call cannot leave the session's sandbox (`contained`); then `read-only`
+/// and `ask` let it run (a rejection remembered for it still holds).
+pub(crate) fn decide(
+    mode: Mode,
+    rules: &Rules,
+    tool: &str,
+    guarded: Option<&Guarded>,
+    contained: bool,
+) -> Decision {
     let Some(g) = guarded else {
         return Decision::Run;
     };
     match mode {
         Mode::FullAccess => Decision::Run,
+        Mode::ReadOnly if contained => Decision::Run,
         Mode::ReadOnly => Decision::Refuse(format!(
             "{tool} did not run: the session is in read-only mode, where tools may read files but not change them or run commands. Ask the user to switch the permission mode if this is needed."
         )),
@@ -204,6 +231,7 @@ pub(crate) fn decide(mode: Mode, rules: &Rules, tool: &str, guarded: Option<&Gua
             "{tool} did not run: the user rejected {} for the rest of this session.",
             g.scope.describe()
         )),
+        Mode::Ask if contained => Decision::Run,
         Mode::Ask if !g.compound && rules.allowed.contains(&g.scope) => Decision::Run,
         Mode::Ask => Decision::Ask(g.scope.clone()),
     }
@@ -327,6 +355,40 @@ mod tests {
     }
 
     #[test]
+    fn a_call_contained_by_the_sandbox_runs_in_read_only_and_ask() {
+        let sb = Sandbox {
+            mode: crate::base::sandbox::Mode::WorkspaceWrite,
+            ..Sandbox::default()
+        };
+        let cwd = std::env::temp_dir();
+        let cmd = json!({"command": "rm -rf /"});
+        assert!(contained(&sb, "bash", &cmd, &cwd));
+        assert!(contained(&sb, "ipython", &json!({"code": "1"}), &cwd));
+        assert!(contained(&sb, "write", &json!({"path": "a.txt"}), &cwd));
+        assert!(!contained(&sb, "write", &json!({"path": "/etc/x"}), &cwd));
+        assert!(!contained(&sb, "mcp_call_web", &json!({}), &cwd));
+        assert!(!contained(&Sandbox::default(), "bash", &cmd, &cwd));
+        let g = guard("bash", &cmd, &cwd, &[]);
+        let mut rules = Rules::default();
+        for mode in [Mode::ReadOnly, Mode::Ask, Mode::FullAccess] {
+            assert_eq!(
+                decide(mode, &rules, "bash", g.as_ref(), true),
+                Decision::Run
+            );
+        }
+        assert!(matches!(
+            decide(Mode::Ask, &rules, "bash", g.as_ref(), false),
+            Decision::Ask(_)
+        ));
+        let scope = g.as_ref().unwrap().scope.clone();
+        let _ = apply(&mut rules, "bash", &scope, &Answer::RejectAlways);
+        assert!(matches!(
+            decide(Mode::Ask, &rules, "bash", g.as_ref(), true),
+            Decision::Refuse(_)
+        ));
+    }
+
+    #[test]
     fn what_each_tool_is_guarded_by() {
         let cmd = |w: &str, compound| {
             Some(Guarded {
@@ -405,12 +467,19 @@ mod tests {
         let git_pipe = g("bash", json!({"command": "git log | sh"}));
         let mut rules = Rules::default();
         assert_eq!(
-            decide(Mode::FullAccess, &rules, "bash", git.as_ref()),
+            decide(Mode::FullAccess, &rules, "bash", git.as_ref(), false),
             Decision::Run
         );
-        assert_eq!(decide(Mode::Ask, &rules, "read", None), Decision::Run);
-        assert_eq!(decide(Mode::ReadOnly, &rules, "read", None), Decision::Run);
-        let Decision::Refuse(text) = decide(Mode::ReadOnly, &rules, "bash", git.as_ref()) else {
+        assert_eq!(
+            decide(Mode::Ask, &rules, "read", None, false),
+            Decision::Run
+        );
+        assert_eq!(
+            decide(Mode::ReadOnly, &rules, "read", None, false),
+            Decision::Run
+        );
+        let Decision::Refuse(text) = decide(Mode::ReadOnly, &rules, "bash", git.as_ref(), false)
+        else {
             panic!()
         };
         assert!(
@@ -419,7 +488,7 @@ mod tests {
         );
         let scope = Scope::Command("git".into());
         assert_eq!(
-            decide(Mode::Ask, &rules, "bash", git.as_ref()),
+            decide(Mode::Ask, &rules, "bash", git.as_ref(), false),
             Decision::Ask(scope.clone())
         );
         assert_eq!(
@@ -427,7 +496,7 @@ mod tests {
             Ok(())
         );
         assert_eq!(
-            decide(Mode::Ask, &rules, "bash", git.as_ref()),
+            decide(Mode::Ask, &rules, "bash", git.as_ref(), false),
             Decision::Ask(scope.clone())
         );
         assert_eq!(
@@ -435,19 +504,19 @@ mod tests {
             Ok(())
         );
         assert_eq!(
-            decide(Mode::Ask, &rules, "bash", git.as_ref()),
+            decide(Mode::Ask, &rules, "bash", git.as_ref(), false),
             Decision::Run
         );
         // The first word does not vouch for what follows it.
         assert_eq!(
-            decide(Mode::Ask, &rules, "bash", git_pipe.as_ref()),
+            decide(Mode::Ask, &rules, "bash", git_pipe.as_ref(), false),
             Decision::Ask(scope.clone())
         );
         // Other commands are still asked about; a rejection for always refuses without asking.
         let rm = g("bash", json!({"command": "rm x"}));
         let rm_scope = Scope::Command("rm".into());
         assert_eq!(
-            decide(Mode::Ask, &rules, "bash", rm.as_ref()),
+            decide(Mode::Ask, &rules, "bash", rm.as_ref(), false),
             Decision::Ask(rm_scope.clone())
         );
         let err = apply(&mut rules, "bash", &rm_scope, &Answer::RejectAlways).unwrap_err();
@@ -456,7 +525,7 @@ mod tests {
             "bash did not run: the user rejected `rm` commands for the rest of this session."
         );
         assert_eq!(
-            decide(Mode::Ask, &rules, "bash", rm.as_ref()),
+            decide(Mode::Ask, &rules, "bash", rm.as_ref(), false),
             Decision::Refuse(err)
         );
         let err = apply(&mut rules, "bash", &rm_scope, &Answer::RejectOnce).unwrap_err();

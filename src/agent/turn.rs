@@ -873,6 +873,8 @@ impl<'a> Worker<'a> {
             cwd: &self.agent.cwd,
             timeout: None,
             abort: self.abort,
+            // The user's own command (`!cmd`), not the model's: never sandboxed.
+            sandbox: None,
         };
         let result = process::run(&spec, &mut |r| {
             let chunk = if r.skipped > 0 {
@@ -1131,6 +1133,54 @@ impl<'a> Worker<'a> {
         });
     }
 
+    /// The sandbox a call runs in: the session's (its host's), else the start-up one. A
+    /// `write` or `edit` the user approved when asked (in `ask`, only a change outside the
+    /// sandbox asks) runs as approved.
+    fn call_sandbox(&self, tool: &str, asked: bool) -> crate::base::sandbox::Sandbox {
+        let sandbox = self
+            .agent
+            .host
+            .sandbox()
+            .unwrap_or_else(|| self.agent.kernel_env.sandbox.clone());
+        if asked && matches!(tool, "write" | "edit") {
+            return sandbox.with_mode(crate::base::sandbox::Mode::Off);
+        }
+        sandbox
+    }
+
+    /// Runs an allowed call, its progress and terminal shown as they come.
+    fn execute(&self, tool: &dyn crate::tools::Tool, call: &ToolCall, asked: bool) -> ToolOutput {
+        let mut last_emit: Option<Instant> = None;
+        let id = call.id.clone();
+        let mut progress = |so_far: &str| {
+            if last_emit.is_some_and(|t| t.elapsed() < PROGRESS_INTERVAL) {
+                return;
+            }
+            last_emit = Some(Instant::now());
+            self.emit(AgentEvent::ToolProgress {
+                id: id.clone(),
+                output: tail_bytes(so_far, PROGRESS_TAIL_BYTES).to_owned(),
+            });
+        };
+        let mut on_terminal = |terminal_id: &str| {
+            self.emit(AgentEvent::ToolTerminal {
+                id: call.id.clone(),
+                terminal_id: terminal_id.to_owned(),
+            });
+        };
+        let sandbox = self.call_sandbox(&call.name, asked);
+        let mut ctx = ToolContext {
+            cwd: &self.agent.cwd,
+            abort: self.abort,
+            progress: &mut progress,
+            files: self.agent.host.files(),
+            terminal: self.agent.host.terminal(),
+            on_terminal: &mut on_terminal,
+            sandbox: &sandbox,
+        };
+        tool.run(&call.arguments, &mut ctx)
+    }
+
     /// Runs one call; also returns how it was shown (the session file keeps that).
     fn run_tool(&self, call: &ToolCall) -> (ToolOutput, Shown) {
         let mcp_tool = self.mcp_tool(call);
@@ -1185,35 +1235,7 @@ impl<'a> Worker<'a> {
                 call.name,
                 self.ctx.tools.names().join(", ")
             )),
-            (Some(tool), Approval::Allowed) => {
-                let mut last_emit: Option<Instant> = None;
-                let id = call.id.clone();
-                let mut progress = |so_far: &str| {
-                    if last_emit.is_some_and(|t| t.elapsed() < PROGRESS_INTERVAL) {
-                        return;
-                    }
-                    last_emit = Some(Instant::now());
-                    self.emit(AgentEvent::ToolProgress {
-                        id: id.clone(),
-                        output: tail_bytes(so_far, PROGRESS_TAIL_BYTES).to_owned(),
-                    });
-                };
-                let mut on_terminal = |terminal_id: &str| {
-                    self.emit(AgentEvent::ToolTerminal {
-                        id: call.id.clone(),
-                        terminal_id: terminal_id.to_owned(),
-                    });
-                };
-                let mut ctx = ToolContext {
-                    cwd: &self.agent.cwd,
-                    abort: self.abort,
-                    progress: &mut progress,
-                    files: self.agent.host.files(),
-                    terminal: self.agent.host.terminal(),
-                    on_terminal: &mut on_terminal,
-                };
-                tool.run(&call.arguments, &mut ctx)
-            }
+            (Some(tool), Approval::Allowed) => self.execute(tool, call, asked),
         };
         if let Some(entries) = &output.plan {
             // The whole list every time: the client replaces its plan (ACP `plan`).

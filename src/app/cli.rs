@@ -16,6 +16,7 @@ Usage: prime-agent [--mode acp] [options]
        prime-agent model list [search]                 (the models you have keys for)
        prime-agent session export <id|path> [out.html] (a stored session as one HTML page)
        prime-agent schedule add|list|remove ...        (scheduled prompts of stored sessions)
+       prime-agent sandbox                             (the Landlock ABI the sandbox finds)
 
 Options:
   --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
@@ -44,6 +45,11 @@ Options:
   -np, --no-prompt-templates         Do not discover prompt templates
   --permission-mode <mode>           full-access (default), ask (approve writes, edits,
                                      commands and MCP calls in the client), read-only
+  --sandbox <mode>                   off (default), read-only or workspace-write: hold the
+                                     model's commands, cells and writes to it (Linux Landlock;
+                                     docs/sandbox.md)
+  --sandbox-writable <path>          Another root workspace-write may write (repeatable)
+  --sandbox-network <on|off>         TCP in the sandbox (default: off)
   --client-terminal                  Run bash in the client's terminal when it offers one
   --multi-session                    Host several sessions on one connection, each in the cwd
                                      its session/new names (PRIME_AGENT_MULTI_SESSION=1)
@@ -137,6 +143,12 @@ pub struct Config {
     pub model_thinking: Option<Thinking>,
     /// `--max-model-calls` (`Some(0)`: no cap, even headless).
     pub(crate) max_model_calls: Option<u64>,
+    /// `--sandbox`: the id of a valid mode.
+    pub sandbox: Option<String>,
+    /// `--sandbox-writable` (repeatable).
+    pub sandbox_writable: Vec<PathBuf>,
+    /// `--sandbox-network on|off`.
+    pub sandbox_network: Option<bool>,
     /// Non-fatal diagnostics (positional arguments ACP mode ignores) to log at start-up.
     pub warnings: Vec<String>,
 }
@@ -241,6 +253,9 @@ fn apply_flag(
     cursor: &mut Cursor<'_>,
     flag: &str,
 ) -> Result<Option<Command>, String> {
+    if autonomy_flag(cfg, cursor, flag)? || safety_flag(cfg, cursor, flag)? {
+        return Ok(None);
+    }
     match flag {
         "-h" | "--help" => return Ok(Some(Command::Help)),
         "-v" | "--version" => return Ok(Some(Command::Version)),
@@ -285,59 +300,9 @@ fn apply_flag(
                 _ => return Err("--context-window must be a positive integer".to_owned()),
             }
         }
-        "--autonomous" => cfg.autonomy.enabled = true,
-        "--autonomous-gate" => {
-            let command = cursor.value("--autonomous-gate")?;
-            cfg.autonomy.enabled = true;
-            cfg.autonomy.gates.commands.push(command);
-        }
-        "--autonomous-gate-retries"
-        | "--autonomous-gate-timeout-ms"
-        | "--autonomous-max-continuations"
-        | "--autonomous-max-turns"
-        | "--autonomous-max-tokens"
-        | "--autonomous-timeout-ms" => {
-            let n = positive(flag, &cursor.value(flag)?)?;
-            let a = &mut cfg.autonomy;
-            a.enabled = true;
-            match flag {
-                "--autonomous-gate-retries" => a.gates.max_retries = n,
-                "--autonomous-gate-timeout-ms" => a.gates.timeout = Duration::from_millis(n),
-                "--autonomous-max-continuations" => a.max_continuations = n,
-                "--autonomous-max-turns" => a.max_turns = n,
-                "--autonomous-max-tokens" => a.max_tokens = n,
-                _ => a.timeout = Duration::from_millis(n),
-            }
-        }
-        "--goal" => {
-            let objective = cursor.value("--goal").unwrap_or_default();
-            if objective.trim().is_empty() {
-                return Err("--goal requires a non-empty objective".to_owned());
-            }
-            cfg.goal = Some(objective.trim().to_owned());
-        }
-        "--max-model-calls" => {
-            let raw = cursor.value("--max-model-calls")?;
-            cfg.max_model_calls = Some(
-                raw.trim()
-                    .parse()
-                    .map_err(|_| "--max-model-calls must be a non-negative integer".to_owned())?,
-            );
-        }
-        "--goal-token-budget" => {
-            let raw = cursor.value("--goal-token-budget")?;
-            cfg.goal_token_budget = Some(positive("--goal-token-budget", &raw)?);
-        }
         "--script" => cfg.script = Some(PathBuf::from(cursor.value("--script")?)),
         "--multi-session" => cfg.multi_session = true,
         "--client-terminal" => cfg.client_terminal = true,
-        "--permission-mode" => {
-            let mode = cursor.value("--permission-mode")?;
-            if crate::agent::permissions::Mode::parse(&mode).is_none() {
-                return Err(crate::agent::permissions::unknown_mode(&mode));
-            }
-            cfg.permission_mode = Some(mode);
-        }
         "--cwd" => cfg.cwd = Some(PathBuf::from(cursor.value("--cwd")?)),
         "-t" | "--tools" => {
             let list = cursor.value("--tools")?;
@@ -381,6 +346,93 @@ fn apply_flag(
     Ok(None)
 }
 
+/// The flags of unattended runs and goals into `cfg`; `false`: `flag` is not one of them.
+fn autonomy_flag(cfg: &mut Config, cursor: &mut Cursor<'_>, flag: &str) -> Result<bool, String> {
+    match flag {
+        "--autonomous" => cfg.autonomy.enabled = true,
+        "--autonomous-gate" => {
+            let command = cursor.value("--autonomous-gate")?;
+            cfg.autonomy.enabled = true;
+            cfg.autonomy.gates.commands.push(command);
+        }
+        "--autonomous-gate-retries"
+        | "--autonomous-gate-timeout-ms"
+        | "--autonomous-max-continuations"
+        | "--autonomous-max-turns"
+        | "--autonomous-max-tokens"
+        | "--autonomous-timeout-ms" => {
+            let n = positive(flag, &cursor.value(flag)?)?;
+            let a = &mut cfg.autonomy;
+            a.enabled = true;
+            match flag {
+                "--autonomous-gate-retries" => a.gates.max_retries = n,
+                "--autonomous-gate-timeout-ms" => a.gates.timeout = Duration::from_millis(n),
+                "--autonomous-max-continuations" => a.max_continuations = n,
+                "--autonomous-max-turns" => a.max_turns = n,
+                "--autonomous-max-tokens" => a.max_tokens = n,
+                _ => a.timeout = Duration::from_millis(n),
+            }
+        }
+        "--goal" => {
+            let objective = cursor.value("--goal").unwrap_or_default();
+            if objective.trim().is_empty() {
+                return Err("--goal requires a non-empty objective".to_owned());
+            }
+            cfg.goal = Some(objective.trim().to_owned());
+        }
+        "--max-model-calls" => {
+            let raw = cursor.value("--max-model-calls")?;
+            cfg.max_model_calls = Some(
+                raw.trim()
+                    .parse()
+                    .map_err(|_| "--max-model-calls must be a non-negative integer".to_owned())?,
+            );
+        }
+        "--goal-token-budget" => {
+            let raw = cursor.value("--goal-token-budget")?;
+            cfg.goal_token_budget = Some(positive("--goal-token-budget", &raw)?);
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The permission and sandbox flags into `cfg`; `false`: `flag` is not one of them.
+fn safety_flag(cfg: &mut Config, cursor: &mut Cursor<'_>, flag: &str) -> Result<bool, String> {
+    match flag {
+        "--permission-mode" => {
+            let mode = cursor.value("--permission-mode")?;
+            if crate::agent::permissions::Mode::parse(&mode).is_none() {
+                return Err(crate::agent::permissions::unknown_mode(&mode));
+            }
+            cfg.permission_mode = Some(mode);
+        }
+        "--sandbox" => {
+            let mode = cursor.value("--sandbox")?;
+            if crate::base::sandbox::Mode::parse(&mode).is_none() {
+                return Err(crate::base::sandbox::unknown_mode(&mode));
+            }
+            cfg.sandbox = Some(mode);
+        }
+        "--sandbox-writable" => cfg
+            .sandbox_writable
+            .push(PathBuf::from(cursor.value("--sandbox-writable")?)),
+        "--sandbox-network" => {
+            cfg.sandbox_network = Some(match cursor.value("--sandbox-network")?.as_str() {
+                "on" => true,
+                "off" => false,
+                other => {
+                    return Err(format!(
+                        "Invalid --sandbox-network \"{other}\". Valid values: on, off"
+                    ))
+                }
+            })
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 /// Every long option `apply_flag` accepts, for "did you mean" (a test keeps the two, and
 /// `HELP`, in step).
 const LONG_FLAGS: &[&str] = &[
@@ -414,6 +466,9 @@ const LONG_FLAGS: &[&str] = &[
     "--multi-session",
     "--client-terminal",
     "--permission-mode",
+    "--sandbox",
+    "--sandbox-writable",
+    "--sandbox-network",
     "--cwd",
     "--tools",
     "--no-tools",

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::agent::turn::Agent;
 use crate::app::cli::Config;
+use crate::base::sandbox::{self, Sandbox};
 use crate::base::time::today_utc;
 use crate::config::prompt::PromptSpec;
 use crate::config::settings::{self, Settings};
@@ -60,6 +61,8 @@ fn kernel_env(agent_dir: PathBuf, settings: &Settings, resources: &Resources) ->
             })
             .collect(),
         images: settings.images,
+        // Set by `build_agent` from the flags and settings (`sandbox_config`).
+        sandbox: Sandbox::default(),
     }
 }
 
@@ -87,9 +90,17 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         },
         &mut |w| log::warn!("{w}"),
     ));
+    // Before the provider: a sandbox that cannot be had is the first thing to hear of.
+    let sandbox = sandbox_config(cfg, &settings, &dir, &cwd)?;
     let (provider, models, level) = build_provider(cfg, &dir, &settings)?;
     let tools = tool_choice(cfg)?;
-    let kernel_env = kernel_env(dir.clone(), &settings, &resources);
+    let mut kernel_env = kernel_env(dir.clone(), &settings, &resources);
+    kernel_env.sandbox = sandbox;
+    let permission_mode = cfg
+        .permission_mode
+        .as_deref()
+        .and_then(crate::agent::permissions::Mode::parse)
+        .unwrap_or_default();
     let (system_md, append_md) = crate::config::prompt::system_files(&cwd, &dir);
     let mut append = cfg.append_system_prompt.clone();
     append.extend(append_md);
@@ -99,6 +110,13 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         agent_dir: (!cfg.no_context_files).then(|| dir.clone()),
         skills: resources.skills.clone(),
         today: today_utc(),
+        // What the first call runs in (permission mode `read-only` narrows a sandbox).
+        sandbox: Some(match permission_mode {
+            crate::agent::permissions::Mode::ReadOnly if kernel_env.sandbox.is_on() => kernel_env
+                .sandbox
+                .with_mode(crate::base::sandbox::Mode::ReadOnly),
+            _ => kernel_env.sandbox.clone(),
+        }),
     };
     let multi_session = cfg.multi_session
         || std::env::var("PRIME_AGENT_MULTI_SESSION").is_ok_and(|v| v.trim() == "1");
@@ -118,11 +136,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         models,
         multi_session,
         client_terminal: cfg.client_terminal,
-        permission_mode: cfg
-            .permission_mode
-            .as_deref()
-            .and_then(crate::agent::permissions::Mode::parse)
-            .unwrap_or_default(),
+        permission_mode,
         host: Arc::new(crate::tools::host::LocalHost),
         store,
         autonomy: crate::agent::autonomy::Config {
@@ -131,6 +145,50 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         },
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
     })
+}
+
+/// The sandbox: `--sandbox*` over the global settings' `sandbox`. A sandbox asked for where
+/// Landlock is unavailable, or a writable root that does not exist, fails start-up: never a
+/// silent fallback to no sandbox.
+fn sandbox_config(
+    cfg: &Config,
+    settings: &Settings,
+    agent_dir: &Path,
+    cwd: &Path,
+) -> Result<Sandbox, String> {
+    let from_settings = &settings.sandbox;
+    let id = cfg.sandbox.clone().or_else(|| from_settings.mode.clone());
+    let mode = match &id {
+        None => sandbox::Mode::Off,
+        Some(id) => sandbox::Mode::parse(id).ok_or_else(|| sandbox::unknown_mode(id))?,
+    };
+    let mut writable = Vec::new();
+    for root in cfg.sandbox_writable.iter().chain(&from_settings.writable) {
+        let abs = cwd.join(root);
+        if !abs.exists() {
+            return Err(format!(
+                "--sandbox-writable {}: no such file or directory",
+                root.display()
+            ));
+        }
+        writable.push(abs);
+    }
+    let sandbox = Sandbox {
+        mode,
+        writable,
+        network: cfg
+            .sandbox_network
+            .or(from_settings.network)
+            .unwrap_or(false),
+        agent_dir: agent_dir.to_path_buf(),
+        offered: id.is_some(),
+    };
+    if sandbox.is_on() {
+        // A policy built now proves that this kernel takes one (and makes the temp dir).
+        sandbox.policy(cwd, &[])?;
+        log::info!("sandbox {}: {}", mode.id(), sandbox::abi_report());
+    }
+    Ok(sandbox)
 }
 
 /// The per-prompt model-call cap: `--max-model-calls` (0 lifts it), else a default for the

@@ -7,6 +7,7 @@ pub(crate) mod content;
 pub(crate) mod json;
 pub(crate) mod lines;
 pub(crate) mod reaper;
+pub(crate) mod sandbox;
 pub(crate) mod spawn;
 #[cfg(test)]
 pub(crate) mod test_support;

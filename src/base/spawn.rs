@@ -17,7 +17,11 @@
 //! not a subreaper or a per-child watcher thread: a thread dies with the agent, and a subreaper
 //! only adopts orphans; the guard is a plain process that outlives the agent just long enough.
 //!
-//! A leaf: it uses no other module of the crate. Each unsafe block is a libc call whose
+//! A child given a `sandbox::Policy` enters it last, after the guard's fork (the guard, our
+//! code only, stays outside): `PR_SET_NO_NEW_PRIVS` and `landlock_restrict_self` on a ruleset
+//! built before the fork, and its `TMPDIR` is the sandbox's private directory.
+//!
+//! It uses only `sandbox`, its neighbour in `base`. Each unsafe block is a libc call whose
 //! preconditions are checked here, so callers stay safe.
 
 use std::io;
@@ -27,6 +31,8 @@ use std::process::{Child, Command};
 use std::sync::OnceLock;
 
 use crossbeam_channel::{bounded, unbounded, Sender};
+
+use super::sandbox::{self, Policy};
 
 /// A spawn the `spawner` thread carries out: the command (moved there and back) and where
 /// the outcome goes.
@@ -38,11 +44,13 @@ struct Job {
 /// Spawns `cmd` as the leader of a new process group; returns the child and its pid, which is
 /// also its group id (0 if it does not fit an `i32`, which every signal function refuses).
 /// With `inherit = Some((fd, target))`, the parent's `fd` (close-on-exec) appears as `target`
-/// in the child. The fork happens on the `spawner` thread (see the module text); this call
-/// waits for it.
+/// in the child. With a `sandbox`, the child (and all it starts) runs inside that Landlock
+/// policy. The fork happens on the `spawner` thread (see the module text); this call waits
+/// for it.
 pub(crate) fn spawn_group(
     cmd: &mut Command,
     inherit: Option<(BorrowedFd<'_>, RawFd)>,
+    sandbox: Option<&Policy>,
 ) -> io::Result<(Child, i32)> {
     cmd.process_group(0);
     if let Some((fd, target)) = inherit {
@@ -50,6 +58,12 @@ pub(crate) fn spawn_group(
         inherit_fd_as(cmd, fd.as_raw_fd(), target);
     }
     die_with_parent(cmd);
+    if let Some(policy) = sandbox {
+        if let Some(tmp) = &policy.tmp {
+            cmd.env("TMPDIR", tmp);
+        }
+        enter_sandbox(cmd, policy.raw_fd());
+    }
     let child = on_spawner(cmd)?;
     let pid = i32::try_from(child.id()).unwrap_or(0);
     Ok((child, pid))
@@ -225,6 +239,17 @@ unsafe fn guard(fd: RawFd, leader: libc::pid_t) -> ! {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_cmd: &mut Command) {}
 
+/// The child enters the Landlock ruleset `fd` (registered after `die_with_parent`'s closure,
+/// so after the guard's fork). `fd` is close-on-exec: the program never holds it.
+fn enter_sandbox(cmd: &mut Command, fd: RawFd) {
+    #[allow(unsafe_code)]
+    // SAFETY: `sandbox::enter` makes two async-signal-safe system calls and neither allocates
+    // nor locks. `fd` belongs to the `Policy` that `spawn_group` borrows until after the fork.
+    unsafe {
+        cmd.pre_exec(move || sandbox::enter(fd));
+    }
+}
+
 /// Makes `fd` (open in the parent, close-on-exec) appear as `target` in the child.
 fn inherit_fd_as(cmd: &mut Command, fd: RawFd, target: RawFd) {
     #[allow(unsafe_code)]
@@ -393,7 +418,7 @@ mod tests {
             .arg("read x")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
-        let (mut child, pgid) = spawn_group(&mut cmd, None).unwrap();
+        let (mut child, pgid) = spawn_group(&mut cmd, None, None).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let guard = loop {
             if let Some(g) = guard_of(pgid) {

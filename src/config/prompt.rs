@@ -101,6 +101,8 @@ pub(crate) struct PromptSpec {
     pub skills: Vec<Skill>,
     /// `YYYY-MM-DD`, fixed when the spec is made so the prompt stays the same for the process.
     pub today: String,
+    /// The start-up sandbox: one passage says what it lets commands write (`None` or off: none).
+    pub sandbox: Option<crate::base::sandbox::Sandbox>,
 }
 
 impl PromptSpec {
@@ -148,6 +150,10 @@ pub(crate) fn build(spec: &PromptSpec, f: &AgentFacts<'_>) -> String {
     } else {
         facts.push_str(&format!("Tools: {}. ", f.tool_names.join(", ")));
         facts.push_str("Relative paths are resolved against the working directory.");
+        if let Some(passage) = spec.sandbox.as_ref().and_then(|s| s.prompt_passage(f.cwd)) {
+            facts.push('\n');
+            facts.push_str(&passage);
+        }
     }
     let mut out = String::new();
     match &spec.custom {
@@ -354,6 +360,7 @@ mod tests {
             agent_dir: Some(agent.clone()),
             skills: Vec::new(),
             today: "2026-11-29".into(),
+            sandbox: None,
         };
         let names = vec!["bash".to_string()];
         let p = spec.build(&AgentFacts {
@@ -365,13 +372,27 @@ mod tests {
         assert!(p.contains("project rules") && p.ends_with("Extra."));
         let none = PromptSpec {
             agent_dir: None,
-            ..spec
+            ..spec.clone()
         }
         .build(&AgentFacts {
             context: &files,
             ..facts(&sub, &names)
         });
         assert!(!none.contains("project rules"));
+        assert!(!none.contains("Sandbox:"));
+        let sandboxed = PromptSpec {
+            sandbox: Some(crate::base::sandbox::Sandbox {
+                mode: crate::base::sandbox::Mode::WorkspaceWrite,
+                ..Default::default()
+            }),
+            ..spec
+        }
+        .build(&facts(&sub, &names));
+        let passage = format!(
+            "workspace-write OS sandbox. They may read any file but write only under {}, a private temporary directory ($TMPDIR)",
+            sub.display()
+        );
+        assert!(sandboxed.contains(&passage), "{sandboxed}");
         let _ = std::fs::remove_dir_all(&base);
     }
 
@@ -414,6 +435,7 @@ mod tests {
                 python_import: None,
             }],
             today: "2026-01-02".into(),
+            sandbox: None,
             ..Default::default()
         };
         let with = vec!["ipython".to_string()];

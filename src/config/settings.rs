@@ -50,6 +50,37 @@ impl Default for Images {
     }
 }
 
+/// `sandbox`: a mode string, or `{"mode", "writable": [paths], "network": bool}`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct SandboxSettings {
+    /// As written: start-up validates it (a bad mode fails start-up).
+    pub mode: Option<String>,
+    pub writable: Vec<PathBuf>,
+    pub network: Option<bool>,
+}
+
+/// The `sandbox` key of one file's object.
+fn sandbox_of(v: &Value, w: &mut Vec<String>) -> SandboxSettings {
+    let mut s = SandboxSettings::default();
+    match v.get("sandbox") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(mode)) => s.mode = Some(mode.clone()),
+        Some(Value::Object(_)) => {
+            s.mode = string(v, "sandbox.mode", w);
+            s.network = flag(v, "sandbox.network", w);
+            match at(v, "sandbox.writable") {
+                None => {}
+                Some(Value::Array(items)) => s
+                    .writable
+                    .extend(items.iter().filter_map(Value::as_str).map(PathBuf::from)),
+                Some(_) => w.push(wrong("sandbox.writable", "a list of paths")),
+            }
+        }
+        Some(_) => w.push(wrong("sandbox", "a mode or an object")),
+    }
+    s
+}
+
 /// The keys start-up acts on, after the merge.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Settings {
@@ -63,6 +94,8 @@ pub(crate) struct Settings {
     pub session_dir: Option<PathBuf>,
     pub enabled_models: Option<Vec<String>>,
     pub images: Images,
+    /// `sandbox`, from the global file only (a project's file cannot loosen it).
+    pub sandbox: SandboxSettings,
     /// Values of known keys that had the wrong type (ignored), for start-up warnings.
     pub warnings: Vec<String>,
 }
@@ -77,15 +110,27 @@ pub(crate) fn paths(agent_dir: &Path, cwd: &Path) -> [PathBuf; 2] {
 
 /// Reads and merges both files; a missing file counts as `{}`.
 pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Result<Settings, String> {
-    read_merged(agent_dir, cwd).map(|merged| from_value(&merged))
+    let (merged, global) = read_files(agent_dir, cwd)?;
+    let mut settings = from_value(&merged);
+    // The sandbox is the user's: a repository's project file does not decide it.
+    let mut w = Vec::new();
+    settings.sandbox = global.map_or_else(SandboxSettings::default, |g| sandbox_of(&g, &mut w));
+    settings.warnings.extend(w);
+    Ok(settings)
 }
 
 /// The one reader of `settings.json`: both files, bounded (`untrusted`), merged, the project's
 /// over the global one. Start-up (`load`) fails on its error; a session in another cwd
 /// (`compaction::Settings::load`) logs it and goes on with the defaults.
 pub(crate) fn read_merged(agent_dir: &Path, cwd: &Path) -> Result<Value, String> {
+    read_files(agent_dir, cwd).map(|(merged, _)| merged)
+}
+
+/// Both files merged, and the global one alone (`None`: there is none).
+fn read_files(agent_dir: &Path, cwd: &Path) -> Result<(Value, Option<Value>), String> {
     let mut merged = Value::Object(Default::default());
-    for path in paths(agent_dir, cwd) {
+    let mut global = None;
+    for (i, path) in paths(agent_dir, cwd).into_iter().enumerate() {
         // Bounded: the project's file comes from whatever repository the cwd is in.
         let text = match crate::base::untrusted::read_text(&path, crate::base::untrusted::JSON_CAP)
         {
@@ -93,9 +138,13 @@ pub(crate) fn read_merged(agent_dir: &Path, cwd: &Path) -> Result<Value, String>
             Err(crate::base::untrusted::Skip::NotFound) => continue,
             Err(e) => return Err(format!("Cannot read settings file {}: {e}", path.display())),
         };
-        merge(&mut merged, parse_file(&path, &text)?);
+        let value = parse_file(&path, &text)?;
+        if i == 0 {
+            global = Some(value.clone());
+        }
+        merge(&mut merged, value);
     }
-    Ok(merged)
+    Ok((merged, global))
 }
 
 /// One file's text as a JSON object, or the start-up error naming the file.

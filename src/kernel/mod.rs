@@ -125,6 +125,21 @@ pub struct KernelConfig {
     pub cwd: PathBuf,
     /// Added to (and overriding) the agent's environment.
     pub env: Vec<(String, String)>,
+    /// The OS sandbox the kernel and everything it starts run in. A sandboxed kernel starts
+    /// on its own, never from the zygote (whose domain, if any, would be another session's).
+    pub(crate) sandbox: Option<Arc<crate::base::sandbox::Policy>>,
+}
+
+impl KernelConfig {
+    /// An unsandboxed kernel's configuration.
+    pub fn new(python: PathBuf, cwd: PathBuf, env: Vec<(String, String)>) -> KernelConfig {
+        KernelConfig {
+            python,
+            cwd,
+            env,
+            sandbox: None,
+        }
+    }
 }
 
 /// One stream's bytes, capped at `CAPTURE_LIMIT`.
@@ -236,7 +251,11 @@ impl Kernel {
         handler: Arc<dyn HostHandler>,
         abort: &AbortFlag,
     ) -> Result<Kernel, String> {
-        if let Some(z) = zygote::ready_for(&cfg.python, abort) {
+        let zygote = match cfg.sandbox {
+            None => zygote::ready_for(&cfg.python, abort),
+            Some(_) => None,
+        };
+        if let Some(z) = zygote {
             match Kernel::fork(&z, cfg, handler.clone()) {
                 Ok(mut kernel) => {
                     kernel.wait_ready(abort)?;
@@ -305,8 +324,12 @@ impl Kernel {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // Its own group: terminal ctrl-c does not reach it, and one killpg ends it all.
-        let (mut child, pid) = spawn::spawn_group(&mut cmd, Some((frames_tx.as_fd(), 3)))
-            .map_err(|e| format!("cannot run {}: {e}", cfg.python.display()))?;
+        let (mut child, pid) = spawn::spawn_group(
+            &mut cmd,
+            Some((frames_tx.as_fd(), 3)),
+            cfg.sandbox.as_deref(),
+        )
+        .map_err(|e| format!("cannot run {}: {e}", cfg.python.display()))?;
         // Only the child may hold the write end, so its death closes the frame stream.
         drop(frames_tx);
         let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -1066,6 +1089,7 @@ mod tests {
             python: find_python().expect("the kernel tests need python3"),
             cwd: std::env::temp_dir(),
             env: Vec::new(),
+            sandbox: None,
         };
         Kernel::start(&cfg, handler, &AbortFlag::new()).unwrap()
     }

@@ -25,6 +25,11 @@
 //! kills and reaps its spare, which also dies with it (PR_SET_PDEATHSIG). If it fails to start
 //! or dies, kernels start directly as before (`Kernel::start`), and the next `prewarm` starts
 //! a new zygote. `PRIME_AGENT_KERNEL_ZYGOTE=0` turns it off.
+//!
+//! The sandbox (`base/sandbox.rs`): the zygote runs unsandboxed and forks only unsandboxed
+//! kernels. A fork does not exec, so a kernel forked from it could not enter a sandbox of its
+//! own between fork and exec; a sandboxed kernel therefore starts on its own (`Kernel::start`),
+//! and sandboxed sessions do not warm a zygote.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -163,7 +168,7 @@ impl Zygote {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let (mut child, pid) = match spawn::spawn_group(&mut cmd, Some((theirs.as_fd(), 3))) {
+        let (mut child, pid) = match spawn::spawn_group(&mut cmd, Some((theirs.as_fd(), 3)), None) {
             Ok(c) => c,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);

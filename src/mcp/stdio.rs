@@ -61,7 +61,7 @@ impl StdioTransport {
         on_exit: OnExit,
     ) -> Result<StdioTransport, McpError> {
         let mut cmd = server_command(command, args, env, cwd);
-        let (mut child, pgid) = spawn::spawn_group(&mut cmd, None)
+        let (mut child, pgid) = spawn::spawn_group(&mut cmd, None, None)
             .map_err(|e| McpError::Transport(format!("cannot start {command}: {e}")))?;
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");

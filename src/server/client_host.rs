@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::agent::permissions::{self, Answer, Decision, Mode, Rules};
 use crate::base::abort::AbortFlag;
+use crate::base::sandbox::{self, Sandbox};
 use crate::protocol::client_requests::{ClientError, ClientLink};
 use crate::server::events::{tool_kind, tool_title};
 use crate::tools::host::{Approval, CallInfo, RemoteFiles, RemoteTerminal, ToolHost};
@@ -65,6 +66,8 @@ impl ClientCaps {
 struct Policy {
     mode: Mode,
     rules: Rules,
+    /// The session's sandbox (its `sandbox` option switches the mode).
+    sandbox: Sandbox,
 }
 
 pub(crate) struct ClientHost {
@@ -83,6 +86,27 @@ impl ClientHost {
     pub(crate) fn with_roots(mut self, roots: Vec<std::path::PathBuf>) -> ClientHost {
         self.roots = roots;
         self
+    }
+
+    /// The session's sandbox at its start (`--sandbox*`, settings).
+    pub(crate) fn with_sandbox(self, sandbox: Sandbox) -> ClientHost {
+        self.policy().sandbox = sandbox;
+        self
+    }
+
+    /// The `sandbox` select of `configOptions`, when the agent was started with a sandbox
+    /// setting (`--sandbox`, settings `sandbox`); `None` otherwise.
+    pub(crate) fn sandbox_option(&self) -> Option<Value> {
+        let policy = self.policy();
+        policy
+            .sandbox
+            .offered
+            .then(|| sandbox::option(policy.sandbox.mode))
+    }
+
+    /// Switches the sandbox from the next call on (a running kernel restarts at its next cell).
+    pub(crate) fn set_sandbox_mode(&self, mode: sandbox::Mode) {
+        self.policy().sandbox.mode = mode;
     }
 
     /// Which standard session updates the client takes.
@@ -106,6 +130,7 @@ impl ClientHost {
             policy: Mutex::new(Policy {
                 mode,
                 rules: Rules::default(),
+                sandbox: Sandbox::default(),
             }),
             roots: Vec::new(),
         }
@@ -139,6 +164,16 @@ impl ClientHost {
 }
 
 impl ToolHost for ClientHost {
+    /// The session's sandbox; the permission mode `read-only` narrows one that is on to its
+    /// read-only mode (commands then run in it instead of being refused).
+    fn sandbox(&self) -> Option<Sandbox> {
+        let policy = self.policy();
+        Some(match (policy.mode, policy.sandbox.is_on()) {
+            (Mode::ReadOnly, true) => policy.sandbox.with_mode(sandbox::Mode::ReadOnly),
+            _ => policy.sandbox.clone(),
+        })
+    }
+
     fn authorize(
         &self,
         call: &CallInfo<'_>,
@@ -146,9 +181,18 @@ impl ToolHost for ClientHost {
         asking: &mut dyn FnMut(),
     ) -> Approval {
         let guarded = permissions::guard(call.name, call.args, call.cwd, &self.roots);
+        let contained = self
+            .sandbox()
+            .is_some_and(|sb| permissions::contained(&sb, call.name, call.args, call.cwd));
         let decision = {
             let policy = self.policy();
-            permissions::decide(policy.mode, &policy.rules, call.name, guarded.as_ref())
+            permissions::decide(
+                policy.mode,
+                &policy.rules,
+                call.name,
+                guarded.as_ref(),
+                contained,
+            )
         };
         let scope = match decision {
             Decision::Run => return Approval::Allowed,

@@ -16,6 +16,7 @@ use crate::agent::commands::{self, Command};
 use crate::agent::permissions::{self, Mode};
 use crate::agent::subagents::{Family, FamilyMsg};
 use crate::agent::turn::{Agent, Conversation, Local, TurnInput};
+use crate::base::sandbox;
 use crate::mcp::McpHub;
 use crate::persist::{self, schedule};
 use crate::protocol::acp;
@@ -456,7 +457,8 @@ impl MainLoop {
                 caps,
                 agent.permission_mode,
             )
-            .with_roots(p.additional_directories.clone()),
+            .with_roots(p.additional_directories.clone())
+            .with_sandbox(agent.kernel_env.sandbox.clone()),
         )
     }
 
@@ -720,6 +722,18 @@ impl MainLoop {
         let Some(i) = self.session_index(&session_id) else {
             return Err(unknown_session(&session_id));
         };
+        if config_id == sandbox::OPTION && method != acp::SESSION_SET_MODEL {
+            let mode = match &value {
+                Value::String(id) => sandbox::choose(id).map_err(RpcError::invalid_params)?,
+                other => {
+                    return Err(RpcError::invalid_params(format!(
+                        "Invalid value for ACP config option {config_id}: {other}"
+                    )))
+                }
+            };
+            self.with_session_at(i, |s, _, out| s.set_sandbox(request, mode, out));
+            return Ok(None);
+        }
         if config_id == permissions::MODE && method != acp::SESSION_SET_MODEL {
             let mode = value_mode(&config_id, &value)?;
             self.with_session_at(i, |s, _, out| s.set_mode(request, mode, true, out));

@@ -493,7 +493,24 @@ impl Session {
                 list.extend(more);
             }
         }
+        list.extend(self.client.sandbox_option());
         Value::Array(list)
+    }
+
+    /// The client switched the sandbox (`session/set_config_option` `sandbox`): from the next
+    /// call on; answered with the options.
+    pub(crate) fn set_sandbox(
+        &mut self,
+        request: RequestId,
+        mode: crate::base::sandbox::Mode,
+        out: &mut Vec<Action>,
+    ) {
+        self.client.set_sandbox_mode(mode);
+        let options = self.config_options();
+        out.push(Action::Respond(
+            request,
+            Ok(json!({ "configOptions": options })),
+        ));
     }
 
     /// `modes` of the session responses (legacy modes, kept in step with the `mode` option).

@@ -67,7 +67,12 @@ impl Tool for Bash {
         let timeout = timeout_secs
             .filter(|s| *s > 0.0)
             .and_then(|s| Duration::try_from_secs_f64(s).ok());
-        if let Some(terminal) = ctx.terminal {
+        // A sandboxed command runs here, inside the sandbox, never in the client's terminal.
+        let policy = match ctx.sandbox.policy(ctx.cwd, &[]) {
+            Ok(p) => p,
+            Err(e) => return ToolOutput::error(format!("Cannot run the command: {e}")),
+        };
+        if let Some(terminal) = ctx.terminal.filter(|_| policy.is_none()) {
             let mut shown = None;
             let on_terminal = &mut *ctx.on_terminal;
             let ran = terminal.run(command, ctx.cwd, timeout, ctx.abort, &mut |id| {
@@ -88,6 +93,7 @@ impl Tool for Bash {
             cwd: ctx.cwd,
             timeout,
             abort: ctx.abort,
+            sandbox: policy.as_ref(),
         };
         let progress = &mut *ctx.progress;
         match process::run(&spec, &mut |r| progress(r.tail)) {

@@ -86,6 +86,10 @@ impl Tool for Edit {
             Err(e) => return ToolOutput::error(e),
         };
         let abs = resolve_path(ctx.cwd, path);
+        // The sandbox's write rule, as its commands are held to it (base/sandbox.rs).
+        if let Err(e) = ctx.sandbox.may_write(ctx.cwd, &abs) {
+            return ToolOutput::error(format!("Cannot edit '{path}': {e}"));
+        }
         // A client that reads and writes files: the edit applies to what its editor holds and
         // lands there (so it can show and track it).
         if let Some(files) = ctx.files.filter(|f| f.can() == (true, true)) {

@@ -54,6 +54,12 @@ pub(crate) trait ToolHost: Send + Sync {
     fn terminal(&self) -> Option<&dyn RemoteTerminal> {
         None
     }
+
+    /// The sandbox the session's calls run in now, when the host decides it (its `sandbox`
+    /// option and permission mode); `None`: the start-up configuration.
+    fn sandbox(&self) -> Option<crate::base::sandbox::Sandbox> {
+        None
+    }
 }
 
 /// Commands run in a terminal the client owns (and shows).

@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use super::{KernelEnv, KernelHost, Notice, Tool, ToolContext, ToolOutput};
 use crate::base::abort::AbortFlag;
 use crate::base::content::{Attachment, FileDiff, Image, IpythonDetails, ToolSpec};
+use crate::base::sandbox::Sandbox;
 use crate::kernel::state::{self, RestoreReport};
 use crate::kernel::{
     find_python, Capture, CellEnd, CellRun, DefaultHostHandler, HostHandler, Kernel, KernelConfig,
@@ -60,6 +61,8 @@ struct Slot {
     lost: bool,
     /// A kernel was started before: only the first start loads the saved namespace.
     started: bool,
+    /// The sandbox the running kernel was started in: another one restarts it.
+    sandbox: Sandbox,
 }
 
 pub(crate) struct IpythonTool {
@@ -131,7 +134,36 @@ impl IpythonTool {
         }
     }
 
-    fn config(&self, cwd: &Path, restore: bool) -> KernelConfig {
+    /// What a kernel sandboxed by `sandbox` may write beside its roots: its own state (the
+    /// session's snapshot directory, the harness directories), made here if missing.
+    fn own_dirs(&self) -> Vec<PathBuf> {
+        let env = &self.env;
+        let mut dirs = vec![
+            env.global_harness_dir
+                .as_ref()
+                .map_or_else(|| env.agent_dir.join("harness"), PathBuf::from),
+            env.harness_dir
+                .as_ref()
+                .map_or_else(|| self.harness_dir.clone(), PathBuf::from),
+        ];
+        dirs.extend(self.state_dir.clone());
+        // Private, as the kernel makes them (tests/secrets.rs).
+        dirs.retain(|d| {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .is_ok()
+        });
+        dirs
+    }
+
+    fn config(&self, cwd: &Path, restore: bool, sandbox: &Sandbox) -> Result<KernelConfig, String> {
+        let policy = match sandbox.is_on() {
+            true => sandbox.policy(cwd, &self.own_dirs())?.map(Arc::new),
+            false => None,
+        };
         let env = &self.env;
         let path = |p: &Path| p.display().to_string();
         let mut cfg = KernelConfig {
@@ -163,6 +195,7 @@ impl IpythonTool {
                     if env.images.block { "1" } else { "0" }.into(),
                 ),
             ],
+            sandbox: policy,
         };
         if let Some(shell) = &env.shell_path {
             cfg.env
@@ -196,15 +229,23 @@ impl IpythonTool {
                 if restore { "1" } else { "0" }.into(),
             ));
         }
-        cfg
+        Ok(cfg)
     }
 
     /// Starts the kernel for `slot` (loading the saved namespace at the tool's first start) and
     /// keeps the notice of what came back for the turn.
-    fn start(&self, slot: &mut Slot, cwd: &Path, abort: &AbortFlag) -> Result<(), String> {
+    fn start(
+        &self,
+        slot: &mut Slot,
+        cwd: &Path,
+        sandbox: &Sandbox,
+        abort: &AbortFlag,
+    ) -> Result<(), String> {
         let restore = !slot.started;
-        let mut kernel = Kernel::start(&self.config(cwd, restore), self.handler.clone(), abort)?;
+        let cfg = self.config(cwd, restore, sandbox)?;
+        let mut kernel = Kernel::start(&cfg, self.handler.clone(), abort)?;
         slot.started = true;
+        slot.sandbox = sandbox.clone();
         if let Some(report) = kernel.take_restore_report() {
             self.note_restored(&report);
         }
@@ -276,9 +317,15 @@ impl Tool for IpythonTool {
             slot.kernel = None;
             slot.lost = true;
         }
+        // The session switched its sandbox: a kernel cannot change its own, so a new one starts.
+        let mut resandboxed = false;
+        if slot.kernel.is_some() && slot.sandbox != *ctx.sandbox {
+            slot.kernel = None;
+            resandboxed = true;
+        }
         let mut restarted = false;
         if slot.kernel.is_none() {
-            if let Err(e) = self.start(&mut slot, ctx.cwd, ctx.abort) {
+            if let Err(e) = self.start(&mut slot, ctx.cwd, ctx.sandbox, ctx.abort) {
                 return ToolOutput::error(format!("Failed to start the Python kernel: {e}"));
             }
             restarted = std::mem::take(&mut slot.lost);
@@ -300,7 +347,11 @@ impl Tool for IpythonTool {
             slot.kernel = None;
             slot.lost = true;
         }
-        cell_output(run, restarted)
+        let mut output = cell_output(run, restarted);
+        if resandboxed {
+            output.text = format!("{}{}", sandbox_notice(ctx.sandbox.mode.id()), output.text);
+        }
+        output
     }
 
     fn kernel_eval(
@@ -310,6 +361,14 @@ impl Tool for IpythonTool {
         abort: &AbortFlag,
     ) -> Option<Result<String, String>> {
         let mut progress = |_: &str| {};
+        // In the running kernel's sandbox (the start-up one if none runs yet).
+        let sandbox = {
+            let slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            match slot.kernel {
+                Some(_) => slot.sandbox.clone(),
+                None => self.env.sandbox.clone(),
+            }
+        };
         let mut ctx = ToolContext {
             cwd,
             abort,
@@ -317,6 +376,7 @@ impl Tool for IpythonTool {
             files: None,
             terminal: None,
             on_terminal: &mut |_| {},
+            sandbox: &sandbox,
         };
         let out = self.run(&json!({ "code": code }), &mut ctx);
         Some(if out.is_error {
@@ -372,6 +432,11 @@ impl Tool for IpythonTool {
     fn take_notices(&self) -> Vec<Notice> {
         std::mem::take(&mut *self.notices.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// Prefixed to the first result of a kernel restarted because the sandbox changed.
+fn sandbox_notice(mode: &str) -> String {
+    format!("<ipython_kernel_reset>\nThe IPython kernel was restarted because the session's sandbox changed (now: {mode}). Variables and imports from before are no longer available.\n</ipython_kernel_reset>\n\n")
 }
 
 fn progress_text(out: &Capture, err: &Capture) -> String {

@@ -37,6 +37,8 @@ pub(crate) struct ToolContext<'a> {
     /// call runs in.
     pub terminal: Option<&'a dyn host::RemoteTerminal>,
     pub on_terminal: &'a mut dyn FnMut(&str),
+    /// The OS sandbox this call's processes and writes are held to (docs/sandbox.md).
+    pub sandbox: &'a crate::base::sandbox::Sandbox,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -369,6 +371,8 @@ pub(crate) struct KernelEnv {
     pub python_skills: Vec<PythonSkill>,
     /// Settings `images.*` (the kernel's `attach_image`).
     pub images: crate::config::settings::Images,
+    /// `--sandbox*` and settings `sandbox` (a session's `sandbox` option switches the mode).
+    pub sandbox: crate::base::sandbox::Sandbox,
 }
 
 /// A skill whose Python package the kernel imports (behaviour spec §3.6).
@@ -394,6 +398,7 @@ impl Default for KernelEnv {
             shell_command_prefix: None,
             python_skills: Vec::new(),
             images: crate::config::settings::Images::default(),
+            sandbox: crate::base::sandbox::Sandbox::default(),
         }
     }
 }
@@ -422,7 +427,8 @@ impl ToolChoice {
             .collect();
         // An agent with a kernel: warm this process's zygote now, in the background, so the
         // first cell forks a ready kernel instead of starting Python (kernel/zygote.rs).
-        if tools.iter().any(|t| t.spec().name == ipython::NAME) {
+        // A sandboxed kernel never comes from the zygote (zygote.rs): no warming then.
+        if !env.sandbox.is_on() && tools.iter().any(|t| t.spec().name == ipython::NAME) {
             if let Some(python) = crate::kernel::find_python() {
                 crate::kernel::zygote::prewarm(&python);
             }
@@ -463,6 +469,7 @@ mod tests {
                 files: None,
                 terminal: None,
                 on_terminal: &mut |_| {},
+                sandbox: &crate::base::sandbox::Sandbox::default(),
             };
             let _ = tx.send(tool.run(&args, &mut ctx));
         });

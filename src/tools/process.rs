@@ -57,6 +57,8 @@ pub(crate) struct RunSpec<'a> {
     pub cwd: &'a Path,
     pub timeout: Option<Duration>,
     pub abort: &'a AbortFlag,
+    /// The sandbox the command runs in (`None`: the user's full rights).
+    pub sandbox: Option<&'a crate::base::sandbox::Policy>,
 }
 
 /// A progress report, at most every `REPORT_INTERVAL` while output arrives.
@@ -425,6 +427,7 @@ pub(crate) fn run_stdout(
         cwd: Path::new("."),
         timeout: Some(timeout),
         abort,
+        sandbox: None,
     };
     let captured = Captured {
         no_spill: true,
@@ -447,8 +450,8 @@ fn launch(
         });
     }
     let mut cmd = shell_command(program, spec.command, spec.cwd, with_stderr);
-    let mut started =
-        Started::spawn(&mut cmd, spec.abort).map_err(|e| format!("Cannot run {program}: {e}"))?;
+    let mut started = Started::spawn(&mut cmd, spec.abort, spec.sandbox)
+        .map_err(|e| format!("Cannot run {program}: {e}"))?;
     // One channel for both pipes: the output interleaves as it arrives, like a terminal's.
     let (tx, rx) = bounded(CHANNEL_DEPTH);
     let mut drains = Vec::new();
@@ -512,9 +515,13 @@ struct Started {
 }
 
 impl Started {
-    fn spawn(cmd: &mut Command, abort: &AbortFlag) -> std::io::Result<Started> {
+    fn spawn(
+        cmd: &mut Command,
+        abort: &AbortFlag,
+        sandbox: Option<&crate::base::sandbox::Policy>,
+    ) -> std::io::Result<Started> {
         // Its own group: one signal reaches the shell and everything it started.
-        let (child, pgid) = spawn::spawn_group(cmd, None)?;
+        let (child, pgid) = spawn::spawn_group(cmd, None, sandbox)?;
         let group = GroupGuard(pgid);
         // Cancel kills at once, from the thread that sets the flag, instead of at our next poll.
         let hook = abort.on_abort(move || kill_group(pgid));
@@ -814,7 +821,7 @@ pub(crate) fn run_split(
         });
     }
     let mut cmd = shell_command(shell(), command, cwd, true);
-    let mut started = Started::spawn(&mut cmd, abort).map_err(|e| e.to_string())?;
+    let mut started = Started::spawn(&mut cmd, abort, None).map_err(|e| e.to_string())?;
     let mut drains = Vec::new();
     let pipes = [
         started

@@ -127,6 +127,7 @@ mod tests {
             files: None,
             terminal: None,
             on_terminal: &mut |_| {},
+            sandbox: &crate::base::sandbox::Sandbox::default(),
         };
         Todo.run(&args, &mut ctx)
     }

@@ -50,6 +50,10 @@ impl Tool for Write {
             );
         };
         let abs = resolve_path(ctx.cwd, path);
+        // The sandbox's write rule, as its commands are held to it (base/sandbox.rs).
+        if let Err(e) = ctx.sandbox.may_write(ctx.cwd, &abs) {
+            return ToolOutput::error(format!("Cannot write '{path}': {e}"));
+        }
         let fail = |op: &str, e: std::io::Error, target: &Path| {
             ToolOutput::error(format!(
                 "{}: {}, {op} '{}'",

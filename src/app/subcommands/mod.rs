@@ -42,6 +42,8 @@ pub enum Subcommand {
         job: String,
         session_dir: Option<PathBuf>,
     },
+    /// `prime-agent sandbox`: the Landlock ABI this kernel offers (exit 1 without one).
+    Sandbox,
 }
 
 pub(crate) const MODEL_USAGE: &str = "\
@@ -77,6 +79,9 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
     let Some(word) = args.first() else {
         return Ok(None);
     };
+    if word == "sandbox" && args.len() == 1 {
+        return Ok(Some(Subcommand::Sandbox));
+    }
     let (usage, children): (&'static str, &[&str]) = match word.as_str() {
         "model" => (MODEL_USAGE, &["list"]),
         "session" => (SESSION_USAGE, &["export"]),
@@ -248,7 +253,13 @@ fn usage_line(usage: &str, sub: &str) -> String {
 /// error text. (The caller resolves the dir, so this module stays below `setup`.)
 pub(crate) fn run(sub: &Subcommand, agent_dir: &Path, out: &mut dyn Write) -> Result<u8, String> {
     let agent_dir = agent_dir.to_path_buf();
+    let mut code = 0;
     let text = match sub {
+        Subcommand::Sandbox => {
+            let abi = crate::base::sandbox::abi();
+            code = u8::from(abi.is_err());
+            format!("sandbox: {}\n", crate::base::sandbox::abi_report())
+        }
         Subcommand::Help(usage) => (*usage).to_owned(),
         Subcommand::ModelList { pattern } => models::list(&agent_dir, pattern.as_deref())?,
         Subcommand::SessionExport {
@@ -286,7 +297,7 @@ pub(crate) fn run(sub: &Subcommand, agent_dir: &Path, out: &mut dyn Write) -> Re
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(|e| format!("Cannot write the output: {e}"))?;
-    Ok(0)
+    Ok(code)
 }
 
 /// The sessions of the agent dir (`--session-dir`, the environment and the settings'
