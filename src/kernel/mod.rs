@@ -564,63 +564,16 @@ impl Kernel {
         let mut interrupted: Option<Instant> = None;
         let mut display_bytes = 0;
         loop {
-            if let Some((ok, at)) = done {
-                if markers == (true, true) || at.elapsed() >= MARKER_GRACE {
-                    if markers != (true, true) {
-                        log::warn!("kernel cell {id}: output markers missing after done");
-                    }
-                    run.end = if interrupted.is_some() {
-                        CellEnd::Interrupted
-                    } else {
-                        CellEnd::Done { ok }
-                    };
-                    return run;
-                }
-            }
-            if let Some(at) = interrupted {
-                if done.is_none() && at.elapsed() >= INTERRUPT_GRACE {
-                    log::info!(
-                        "kernel {}: cell {id} ignored the interrupt; killing it",
-                        self.pid
-                    );
-                    self.kill();
-                    run.end = CellEnd::Killed;
-                    return run;
-                }
+            if let Some(end) = self.cell_end(id, done, markers, interrupted) {
+                run.end = end;
+                return run;
             }
             match self.events.recv_timeout(LIVENESS_TICK) {
-                Ok(Event::Frame(frame)) => match frame {
-                    KernelFrame::Result { id: i, text } if i == id => run.result = Some(text),
-                    KernelFrame::Error {
-                        id: i,
-                        ename,
-                        evalue,
-                        traceback,
-                    } if i == id => {
-                        run.error = Some(CellError {
-                            ename,
-                            evalue,
-                            traceback,
-                        })
+                Ok(Event::Frame(frame)) => {
+                    if let Some(ok) = self.on_frame(id, frame, &mut run, &mut display_bytes) {
+                        done = Some((ok, Instant::now()));
                     }
-                    KernelFrame::Display { id: Some(i), data } if i == id => {
-                        display_bytes += payload_bytes(&data);
-                        if display_bytes <= DISPLAY_LIMIT {
-                            run.displays.push(data)
-                        } else {
-                            run.displays_dropped += 1;
-                        }
-                    }
-                    KernelFrame::ChildGroup { pgid, .. } => {
-                        if let Ok(pgid) = i32::try_from(pgid) {
-                            self.child_groups.push(pgid);
-                        }
-                    }
-                    KernelFrame::Done { id: i, status } if i == id => {
-                        done = Some((status == "ok", Instant::now()))
-                    }
-                    other => log::debug!("kernel cell {id}: ignoring frame {other:?}"),
-                },
+                }
                 Ok(Event::Output(stream, bytes)) => {
                     match stream {
                         Stream::Stdout => run.stdout.push(&bytes),
@@ -657,6 +610,81 @@ impl Kernel {
                 }
             }
         }
+    }
+
+    /// Cell `id`'s end once it is due: done, with both output markers seen (or their grace
+    /// over), or an interrupt the cell ignored for `INTERRUPT_GRACE` (then the kernel is
+    /// killed).
+    fn cell_end(
+        &mut self,
+        id: u64,
+        done: Option<(bool, Instant)>,
+        markers: (bool, bool),
+        interrupted: Option<Instant>,
+    ) -> Option<CellEnd> {
+        if let Some((ok, at)) = done {
+            if markers == (true, true) || at.elapsed() >= MARKER_GRACE {
+                if markers != (true, true) {
+                    log::warn!("kernel cell {id}: output markers missing after done");
+                }
+                return Some(match interrupted {
+                    Some(_) => CellEnd::Interrupted,
+                    None => CellEnd::Done { ok },
+                });
+            }
+        }
+        let ignored = interrupted.is_some_and(|at| at.elapsed() >= INTERRUPT_GRACE);
+        if done.is_none() && ignored {
+            log::info!(
+                "kernel {}: cell {id} ignored the interrupt; killing it",
+                self.pid
+            );
+            self.kill();
+            return Some(CellEnd::Killed);
+        }
+        None
+    }
+
+    /// One frame of the kernel while cell `id` runs, into `run`; `Some(ok)` when it says the
+    /// cell is done.
+    fn on_frame(
+        &mut self,
+        id: u64,
+        frame: KernelFrame,
+        run: &mut CellRun,
+        display_bytes: &mut usize,
+    ) -> Option<bool> {
+        match frame {
+            KernelFrame::Result { id: i, text } if i == id => run.result = Some(text),
+            KernelFrame::Error {
+                id: i,
+                ename,
+                evalue,
+                traceback,
+            } if i == id => {
+                run.error = Some(CellError {
+                    ename,
+                    evalue,
+                    traceback,
+                })
+            }
+            KernelFrame::Display { id: Some(i), data } if i == id => {
+                *display_bytes += payload_bytes(&data);
+                if *display_bytes <= DISPLAY_LIMIT {
+                    run.displays.push(data)
+                } else {
+                    run.displays_dropped += 1;
+                }
+            }
+            KernelFrame::ChildGroup { pgid, .. } => {
+                if let Ok(pgid) = i32::try_from(pgid) {
+                    self.child_groups.push(pgid);
+                }
+            }
+            KernelFrame::Done { id: i, status } if i == id => return Some(status == "ok"),
+            other => log::debug!("kernel cell {id}: ignoring frame {other:?}"),
+        }
+        None
     }
 
     /// Why start-up failed, with the kernel's stderr (usually a traceback).

@@ -475,11 +475,12 @@ pub(crate) fn result_text(parts: &[&str]) -> String {
 }
 
 /// What the tool returns for a finished cell.
-fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
-    let mut stderr_extra = Vec::new();
-    let mut failed = false;
+/// A cell's displays: the attachments (images and `attach_image` files), the file diffs the
+/// kernel's edit helpers showed, and how many attachments were dropped as too big.
+fn displays(run: &CellRun) -> (Vec<Attachment>, Vec<&Map<String, Value>>, usize) {
     let mut attachments = Vec::new();
     let mut diffs: Vec<&Map<String, Value>> = Vec::new();
+    let mut too_big = 0;
     for bundle in &run.displays {
         for (mime, payload) in bundle {
             let (mime_type, data, path) = match mime.as_str() {
@@ -505,8 +506,7 @@ fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
             };
             let Some(data) = data else { continue };
             if data.len() > MAX_ATTACHMENT_CHARS {
-                stderr_extra.push("attachment dropped: exceeds 10000000 base64 chars");
-                failed = true;
+                too_big += 1;
                 continue;
             }
             attachments.push(Attachment {
@@ -516,6 +516,17 @@ fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
             });
         }
     }
+    (attachments, diffs, too_big)
+}
+
+fn cell_output(run: CellRun, restarted: bool) -> ToolOutput {
+    let (attachments, diffs, too_big) = displays(&run);
+    let mut stderr_extra = Vec::new();
+    let mut failed = too_big > 0;
+    stderr_extra.extend(std::iter::repeat_n(
+        "attachment dropped: exceeds 10000000 base64 chars",
+        too_big,
+    ));
     let mut traceback = run
         .error
         .as_ref()

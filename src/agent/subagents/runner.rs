@@ -157,45 +157,7 @@ impl Family {
         let ctx = match &node.ctx {
             Some(ctx) => ctx.clone(),
             None => {
-                let compaction = Arc::<crate::agent::compaction::Control>::default();
-                let tools = self.agent.tools.build(
-                    &self.agent.kernel_env,
-                    Some(self.kernel_host(id, node.depth, &compaction)),
-                );
-                let names = tools.names();
-                let log = node
-                    .conversation
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .recorder
-                    .as_ref()
-                    .map(|r| r.path().to_path_buf());
-                let system_prompt =
-                    self.agent
-                        .system_prompt_for(&crate::config::prompt::AgentFacts {
-                            cwd: &self.agent.cwd,
-                            tool_names: &names,
-                            kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
-                            depth: node.depth,
-                            max_depth: self.agent.kernel_env.max_depth,
-                            log: log.as_deref(),
-                            child: Some((&node.name, &parent_name)),
-                            harness: None,
-                            // Read once, off the loop, when the session opened.
-                            context: self.context(),
-                        });
-                let ctx = Arc::new(AgentCtx {
-                    agent: self.agent.clone(),
-                    tools,
-                    system_prompt,
-                    name: node.name.clone(),
-                    inbox: node.inbox.clone(),
-                    compaction,
-                    mcp: self.mcp(),
-                    trace: self.tracer(id),
-                    usage: links,
-                    settled: None,
-                });
+                let ctx = self.child_ctx(id, node, &parent_name, links);
                 node.ctx = Some(ctx.clone());
                 ctx
             }
@@ -215,48 +177,15 @@ impl Family {
         let thread = std::thread::Builder::new()
             .name(format!("subagent-{id}"))
             .spawn(move || {
-                let mut input = input;
-                loop {
-                    let (outcome, last_text, tokens) = {
-                        let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
-                        // The child's own session file, written by this thread as the main
-                        // agent's is by its turn worker.
-                        if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
-                            r.note_model(&p.label(), model.thinking.as_str());
-                        }
-                        let outcome = run_turn(
-                            &ctx,
-                            &model,
-                            &mut conv,
-                            input,
-                            &abort,
-                            &|_| {},
-                            &mut Guard::default(),
-                        );
-                        // Descendants' calls that ended after this run's last model call.
-                        crate::agent::turn::attribution::fold(&ctx.usage, &mut conv, None);
-                        conv.persist();
-                        let last_text = conv
-                            .messages
-                            .iter()
-                            .rev()
-                            .find_map(|m| match m {
-                                Message::Assistant(a) if !a.text.is_empty() => Some(a.text.clone()),
-                                _ => None,
-                            })
-                            .unwrap_or_default();
-                        (outcome, last_text, conv.usage.input + conv.usage.output)
-                    };
-                    let Some(family) = family.upgrade() else {
-                        break;
-                    };
-                    // Messages that arrived during the last model call get a turn of their
-                    // own; the check happens under the family lock, so none is stranded.
-                    if !family.finish_child(&child_id, outcome, last_text, tokens) {
-                        break;
-                    }
-                    input = TurnInput::Inbox;
-                }
+                run_child(
+                    &ctx,
+                    &model,
+                    &conversation,
+                    &abort,
+                    &family,
+                    &child_id,
+                    input,
+                )
             })
             .map_err(|e| format!("cannot start the subagent thread: {e}"));
         match thread {
@@ -271,6 +200,55 @@ impl Family {
                 Err(e)
             }
         }
+    }
+
+    /// A child's context, built at its first run and kept: its tools and kernel host, its
+    /// system prompt (the session's context files, read when it opened), its usage links.
+    fn child_ctx(
+        &self,
+        id: &str,
+        node: &Node,
+        parent_name: &str,
+        links: crate::agent::turn::attribution::Links,
+    ) -> Arc<AgentCtx> {
+        let compaction = Arc::<crate::agent::compaction::Control>::default();
+        let tools = self.agent.tools.build(
+            &self.agent.kernel_env,
+            Some(self.kernel_host(id, node.depth, &compaction)),
+        );
+        let names = tools.names();
+        let log = node
+            .conversation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recorder
+            .as_ref()
+            .map(|r| r.path().to_path_buf());
+        let system_prompt = self
+            .agent
+            .system_prompt_for(&crate::config::prompt::AgentFacts {
+                cwd: &self.agent.cwd,
+                tool_names: &names,
+                kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
+                depth: node.depth,
+                max_depth: self.agent.kernel_env.max_depth,
+                log: log.as_deref(),
+                child: Some((&node.name, parent_name)),
+                harness: None,
+                context: self.context(),
+            });
+        Arc::new(AgentCtx {
+            agent: self.agent.clone(),
+            tools,
+            system_prompt,
+            name: node.name.clone(),
+            inbox: node.inbox.clone(),
+            compaction,
+            mcp: self.mcp(),
+            trace: self.tracer(id),
+            usage: links,
+            settled: None,
+        })
     }
 
     /// A child's run ended: record its status, tell the main loop, and tell its parent when it
@@ -310,5 +288,60 @@ impl Family {
             self.push_to(&mut state, &parent, text);
         }
         false
+    }
+}
+
+/// The `subagent-<id>` thread: runs the child's turns, one per batch of its inbox, writing its
+/// own session file, until the family says it has nothing more (or is gone).
+fn run_child(
+    ctx: &Arc<AgentCtx>,
+    model: &TurnModel,
+    conversation: &Arc<std::sync::Mutex<Conversation>>,
+    abort: &AbortFlag,
+    family: &std::sync::Weak<Family>,
+    child_id: &str,
+    input: TurnInput,
+) {
+    let mut input = input;
+    loop {
+        let (outcome, last_text, tokens) = {
+            let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
+            // The child's own session file, written by this thread as the main agent's is by
+            // its turn worker.
+            if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
+                r.note_model(&p.label(), model.thinking.as_str());
+            }
+            let outcome = run_turn(
+                ctx,
+                model,
+                &mut conv,
+                input,
+                abort,
+                &|_| {},
+                &mut Guard::default(),
+            );
+            // Descendants' calls that ended after this run's last model call.
+            crate::agent::turn::attribution::fold(&ctx.usage, &mut conv, None);
+            conv.persist();
+            let last_text = conv
+                .messages
+                .iter()
+                .rev()
+                .find_map(|m| match m {
+                    Message::Assistant(a) if !a.text.is_empty() => Some(a.text.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            (outcome, last_text, conv.usage.input + conv.usage.output)
+        };
+        let Some(family) = family.upgrade() else {
+            break;
+        };
+        // Messages that arrived during the last model call get a turn of their own; the
+        // check happens under the family lock, so none is stranded.
+        if !family.finish_child(child_id, outcome, last_text, tokens) {
+            break;
+        }
+        input = TurnInput::Inbox;
     }
 }
