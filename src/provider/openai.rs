@@ -43,6 +43,49 @@ const PARTS: Parts = Parts {
 
 /// The Chat Completions request body for `req`.
 pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
+    let messages = messages(model, req);
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model.id));
+    body.insert("messages".into(), Value::Array(messages));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    let field = if model.compat.max_tokens_field {
+        "max_tokens"
+    } else {
+        "max_completion_tokens"
+    };
+    let budget = match (model.output_budget(), req.max_tokens) {
+        (Some(own), Some(asked)) => Some(own.min(asked)),
+        (own, asked) => own.or(asked),
+    };
+    if let Some(budget) = budget {
+        body.insert(field.into(), json!(budget));
+    }
+    if model.compat.supports_store {
+        body.insert("store".into(), json!(false));
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if model.reasoning && model.compat.supports_reasoning_effort {
+        if let Some(e) = effort(req.thinking) {
+            body.insert("reasoning_effort".into(), json!(e));
+        }
+    }
+    Value::Object(body)
+}
+
+/// The chat messages of a request: the system (or developer) message, then the
+/// conversation, a tool result's images in a user message after it.
+fn messages(model: &ModelDef, req: &ChatRequest<'_>) -> Vec<Value> {
     let mut messages = Vec::new();
     if !req.system.is_empty() {
         let role = if model.reasoning && model.compat.supports_developer_role {
@@ -123,43 +166,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
             }
         }
     }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model.id));
-    body.insert("messages".into(), Value::Array(messages));
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({"include_usage": true}));
-    let field = if model.compat.max_tokens_field {
-        "max_tokens"
-    } else {
-        "max_completion_tokens"
-    };
-    let budget = match (model.output_budget(), req.max_tokens) {
-        (Some(own), Some(asked)) => Some(own.min(asked)),
-        (own, asked) => own.or(asked),
-    };
-    if let Some(budget) = budget {
-        body.insert(field.into(), json!(budget));
-    }
-    if model.compat.supports_store {
-        body.insert("store".into(), json!(false));
-    }
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters}})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    if model.reasoning && model.compat.supports_reasoning_effort {
-        if let Some(e) = effort(req.thinking) {
-            body.insert("reasoning_effort".into(), json!(e));
-        }
-    }
-    Value::Object(body)
+    messages
 }
 
 #[derive(Debug, Default)]
