@@ -159,7 +159,10 @@ fn remove_if_stale(path: &Path) {
         .ok()
         .and_then(|t| t.elapsed().ok());
     if age.is_some_and(|age| age > STALE_TMP) && fs::remove_file(path).is_ok() {
-        log::info!("removed {}, left by a write that did not finish", path.display());
+        log::info!(
+            "removed {}, left by a write that did not finish",
+            path.display()
+        );
     }
 }
 
@@ -458,7 +461,12 @@ mod tests {
         fs::write(&fresh, "partial").unwrap();
         fs::write(&stale, "partial").unwrap();
         let old = std::time::SystemTime::now() - 2 * STALE_TMP;
-        File::options().write(true).open(&stale).unwrap().set_modified(old).unwrap();
+        File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
         assert!(list(&dir).is_empty());
         assert!(fresh.exists(), "a write in progress is left alone");
         assert!(!stale.exists(), "a write killed an hour ago is removed");

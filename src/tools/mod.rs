@@ -292,7 +292,9 @@ pub(crate) fn open_regular(
                 libc::EISDIR,
             )))
         } else {
-            Err(FileError::NotRegular(crate::base::untrusted::special_kind(t)))
+            Err(FileError::NotRegular(crate::base::untrusted::special_kind(
+                t,
+            )))
         }
     }
     check(&std::fs::metadata(abs).map_err(FileError::Io)?)?;
