@@ -76,6 +76,9 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         log::warn!("{w}");
     }
     crate::provider::http::set_retry(settings.retry);
+    // A bad certificate file fails start-up naming it (`trust`).
+    let roots = crate::provider::http::trust::from_env(&|name| std::env::var(name).ok())?;
+    crate::provider::http::set_roots(roots);
     let resources = Arc::new(skills::load(
         &skills::Sources {
             cwd: &cwd,
