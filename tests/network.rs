@@ -149,7 +149,8 @@ impl Drop for TlsFront {
 fn a_server_signed_by_an_internal_ca_is_reached_only_with_ssl_cert_file() {
     let certs = TempDir::new("tls-certs");
     if make_certificates(certs.path()).is_none() {
-        eprintln!("skipped: no openssl on this machine");
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: no openssl on this machine");
         return;
     }
     let server = LlmServer::start(vec![Canned::sse("openai-text.sse")]);

@@ -133,6 +133,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
             ..cfg.autonomy.clone()
         },
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
+        mcp_servers: settings.mcp_servers,
     })
 }
 
