@@ -253,12 +253,13 @@ fn build_provider(
     let key_optional = cfg.base_url.is_some()
         || (resolved.selection.provider.custom && resolved.selection.provider.api_key.is_none());
     let menu = ModelMenu::new(resolved.registry, resolved.credentials.clone())
-        .scoped(scoped.into_iter().map(|(p, id, _)| (p, id)).collect());
-    let provider: Arc<dyn Provider> = Arc::new(RemoteProvider::new(
+        .scoped(scoped.into_iter().map(|(p, id, _)| (p, id)).collect())
+        .with_backup(settings.backup_model.as_deref());
+    let provider: Arc<dyn Provider> = menu.with_failover(Arc::new(RemoteProvider::new(
         resolved.selection,
         resolved.credentials,
         key_optional,
-    ));
+    )));
     Ok((Ok(provider), Some(Arc::new(menu)), level))
 }
 

@@ -67,6 +67,9 @@ pub(crate) struct Settings {
     /// `mcpServers` (`{"<name>": {...}}`): started in every session beside the client's
     /// (whose servers win on a name clash). An entry that does not validate is a warning.
     pub mcp_servers: Vec<McpServer>,
+    /// `providerBackupModel` (`provider/id` or a bare id): takes a model call the session's
+    /// model failed for good (`provider::failover`).
+    pub backup_model: Option<String>,
     /// Values of known keys that had the wrong type (ignored), for start-up warnings.
     pub warnings: Vec<String>,
 }
@@ -192,6 +195,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
         s.images.auto_resize = b;
     }
     s.mcp_servers = mcp_servers(v, &|name| std::env::var(name).ok(), &mut w);
+    s.backup_model = string(v, "providerBackupModel", &mut w);
     s.warnings = w;
     s
 }
