@@ -23,6 +23,7 @@ mod kernel_state;
 mod listing;
 mod loops;
 mod mcp;
+mod network;
 mod noblock;
 mod owners;
 mod packaging;

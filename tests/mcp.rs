@@ -523,3 +523,72 @@ fn each_multi_session_session_has_its_own_servers() {
     assert!(a.finish().success());
     assert_dies(&pids[1]);
 }
+
+/// A `-p` run whose only MCP server comes from `settings.json`: the global file declares it,
+/// the project's file (merged over it key by key) narrows its tools; the model calls the one
+/// left, and the disabled one is not offered.
+#[test]
+fn a_print_run_uses_an_mcp_server_from_settings() {
+    let test = "a_print_run_uses_an_mcp_server_from_settings";
+    let Some(python) = deps::python(test) else {
+        return;
+    };
+    let dir = TempDir::new("mcp-settings");
+    let (prog, args) = fixture_server(&python, &["stdio"]);
+    let global = json!({"mcpServers": {"fx": {"command": prog, "args": args,
+        "disabledTools": ["fail"], "startupTimeoutMs": 20000, "callTimeoutMs": 15000}}});
+    dir.write("agent/settings.json", &global.to_string());
+    let project = json!({"mcpServers": {"fx": {"enabledTools": ["noop", "fail"]}}});
+    dir.write("work/.prime/agent/settings.json", &project.to_string());
+    let script = script_file(
+        &dir,
+        &[
+            call("c1", "mcp__fx__noop", json!({})),
+            json!({"steps":[{"expect":["tool_result mcp__fx__noop error=false: ok"]},
+                            {"tool_call":{"id":"c2","name":"mcp__fx__fail","arguments":{}}}]}),
+            json!({"steps":[{"expect":["tool_result mcp__fx__fail error=true"]}, {"text":"done"}]}),
+        ],
+    );
+    let out = crate::support::agent_command(&dir.path().join("agent"))
+        .args([
+            "--provider",
+            "scripted",
+            "--script",
+            &script,
+            "--no-session",
+        ])
+        .args(["--mode", "json", "go"])
+        .current_dir(dir.path().join("work"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let updates: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let statuses: Vec<&Value> = updates
+        .iter()
+        .filter_map(|u| ns(u)["mcp"].as_array())
+        .flatten()
+        .collect();
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s["name"] == "fx" && s["status"] == "ready" && s["tools"] == 1),
+        "only noop is offered: {statuses:?}"
+    );
+    let ends: Vec<&Value> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update")
+        .collect();
+    assert!(ends
+        .iter()
+        .any(|u| u["toolCallId"] == "c1" && u["status"] == "completed"));
+    assert!(ends
+        .iter()
+        .any(|u| u["toolCallId"] == "c2" && u["status"] == "failed"));
+    assert!(stdout.contains("\"done\""), "{stdout}");
+}

@@ -875,3 +875,79 @@ fn anthropic_redacted_and_signed_empty_thinking_go_back_before_the_tool_use() {
     assert_eq!(blocks[2]["id"], "toolu_09");
     assert_eq!(blocks.len(), 3);
 }
+
+/// Settings `providerBackupModel`: once the primary's retries are spent on a 503, the same
+/// request goes to the backup model on a second server, and the client is told so (an
+/// `autoRetry` wait with reason `failover`, and a notice naming the backup).
+#[test]
+fn a_failing_primary_fails_over_to_the_backup_model_on_another_server() {
+    let primary = LlmServer::start(vec![Canned::error(503, "error-500.json")]);
+    let backup = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
+    let dir = TempDir::new("failover");
+    let provider = |server: &LlmServer, id: &str| {
+        json!({"baseUrl": format!("{}/v1", server.url()), "api": "openai-completions",
+            "apiKey": "test-key", "models": [{"id": id, "input": ["text"]}]})
+    };
+    let models = json!({"providers": {"intercept": provider(&primary, "cold/test-model"),
+        "backup": provider(&backup, "b-model")}});
+    dir.write("models.json", &models.to_string());
+    dir.write(
+        "settings.json",
+        &json!({"providerBackupModel": "backup/b-model"}).to_string(),
+    );
+    let mut s = spawn_in(dir, "cold/test-model", &[], false);
+    let r = ask(&mut s.agent, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(s.agent.text(), "Hello, wörld!");
+    assert_eq!(
+        primary.posts().len(),
+        4,
+        "the primary's own retries come first"
+    );
+    let sent = backup.posts();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body["model"], "b-model");
+    assert_eq!(
+        sent[0].body["messages"].as_array().unwrap().last().unwrap()["content"],
+        "hi"
+    );
+    let updates = s.agent.updates();
+    let failover = updates
+        .iter()
+        .map(|u| &ns(u)["autoRetry"])
+        .find(|a| a["reason"] == "failover")
+        .unwrap_or_else(|| panic!("no failover autoRetry: {updates:?}"));
+    assert_eq!(failover["phase"], "waiting");
+    assert!(
+        failover["errorMessage"]
+            .as_str()
+            .unwrap()
+            .ends_with("; retrying on backup model backup/b-model"),
+        "{failover}"
+    );
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["title"] == "Retrying on backup model backup/b-model"
+                || ns(u)["notice"]["title"] == "Retrying on backup model backup/b-model"),
+        "{updates:?}"
+    );
+}
+
+/// Without a backup a final failure stays a failed prompt (the setting is off by default).
+#[test]
+fn a_backup_that_names_no_model_is_a_warning_and_no_failover() {
+    let primary = LlmServer::start(vec![Canned::error(503, "error-500.json")]);
+    let dir = TempDir::new("failover-none");
+    dir.write("models.json", &models_json(&primary, "openai-completions"));
+    dir.write(
+        "settings.json",
+        &json!({"providerBackupModel": "nowhere/none"}).to_string(),
+    );
+    let mut s = spawn_in(dir, "cold/test-model", &[], false);
+    failure(&ask(&mut s.agent, "hi"));
+    assert!(stderr_eventually(
+        &s.agent,
+        "Ignoring settings key providerBackupModel: nowhere/none is not a model with credentials"
+    ));
+}

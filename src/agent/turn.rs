@@ -85,6 +85,9 @@ pub struct Agent {
     pub(crate) autonomy: autonomy::Config,
     /// `--goal` and its token budget: each new session starts with this goal.
     pub(crate) goal: Option<(String, Option<u64>)>,
+    /// The MCP servers of `settings.json` (`mcpServers`), started in each session beside the
+    /// client's.
+    pub(crate) mcp_servers: Vec<crate::protocol::acp::McpServer>,
 }
 
 impl Agent {
@@ -129,6 +132,7 @@ impl Agent {
             store: None,
             autonomy: autonomy::Config::default(),
             goal: None,
+            mcp_servers: Vec::new(),
         }
     }
 
@@ -156,6 +160,7 @@ impl Agent {
             store: None,
             autonomy: autonomy::Config::default(),
             goal: None,
+            mcp_servers: Vec::new(),
         })
     }
 }

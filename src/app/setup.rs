@@ -79,6 +79,9 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         log::warn!("{w}");
     }
     crate::provider::http::set_retry(settings.retry);
+    // A bad certificate file fails start-up naming it (`trust`).
+    let roots = crate::provider::http::trust::from_env(&|name| std::env::var(name).ok())?;
+    crate::provider::http::set_roots(roots);
     let resources = Arc::new(skills::load(
         &skills::Sources {
             cwd: &cwd,
@@ -144,6 +147,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
             ..cfg.autonomy.clone()
         },
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
+        mcp_servers: settings.mcp_servers,
     })
 }
 
@@ -307,12 +311,13 @@ fn build_provider(
     let key_optional = cfg.base_url.is_some()
         || (resolved.selection.provider.custom && resolved.selection.provider.api_key.is_none());
     let menu = ModelMenu::new(resolved.registry, resolved.credentials.clone())
-        .scoped(scoped.into_iter().map(|(p, id, _)| (p, id)).collect());
-    let provider: Arc<dyn Provider> = Arc::new(RemoteProvider::new(
+        .scoped(scoped.into_iter().map(|(p, id, _)| (p, id)).collect())
+        .with_backup(settings.backup_model.as_deref());
+    let provider: Arc<dyn Provider> = menu.with_failover(Arc::new(RemoteProvider::new(
         resolved.selection,
         resolved.credentials,
         key_optional,
-    ));
+    )));
     Ok((Ok(provider), Some(Arc::new(menu)), level))
 }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::config::thinking::Thinking;
+use crate::protocol::acp::{self, McpServer};
 
 /// `retry.*` (§5.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +97,12 @@ pub(crate) struct Settings {
     pub images: Images,
     /// `sandbox`, from the global file only (a project's file cannot loosen it).
     pub sandbox: SandboxSettings,
+    /// `mcpServers` (`{"<name>": {...}}`): started in every session beside the client's
+    /// (whose servers win on a name clash). An entry that does not validate is a warning.
+    pub mcp_servers: Vec<McpServer>,
+    /// `providerBackupModel` (`provider/id` or a bare id): takes a model call the session's
+    /// model failed for good (`provider::failover`).
+    pub backup_model: Option<String>,
     /// Values of known keys that had the wrong type (ignored), for start-up warnings.
     pub warnings: Vec<String>,
 }
@@ -236,8 +243,34 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     if let Some(b) = flag(v, "images.autoResize", &mut w) {
         s.images.auto_resize = b;
     }
+    s.mcp_servers = mcp_servers(v, &|name| std::env::var(name).ok(), &mut w);
+    s.backup_model = string(v, "providerBackupModel", &mut w);
     s.warnings = w;
     s
+}
+
+/// `mcpServers`, in the files' order (global first); `var` reads `bearerTokenEnvVar`s.
+fn mcp_servers(
+    v: &Value,
+    var: &dyn Fn(&str) -> Option<String>,
+    w: &mut Vec<String>,
+) -> Vec<McpServer> {
+    let entries = match at(v, "mcpServers") {
+        None => return Vec::new(),
+        Some(Value::Object(entries)) => entries,
+        Some(_) => {
+            w.push(wrong("mcpServers", "an object of servers by name"));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (name, entry) in entries {
+        match acp::mcp_server_from_settings(name, entry, var, &mut |x| w.push(x)) {
+            Ok(server) => out.push(server),
+            Err(why) => w.push(format!("Ignoring settings key mcpServers.{name}: {why}")),
+        }
+    }
+    out
 }
 
 fn wrong(key: &str, want: &str) -> String {
@@ -367,6 +400,26 @@ mod tests {
                 "Ignoring settings key retry.maxRetries: expected a non-negative integer".to_owned(),
                 "Ignoring settings key images.autoResize: expected true or false".to_owned(),
             ]
+        );
+    }
+
+    #[test]
+    fn mcp_servers_from_both_files_merge_by_name() {
+        let mut merged = json!({"mcpServers": {"a": {"command": "one", "disabledTools": ["x"]},
+            "b": {"url": "https://b.example/mcp"}}});
+        merge(
+            &mut merged,
+            json!({"mcpServers": {"a": {"command": "two"}, "bad": {"url": 1}}}),
+        );
+        let mut w = Vec::new();
+        let got = mcp_servers(&merged, &|_| None, &mut w);
+        assert_eq!(got.len(), 2);
+        assert!(matches!(&got[0], McpServer::Stdio { command, limits, .. }
+            if command == "two" && !limits.allows("x")));
+        assert_eq!(got[1].name(), "b");
+        assert_eq!(
+            w,
+            ["Ignoring settings key mcpServers.bad: MCP server bad has an invalid HTTP URL"]
         );
     }
 

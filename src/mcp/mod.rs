@@ -64,6 +64,30 @@ impl Server {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// How long it may take to connect and list its tools (settings `startupTimeoutMs`).
+    fn start_timeout(&self) -> Duration {
+        self.config
+            .limits()
+            .startup_timeout_ms
+            .map_or(START_TIMEOUT, Duration::from_millis)
+    }
+
+    /// How long one tool call may take (settings `callTimeoutMs`).
+    fn call_timeout(&self) -> Duration {
+        self.config
+            .limits()
+            .call_timeout_ms
+            .map_or(CALL_TIMEOUT, Duration::from_millis)
+    }
+}
+
+/// A timeout as people say it: whole seconds, else milliseconds.
+fn spoken(d: Duration) -> String {
+    match d.subsec_millis() {
+        0 => format!("{} s", d.as_secs()),
+        _ => format!("{} ms", d.as_millis()),
+    }
 }
 
 /// What a tool or kernel request may do with a server right now.
@@ -197,6 +221,16 @@ impl McpHub {
         client: Option<Arc<Client>>,
         tools: Vec<ToolInfo>,
     ) {
+        // Settings' `enabledTools` / `disabledTools`: the rest are not offered at all.
+        let limits = server.config.limits();
+        let tools: Vec<ToolInfo> = tools
+            .into_iter()
+            .filter(|t| limits.allows(&t.name))
+            .collect();
+        let status = match status {
+            Status::Ready { .. } => Status::Ready { tools: tools.len() },
+            other => other,
+        };
         let dead = {
             let mut st = server.lock();
             if st.status == status && client.is_none() && st.tools == tools {
@@ -224,7 +258,8 @@ impl McpHub {
     /// Waits until no server is still connecting, the start timeout has run out, or `abort`
     /// is set. Returns at once once every server has settled.
     pub(crate) fn wait_ready(&self, abort: &AbortFlag) {
-        let deadline = self.started + START_TIMEOUT;
+        let longest = self.servers.iter().map(|s| s.start_timeout()).max();
+        let deadline = self.started + longest.unwrap_or(START_TIMEOUT);
         let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let connecting = self
@@ -272,7 +307,7 @@ impl McpHub {
     }
 
     fn refresh_server(&self, server: &Server, client: &Arc<Client>, abort: &AbortFlag) {
-        match client.list_tools(START_TIMEOUT, abort) {
+        match client.list_tools(server.start_timeout(), abort) {
             Ok(tools) => self.set(server, Status::Ready { tools: tools.len() }, None, tools),
             Err(e) => log::warn!("MCP server {}: refreshing tools failed: {e}", server.name),
         }
@@ -318,14 +353,21 @@ impl McpHub {
             Usable::Ready(c) => c,
             Usable::No(why) => return Err(wire::not_available(name, &why)),
         };
+        let server = self.server(name);
+        if server.is_some_and(|s| !s.config.limits().allows(tool)) {
+            return Err(format!(
+                "MCP tool {tool} on server {name} is disabled (settings enabledTools/disabledTools)"
+            ));
+        }
+        let timeout = server.map_or(CALL_TIMEOUT, |s| s.call_timeout());
         client
-            .call_tool(tool, args, CALL_TIMEOUT, abort)
+            .call_tool(tool, args, timeout, abort)
             .map_err(|e| match e {
                 McpError::Closed(why) => wire::not_available(name, &why),
                 McpError::Aborted => "Cancelled by the user.".to_owned(),
                 McpError::Timeout(_) => format!(
-                    "MCP tool {tool} on server {name} gave no answer within {} s",
-                    CALL_TIMEOUT.as_secs()
+                    "MCP tool {tool} on server {name} gave no answer within {}",
+                    spoken(timeout)
                 ),
                 other => format!("MCP tool {tool} on server {name} failed: {other}"),
             })
@@ -506,7 +548,7 @@ fn connect(hub: &Weak<McpHub>, server: &Arc<Server>, cwd: &std::path::Path, clos
     let result = transport.and_then(|t| {
         let client = Arc::new(Client::new(t, router));
         let started = hub.upgrade().map_or_else(Instant::now, |h| h.started);
-        let left = |started: Instant| START_TIMEOUT.saturating_sub(started.elapsed());
+        let left = |started: Instant| server.start_timeout().saturating_sub(started.elapsed());
         let outcome = client
             .initialize(left(started), closing)
             .and_then(|_| client.list_tools(left(started), closing));
@@ -535,7 +577,7 @@ fn connect(hub: &Weak<McpHub>, server: &Arc<Server>, cwd: &std::path::Path, clos
         Err(e) => {
             let why = match e {
                 McpError::Timeout(_) => {
-                    format!("it did not start within {} s", START_TIMEOUT.as_secs())
+                    format!("it did not start within {}", spoken(server.start_timeout()))
                 }
                 McpError::Closed(why) => format!("{why} during start-up"),
                 other => other.to_string(),

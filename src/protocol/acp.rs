@@ -66,12 +66,165 @@ pub(crate) enum McpServer {
         command: String,
         args: Vec<String>,
         env: Vec<(String, String)>,
+        limits: McpLimits,
     },
     Http {
         name: String,
         url: String,
         headers: Vec<(String, String)>,
+        limits: McpLimits,
     },
+}
+
+/// What a `settings.json` entry may add to a server (a client's servers keep the defaults):
+/// which of its tools the model sees, and its own start and call timeouts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct McpLimits {
+    /// `enabledTools`: only these (when set).
+    pub enabled_tools: Option<Vec<String>>,
+    /// `disabledTools`: never these.
+    pub disabled_tools: Vec<String>,
+    /// `startupTimeoutMs`.
+    pub startup_timeout_ms: Option<u64>,
+    /// `callTimeoutMs`.
+    pub call_timeout_ms: Option<u64>,
+}
+
+impl McpLimits {
+    /// Whether the model may see and call `tool`.
+    pub(crate) fn allows(&self, tool: &str) -> bool {
+        self.enabled_tools
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|t| t == tool))
+            && !self.disabled_tools.iter().any(|t| t == tool)
+    }
+}
+
+impl McpServer {
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            McpServer::Stdio { name, .. } | McpServer::Http { name, .. } => name,
+        }
+    }
+
+    pub(crate) fn limits(&self) -> &McpLimits {
+        match self {
+            McpServer::Stdio { limits, .. } | McpServer::Http { limits, .. } => limits,
+        }
+    }
+}
+
+/// A session's servers: the client's, then those of `settings.json` whose name the client
+/// did not use (the client's entry wins a clash).
+pub(crate) fn with_settings_servers(
+    client: Vec<McpServer>,
+    settings: &[McpServer],
+) -> Vec<McpServer> {
+    let mut out = client;
+    for server in settings {
+        if out.iter().all(|c| c.name() != server.name()) {
+            out.push(server.clone());
+        }
+    }
+    out
+}
+
+/// One entry of `settings.json` `mcpServers` (`{"<name>": {...}}`, upstream's keys): stdio
+/// (`command`, `args`, `env` as an object) or Streamable HTTP (`url`, `headers`, optional
+/// `type: "http"`), validated as a client's entry is, plus `bearerTokenEnvVar` (the variable
+/// whose value is sent as `Authorization: Bearer …`) and the `McpLimits` keys. `Err` is why the
+/// entry is skipped; `warn` hears each limit key of the wrong type (ignored).
+pub(crate) fn mcp_server_from_settings(
+    name: &str,
+    entry: &Value,
+    var: &dyn Fn(&str) -> Option<String>,
+    warn: &mut dyn FnMut(String),
+) -> Result<McpServer, String> {
+    let own = |why: &str| format!("MCP server {name} {why}");
+    let reason = |e: RpcError| match e.data.as_ref().and_then(|d| d["reason"].as_str()) {
+        Some(r) => r.to_owned(),
+        None => e.message,
+    };
+    let obj = entry.as_object().ok_or_else(|| own("is not an object"))?;
+    if !valid_mcp_name(name) {
+        return Err(MCP_NAME_RULE.to_owned());
+    }
+    let mut server = if obj.contains_key("command") {
+        stdio_server(name, obj).map_err(reason)?
+    } else if obj.contains_key("url") {
+        match obj.get("type").and_then(Value::as_str) {
+            None | Some("http") | Some("streamable-http") => {}
+            Some(kind) => return Err(own(&format!("uses unsupported {kind} transport"))),
+        }
+        http_server(name, obj).map_err(reason)?
+    } else {
+        return Err(own("has neither a command nor a url"));
+    };
+    if let Some(token_var) = obj.get("bearerTokenEnvVar") {
+        let token_var = token_var
+            .as_str()
+            .ok_or_else(|| own("has a bearerTokenEnvVar that is not a string"))?;
+        let token = var(token_var)
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| {
+                own(&format!(
+                    "needs {token_var} (its bearerTokenEnvVar), which is not set"
+                ))
+            })?;
+        match &mut server {
+            McpServer::Http { headers, .. } => {
+                headers.retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
+                headers.push((
+                    "Authorization".to_owned(),
+                    format!("Bearer {}", token.trim()),
+                ));
+            }
+            McpServer::Stdio { .. } => return Err(own("has a bearerTokenEnvVar but no url")),
+        }
+    }
+    let limits = match &mut server {
+        McpServer::Stdio { limits, .. } | McpServer::Http { limits, .. } => limits,
+    };
+    *limits = settings_limits(name, obj, warn);
+    Ok(server)
+}
+
+fn settings_limits(
+    name: &str,
+    obj: &Map<String, Value>,
+    warn: &mut dyn FnMut(String),
+) -> McpLimits {
+    let mut bad = |key: &str, want: &str| {
+        warn(format!(
+            "Ignoring settings key mcpServers.{name}.{key}: expected {want}"
+        ))
+    };
+    let mut names = |key: &str| -> Option<Vec<String>> {
+        let v = obj.get(key).filter(|v| !v.is_null())?;
+        let list: Option<Vec<String>> = v
+            .as_array()
+            .and_then(|a| a.iter().map(|t| t.as_str().map(str::to_owned)).collect());
+        if list.is_none() {
+            bad(key, "a list of tool names");
+        }
+        list
+    };
+    let enabled_tools = names("enabledTools");
+    let disabled_tools = names("disabledTools").unwrap_or_default();
+    let mut ms = |key: &str| -> Option<u64> {
+        let v = obj.get(key).filter(|v| !v.is_null())?;
+        let n = v.as_u64().filter(|n| *n > 0);
+        if n.is_none() {
+            bad(key, "a positive integer (milliseconds)");
+        }
+        n
+    };
+    McpLimits {
+        enabled_tools,
+        disabled_tools,
+        startup_timeout_ms: ms("startupTimeoutMs"),
+        call_timeout_ms: ms("callTimeoutMs"),
+    }
 }
 
 fn params_object<'a>(params: &'a Value, method: &str) -> Result<&'a Map<String, Value>, RpcError> {
@@ -495,6 +648,7 @@ fn stdio_server(name: &str, obj: &Map<String, Value>) -> Result<McpServer, RpcEr
         command: command.to_owned(),
         args,
         env,
+        limits: McpLimits::default(),
     })
 }
 
@@ -529,6 +683,7 @@ fn http_server(name: &str, obj: &Map<String, Value>) -> Result<McpServer, RpcErr
         name: name.to_owned(),
         url,
         headers,
+        limits: McpLimits::default(),
     })
 }
 
@@ -749,15 +904,95 @@ mod tests {
                 McpServer::Http {
                     name: "TaskTools".into(),
                     url: "https://task.example/mcp".into(),
-                    headers: vec![("Authorization".into(), "Bearer task".into())]
+                    headers: vec![("Authorization".into(), "Bearer task".into())],
+                    limits: McpLimits::default(),
                 },
                 McpServer::Stdio {
                     name: "LocalTools".into(),
                     command: "node".into(),
                     args: vec!["server.js".into()],
-                    env: vec![("TASK_TOKEN".into(), "task-secret".into())]
+                    env: vec![("TASK_TOKEN".into(), "task-secret".into())],
+                    limits: McpLimits::default(),
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn the_clients_server_wins_a_name_clash_with_settings() {
+        let client = validate_mcp_servers(&[json!({"name": "a", "command": "client"})]).unwrap();
+        let mut warn = |_| {};
+        let settings: Vec<McpServer> = [("a", "settings"), ("b", "settings")]
+            .iter()
+            .map(|(n, c)| {
+                mcp_server_from_settings(n, &json!({ "command": c }), &|_| None, &mut warn).unwrap()
+            })
+            .collect();
+        let got = with_settings_servers(client, &settings);
+        let commands: Vec<_> = got
+            .iter()
+            .map(|s| match s {
+                McpServer::Stdio { name, command, .. } => format!("{name}={command}"),
+                McpServer::Http { .. } => unreachable!(),
+            })
+            .collect();
+        assert_eq!(commands, ["a=client", "b=settings"]);
+    }
+
+    #[test]
+    fn settings_entries_take_upstreams_keys() {
+        let var = |n: &str| (n == "TOOLS_TOKEN").then(|| "tok".to_owned());
+        let mut warnings = Vec::new();
+        let mut warn = |w: String| warnings.push(w);
+        let http = json!({"url": "https://x.example/mcp", "headers": {"X-A": "1"},
+            "bearerTokenEnvVar": "TOOLS_TOKEN", "enabledTools": ["a", "b"],
+            "disabledTools": ["b"], "startupTimeoutMs": 500, "callTimeoutMs": "soon"});
+        let got = mcp_server_from_settings("web", &http, &var, &mut warn).unwrap();
+        let McpServer::Http {
+            headers, limits, ..
+        } = &got
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            headers,
+            &[
+                ("X-A".into(), "1".into()),
+                ("Authorization".into(), "Bearer tok".into())
+            ]
+        );
+        assert!(limits.allows("a") && !limits.allows("b") && !limits.allows("c"));
+        assert_eq!(
+            (limits.startup_timeout_ms, limits.call_timeout_ms),
+            (Some(500), None)
+        );
+        let stdio = json!({"command": "node", "args": ["s.js"], "env": {"K": "v"}});
+        let got = mcp_server_from_settings("local", &stdio, &var, &mut warn).unwrap();
+        assert!(matches!(&got, McpServer::Stdio { env, .. } if env == &[("K".into(), "v".into())]));
+        let errors = [
+            (
+                json!({"url": "https://x", "bearerTokenEnvVar": "NOPE"}),
+                "MCP server s needs NOPE (its bearerTokenEnvVar), which is not set",
+            ),
+            (
+                json!({"url": "https://x", "type": "sse"}),
+                "MCP server s uses unsupported sse transport",
+            ),
+            (
+                json!({"args": []}),
+                "MCP server s has neither a command nor a url",
+            ),
+            (json!({"command": ""}), "MCP server s has no stdio command"),
+        ];
+        for (entry, want) in errors {
+            assert_eq!(
+                mcp_server_from_settings("s", &entry, &var, &mut warn).unwrap_err(),
+                want
+            );
+        }
+        assert_eq!(
+            warnings,
+            ["Ignoring settings key mcpServers.web.callTimeoutMs: expected a positive integer (milliseconds)"]
         );
     }
 

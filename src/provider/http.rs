@@ -11,6 +11,7 @@
 
 pub(crate) mod failure;
 mod socket;
+pub(crate) mod trust;
 
 pub(crate) use failure::{error_text, message_and_code, one_line, transient_event_status};
 
@@ -58,6 +59,61 @@ static RETRY: std::sync::OnceLock<crate::config::settings::Retry> = std::sync::O
 /// Records the settings' retry policy (the first call wins).
 pub(crate) fn set_retry(retry: crate::config::settings::Retry) {
     let _ = RETRY.set(retry);
+}
+
+/// The certificate authorities model calls trust (`trust::from_env`), set once at start-up.
+static ROOTS: OnceLock<trust::Roots> = OnceLock::new();
+
+/// Records the trusted roots (the first call wins).
+pub(crate) fn set_roots(roots: trust::Roots) {
+    let _ = ROOTS.set(roots);
+}
+
+/// The proxy for `scheme` (`https` or `http`) as curl picks it: `HTTPS_PROXY` (or
+/// `HTTP_PROXY` for plain http), then `ALL_PROXY`, each also in lower case; hosts in
+/// `NO_PROXY` go direct (ureq reads it). `None`: no proxy.
+fn proxy_for(scheme: &str) -> Option<ureq::Proxy> {
+    let own = if scheme == "http" {
+        "HTTP_PROXY"
+    } else {
+        "HTTPS_PROXY"
+    };
+    let names = [own, "ALL_PROXY"];
+    let value = names.iter().find_map(|n| {
+        [n.to_string(), n.to_ascii_lowercase()]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+    })?;
+    match build_proxy(value.trim()) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            log::warn!("ignoring the proxy {value}: {e}");
+            None
+        }
+    }
+}
+
+/// A proxy from its URL, with the hosts of `NO_PROXY` (comma-separated, as ureq reads it)
+/// exempt.
+fn build_proxy(url: &str) -> Result<ureq::Proxy, ureq::Error> {
+    let parsed = ureq::Proxy::new(url)?;
+    let mut builder = ureq::Proxy::builder(parsed.protocol())
+        .host(parsed.host())
+        .port(parsed.port());
+    if let Some(user) = parsed.username() {
+        builder = builder.username(user);
+    }
+    if let Some(password) = parsed.password() {
+        builder = builder.password(password);
+    }
+    let no_proxy = ["NO_PROXY", "no_proxy"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok())
+        .unwrap_or_default();
+    for host in no_proxy.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        builder = builder.no_proxy(host);
+    }
+    builder.build()
 }
 
 impl HttpSettings {
@@ -155,7 +211,8 @@ fn call_headers(request_id: &str, attempt: u32) -> [(&'static str, String); 3] {
 /// nothing for TLS roots or connection pools.
 pub(crate) struct HttpClient {
     settings: HttpSettings,
-    agent: OnceLock<ureq::Agent>,
+    /// For `https` URLs and for `http` ones: each may have its own proxy.
+    agents: [OnceLock<ureq::Agent>; 2],
 }
 
 /// Bound on a server's self-description (`/v1/models` lists can be long on routers).
@@ -165,17 +222,29 @@ impl HttpClient {
     pub(crate) fn new(settings: HttpSettings) -> HttpClient {
         HttpClient {
             settings,
-            agent: OnceLock::new(),
+            agents: [OnceLock::new(), OnceLock::new()],
         }
     }
 
-    fn agent(&self) -> &ureq::Agent {
-        self.agent.get_or_init(|| {
+    /// The agent for `url`'s scheme: the trusted roots (`set_roots`) and the scheme's proxy.
+    fn agent(&self, url: &str) -> &ureq::Agent {
+        let scheme = if url.starts_with("http://") {
+            "http"
+        } else {
+            "https"
+        };
+        self.agents[usize::from(scheme == "http")].get_or_init(|| {
+            let mut tls = ureq::tls::TlsConfig::builder();
+            if let Some(Some(roots)) = ROOTS.get() {
+                tls = tls.root_certs(roots.clone());
+            }
             let config = ureq::Agent::config_builder()
                 .http_status_as_error(false)
                 .timeout_connect(Some(self.settings.connect_timeout))
                 .timeout_per_read(Some(self.settings.idle_timeout))
                 .user_agent(format!("prime-agent/{}", crate::VERSION))
+                .tls_config(tls.build())
+                .proxy(proxy_for(scheme))
                 .build();
             let connector =
                 ().chain(ConnectProxyConnector::default())
@@ -276,7 +345,7 @@ impl HttpClient {
         let _hook = abort.on_abort(move || hook_slot.abort());
         let _current = CurrentSlot::enter(slot.clone());
         log::debug!("GET {url}");
-        let mut builder = self.agent().get(url);
+        let mut builder = self.agent(url).get(url);
         for (name, value) in headers {
             builder = builder.header(name.as_str(), value.as_str());
         }
@@ -317,7 +386,7 @@ impl HttpClient {
         let _current = CurrentSlot::enter(slot.clone());
 
         log::debug!("{}: POST {}", request.label, request.url);
-        let mut builder = self.agent().post(request.url);
+        let mut builder = self.agent(request.url).post(request.url);
         let ours = |name: &str| {
             request.request_id.is_some()
                 && CALL_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))

@@ -30,6 +30,8 @@ pub(crate) struct ModelMenu {
     credentials: Arc<Credentials>,
     /// `--models` / settings `enabledModels`: only these `(provider, id)` are offered.
     scope: Option<Vec<(String, String)>>,
+    /// Settings `providerBackupModel`, resolved: every model built here fails over to it.
+    backup: Option<MenuModel>,
 }
 
 impl ModelMenu {
@@ -38,6 +40,44 @@ impl ModelMenu {
             registry,
             credentials,
             scope: None,
+            backup: None,
+        }
+    }
+
+    /// Settings `providerBackupModel` (`provider/id` or a bare id) among the models with
+    /// credentials; a reference that names none is a warning and no backup (upstream's rule).
+    pub(crate) fn with_backup(mut self, reference: Option<&str>) -> ModelMenu {
+        let Some(reference) = reference else {
+            return self;
+        };
+        let models = self.all_models();
+        let found = models
+            .iter()
+            .find(|m| m.value() == reference)
+            .or_else(|| models.iter().find(|m| m.id == reference));
+        match found {
+            Some(m) => self.backup = Some(m.clone()),
+            None => log::warn!(
+                "Ignoring settings key providerBackupModel: {reference} is not a model with credentials"
+            ),
+        }
+        self
+    }
+
+    /// `provider` with the backup model behind it (none for the backup itself).
+    pub(crate) fn with_failover(&self, provider: Arc<dyn Provider>) -> Arc<dyn Provider> {
+        let Some(backup) = self.backup.as_ref() else {
+            return provider;
+        };
+        if provider.label() == backup.value() {
+            return provider;
+        }
+        match self.build_plain(backup) {
+            Some(b) => Arc::new(super::failover::Failover {
+                primary: provider,
+                backup: b,
+            }),
+            None => provider,
         }
     }
 
@@ -111,8 +151,14 @@ impl ModelMenu {
             .collect()
     }
 
-    /// A provider for `model` (one of `models()`).
+    /// A provider for `model` (one of `models()`), with the backup model behind it.
     pub(crate) fn build(&self, model: &MenuModel) -> Option<Arc<dyn Provider>> {
+        let provider = self.build_plain(model)?;
+        log::info!("Model switched to {}", model.value());
+        Some(self.with_failover(provider))
+    }
+
+    fn build_plain(&self, model: &MenuModel) -> Option<Arc<dyn Provider>> {
         let p = self.registry.find(&model.provider)?;
         let m = p.models.iter().find(|m| m.id == model.id)?;
         let api = Api::parse(m.api_name(p))?;
@@ -123,7 +169,6 @@ impl ModelMenu {
             api,
             assumed_defaults: false,
         };
-        log::info!("Model switched to {}", model.value());
         Some(Arc::new(RemoteProvider::new(
             selection,
             self.credentials.clone(),

@@ -10,6 +10,7 @@ pub(crate) mod azure;
 mod chunk_scan;
 pub(crate) mod config;
 pub(crate) mod delta_pool;
+pub(crate) mod failover;
 pub(crate) mod google;
 pub(crate) mod http;
 pub(crate) mod menu;

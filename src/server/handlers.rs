@@ -377,6 +377,7 @@ impl MainLoop {
         };
         let client = self.client_host(&id, &agent, &p);
         agent.host = client.clone();
+        let mcp_servers = acp::with_settings_servers(p.mcp_servers.clone(), &agent.mcp_servers);
         self.next_generation += 1;
         let family = Family::new(
             self.next_generation,
@@ -384,7 +385,7 @@ impl MainLoop {
             id.clone(),
             self.family_tx.clone(),
         );
-        self.start_mcp(&family, &p.mcp_servers);
+        self.start_mcp(&family, &mcp_servers);
         let log = conversation
             .recorder
             .as_ref()
@@ -400,7 +401,7 @@ impl MainLoop {
             ctx,
             workers,
             client,
-            p.mcp_servers,
+            mcp_servers,
             self.timing,
         );
         let titled = resumed.as_ref().is_some_and(|l| l.title().is_some());

@@ -7,6 +7,7 @@ pub mod deps;
 pub mod llm_server;
 pub mod model;
 pub mod procs;
+pub mod proxy;
 pub mod schema;
 pub mod sessions;
 
@@ -49,6 +50,21 @@ pub const PROVIDER_KEY_VARS: &[&str] = &[
     "MINIMAX_API_KEY",
     "KIMI_API_KEY",
 ];
+/// Proxy and certificate variables, also removed (set empty) so the machine's own never
+/// reach a test: `tests/network.rs` sets them on purpose.
+pub const NETWORK_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
 /// Generous: these bound hangs, they do not measure speed.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -75,7 +91,7 @@ pub fn agent_command_under(agent_dir: &Path, wrapper: &[String]) -> Command {
         None => Command::new(bin()),
     };
     cmd.env("PRIME_AGENT_CODING_AGENT_DIR", agent_dir);
-    for key in PROVIDER_KEY_VARS {
+    for key in PROVIDER_KEY_VARS.iter().chain(NETWORK_VARS) {
         cmd.env_remove(key);
     }
     cmd

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::llm_server::LlmServer;
-use super::{Agent, Spawn, TempDir, PROVIDER_KEY_VARS, TIMEOUT};
+use super::{Agent, Spawn, TempDir, NETWORK_VARS, PROVIDER_KEY_VARS, TIMEOUT};
 
 /// An agent and the agent dir (`models.json`, `auth.json`, `HOME`) it was started with.
 pub struct Setup {
@@ -19,6 +19,7 @@ pub struct Setup {
 pub fn env_for(dir: &TempDir, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = PROVIDER_KEY_VARS
         .iter()
+        .chain(NETWORK_VARS)
         .map(|k| (k.to_string(), String::new()))
         .collect();
     let d = dir.path().display().to_string();
