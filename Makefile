@@ -15,7 +15,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test io-ban test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test io-ban darwin-setup darwin-check dist-darwin test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -30,12 +30,44 @@ io-ban:
 		|| { echo "io-ban: the main loop's modules call IO (clippy.toml says where it goes instead)"; exit 1; }
 	@echo "io-ban: the main loop's modules call no IO"
 
+## macOS: both Apple targets compile and link on Linux through cargo-zigbuild, with Zig from
+## PyPI (ziglang) as the C compiler and linker: no macOS SDK is needed, since the binary links
+## only libSystem (base/signals.rs keeps ctrlc's Foundation-linked backend out). Nothing here
+## can run the result: docs/install.md says so. `make test` runs this when `make darwin-setup`
+## has installed the toolchain (.ci/run does).
+DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
+ZIG_VENV := .deps/zig
+ZIGLANG := ziglang==0.17.1
+CARGO_ZIGBUILD := 0.24.1
+darwin-setup:
+	rustup target add $(DARWIN_TARGETS)
+	[ -x $(ZIG_VENV)/bin/python ] || python3 -m venv $(ZIG_VENV)
+	$(ZIG_VENV)/bin/pip install --quiet --disable-pip-version-check $(ZIGLANG)
+	command -v cargo-zigbuild >/dev/null 2>&1 || $(CARGO) install cargo-zigbuild --version $(CARGO_ZIGBUILD) --locked
+
+darwin-check:
+	@set -o pipefail; ok=0; bad=0; for t in $(DARWIN_TARGETS); do \
+		if PATH="$(CURDIR)/$(ZIG_VENV)/bin:$$PATH" $(CARGO) zigbuild --quiet --target $$t 2>target/darwin-$$t.err \
+			&& [ "$$(od -An -tx1 -N4 target/$$t/debug/prime-agent | tr -d ' ')" = cffaedfe ]; then \
+			echo "darwin-check: $$t compiles and links (Mach-O)"; ok=$$((ok+1)); \
+		else echo "darwin-check: $$t FAILED:"; tail -20 target/darwin-$$t.err; bad=$$((bad+1)); fi; \
+	done; echo "darwin-check: $$ok passed, $$bad failed" | tee target/darwin-check.log; [ $$bad -eq 0 ]
+
+## macOS release archives (dist/prime-agent-<version>-<apple target>.tar.gz), cross-built with
+## cargo-zigbuild (`make darwin-setup`). Built and packaged here, never run here: not for the
+## ACP registry entry, which lists only targets that have been run.
+dist-darwin:
+	@set -e; for t in $(DARWIN_TARGETS); do \
+		PATH="$(CURDIR)/$(ZIG_VENV)/bin:$$PATH" $(CARGO) zigbuild --release --target $$t; \
+		bash scripts/dist.sh package $$t target/$$t/release/prime-agent dist $(VERSION); \
+	done
+
 ## Installs the pinned test components (scripts/test-deps.sh; a no-op once present), runs unit
 ## tests (pure mappings) and integration tests (the real binary over stdio), then a smoke
 ## test of the static binary when the musl toolchain is installed, and of both release
 ## archives when the cross toolchain is (.ci/run installs both).
 test:
-	@mkdir -p target; rm -f target/static-smoke.log target/dist-smoke.log
+	@mkdir -p target; rm -f target/static-smoke.log target/dist-smoke.log target/darwin-check.log
 	@bash scripts/test-deps.sh || echo "test-deps: incomplete; the tests that need the missing parts print 'skipped:'"
 	@$(MAKE) --no-print-directory io-ban
 	set -o pipefail; $(CARGO) test 2>&1 | tee target/test.log
@@ -45,6 +77,9 @@ test:
 	@if bash scripts/dist.sh check $(DIST_TARGETS) >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory dist-smoke; \
 	else echo "dist-smoke: skipped (no cross toolchain; make dist-setup)"; fi
+	@if [ -x $(ZIG_VENV)/bin/python ] && command -v cargo-zigbuild >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory darwin-check; \
+	else echo "darwin-check: skipped (no zig toolchain; make darwin-setup)"; fi
 	@bash scripts/test_summary.sh target
 
 ## The static binary must be static and run a scripted turn alone in an empty root directory

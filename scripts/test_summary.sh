@@ -2,7 +2,8 @@
 # The last line of `make test`: totals over the logs the run wrote, and the smoke tests it
 # skipped.
 #
-#   scripts/test_summary.sh DIR    (DIR holds test.log, static-smoke.log, dist-smoke.log)
+#   scripts/test_summary.sh DIR    (DIR holds test.log, static-smoke.log, dist-smoke.log,
+#                                   darwin-check.log)
 #
 # A skipped smoke test writes no log (its toolchain is missing), so only the logs that exist
 # are read: awk given a missing file exits 2, which made `make test` fail on a fresh machine
@@ -12,7 +13,7 @@ set -euo pipefail
 dir=${1:-target}
 logs=()
 skipped=()
-for name in test static-smoke dist-smoke; do
+for name in test static-smoke dist-smoke darwin-check; do
     if [ -f "$dir/$name.log" ]; then
         logs+=("$dir/$name.log")
     elif [ "$name" != test ]; then
@@ -22,6 +23,7 @@ done
 if ((${#logs[@]})); then
     awk '/^test result:/ {p+=$4; f+=$6}
          /^(static|dist)-smoke: [0-9]+ passed/ {p+=$2; f+=$4}
+         /^darwin-check: [0-9]+ passed/ {p+=$2; f+=$4}
          END {print "total: " p+0 " passed, " f+0 " failed"}' "${logs[@]}"
 else
     echo "total: no test log in $dir"

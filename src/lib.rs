@@ -70,11 +70,7 @@ pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
         let _ = writeln!(std::io::stderr(), "{TERMINAL_HINT}");
     }
     let agent = app::setup::build_agent(cfg)?;
-    let (signal_tx, signal_rx) = crossbeam_channel::bounded(4);
-    ctrlc::set_handler(move || {
-        let _ = signal_tx.try_send(());
-    })
-    .map_err(|e| format!("Cannot install the signal handler: {e}"))?;
+    let signal_rx = crate::base::signals::interrupts()?;
     let (conn, io_threads) =
         protocol::transport::stdio().map_err(|e| format!("Cannot set up stdio: {e}"))?;
     let exit = server::main_loop::run(conn, Arc::new(agent), signal_rx, VERSION);

@@ -401,15 +401,16 @@ fn the_make_test_summary_reads_only_the_logs_a_run_wrote_and_names_the_skipped_s
                  test result: FAILED. 3 passed; 1 failed; 0 ignored\n";
     let dist = "dist-smoke: 2 passed, 0 failed\n";
     let fixed = "static-smoke: 1 passed, 0 failed\n";
+    let darwin = "darwin-check: 2 passed, 0 failed\n";
     let cases: &[(&[(&str, &str)], &str)] = &[
-        // A fresh machine: neither smoke test ran, so neither wrote a log.
+        // A fresh machine: no smoke test ran, so none wrote a log.
         (
             &[("test.log", cargo)],
-            "total: 8 passed, 1 failed\nskipped: static-smoke dist-smoke",
+            "total: 8 passed, 1 failed\nskipped: static-smoke dist-smoke darwin-check",
         ),
         (
             &[("test.log", cargo), ("dist-smoke.log", dist)],
-            "total: 10 passed, 1 failed\nskipped: static-smoke (",
+            "total: 10 passed, 1 failed\nskipped: static-smoke darwin-check (",
         ),
         (
             &[
@@ -417,7 +418,16 @@ fn the_make_test_summary_reads_only_the_logs_a_run_wrote_and_names_the_skipped_s
                 ("static-smoke.log", fixed),
                 ("dist-smoke.log", dist),
             ],
-            "total: 11 passed, 1 failed\n",
+            "total: 11 passed, 1 failed\nskipped: darwin-check",
+        ),
+        (
+            &[
+                ("test.log", cargo),
+                ("static-smoke.log", fixed),
+                ("dist-smoke.log", dist),
+                ("darwin-check.log", darwin),
+            ],
+            "total: 13 passed, 1 failed\n",
         ),
     ];
     for (logs, want) in cases {
@@ -429,6 +439,7 @@ fn the_make_test_summary_reads_only_the_logs_a_run_wrote_and_names_the_skipped_s
         ("test.log", cargo),
         ("static-smoke.log", fixed),
         ("dist-smoke.log", dist),
+        ("darwin-check.log", darwin),
     ]);
     assert!(!out.contains("skipped"), "{out}");
 }

@@ -43,11 +43,7 @@ pub(crate) fn run(cfg: &Config, version: &str) -> Result<u8, String> {
     let cwd = agent.cwd.display().to_string();
     // Stray writes to fd 1 (a crate, a child) go to stderr, as in ACP mode.
     let out = transport::take_over_stdout().map_err(|e| format!("Cannot set up stdio: {e}"))?;
-    let (signal_tx, signal_rx) = crossbeam_channel::bounded(4);
-    ctrlc::set_handler(move || {
-        let _ = signal_tx.try_send(());
-    })
-    .map_err(|e| format!("Cannot install the signal handler: {e}"))?;
+    let signal_rx = crate::base::signals::interrupts()?;
     let (to_agent, agent_input) = unbounded::<Vec<u8>>();
     let (agent_output, from_agent) = unbounded::<Vec<u8>>();
     let (conn, io_threads) = transport::spawn(

@@ -8,6 +8,7 @@ pub(crate) mod json;
 pub(crate) mod lines;
 pub(crate) mod reaper;
 pub(crate) mod sandbox;
+pub(crate) mod signals;
 pub(crate) mod spawn;
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -278,6 +278,7 @@ pub(crate) fn remove_private_tmp() {
 // --- Landlock ----------------------------------------------------------------------------------
 
 const CREATE_RULESET_VERSION: u32 = 1 << 0;
+#[cfg(target_os = "linux")]
 const RULE_PATH_BENEATH: libc::c_int = 1;
 
 const FS_EXECUTE: u64 = 1 << 0;
@@ -317,21 +318,19 @@ struct PathBeneath {
 pub(crate) fn abi() -> Result<u32, String> {
     static ABI: OnceLock<Result<u32, String>> = OnceLock::new();
     ABI.get_or_init(|| {
-        #[allow(unsafe_code)]
-        // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) reads no memory and returns the
-        // ABI version (or -1 and errno).
-        let v = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<RulesetAttr>(),
-                0usize,
-                CREATE_RULESET_VERSION,
-            )
+        let e = match sys::create_ruleset(std::ptr::null(), 0, CREATE_RULESET_VERSION) {
+            Ok(v) if v >= 1 => {
+                return u32::try_from(v).map_err(|_| "bad Landlock version".to_owned())
+            }
+            Ok(_) => io::Error::from(io::ErrorKind::Unsupported),
+            Err(e) => e,
         };
-        if v >= 1 {
-            return u32::try_from(v).map_err(|_| "bad Landlock version".to_owned());
+        if e.kind() == io::ErrorKind::Unsupported && !cfg!(target_os = "linux") {
+            return Err(format!(
+                "Landlock is a Linux feature; this build runs on {} and has no sandbox",
+                std::env::consts::OS
+            ));
         }
-        let e = io::Error::last_os_error();
         Err(match e.raw_os_error() {
             Some(libc::ENOSYS) => "this kernel has no Landlock (Linux 5.13 or later is needed, built with CONFIG_SECURITY_LANDLOCK)".to_owned(),
             Some(libc::EOPNOTSUPP) => "Landlock is built into this kernel but not enabled (add landlock to the lsm= boot parameter)".to_owned(),
@@ -436,20 +435,7 @@ impl Policy {
                 0
             },
         };
-        #[allow(unsafe_code)]
-        // SAFETY: the attribute struct is ours and lives across the call, which only reads it;
-        // the return value is a new fd (close-on-exec) or -1.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                &attr as *const RulesetAttr,
-                std::mem::size_of::<RulesetAttr>(),
-                0u32,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = sys::create_ruleset(&attr, std::mem::size_of::<RulesetAttr>(), 0)?;
         #[allow(unsafe_code)]
         // SAFETY: a fresh fd, owned by nobody else.
         let ruleset = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
@@ -500,29 +486,15 @@ impl Policy {
     fn allow(&self, path: &Path, rights: u64) -> io::Result<()> {
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .custom_flags(sys::O_PATH | libc::O_CLOEXEC)
             .open(path)?;
         let is_dir = file.metadata()?.is_dir();
         let attr = PathBeneath {
             allowed_access: if is_dir { rights } else { rights & FILE_ONLY },
             parent_fd: file.as_raw_fd(),
         };
-        #[allow(unsafe_code)]
-        // SAFETY: both fds are open for the call; the attribute struct is ours and only read.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_add_rule,
-                self.ruleset.as_raw_fd(),
-                RULE_PATH_BENEATH,
-                &attr as *const PathBeneath,
-                0u32,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
-        }
-        Ok(())
+        sys::add_rule(self.ruleset.as_raw_fd(), &attr)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
     }
 
     /// The ruleset's fd, for `enter` in the child.
@@ -541,16 +513,96 @@ use std::os::unix::fs::OpenOptionsExt;
 /// Only async-signal-safe calls: two system calls on integers; no allocation, no lock.
 #[allow(unsafe_code)]
 pub(crate) unsafe fn enter(fd: RawFd) -> io::Result<()> {
-    // SAFETY: prctl(2) and landlock_restrict_self(2) take plain integers.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+    // SAFETY: the caller's promise (between fork and exec), passed on.
+    unsafe { sys::restrict_self(fd) }
+}
+
+/// Landlock's system calls (Linux). Elsewhere each says `Unsupported`, so `abi()` reports no
+/// sandbox and `--sandbox` other than `off` refuses to start.
+#[cfg(target_os = "linux")]
+mod sys {
+    use super::{PathBeneath, RulesetAttr, RULE_PATH_BENEATH};
+    use std::io;
+    use std::os::fd::RawFd;
+
+    pub(super) const O_PATH: i32 = libc::O_PATH;
+
+    /// landlock_create_ruleset(2): the ABI version (with the VERSION flag) or a new fd.
+    pub(super) fn create_ruleset(
+        attr: *const RulesetAttr,
+        size: usize,
+        flags: u32,
+    ) -> io::Result<i64> {
+        #[allow(unsafe_code)]
+        // SAFETY: `attr` is null (with size 0) or points to a struct the caller keeps alive
+        // across the call, which only reads it.
+        let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, attr, size, flags) };
+        if v < 0 {
             return Err(io::Error::last_os_error());
         }
-        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        Ok(v)
     }
-    Ok(())
+
+    /// landlock_add_rule(2) of one path-beneath rule.
+    pub(super) fn add_rule(ruleset: RawFd, attr: &PathBeneath) -> io::Result<()> {
+        #[allow(unsafe_code)]
+        // SAFETY: both fds are open for the call; the attribute struct is only read.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset,
+                RULE_PATH_BENEATH,
+                attr as *const PathBeneath,
+                0u32,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// No new privileges, then landlock_restrict_self(2).
+    ///
+    /// # Safety
+    /// Async-signal-safe: two system calls on integers.
+    #[allow(unsafe_code)]
+    pub(super) unsafe fn restrict_self(fd: RawFd) -> io::Result<()> {
+        // SAFETY: prctl(2) and landlock_restrict_self(2) take plain integers.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod sys {
+    use super::{PathBeneath, RulesetAttr};
+    use std::io;
+    use std::os::fd::RawFd;
+
+    pub(super) const O_PATH: i32 = 0;
+
+    pub(super) fn create_ruleset(_: *const RulesetAttr, _: usize, _: u32) -> io::Result<i64> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    pub(super) fn add_rule(_: RawFd, _: &PathBeneath) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// # Safety
+    /// Does nothing.
+    #[allow(unsafe_code)]
+    pub(super) unsafe fn restrict_self(_: RawFd) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 #[cfg(test)]

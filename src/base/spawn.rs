@@ -312,19 +312,25 @@ pub(crate) fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd:
     // SAFETY: socketpair(2) writes two fds into the array we own; on success both are fresh,
     // owned by nobody else, so each becomes an OwnedFd exactly once.
     unsafe {
-        if libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        ) < 0
-        {
+        // Atomic close-on-exec where the kernel offers it (Linux); elsewhere set right after.
+        #[cfg(target_os = "linux")]
+        let kind = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC;
+        #[cfg(not(target_os = "linux"))]
+        let kind = libc::SOCK_SEQPACKET;
+        if libc::socketpair(libc::AF_UNIX, kind, 0, fds.as_mut_ptr()) < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok((
+        let pair = (
             std::os::fd::OwnedFd::from_raw_fd(fds[0]),
             std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-        ))
+        );
+        #[cfg(not(target_os = "linux"))]
+        for fd in fds {
+            if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(pair)
     }
 }
 
