@@ -253,73 +253,17 @@ impl Provider for RemoteProvider {
         abort: &AbortFlag,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError> {
-        let p = &self.selection.provider;
         let model = &self.selection.model;
-        let key = self.credentials.key_for(p, abort).map_err(|e| {
-            if abort.is_aborted() {
-                ProviderError::Aborted
-            } else {
-                ProviderError::Config(e)
-            }
-        })?;
-        if key.is_none() && !self.key_optional {
-            return Err(ProviderError::Config(
-                self.credentials.missing_key_message(p),
-            ));
-        }
+        let key = self.key(abort)?;
         warn_images_omitted(&self.label(), model, request.messages);
-
         // (Azure's environment: a few variable lookups, read per call like the key.)
         let azure_env = match self.selection.api {
             Api::AzureOpenAiResponses => Some(azure::AzureEnv::from_env()),
             _ => None,
         };
-        let (url, mut headers) = match (self.selection.api, &azure_env) {
-            (Api::AzureOpenAiResponses, Some(env)) => {
-                let endpoint = azure::endpoint(&p.base_url, env).map_err(ProviderError::Config)?;
-                (azure::url(&endpoint, env), azure::headers(key.as_deref()))
-            }
-            (Api::OpenAiResponses | Api::AzureOpenAiResponses, _) => (
-                responses::url(&p.base_url),
-                responses::headers(key.as_deref()),
-            ),
-            (Api::OpenAiCompletions, _) => {
-                (openai::url(&p.base_url), openai::headers(key.as_deref()))
-            }
-            (Api::AnthropicMessages, _) => (
-                anthropic::url(&p.base_url),
-                anthropic::headers(key.as_deref()),
-            ),
-            (Api::Google, _) => (
-                google::url(&p.base_url, &model.id),
-                google::headers(key.as_deref()),
-            ),
-        };
-        for (name, raw) in &p.headers {
-            let value = resolve_value(raw, abort).map_err(|e| {
-                if abort.is_aborted() {
-                    ProviderError::Aborted
-                } else {
-                    ProviderError::Config(e)
-                }
-            })?;
-            headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-            headers.push((name.clone(), value));
-        }
+        let (url, headers) = self.endpoint(key.as_deref(), azure_env.as_ref(), abort)?;
         if self.selection.assumed_defaults {
-            // Only what identifies us to the server: no body type or event-stream accept.
-            let info_headers: Vec<(String, String)> = headers
-                .iter()
-                .filter(|(n, _)| {
-                    !n.eq_ignore_ascii_case("content-type") && !n.eq_ignore_ascii_case("accept")
-                })
-                .cloned()
-                .collect();
-            let (window, source) = self.window(&info_headers, abort);
-            abort.check().map_err(|_| ProviderError::Aborted)?;
-            on_event(StreamEvent::Notice(
-                self.assumed_defaults_notice(window, source),
-            ));
+            self.announce_assumed_defaults(&headers, abort, on_event)?;
         }
         // The body is built once the window is known (asked above for an unknown model),
         // since an unknown model's output budget depends on it.
@@ -365,6 +309,87 @@ impl Provider for RemoteProvider {
             }
         };
         self.http.stream(&post, abort, &mut decoder, on_event)
+    }
+}
+
+impl RemoteProvider {
+    /// The provider's key for this call (`None`: none, where none is needed).
+    fn key(&self, abort: &AbortFlag) -> Result<Option<String>, ProviderError> {
+        let p = &self.selection.provider;
+        let key = self
+            .credentials
+            .key_for(p, abort)
+            .map_err(|e| config_or_aborted(e, abort))?;
+        if key.is_none() && !self.key_optional {
+            return Err(ProviderError::Config(
+                self.credentials.missing_key_message(p),
+            ));
+        }
+        Ok(key)
+    }
+
+    /// The URL and headers of the wire API, then the provider's own headers over them.
+    fn endpoint(
+        &self,
+        key: Option<&str>,
+        azure_env: Option<&azure::AzureEnv>,
+        abort: &AbortFlag,
+    ) -> Result<(String, Vec<(String, String)>), ProviderError> {
+        let p = &self.selection.provider;
+        let (url, mut headers) = match (self.selection.api, azure_env) {
+            (Api::AzureOpenAiResponses, Some(env)) => {
+                let endpoint = azure::endpoint(&p.base_url, env).map_err(ProviderError::Config)?;
+                (azure::url(&endpoint, env), azure::headers(key))
+            }
+            (Api::OpenAiResponses | Api::AzureOpenAiResponses, _) => {
+                (responses::url(&p.base_url), responses::headers(key))
+            }
+            (Api::OpenAiCompletions, _) => (openai::url(&p.base_url), openai::headers(key)),
+            (Api::AnthropicMessages, _) => (anthropic::url(&p.base_url), anthropic::headers(key)),
+            (Api::Google, _) => (
+                google::url(&p.base_url, &self.selection.model.id),
+                google::headers(key),
+            ),
+        };
+        for (name, raw) in &p.headers {
+            let value = resolve_value(raw, abort).map_err(|e| config_or_aborted(e, abort))?;
+            headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+            headers.push((name.clone(), value));
+        }
+        Ok((url, headers))
+    }
+
+    /// A model the catalogue does not know: its window is asked of the server (with only the
+    /// headers that identify us: no body type or event-stream accept) and the client told.
+    fn announce_assumed_defaults(
+        &self,
+        headers: &[(String, String)],
+        abort: &AbortFlag,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<(), ProviderError> {
+        let info_headers: Vec<(String, String)> = headers
+            .iter()
+            .filter(|(n, _)| {
+                !n.eq_ignore_ascii_case("content-type") && !n.eq_ignore_ascii_case("accept")
+            })
+            .cloned()
+            .collect();
+        let (window, source) = self.window(&info_headers, abort);
+        abort.check().map_err(|_| ProviderError::Aborted)?;
+        on_event(StreamEvent::Notice(
+            self.assumed_defaults_notice(window, source),
+        ));
+        Ok(())
+    }
+}
+
+/// A configuration error, unless the call was cancelled meanwhile (a `!command` key or header
+/// cut short).
+fn config_or_aborted(e: String, abort: &AbortFlag) -> ProviderError {
+    if abort.is_aborted() {
+        ProviderError::Aborted
+    } else {
+        ProviderError::Config(e)
     }
 }
 
