@@ -48,6 +48,46 @@ const PARTS: Parts = Parts {
 
 /// The Messages API request body for `req`.
 pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
+    let messages = messages(model, req);
+    // The Messages API requires `max_tokens`; for a model of unknown limits take a budget
+    // that fits even a small window.
+    let mut max_tokens = model.output_budget().unwrap_or(UNKNOWN_MODEL_MAX_TOKENS);
+    if let Some(asked) = req.max_tokens {
+        // A summary request's budget (thinking may still raise it, below).
+        max_tokens = max_tokens.min(asked);
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model.id));
+    body.insert("stream".into(), json!(true));
+    if !req.system.is_empty() {
+        body.insert("system".into(), json!(req.system));
+    }
+    if model.reasoning {
+        if let Some(b) = budget(req.thinking) {
+            // The budget must stay below max_tokens, leaving room for the answer.
+            let b = b.min(max_tokens.saturating_sub(1024)).max(1024);
+            max_tokens = max_tokens.max(b + 1024);
+            body.insert(
+                "thinking".into(),
+                json!({"type": "enabled", "budget_tokens": b}),
+            );
+        }
+    }
+    body.insert("max_tokens".into(), json!(max_tokens));
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    Value::Object(body)
+}
+
+/// The conversation as Messages API turns: consecutive same-role messages merged.
+fn messages(model: &ModelDef, req: &ChatRequest<'_>) -> Vec<Value> {
     // (role, blocks); consecutive same-role messages are merged because tool results are
     // user-role blocks and the API wants strict alternation.
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
@@ -124,41 +164,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
-    // The Messages API requires `max_tokens`; for a model of unknown limits take a budget
-    // that fits even a small window.
-    let mut max_tokens = model.output_budget().unwrap_or(UNKNOWN_MODEL_MAX_TOKENS);
-    if let Some(asked) = req.max_tokens {
-        // A summary request's budget (thinking may still raise it, below).
-        max_tokens = max_tokens.min(asked);
-    }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model.id));
-    body.insert("stream".into(), json!(true));
-    if !req.system.is_empty() {
-        body.insert("system".into(), json!(req.system));
-    }
-    if model.reasoning {
-        if let Some(b) = budget(req.thinking) {
-            // The budget must stay below max_tokens, leaving room for the answer.
-            let b = b.min(max_tokens.saturating_sub(1024)).max(1024);
-            max_tokens = max_tokens.max(b + 1024);
-            body.insert(
-                "thinking".into(),
-                json!({"type": "enabled", "budget_tokens": b}),
-            );
-        }
-    }
-    body.insert("max_tokens".into(), json!(max_tokens));
-    body.insert("messages".into(), Value::Array(messages));
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    Value::Object(body)
+    messages
 }
 
 #[derive(Debug)]
