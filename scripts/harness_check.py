@@ -5,8 +5,9 @@
    writes) on a subprocess runtime; its ACP runner (`verifiers/v1/acp/runner.py`, run by the
    runtime through uv as in any rollout) drives the agent, and its interception proxy relays the
    agent's model calls to the loopback model below and records them in the trace. Only the
-   harness's install step is replaced (it downloads upstream's release) and the binary path
-   points at this build. Asserted: every model call reached the trace with its
+   harness is this repository's `integrations/verifiers` subclass, which installs this build
+   from a release archive (sha256-checked, unpacked in the sandbox) instead of upstream's Node
+   release. Asserted: every model call reached the trace with its
    `X-ACP-Model-Request-ID`; a retried call repeated its id, its `Idempotency-Key` and counted
    `x-stainless-retry-count` up, and the proxy recorded it once; the semantic edges were
    accepted by verifiers' own `SemanticEdgeSet` and `Trace.add_semantic_edges` (which rejects
@@ -173,24 +174,30 @@ async def verifiers_rollout(binary, server, seen):
 
 
 def local_harness_class(binary):
-    from verifiers.v1.acp import ACPHarness
-    from verifiers.v1.harnesses.prime_agent.harness import PrimeAgentHarness
+    """This repository's installable harness (`integrations/verifiers`): it installs the
+    binary from a release archive made of this build (sha256-checked, unpacked in the
+    sandbox, `--version` run there), with no Node, npm or network. It runs on verifiers'
+    subprocess runtime (no container engine here), which the harness's container requirement
+    would refuse; its paths are all under /tmp and /var/tmp."""
+    sys.path.insert(0, str(ROOT / "integrations" / "verifiers"))
+    from prime_agent_static import StaticPrimeAgentHarness
 
-    class LocalPrimeAgentHarness(PrimeAgentHarness):
-        """verifiers' Prime Agent harness with this build instead of upstream's release:
-        the documented recipe (docs/harnesses.md). Everything else is the harness's own.
-        It runs on verifiers' subprocess runtime (no container engine here), which the
-        harness's container requirement would refuse; its paths are all under /tmp."""
-
+    class LocalStaticHarness(StaticPrimeAgentHarness):
         NEEDS_CONTAINER = False
 
-        async def setup(self, runtime):
-            await ACPHarness.setup(self, runtime)  # the ACP runner script, through uv
+    return LocalStaticHarness
 
-        def _bin(self):
-            return str(binary)
 
-    return LocalPrimeAgentHarness
+def release_archive(binary):
+    """A release archive of `binary` (scripts/dist.sh package, as `make dist` makes them) in a
+    fresh directory; returns its path and sha256."""
+    out = Path(tempfile.mkdtemp(prefix="harness-archive."))
+    subprocess.run(["bash", str(ROOT / "scripts" / "dist.sh"), "package",
+                    "x86_64-unknown-linux-gnu", str(binary), str(out), "harness"],
+                   check=True, stdout=subprocess.DEVNULL)
+    archive = next(out.glob("*.tar.gz"))
+    sha = archive.with_name(archive.name + ".sha256").read_text().split()[0]
+    return archive, sha
 
 
 def verifiers_agent(server, harness_class):
@@ -206,8 +213,15 @@ def verifiers_agent(server, harness_class):
         client=vf.EvalClientConfig(base_url=server.url, api_key_var="HARNESS_CHECK_KEY"),
     )
     agent = vf.Agent(config)
-    agent.harness = harness_class(agent.config.harness)
+    agent.harness = harness_class.from_config(
+        agent.config.harness, archive=str(ARCHIVE[0]), sha256=ARCHIVE[1],
+        install_root=str(ARCHIVE[0].parent / "installed"),
+    )
     return agent
+
+
+# The archive every verifiers rollout installs from (made once in `main`).
+ARCHIVE = [None, None]
 
 
 def rollout_task(idx):
@@ -396,6 +410,7 @@ def _version(name):
 def main():
     binary = Path(sys.argv[1]).resolve()
     work = Path(tempfile.mkdtemp(prefix="harness-check."))
+    ARCHIVE[0], ARCHIVE[1] = release_archive(binary)
     failed = 0
     for name, fn in (("verifiers", check_verifiers), ("harbor", check_harbor)):
         start = time.monotonic()
@@ -406,6 +421,7 @@ def main():
             failed += 1
             print("%s: FAILED: %s: %s" % (name, type(e).__name__, e))
     shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(ARCHIVE[0].parent, ignore_errors=True)
     print("harness-check: %d passed, %d failed" % (2 - failed, failed))
     sys.exit(1 if failed else 0)
 
