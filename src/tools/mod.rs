@@ -347,6 +347,12 @@ pub(crate) struct KernelHost {
     /// Where the kernel saves its namespace and loads it from at its first start (the main
     /// agent of a persistent session: `<agent dir>/session-artifacts/<id>`; `None`: never).
     pub state_dir: Option<PathBuf>,
+    /// The agent's `RLM_SESSION_DIR` (§4.1): its session's artifacts directory (a child's
+    /// `sub-xxxxxxxx` under it), or a temp dir of its own when `None`.
+    pub session_dir: Option<PathBuf>,
+    /// The session's `RLM_MAX_DEPTH` as it is when a kernel starts (`/rlm-max-depth` changes
+    /// it); `None`: `KernelEnv::max_depth`.
+    pub max_depth: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
 
 /// What the agents' kernels take from the process environment, read once at start-up
