@@ -88,7 +88,8 @@ fn results(a: &Agent) -> Vec<String> {
 const DEFINE: &str = "import json\nx = 41\nsquare = lambda v: v * v\nprint('defining')\ndef cube(v):\n    return v ** 3\nclass Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n    def norm1(self):\n        return abs(self.x) + abs(self.y)\np = Point(3, -4)\nnames = ['a', 'b']\nfh = open('/dev/null')";
 
 /// What the resumed sessions run with it, and what that prints.
-const USE: &str = "print(x + 1, names, square(3), cube(2), p.norm1(), isinstance(p, Point), json.dumps([1]))";
+const USE: &str =
+    "print(x + 1, names, square(3), cube(2), p.norm1(), isinstance(p, Point), json.dumps([1]))";
 const USED: &str = "42 ['a', 'b'] 9 8 7 True [1]\n";
 
 /// Every name `DEFINE` leaves that comes back, as the notice lists them.
@@ -172,10 +173,17 @@ fn a_stopped_session_gets_its_namespace_back_on_continue() {
             .iter()
             .find(|e| e["name"] == name)
             .unwrap();
-        (e["type"].as_str().unwrap().into(), e["how"].as_str().unwrap().into())
+        (
+            e["type"].as_str().unwrap().into(),
+            e["how"].as_str().unwrap().into(),
+        )
     };
     // Without dill in the kernel's Python (as here), definitions are kept as their source.
-    let defined = if manifest["serializer"] == "dill" { "dill" } else { "source" };
+    let defined = if manifest["serializer"] == "dill" {
+        "dill"
+    } else {
+        "source"
+    };
     assert_eq!(how("x"), ("int".into(), "pickle".into()));
     assert_eq!(how("square"), ("function".into(), defined.into()));
     assert_eq!(how("cube"), ("function".into(), defined.into()));

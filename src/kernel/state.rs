@@ -310,21 +310,17 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(k for k in back i
         let no_source = "defined in a cell, not by a top-level def or class statement, and dill is not installed";
         let want_skipped: Vec<(String, String)> = [
             ("big", "larger than 16 MiB pickled"),
-            (
-                "fh",
-                "TypeError: cannot pickle '_io.TextIOWrapper' object",
-            ),
+            ("fh", "TypeError: cannot pickle '_io.TextIOWrapper' object"),
             ("inner", no_source),
         ]
         .into_iter()
         .map(|(n, r)| (n.to_owned(), r.to_owned()))
-        .chain([(
-            "lambdas".to_owned(),
-            rows("skipped")[3].1.clone(),
-        )])
+        .chain([("lambdas".to_owned(), rows("skipped")[3].1.clone())])
         .collect();
         assert_eq!(rows("skipped"), want_skipped, "{m}");
-        assert!(want_skipped[3].1.starts_with("PicklingError: Can't pickle <function <lambda>"));
+        assert!(want_skipped[3]
+            .1
+            .starts_with("PicklingError: Can't pickle <function <lambda>"));
         let how: Vec<(String, String)> = m["saved"]
             .as_array()
             .unwrap()
@@ -388,6 +384,7 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(k for k in back i
     /// With dill in the kernel's Python, cell definitions are pickled by value, closures and
     /// lambdas in containers included. Skipped where the kernel's Python has no dill.
     #[test]
+    #[allow(clippy::print_stderr)] // The skip notice (`skipped: <reason>`) `make test` counts.
     fn with_dill_definitions_are_pickled_by_value() {
         let out = run_python(&format!(
             "{PRELUDE}
@@ -424,17 +421,24 @@ print(json.dumps({{'how': {{e['name']: e['how'] for e in m['saved']}}, 'skipped'
             eprintln!("skipped: the kernel's Python cannot import dill");
             return;
         }
-        assert_eq!(out["skipped"], serde_json::json!([]), "{out}");
+        assert_eq!(out["skipped"], crate::base::json::json!([]), "{out}");
         assert_eq!(
             out["how"],
-            serde_json::json!({"C": "dill", "add2": "dill", "c": "pickle", "g": "dill",
+            crate::base::json::json!({"C": "dill", "add2": "dill", "c": "pickle", "g": "dill",
                 "lambdas": "dill", "make": "dill", "x": "pickle"})
         );
         assert_eq!(
             (&out["g"], &out["twice"], &out["same"]),
-            (&serde_json::json!(42), &serde_json::json!(82), &serde_json::json!(true))
+            (
+                &crate::base::json::json!(42),
+                &crate::base::json::json!(82),
+                &crate::base::json::json!(true)
+            )
         );
-        assert_eq!((&out["add2"], &out["lambda"]), (&serde_json::json!(7), &serde_json::json!(3)));
+        assert_eq!(
+            (&out["add2"], &out["lambda"]),
+            (&crate::base::json::json!(7), &crate::base::json::json!(3))
+        );
     }
 
     #[test]

@@ -92,6 +92,8 @@ pub(crate) struct Family {
     /// `RLM_MAX_DEPTH` of this session (`/rlm-max-depth`, else settings, env, 1): new
     /// children are refused at it, and kernels start with it.
     max_depth: Arc<std::sync::atomic::AtomicU32>,
+    /// `/rlm-max-depth` set `max_depth` in this process.
+    max_depth_set: AtomicBool,
     tx: Sender<FamilyMsg>,
     closed: AtomicBool,
     state: Mutex<State>,
@@ -203,6 +205,7 @@ impl Family {
             main_busy: AtomicBool::new(false),
             root_depth,
             max_depth: Arc::new(max_depth.into()),
+            max_depth_set: AtomicBool::new(false),
             tx,
             closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
@@ -437,9 +440,18 @@ impl Family {
         self.max_depth.load(Ordering::SeqCst)
     }
 
+    /// Where the session's `RLM_MAX_DEPTH` comes from (`commands::DEPTH_FROM_*`).
+    pub(crate) fn max_depth_from(&self) -> &'static str {
+        match self.max_depth_set.load(Ordering::SeqCst) {
+            true => crate::tools::DEPTH_FROM_SESSION,
+            false => self.agent.kernel_env.max_depth_from,
+        }
+    }
+
     /// `/rlm-max-depth <n>`: children admitted and kernels started from now on use `n`.
     pub(crate) fn set_max_depth(&self, n: u32) {
         self.max_depth.store(n, Ordering::SeqCst);
+        self.max_depth_set.store(true, Ordering::SeqCst);
     }
 
     /// The main loop says whether the main agent is running a turn (for delivery statuses).
