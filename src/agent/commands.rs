@@ -34,7 +34,6 @@ pub(crate) enum DepthCommand {
     Invalid(String),
 }
 
-
 const DEPTH_USAGE: &str =
     "Usage: /rlm-max-depth [n] (n: a non-negative integer; 0 lets no agent start subagents)";
 
