@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use crate::support::sessions;
 use crate::support::*;
 
 /// Sends `text`, expects `end_turn`, and returns the text the prompt streamed.
@@ -42,6 +43,7 @@ fn commands_are_advertised_right_after_session_new() {
             "model",
             "compact",
             "rename",
+            "rlm-max-depth",
             "refine",
             "heartbeat",
             "help"
@@ -152,4 +154,83 @@ fn a_command_with_an_image_goes_to_the_model_so_the_image_is_not_lost() {
     let r = a.response(&id);
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     assert_eq!(a.text(), "seen");
+}
+
+/// `/rlm-max-depth` (behaviour spec §4.3): shows the depth and where it comes from (settings
+/// `rlmMaxDepth` over the environment's `RLM_MAX_DEPTH`), sets it for the session at once (the
+/// next `rlm(...)` is refused at it, a kernel started after it has it in `RLM_MAX_DEPTH`), and a
+/// `-c` keeps it, over settings.
+#[test]
+fn rlm_max_depth_shows_sets_and_survives_a_continue() {
+    let dir = TempDir::new("cmd-depth");
+    let cell = |id: &str, code: &str| json!({"tool_call": {"id": id, "name": "ipython", "arguments": {"code": code}}});
+    let spawn = "try:\n    await rlm('Count to three')\nexcept RuntimeError as e:\n    print(e)\nimport os\nprint(os.environ['RLM_MAX_DEPTH'])";
+    let first = dir.write(
+        "first.jsonl",
+        &[
+            json!({"steps": [cell("c1", spawn)]}),
+            json!({"steps": [
+                {"expect": ["tool_result ipython error=false: RLM recursion depth limit reached (RLM_DEPTH=0, RLM_MAX_DEPTH=0)\n0"]},
+                {"text": "Refused."}
+            ]}),
+        ]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect::<String>(),
+    );
+    let env = [("RLM_MAX_DEPTH", "2")];
+    let mut a = sessions::in_dir(
+        &dir,
+        &first.display().to_string(),
+        &["--tools", "ipython"],
+        &env,
+    );
+    let sid = a.handshake();
+    assert_eq!(
+        command(&mut a, "/rlm-max-depth"),
+        "RLM max depth: 2 (from the environment's RLM_MAX_DEPTH)."
+    );
+    assert_eq!(
+        command(&mut a, "/rlm-max-depth -1"),
+        "Usage: /rlm-max-depth [n] (n: a non-negative integer; 0 lets no agent start subagents)"
+    );
+    assert_eq!(
+        command(&mut a, "/rlm-max-depth 0"),
+        "RLM max depth: 0 for this session (was 2); subagents started from now on are held to it."
+    );
+    assert_eq!(
+        command(&mut a, "/rlm-max-depth"),
+        "RLM max depth: 0 (from this session's /rlm-max-depth)."
+    );
+    assert_eq!(a.prompt_stop("spawn one"), "end_turn");
+    drop(a);
+    let states: Vec<Value> = sessions::lines_of(&sessions::session_file(&dir, &sid))
+        .into_iter()
+        .filter(|l| l["customType"] == "rlm_max_depth_state")
+        .map(|l| l["data"].clone())
+        .collect();
+    assert_eq!(states, [json!({"maxDepth": 0})]);
+
+    // Settings win over the environment for a new session; the session's own depth wins over
+    // both when it is continued.
+    std::fs::write(
+        dir.path().join("agent/settings.json"),
+        json!({"rlmMaxDepth": 3}).to_string(),
+    )
+    .unwrap();
+    let none = dir.write("none.jsonl", "");
+    let none = none.display().to_string();
+    let mut b = sessions::in_dir(&dir, &none, &["--no-session"], &env);
+    b.handshake();
+    assert_eq!(
+        command(&mut b, "/rlm-max-depth"),
+        "RLM max depth: 3 (from settings rlmMaxDepth)."
+    );
+    drop(b);
+    let mut c = sessions::in_dir(&dir, &none, &["-c"], &env);
+    assert_eq!(c.handshake(), sid);
+    assert_eq!(
+        command(&mut c, "/rlm-max-depth"),
+        "RLM max depth: 0 (from this session's /rlm-max-depth)."
+    );
 }

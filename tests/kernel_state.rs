@@ -83,13 +83,25 @@ fn results(a: &Agent) -> Vec<String> {
         .collect()
 }
 
-/// The first session: a number, a lambda, an instance of a class defined in a cell, a module.
+/// What the first session defines (`define`): a module, data, a lambda, a function and a
+/// class defined in the cell, an instance of it, and an open file (which no snapshot keeps).
+const DEFINE: &str = "import json\nx = 41\nsquare = lambda v: v * v\nprint('defining')\ndef cube(v):\n    return v ** 3\nclass Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n    def norm1(self):\n        return abs(self.x) + abs(self.y)\np = Point(3, -4)\nnames = ['a', 'b']\nfh = open('/dev/null')";
+
+/// What the resumed sessions run with it, and what that prints.
+const USE: &str =
+    "print(x + 1, names, square(3), cube(2), p.norm1(), isinstance(p, Point), json.dumps([1]))";
+const USED: &str = "42 ['a', 'b'] 9 8 7 True [1]\n";
+
+/// Every name `DEFINE` leaves that comes back, as the notice lists them.
+const BACK: &str = "These names are available again: Point, cube, json, names, p, square, x.";
+
+/// The first session: see `DEFINE`.
 fn define(dir: &TempDir) -> (String, Value, Agent) {
     let first = script(
         dir,
         "define.jsonl",
         &[
-            json!({"steps": [cell("c1", "import json\nx = 41\nsquare = lambda v: v * v\nclass Point:\n    pass\np = Point()\nnames = ['a', 'b']")]}),
+            json!({"steps": [cell("c1", DEFINE)]}),
             json!({"steps": [{"expect": ["tool_result ipython error=false"]}, {"text": "Defined."}]}),
         ],
     );
@@ -107,15 +119,13 @@ fn resumed_script(dir: &TempDir, name: &str) -> String {
         dir,
         name,
         &[
-            json!({"steps": [cell("c2", "print(x + 1, names)")]}),
+            json!({"steps": [cell("c2", USE)]}),
             json!({"steps": [
-                {"expect": ["<ipython_state_restored>", "These names are available again: names, x."]},
+                {"expect": ["<ipython_state_restored>", BACK]},
                 {"expect_history": [
-                    "tool_result ipython error=false: 42 ['a', 'b']",
-                    "These could not be restored: ",
-                    "square (defined in a cell",
-                    "p (refers to Point, defined in a cell",
-                    "json (a module; import it again)",
+                    "tool_result ipython error=false: 42 ['a', 'b'] 9 8 7 True [1]",
+                    "Of these, Point, cube, square came back by running their def or class statement again (only that statement, not the rest of its cell).",
+                    "These could not be restored: fh (TypeError: cannot pickle '_io.TextIOWrapper' object).",
                 ]},
                 {"text": "It is 42."}
             ]}),
@@ -125,10 +135,7 @@ fn resumed_script(dir: &TempDir, name: &str) -> String {
 
 fn assert_restored(b: &Agent) {
     // (A load's replay shows the earlier calls first.)
-    assert_eq!(
-        results(b).last().map(String::as_str),
-        Some("42 ['a', 'b']\n")
-    );
+    assert_eq!(results(b).last().map(String::as_str), Some(USED));
     // Hidden: the notice reaches the model, never the client.
     assert!(
         b.seen
@@ -154,13 +161,36 @@ fn a_stopped_session_gets_its_namespace_back_on_continue() {
         .iter()
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    assert_eq!(saved, ["names", "x"], "{manifest}");
-    assert!(manifest["saved"][1]["bytes"].as_u64().unwrap() > 0);
-    assert_eq!(manifest["saved"][1]["type"], "int");
-    assert!(reason_of(&manifest, "square").starts_with("defined in a cell"));
-    assert!(reason_of(&manifest, "Point").starts_with("defined in a cell"));
-    assert!(reason_of(&manifest, "p").starts_with("refers to Point, defined in a cell"));
-    assert_eq!(reason_of(&manifest, "json"), "a module; import it again");
+    assert_eq!(
+        saved,
+        ["Point", "cube", "json", "names", "p", "square", "x"],
+        "{manifest}"
+    );
+    let how = |name: &str| -> (String, String) {
+        let e = manifest["saved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap();
+        (
+            e["type"].as_str().unwrap().into(),
+            e["how"].as_str().unwrap().into(),
+        )
+    };
+    // Without dill in the kernel's Python (as here), definitions are kept as their source.
+    let defined = if manifest["serializer"] == "dill" {
+        "dill"
+    } else {
+        "source"
+    };
+    assert_eq!(how("x"), ("int".into(), "pickle".into()));
+    assert_eq!(how("square"), ("function".into(), defined.into()));
+    assert_eq!(how("cube"), ("function".into(), defined.into()));
+    assert_eq!(how("Point"), ("type".into(), defined.into()));
+    assert_eq!(how("p"), ("Point".into(), "pickle".into()));
+    assert_eq!(how("json"), ("module".into(), "import".into()));
+    assert!(reason_of(&manifest, "fh").contains("cannot pickle"));
     // Nothing the bootstrap put there is the model's.
     for injected in ["rlm", "mcp", "goal", "edit", "In", "Out", "get_ipython"] {
         assert!(
@@ -196,8 +226,8 @@ fn a_stopped_session_gets_its_namespace_back_on_continue() {
         &dir,
         "third.jsonl",
         &[
-            json!({"steps": [{"expect_history": ["<ipython_state_restored>", "It is 42."]}, cell("c3", "print(x + 1, names)")]}),
-            json!({"steps": [{"expect": ["These names are available again: names, x."]}, {"text": "Still."}]}),
+            json!({"steps": [{"expect_history": ["<ipython_state_restored>", "It is 42."]}, cell("c3", USE)]}),
+            json!({"steps": [{"expect": [BACK]}, {"text": "Still."}]}),
         ],
     );
     let mut c = agent(&dir, &third, &[]);
@@ -234,10 +264,10 @@ fn a_killed_agent_gets_its_namespace_back_and_the_next_snapshot_replaces_it() {
         &dir,
         "resume.jsonl",
         &[
-            json!({"steps": [cell("c2", "print(x + 1, names)\ny = x * 2")]}),
+            json!({"steps": [cell("c2", &format!("{USE}\ny = cube(x)\nimport os\nprint(os.environ['RLM_SESSION_DIR'])"))]}),
             json!({"steps": [
-                {"expect": ["These names are available again: names, x."]},
-                {"expect_history": ["tool_result ipython error=false: 42 ['a', 'b']", "square (defined in a cell"]},
+                {"expect": [BACK]},
+                {"expect_history": ["tool_result ipython error=false: 42 ['a', 'b'] 9 8 7 True [1]", "fh (TypeError"]},
                 {"text": "Done."}
             ]}),
         ],
@@ -245,7 +275,12 @@ fn a_killed_agent_gets_its_namespace_back_and_the_next_snapshot_replaces_it() {
     let mut b = agent(&dir, &next, &["-c"]);
     assert_eq!(b.handshake(), sid);
     assert_eq!(b.prompt_stop("what is x + 1?"), "end_turn");
-    assert_restored(&b);
+    // `RLM_SESSION_DIR` is the session's artifacts directory (behaviour spec §4.1).
+    let art = artifacts(&dir, &sid);
+    assert_eq!(
+        results(&b).last().cloned(),
+        Some(format!("{USED}{}\n", art.display()))
+    );
     // The resumed kernel snapshots too: restored and new names alike.
     let manifest = wait_for_snapshot(&artifacts(&dir, &sid), "y");
     let saved: Vec<&str> = manifest["saved"]
@@ -254,7 +289,12 @@ fn a_killed_agent_gets_its_namespace_back_and_the_next_snapshot_replaces_it() {
         .iter()
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    assert_eq!(saved, ["names", "x", "y"], "{manifest}");
+    // The definitions that came back are definitions again: the next snapshot keeps them.
+    assert_eq!(
+        saved,
+        ["Point", "cube", "json", "names", "os", "p", "square", "x", "y"],
+        "{manifest}"
+    );
 }
 
 #[test]
@@ -265,15 +305,15 @@ fn without_a_session_nothing_is_saved() {
         "none.jsonl",
         &[
             json!({"steps": [cell("c1", "x = 41")]}),
-            json!({"steps": [cell("c2", "import sys\nprint('_prime_agent_state' in sys.modules)")]}),
+            json!({"steps": [cell("c2", "import os, sys\nprint('_prime_agent_state' in sys.modules, os.path.isdir(os.environ['RLM_SESSION_DIR']))")]}),
             json!({"text": "Done."}),
         ],
     );
     let mut a = agent(&dir, &s, &["--no-session"]);
     a.handshake();
     assert_eq!(a.prompt_stop("go"), "end_turn");
-    // The snapshot code is not even loaded into the kernel.
-    assert_eq!(results(&a), ["", "False\n"]);
+    // The snapshot code is not even loaded into the kernel; `RLM_SESSION_DIR` is a temp dir.
+    assert_eq!(results(&a), ["", "False True\n"]);
     // Past the debounce, so a snapshot would have been written by now (a lower bound for
     // the absence below, not a timing assertion).
     std::thread::sleep(Duration::from_secs(2));

@@ -1,4 +1,5 @@
-//! Slash commands typed as prompts: `/autonomous`, `/goal`, `/model`, `/compact`, `/help`.
+//! Slash commands typed as prompts: `/autonomous`, `/goal`, `/model`, `/compact`, `/rename`,
+//! `/rlm-max-depth`, `/help`.
 //!
 //! `parse` is pure: a prompt that is not one of these commands (including an unknown `/word`)
 //! is `None` and goes to the model unchanged. The results reach the client as an
@@ -21,7 +22,39 @@ pub(crate) enum Command {
     Compact(Option<String>),
     /// Name the session (`session_info_update`, stored, shown by `session/list`).
     Rename(Option<String>),
+    /// Show or set the session's maximum subagent depth (behaviour spec §4.3).
+    RlmMaxDepth(DepthCommand),
     Help,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DepthCommand {
+    Show,
+    Set(u32),
+    Invalid(String),
+}
+
+const DEPTH_USAGE: &str =
+    "Usage: /rlm-max-depth [n] (n: a non-negative integer; 0 lets no agent start subagents)";
+
+/// The reply to `/rlm-max-depth` without a number.
+pub(crate) fn depth_status(max_depth: u32, from: &str) -> String {
+    format!("RLM max depth: {max_depth} (from {from}).")
+}
+
+/// The reply to `/rlm-max-depth <n>`, which takes effect at once and is kept with the session.
+pub(crate) fn depth_set(max_depth: u32, was: u32) -> String {
+    format!("RLM max depth: {max_depth} for this session (was {was}); subagents started from now on are held to it.")
+}
+
+fn parse_depth(arg: &str) -> DepthCommand {
+    if arg.is_empty() || arg == "status" {
+        return DepthCommand::Show;
+    }
+    match arg.parse::<u32>() {
+        Ok(n) if arg.bytes().all(|b| b.is_ascii_digit()) => DepthCommand::Set(n),
+        _ => DepthCommand::Invalid(DEPTH_USAGE.to_owned()),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +85,7 @@ const GOAL_USAGE: &str =
     "Usage: /goal [--token-budget N] <objective>, or /goal status|pause|resume|clear";
 
 /// The commands with their descriptions and input hints (`available_commands_update`).
-pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 8] = [
+pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 9] = [
     (
         "autonomous",
         "Turn autonomous mode on or off, or show its counters",
@@ -74,6 +107,11 @@ pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 8] = [
         Some("[instructions]"),
     ),
     ("rename", "Give the session a title", Some("<title>")),
+    (
+        "rlm-max-depth",
+        "Show or set this session's maximum subagent depth",
+        Some("[n]"),
+    ),
     // Parsed where they run (`refine::command` in the turn, `schedule::heartbeat_command` in
     // the handlers); listed here so clients and `/help` show them.
     (
@@ -112,6 +150,7 @@ pub(crate) fn parse(text: &str) -> Option<Command> {
         "model" => Command::Model((!arg.is_empty()).then(|| arg.to_owned())),
         "compact" => Command::Compact((!arg.is_empty()).then(|| arg.to_owned())),
         "rename" => Command::Rename((!arg.is_empty()).then(|| arg.to_owned())),
+        "rlm-max-depth" => Command::RlmMaxDepth(parse_depth(arg)),
         "help" => Command::Help,
         _ => return None,
     })
@@ -164,7 +203,9 @@ pub(crate) fn run_on(command: &Command, state: &mut Unattended, now: Instant) ->
         }
         Command::Goal(goal) => run_goal(goal, state, now),
         Command::Help => help_text(),
-        Command::Model(_) | Command::Compact(_) | Command::Rename(_) => String::new(),
+        Command::Model(_) | Command::Compact(_) | Command::Rename(_) | Command::RlmMaxDepth(_) => {
+            String::new()
+        }
     }
 }
 
@@ -282,6 +323,20 @@ mod tests {
                     AUTONOMOUS_USAGE.into(),
                 ))),
             ),
+            (
+                "/rlm-max-depth",
+                Some(Command::RlmMaxDepth(DepthCommand::Show)),
+            ),
+            (
+                "/rlm-max-depth 3",
+                Some(Command::RlmMaxDepth(DepthCommand::Set(3))),
+            ),
+            (
+                "/rlm-max-depth +3",
+                Some(Command::RlmMaxDepth(DepthCommand::Invalid(
+                    DEPTH_USAGE.to_owned(),
+                ))),
+            ),
             ("/goal", Some(Command::Goal(GoalCommand::Status))),
             ("/goal pause", Some(Command::Goal(GoalCommand::Pause))),
             ("/goal resume", Some(Command::Goal(GoalCommand::Resume))),
@@ -395,9 +450,9 @@ mod tests {
         let u = available_commands_update(&[]);
         assert_eq!(u["sessionUpdate"], "available_commands_update");
         let list = u["availableCommands"].as_array().unwrap();
-        assert_eq!(list.len(), 8);
+        assert_eq!(list.len(), 9);
         assert_eq!(list[0]["name"], "autonomous");
         assert_eq!(list[0]["input"], json!({"hint": "on | off | status"}));
-        assert!(list[7].get("input").is_none());
+        assert!(list[8].get("input").is_none());
     }
 }

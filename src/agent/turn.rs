@@ -323,6 +323,8 @@ pub(crate) enum Local {
     Reply(String),
     /// `/compact [instructions]`.
     Compact(Option<String>),
+    /// `/rlm-max-depth <n>` (already in effect): kept with the session, then `reply` shown.
+    MaxDepth { max_depth: u32, reply: String },
 }
 
 /// The conversation of one ACP session; it carries across that session's prompts.
@@ -970,6 +972,13 @@ impl<'a> Worker<'a> {
             TurnInput::Local(local) => {
                 let text = match local {
                     Local::Reply(text) => text,
+                    Local::MaxDepth { max_depth, reply } => {
+                        if let Some(r) = conv.recorder.as_mut() {
+                            r.note_max_depth(max_depth);
+                            conv.persist();
+                        }
+                        reply
+                    }
                     // Compaction reports itself (`_meta…compaction`, or a notice).
                     Local::Compact(instructions) => {
                         return Err(self.manual_compact(conv, instructions.as_deref()))

@@ -38,13 +38,17 @@ pub(crate) fn agent_dir() -> PathBuf {
 fn kernel_env(agent_dir: PathBuf, settings: &Settings, resources: &Resources) -> KernelEnv {
     let depth = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse().ok());
     let dir = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    use crate::tools::{DEPTH_FROM_DEFAULT, DEPTH_FROM_ENV, DEPTH_FROM_SETTINGS};
+    let (max_depth, max_depth_from) = match (settings.rlm_max_depth, depth("RLM_MAX_DEPTH")) {
+        (Some(n), _) => (n, DEPTH_FROM_SETTINGS),
+        (None, Some(n)) => (n, DEPTH_FROM_ENV),
+        (None, None) => (1, DEPTH_FROM_DEFAULT),
+    };
     KernelEnv {
         agent_dir,
         root_depth: depth("RLM_DEPTH").unwrap_or(0),
-        max_depth: settings
-            .rlm_max_depth
-            .or_else(|| depth("RLM_MAX_DEPTH"))
-            .unwrap_or(1),
+        max_depth,
+        max_depth_from,
         global_harness_dir: dir("RLM_GLOBAL_HARNESS_STATE_DIR"),
         harness_dir: dir("RLM_HARNESS_STATE_DIR"),
         shell_path: settings.shell_path.clone(),

@@ -234,6 +234,10 @@ class PlainEngine:
     def warm(self):
         """Nothing is lazy here beyond what compiling any cell costs."""
 
+    def transform(self, code):
+        """The cell as plain Python (it is already)."""
+        return code
+
     def run(self, code):
         self.count += 1
         filename = "<cell-%d>" % self.count
@@ -339,6 +343,10 @@ def make_ipython_engine(ns_module):
             user namespace, the history or the execution count."""
             shell.transform_cell("import os\nos.getpid()\n")
             shell.display_formatter.format(0)
+
+        def transform(self, code):
+            """The cell as plain Python: magics become calls."""
+            return shell.transform_cell(code)
 
         def run(self, code):
             res = run_user(shell.run_cell, code, True)
@@ -517,9 +525,12 @@ def serve(user, engine):
                 state = _load_module(STATE_MODULE, "state.py")
             # Everything the bootstrap and the engine put into the namespace is theirs.
             baseline = frozenset(user.__dict__)
+            definitions = state.Definitions()
             if want_restore:
-                restored = state.restore(user.__dict__, baseline, state_dir)
-            snapshots = state.Snapshotter(user.__dict__, baseline, state_dir, lambda: bool(_exec_queue), send_log)
+                restored = state.restore(user.__dict__, baseline, state_dir, definitions)
+            snapshots = state.Snapshotter(
+                user.__dict__, baseline, state_dir, lambda: bool(_exec_queue), send_log, definitions
+            )
         except Exception as e:  # The kernel works without snapshots; the host logs why.
             if want_restore:
                 restored = {"error": "the snapshot code failed: %s: %s" % (type(e).__name__, e)}
@@ -550,8 +561,11 @@ def serve(user, engine):
         WIRE.pending_interrupt = False
         status = "error"
         body = None
+        found = None
         try:
             body = bash_body(code)
+            if body is None and snapshots is not None:
+                found = _definitions_before(snapshots.definitions, user.__dict__, engine, code)
             status = run_bash(body) if body is not None else engine.run(code)
         except KeyboardInterrupt:
             report_error("KeyboardInterrupt", "", ["KeyboardInterrupt"])
@@ -574,8 +588,23 @@ def serve(user, engine):
                     pass  # user code closed it; the host stops waiting for the marker
             STATE["cell"] = None
             WIRE.send({"op": "done", "id": cell, "status": status})
+        if found:
+            # Even after an error: what the cell defined before it stays defined.
+            try:
+                snapshots.definitions.after(user.__dict__, found)
+            except Exception as e:
+                send_log("debug", "cannot note the cell's definitions: %s: %s" % (type(e).__name__, e))
         if snapshots is not None and status == "ok" and body is None:
             snapshots.touch()
+
+
+def _definitions_before(definitions, ns, engine, code):
+    """The `def`/`class` statements a cell is about to run (state.py `Definitions`), or None.
+    The driver's own work: a failure here never touches the cell."""
+    try:
+        return definitions.before(ns, engine.transform(code))
+    except Exception:
+        return None
 
 
 

@@ -171,19 +171,6 @@ def _subagent(obj):
     )
 
 
-def _depth_check():
-    depth_raw = os.environ.get("RLM_DEPTH", "0")
-    max_raw = os.environ.get("RLM_MAX_DEPTH", "1")
-    try:
-        depth, max_depth = int(depth_raw), int(max_raw)
-    except ValueError:
-        depth, max_depth = 0, 1
-    if depth >= max_depth:
-        raise RuntimeError(
-            "RLM recursion depth limit reached (RLM_DEPTH=%s, RLM_MAX_DEPTH=%s)" % (depth_raw, max_raw)
-        )
-
-
 def _run_payload(prompt, kwargs):
     unsupported = sorted(k for k in kwargs if k not in ("name", "model", "thinking"))
     if unsupported:
@@ -219,7 +206,8 @@ def _run_payload(prompt, kwargs):
 async def run(prompt, **kwargs):
     """Spawns a child agent; returns its handle at admission (never the child's answer)."""
     payload = _run_payload(prompt, kwargs)
-    _depth_check()
+    # The depth limit is the host's to check: `/rlm-max-depth` can change it after this
+    # kernel's `RLM_MAX_DEPTH` was set.
     reply = await host_request("rlm.run", payload)
     return RLMSpawnHandle(
         rlm_child_id=str(_field(reply, "rlm_child_id", "")),

@@ -27,6 +27,8 @@ const LISTED: usize = 60;
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct RestoreReport {
     pub restored: Vec<String>,
+    /// Those of `restored` that came back by running their `def`/`class` statement again.
+    pub redefined: Vec<String>,
     /// Saved names that did not load, with why.
     pub failed: Vec<(String, String)>,
     /// Names the snapshot could not save, with why.
@@ -66,6 +68,7 @@ impl RestoreReport {
         };
         Some(RestoreReport {
             restored: names("restored"),
+            redefined: names("redefined"),
             failed: reasons("failed"),
             skipped: reasons("skipped"),
             error: v["error"].as_str().map(str::to_owned),
@@ -103,6 +106,12 @@ pub(crate) fn notice(report: &RestoreReport) -> Option<String> {
                 list(&report.restored, String::clone, ", ")
             ));
         }
+        if !report.redefined.is_empty() {
+            parts.push(format!(
+                "Of these, {} came back by running their def or class statement again (only that statement, not the rest of its cell).",
+                list(&report.redefined, String::clone, ", ")
+            ));
+        }
         if !missing.is_empty() {
             parts.push(format!(
                 "These could not be restored: {}. Define them again before using them.",
@@ -132,6 +141,7 @@ mod tests {
             RestoreReport::from_json(&v),
             Some(RestoreReport {
                 restored: vec!["x".into(), "y".into()],
+                redefined: vec![],
                 failed: vec![(
                     "df".into(),
                     "ModuleNotFoundError: No module named 'pandas'".into()
@@ -167,6 +177,14 @@ mod tests {
             (
                 report(&["a"], &[("f", "defined in a cell"), ("json", "a module; import it again")]),
                 Some("<ipython_state_restored>\nThe IPython kernel of this resumed session was started again and loaded the namespace saved from earlier cells. These names are available again: a. These could not be restored: f (defined in a cell); json (a module; import it again). Define them again before using them.\n</ipython_state_restored>".to_owned()),
+            ),
+            (
+                RestoreReport {
+                    restored: vec!["Point".into(), "f".into(), "x".into()],
+                    redefined: vec!["Point".into(), "f".into()],
+                    ..Default::default()
+                },
+                Some("<ipython_state_restored>\nThe IPython kernel of this resumed session was started again and loaded the namespace saved from earlier cells. These names are available again: Point, f, x. Of these, Point, f came back by running their def or class statement again (only that statement, not the rest of its cell).\n</ipython_state_restored>".to_owned()),
             ),
             (
                 report(&[], &[("f", "why")]),
@@ -228,6 +246,7 @@ mod python_tests {
 import json, os, sys, types
 sys.path.insert(0, os.getcwd())
 import state
+state._DILL[:] = [None]  # the source path, even where dill is installed (see the dill test)
 main = types.ModuleType("__main__")
 sys.modules["__main__"] = main
 ns = main.__dict__
@@ -239,22 +258,37 @@ ns["rlm"] = object()
     fn the_manifest_lists_what_was_saved_and_why_the_rest_was_not() {
         let out = run_python(&format!(
             "{PRELUDE}
-exec('''import json
+defs = state.Definitions()
+def cell(code):
+    found = defs.before(ns, code)
+    exec(code, ns)
+    defs.after(ns, found)
+cell('''import json
 x = 41
 text = 'mentions __main__ but is data'
 f = lambda: 1
-def g(): pass
+def g(): return x + 1
 class C: pass
 c = C()
 nested = {{'k': [C]}}
 fh = open(__import__('os').devnull)
 big = b'a' * (16 * 1024 * 1024 + 1)
 _private = 1
-''', ns)
-m = state.snapshot(ns, baseline, 'out/artifacts', lambda: False)
-back = {{}}
+def make():
+    def inner(): pass
+    return inner
+inner = make()
+lambdas = [lambda: 2]
+''')
+cell('''def g(): return x + 2
+''')
+m = state.snapshot(ns, baseline, 'out/artifacts', lambda: False, defs)
+main2 = types.ModuleType('__main__')
+sys.modules['__main__'] = main2
+back = main2.__dict__
 r = state.restore(back, frozenset(), 'out/artifacts')
-print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(back), 'x': back.get('x'),
+print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(k for k in back if not k.startswith('_')), 'x': back.get('x'),
+    'g': back['g'](), 'f': back['f'](), 'c': type(back['c']) is back['C'], 'nested': back['nested']['k'][0] is back['C'],
     'modes': [oct(os.stat(p).st_mode & 0o777) for p in ('out', 'out/artifacts', 'out/artifacts/kernel-state.pkl', 'out/artifacts/kernel-state.json')],
     'on_disk': json.load(open('out/artifacts/kernel-state.json')) == m}}))
 "
@@ -273,28 +307,46 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(back), 'x': back.
                 })
                 .collect()
         };
-        let cell = "(pickle keeps functions and classes by name only)";
+        let no_source = "defined in a cell, not by a top-level def or class statement, and dill is not installed";
         let want_skipped: Vec<(String, String)> = [
-            ("C", format!("defined in a cell {cell}")),
-            ("big", "larger than 16 MiB pickled".to_owned()),
-            ("c", format!("refers to C, defined in a cell {cell}")),
-            ("f", format!("defined in a cell {cell}")),
-            (
-                "fh",
-                "TypeError: cannot pickle '_io.TextIOWrapper' object".to_owned(),
-            ),
-            ("g", format!("defined in a cell {cell}")),
-            ("json", "a module; import it again".to_owned()),
-            ("nested", format!("refers to C, defined in a cell {cell}")),
+            ("big", "larger than 16 MiB pickled"),
+            ("fh", "TypeError: cannot pickle '_io.TextIOWrapper' object"),
+            ("inner", no_source),
         ]
         .into_iter()
-        .map(|(n, r)| (n.to_owned(), r))
+        .map(|(n, r)| (n.to_owned(), r.to_owned()))
+        .chain([("lambdas".to_owned(), rows("skipped")[3].1.clone())])
         .collect();
         assert_eq!(rows("skipped"), want_skipped, "{m}");
-        assert_eq!(
-            rows("saved"),
-            [("text".into(), "str".into()), ("x".into(), "int".into())]
-        );
+        assert!(want_skipped[3]
+            .1
+            .starts_with("PicklingError: Can't pickle <function <lambda>"));
+        let how: Vec<(String, String)> = m["saved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_owned(),
+                    e["how"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let want_how: Vec<(String, String)> = [
+            ("C", "source"),
+            ("c", "pickle"),
+            ("f", "source"),
+            ("g", "source"),
+            ("json", "import"),
+            ("make", "source"),
+            ("nested", "pickle"),
+            ("text", "pickle"),
+            ("x", "pickle"),
+        ]
+        .into_iter()
+        .map(|(n, h)| (n.to_owned(), h.to_owned()))
+        .collect();
+        assert_eq!(how, want_how, "{m}");
         let bytes: u64 = m["saved"]
             .as_array()
             .unwrap()
@@ -302,7 +354,8 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(back), 'x': back.
             .map(|e| e["bytes"].as_u64().unwrap())
             .sum();
         assert_eq!(m["totalBytes"].as_u64(), Some(bytes));
-        assert_eq!(m["format"], 1);
+        assert_eq!(m["format"], 2);
+        assert_eq!(m["serializer"], "pickle");
         assert_eq!(m["file"], "kernel-state.pkl");
         assert_eq!(m["limits"]["variableBytes"], 16 * 1024 * 1024);
         assert_eq!(m["limits"]["totalBytes"], 256 * 1024 * 1024);
@@ -312,12 +365,80 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(back), 'x': back.
             out["modes"],
             crate::base::json::json!(["0o700", "0o700", "0o600", "0o600"])
         );
-        assert_eq!(out["back"], crate::base::json::json!(["text", "x"]));
+        let names: Vec<&str> = want_how.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(out["back"], crate::base::json::json!(names));
         assert_eq!(out["x"], 41);
+        // The newest `def g` came back, running against the restored `x`; the instance and
+        // the container refer to the restored class itself.
+        assert_eq!(out["g"], 43);
+        assert_eq!(out["f"], 1);
+        assert_eq!(out["c"], true);
+        assert_eq!(out["nested"], true);
         let report = super::RestoreReport::from_json(&out["restore"]).unwrap();
-        assert_eq!(report.restored, ["text", "x"]);
+        assert_eq!(report.restored, names);
+        assert_eq!(report.redefined, ["C", "f", "g", "make"]);
         assert_eq!(report.skipped, want_skipped);
         assert!(report.failed.is_empty());
+    }
+
+    /// With dill in the kernel's Python, cell definitions are pickled by value, closures and
+    /// lambdas in containers included. Skipped where the kernel's Python has no dill.
+    #[test]
+    #[allow(clippy::print_stderr)] // The skip notice (`skipped: <reason>`) `make test` counts.
+    fn with_dill_definitions_are_pickled_by_value() {
+        let out = run_python(&format!(
+            "{PRELUDE}
+state._DILL[:] = []
+if state._dill() is None:
+    print(json.dumps({{'skipped': True}}))
+    raise SystemExit(0)
+defs = state.Definitions()
+code = '''x = 41
+def g(): return x + 1
+class C:
+    def twice(self): return 2 * x
+c = C()
+def make(k):
+    def add(v): return v + k
+    return add
+add2 = make(2)
+lambdas = [lambda: 3]
+'''
+found = defs.before(ns, code)
+exec(code, ns)
+defs.after(ns, found)
+m = state.snapshot(ns, baseline, 'out', lambda: False, defs)
+main2 = types.ModuleType('__main__')
+sys.modules['__main__'] = main2
+back = main2.__dict__
+r = state.restore(back, frozenset(), 'out', state.Definitions())
+print(json.dumps({{'how': {{e['name']: e['how'] for e in m['saved']}}, 'skipped': m['skipped'], 'restore': r,
+    'g': back['g'](), 'twice': back['c'].twice(), 'same': type(back['c']) is back['C'],
+    'add2': back['add2'](5), 'lambda': back['lambdas'][0]()}}))
+"
+        ));
+        if out["skipped"] == true {
+            eprintln!("skipped: the kernel's Python cannot import dill");
+            return;
+        }
+        assert_eq!(out["skipped"], crate::base::json::json!([]), "{out}");
+        assert_eq!(
+            out["how"],
+            crate::base::json::json!({"C": "dill", "add2": "dill", "c": "pickle", "g": "dill",
+                "lambdas": "dill", "make": "dill", "x": "pickle"})
+        );
+        assert_eq!(
+            (&out["g"], &out["twice"], &out["same"]),
+            (
+                &crate::base::json::json!(42),
+                &crate::base::json::json!(82),
+                &crate::base::json::json!(true)
+            )
+        );
+        assert_eq!(
+            (&out["add2"], &out["lambda"]),
+            (&crate::base::json::json!(7), &crate::base::json::json!(3))
+        );
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub(crate) enum EntryKind {
 /// The `customType` of the goal's state (behaviour spec §5.3).
 pub(crate) const GOAL_STATE: &str = "thread_goal_state";
 
+/// The `customType` of the session's `/rlm-max-depth` (`{"maxDepth": n}`, behaviour spec §4.3).
+pub(crate) const RLM_MAX_DEPTH_STATE: &str = "rlm_max_depth_state";
+
 /// The entry type of a child's usage counted into its parent's (behaviour spec §5.6).
 pub(crate) const CHILD_USAGE: &str = "child_usage_attributed";
 

@@ -121,6 +121,17 @@ impl Loaded {
         })
     }
 
+    /// The session's own maximum subagent depth (`/rlm-max-depth`), newest valid on the branch.
+    pub(crate) fn rlm_max_depth(&self) -> Option<u32> {
+        self.entries.iter().rev().find_map(|e| match &e.kind {
+            EntryKind::Custom(c) if c.custom_type == entry::RLM_MAX_DEPTH_STATE => c.data
+                ["maxDepth"]
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok()),
+            _ => None,
+        })
+    }
+
     /// The children's usage and cost recorded on the branch (`child_usage_attributed`).
     pub(crate) fn child_usage(&self) -> (crate::provider::Usage, f64) {
         let mut total = (crate::provider::Usage::default(), 0.0);

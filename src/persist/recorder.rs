@@ -287,6 +287,17 @@ impl Recorder {
         self.flush = true;
     }
 
+    /// `/rlm-max-depth <n>`: kept with the session (`rlm_max_depth_state`), written with the
+    /// next sync, which creates the file if need be.
+    pub(crate) fn note_max_depth(&mut self, max_depth: u32) {
+        self.pending.push(EntryKind::Custom(entry::CustomData {
+            custom_type: entry::RLM_MAX_DEPTH_STATE.to_owned(),
+            data: crate::base::json::json!({ "maxDepth": max_depth }),
+            rest: entry::Rest::new(),
+        }));
+        self.flush = true;
+    }
+
     /// A child's model usage was counted into this session's (`child_usage_attributed`,
     /// behaviour spec §5.6), written with the next sync.
     pub(crate) fn note_child_usage(

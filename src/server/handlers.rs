@@ -378,6 +378,10 @@ impl MainLoop {
         let client = self.client_host(&id, &agent, &p);
         agent.host = client.clone();
         let mcp_servers = acp::with_settings_servers(p.mcp_servers.clone(), &agent.mcp_servers);
+        // The session's own `/rlm-max-depth` wins over settings and the environment (§4.3).
+        if let Some(n) = resumed.as_ref().and_then(|l| l.rlm_max_depth()) {
+            agent.kernel_env.set_session_max_depth(n);
+        }
         self.next_generation += 1;
         let family = Family::new(
             self.next_generation,
@@ -698,10 +702,31 @@ impl MainLoop {
                     },
                 )
             }
+            Command::RlmMaxDepth(arg) => self.rlm_max_depth(i, arg),
             other => {
                 let state = self.sessions[i].unattended().clone();
                 let text = commands::run_on(other, &mut autonomy::lock(&state), Instant::now());
                 Local::Reply(text)
+            }
+        }
+    }
+
+    /// `/rlm-max-depth [n]`: a new depth applies at once (the family's spawn check, kernels
+    /// started after it) and is kept with the session by its turn.
+    fn rlm_max_depth(&mut self, i: usize, arg: &commands::DepthCommand) -> Local {
+        let workers = self.sessions[i].workers();
+        let Some((now, from)) = workers.max_depth() else {
+            return Local::Reply("This session starts no subagents.".to_owned());
+        };
+        match arg {
+            commands::DepthCommand::Show => Local::Reply(commands::depth_status(now, from)),
+            commands::DepthCommand::Invalid(usage) => Local::Reply(usage.clone()),
+            commands::DepthCommand::Set(n) => {
+                workers.set_max_depth(*n);
+                Local::MaxDepth {
+                    max_depth: *n,
+                    reply: commands::depth_set(*n, now),
+                }
             }
         }
     }

@@ -118,6 +118,12 @@ pub(crate) trait Workers: Send {
     fn close(&self);
     /// The session switched models or levels: children take them from their next run on.
     fn set_model(&self, model: &TurnModel);
+    /// The session's maximum subagent depth and where it comes from (`None`: no family).
+    fn max_depth(&self) -> Option<(u32, &'static str)> {
+        None
+    }
+    /// `/rlm-max-depth <n>`.
+    fn set_max_depth(&self, _max_depth: u32) {}
 }
 
 /// The real family of a session and its main agent's inbox.
@@ -145,6 +151,12 @@ impl Workers for FamilyWorkers {
     fn set_model(&self, model: &TurnModel) {
         self.family
             .set_model(model.provider.clone(), model.thinking);
+    }
+    fn max_depth(&self) -> Option<(u32, &'static str)> {
+        Some((self.family.max_depth(), self.family.max_depth_from()))
+    }
+    fn set_max_depth(&self, max_depth: u32) {
+        self.family.set_max_depth(max_depth);
     }
 }
 
@@ -469,6 +481,11 @@ impl Session {
 
     /// Switches the model from the next model turn on (main agent and children); the running
     /// turn keeps its own.
+    /// The session's children and their limits.
+    pub(crate) fn workers(&self) -> &dyn Workers {
+        self.workers.as_ref()
+    }
+
     pub(crate) fn set_model(&mut self, model: TurnModel) {
         self.workers.set_model(&model);
         self.model = model;

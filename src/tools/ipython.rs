@@ -77,6 +77,10 @@ pub(crate) struct IpythonTool {
     env: KernelEnv,
     /// Where the namespace is saved and loaded from (`KernelHost::state_dir`).
     state_dir: Option<PathBuf>,
+    /// `RLM_SESSION_DIR` (`KernelHost::session_dir`; else the temp dir `harness_dir` is in).
+    session_dir: Option<PathBuf>,
+    /// The session's current `RLM_MAX_DEPTH` (`KernelHost::max_depth`).
+    max_depth: Option<Arc<std::sync::atomic::AtomicU32>>,
     /// The restored-state notice, until the turn takes it.
     notices: Mutex<Vec<Notice>>,
 }
@@ -102,6 +106,8 @@ impl IpythonTool {
             harness_dir: harness_dir.join("harness"),
             env: env.clone(),
             state_dir: None,
+            session_dir: None,
+            max_depth: None,
             notices: Mutex::new(Vec::new()),
         }
     }
@@ -111,18 +117,19 @@ impl IpythonTool {
     /// installed.
     pub(crate) fn detect(env: &KernelEnv, host: Option<KernelHost>) -> Option<IpythonTool> {
         static WARNED: AtomicBool = AtomicBool::new(false);
-        let (handler, depth, state_dir) = match host {
-            Some(h) => (h.handler, h.depth, h.state_dir),
-            None => (
-                Arc::new(DefaultHostHandler::default()) as Arc<dyn HostHandler>,
-                env.root_depth,
-                None,
-            ),
-        };
+        let host = host.unwrap_or_else(|| KernelHost {
+            handler: Arc::new(DefaultHostHandler::default()),
+            depth: env.root_depth,
+            state_dir: None,
+            session_dir: None,
+            max_depth: None,
+        });
         match find_python() {
             Some(python) => {
-                let mut tool = IpythonTool::new(python, handler, depth, env);
-                tool.state_dir = state_dir;
+                let mut tool = IpythonTool::new(python, host.handler, host.depth, env);
+                tool.state_dir = host.state_dir;
+                tool.session_dir = host.session_dir;
+                tool.max_depth = host.max_depth;
                 Some(tool)
             }
             None => {
@@ -147,6 +154,7 @@ impl IpythonTool {
                 .map_or_else(|| self.harness_dir.clone(), PathBuf::from),
         ];
         dirs.extend(self.state_dir.clone());
+        dirs.push(self.session_dir());
         // Private, as the kernel makes them (tests/secrets.rs).
         dirs.retain(|d| {
             use std::os::unix::fs::DirBuilderExt;
@@ -159,6 +167,21 @@ impl IpythonTool {
         dirs
     }
 
+    /// `RLM_SESSION_DIR`: the session's own directory, made (private) if missing.
+    fn session_dir(&self) -> PathBuf {
+        let dir = self.session_dir.clone().unwrap_or_else(|| {
+            self.harness_dir
+                .parent()
+                .map_or_else(std::env::temp_dir, Path::to_path_buf)
+        });
+        use std::os::unix::fs::DirBuilderExt;
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir);
+        dir
+    }
+
     fn config(&self, cwd: &Path, restore: bool, sandbox: &Sandbox) -> Result<KernelConfig, String> {
         let policy = match sandbox.is_on() {
             true => sandbox.policy(cwd, &self.own_dirs())?.map(Arc::new),
@@ -166,12 +189,17 @@ impl IpythonTool {
         };
         let env = &self.env;
         let path = |p: &Path| p.display().to_string();
+        let max_depth = self
+            .max_depth
+            .as_ref()
+            .map_or(env.max_depth, |d| d.load(Ordering::SeqCst));
         let mut cfg = KernelConfig {
             python: self.python.clone(),
             cwd: cwd.to_path_buf(),
             env: vec![
                 ("RLM_DEPTH".into(), self.depth.to_string()),
-                ("RLM_MAX_DEPTH".into(), env.max_depth.to_string()),
+                ("RLM_MAX_DEPTH".into(), max_depth.to_string()),
+                ("RLM_SESSION_DIR".into(), path(&self.session_dir())),
                 (
                     "RLM_GLOBAL_HARNESS_STATE_DIR".into(),
                     env.global_harness_dir

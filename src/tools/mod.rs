@@ -347,6 +347,12 @@ pub(crate) struct KernelHost {
     /// Where the kernel saves its namespace and loads it from at its first start (the main
     /// agent of a persistent session: `<agent dir>/session-artifacts/<id>`; `None`: never).
     pub state_dir: Option<PathBuf>,
+    /// The agent's `RLM_SESSION_DIR` (§4.1): its session's artifacts directory (a child's
+    /// `sub-xxxxxxxx` under it), or a temp dir of its own when `None`.
+    pub session_dir: Option<PathBuf>,
+    /// The session's `RLM_MAX_DEPTH` as it is when a kernel starts (`/rlm-max-depth` changes
+    /// it); `None`: `KernelEnv::max_depth`.
+    pub max_depth: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
 
 /// What the agents' kernels take from the process environment, read once at start-up
@@ -359,6 +365,8 @@ pub(crate) struct KernelEnv {
     pub root_depth: u32,
     /// `RLM_MAX_DEPTH`, else 1 (§4.3).
     pub max_depth: u32,
+    /// Where `max_depth` came from (`DEPTH_FROM_*`).
+    pub max_depth_from: &'static str,
     /// `RLM_GLOBAL_HARNESS_STATE_DIR` when set (else `<agent_dir>/harness`).
     pub global_harness_dir: Option<String>,
     /// `RLM_HARNESS_STATE_DIR` when set (else a per-session dir under the OS temp dir).
@@ -373,6 +381,21 @@ pub(crate) struct KernelEnv {
     pub images: crate::config::settings::Images,
     /// `--sandbox*` and settings `sandbox` (a session's `sandbox` option switches the mode).
     pub sandbox: crate::base::sandbox::Sandbox,
+}
+
+/// Where the session's maximum depth comes from (§4.3: `/rlm-max-depth`, then settings
+/// `rlmMaxDepth`, then the environment's `RLM_MAX_DEPTH`, then 1).
+pub(crate) const DEPTH_FROM_SESSION: &str = "this session's /rlm-max-depth";
+pub(crate) const DEPTH_FROM_SETTINGS: &str = "settings rlmMaxDepth";
+pub(crate) const DEPTH_FROM_ENV: &str = "the environment's RLM_MAX_DEPTH";
+pub(crate) const DEPTH_FROM_DEFAULT: &str = "the default";
+
+impl KernelEnv {
+    /// The session's own `/rlm-max-depth`, kept with it, wins over settings and environment.
+    pub(crate) fn set_session_max_depth(&mut self, max_depth: u32) {
+        self.max_depth = max_depth;
+        self.max_depth_from = DEPTH_FROM_SESSION;
+    }
 }
 
 /// A skill whose Python package the kernel imports (behaviour spec §3.6).
@@ -392,6 +415,7 @@ impl Default for KernelEnv {
             agent_dir: PathBuf::new(),
             root_depth: 0,
             max_depth: 1,
+            max_depth_from: DEPTH_FROM_DEFAULT,
             global_harness_dir: None,
             harness_dir: None,
             shell_path: None,

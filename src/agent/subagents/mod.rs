@@ -89,7 +89,11 @@ pub(crate) struct Family {
     main_inbox: Arc<Inbox>,
     main_busy: AtomicBool,
     root_depth: u32,
-    max_depth: u32,
+    /// `RLM_MAX_DEPTH` of this session (`/rlm-max-depth`, else settings, env, 1): new
+    /// children are refused at it, and kernels start with it.
+    max_depth: Arc<std::sync::atomic::AtomicU32>,
+    /// `/rlm-max-depth` set `max_depth` in this process.
+    max_depth_set: AtomicBool,
     tx: Sender<FamilyMsg>,
     closed: AtomicBool,
     state: Mutex<State>,
@@ -200,7 +204,8 @@ impl Family {
             main_inbox: Arc::default(),
             main_busy: AtomicBool::new(false),
             root_depth,
-            max_depth,
+            max_depth: Arc::new(max_depth.into()),
+            max_depth_set: AtomicBool::new(false),
             tx,
             closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
@@ -298,9 +303,9 @@ impl Family {
             .store
             .as_ref()
             .and_then(|s| s.artifacts_of(&self.main_id));
+        host.session_dir = host.state_dir.clone();
         let tools = self.agent.tools.build(&self.agent.kernel_env, Some(host));
         let names = tools.names();
-        let env = &self.agent.kernel_env;
         // Refine (and so the harness paragraph) is the main agent's at depth 0 (§5.4).
         let harness =
             self.root_depth == 0 && names.iter().any(|n| n == crate::tools::ipython::NAME);
@@ -312,7 +317,7 @@ impl Family {
                 tool_names: &names,
                 kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
                 depth: self.root_depth,
-                max_depth: env.max_depth,
+                max_depth: self.max_depth(),
                 log,
                 child: None,
                 harness: harness.then_some(files.harness.as_str()),
@@ -425,7 +430,28 @@ impl Family {
             }),
             depth,
             state_dir: None,
+            session_dir: None,
+            max_depth: Some(self.max_depth.clone()),
         }
+    }
+
+    /// The session's `RLM_MAX_DEPTH` now.
+    pub(crate) fn max_depth(&self) -> u32 {
+        self.max_depth.load(Ordering::SeqCst)
+    }
+
+    /// Where the session's `RLM_MAX_DEPTH` comes from (`commands::DEPTH_FROM_*`).
+    pub(crate) fn max_depth_from(&self) -> &'static str {
+        match self.max_depth_set.load(Ordering::SeqCst) {
+            true => crate::tools::DEPTH_FROM_SESSION,
+            false => self.agent.kernel_env.max_depth_from,
+        }
+    }
+
+    /// `/rlm-max-depth <n>`: children admitted and kernels started from now on use `n`.
+    pub(crate) fn set_max_depth(&self, n: u32) {
+        self.max_depth.store(n, Ordering::SeqCst);
+        self.max_depth_set.store(true, Ordering::SeqCst);
     }
 
     /// The main loop says whether the main agent is running a turn (for delivery statuses).

@@ -45,7 +45,7 @@ impl Family {
         let label = self.check_model(payload)?;
         let mut state = self.lock();
         let depth = self.depth_of(&state, parent);
-        if let Some(refusal) = family::depth_refusal(depth, self.max_depth) {
+        if let Some(refusal) = family::depth_refusal(depth, self.max_depth()) {
             return Err(refusal);
         }
         let id = format!("sub-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -212,10 +212,9 @@ impl Family {
         links: crate::agent::turn::attribution::Links,
     ) -> Arc<AgentCtx> {
         let compaction = Arc::<crate::agent::compaction::Control>::default();
-        let tools = self.agent.tools.build(
-            &self.agent.kernel_env,
-            Some(self.kernel_host(id, node.depth, &compaction)),
-        );
+        let mut host = self.kernel_host(id, node.depth, &compaction);
+        host.session_dir = Some(node.session_dir.clone());
+        let tools = self.agent.tools.build(&self.agent.kernel_env, Some(host));
         let names = tools.names();
         let log = node
             .conversation
@@ -231,7 +230,7 @@ impl Family {
                 tool_names: &names,
                 kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
                 depth: node.depth,
-                max_depth: self.agent.kernel_env.max_depth,
+                max_depth: self.max_depth(),
                 log: log.as_deref(),
                 child: Some((&node.name, parent_name)),
                 harness: None,
