@@ -543,7 +543,8 @@ fn sandbox_misconfiguration_fails_start_up() {
 
 /// The `sandbox` config option (offered when the agent was started with `--sandbox`): a
 /// switch applies from the next call, and a running kernel is replaced by one in the new
-/// sandbox (its result says so).
+/// sandbox (its result says so). The system prompt's sandbox passage follows the switch
+/// (the scripted model's `expect_system` steps), as it does a permission mode narrowing it.
 #[test]
 fn the_sandbox_option_switches_the_next_call() {
     if !landlock("the_sandbox_option_switches_the_next_call") {
@@ -552,13 +553,20 @@ fn the_sandbox_option_switches_the_next_call() {
     let l = layout("option");
     let o = l.out.display().to_string();
     let write = |name: &str| bash(&format!("echo x > {o}/{name} && echo wrote"));
+    let off = "Sandbox: off; your commands";
+    let ws = format!(
+        "run in the workspace-write OS sandbox. They may read any file but write only under {}, a private temporary directory",
+        l.work.display()
+    );
+    let ro = "run in the read-only OS sandbox. They may read any file but write only under a private temporary directory";
     let lines = [
-        json!({"steps": [{"tool_call": write("first.txt")}]}),
+        json!({"steps": [{"expect_system": [off]}, {"tool_call": write("first.txt")}]}),
         json!({"steps": [{"tool_call": cell("x = 1")}]}),
         json!({"text": "one"}),
-        json!({"steps": [{"tool_call": write("second.txt")}]}),
+        json!({"steps": [{"expect_system": [ws]}, {"expect_system_none": [off]}, {"tool_call": write("second.txt")}]}),
         json!({"steps": [{"tool_call": cell(&format!("open('{o}/cell.txt', 'w').write('x')"))}]}),
         json!({"text": "two"}),
+        json!({"steps": [{"expect_system": [ro]}, {"expect_system_none": [ws, off]}, {"text": "three"}]}),
     ];
     let script = script_file(&l.dir, &lines);
     let mut a = Agent::spawn(Spawn {
@@ -601,6 +609,13 @@ fn the_sandbox_option_switches_the_next_call() {
     );
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert_eq!(a.prompt_stop("two"), "end_turn");
+    // The permission mode read-only narrows the sandbox: the passage says so.
+    let r = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "mode", "value": "read-only"}),
+    );
+    assert!(r["result"].is_object(), "{r}");
+    assert_eq!(a.prompt_stop("three"), "end_turn");
     assert!(!l.out.join("second.txt").exists());
     assert!(!l.out.join("cell.txt").exists());
     let results: Vec<String> = a
