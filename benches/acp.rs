@@ -14,6 +14,8 @@
 mod loopback;
 #[path = "support/mcp.rs"]
 mod mcp;
+#[path = "support/sandbox.rs"]
+mod sandbox;
 #[path = "support/scale.rs"]
 mod scale;
 
@@ -405,6 +407,9 @@ fn main() {
     }
     if on("scale") {
         b.scale();
+    }
+    if on("sandbox") {
+        b.sandbox();
     }
 
     for (name, path) in [

@@ -1,6 +1,7 @@
 //! The sandbox (`--sandbox`, docs/sandbox.md) on the real binary, each attempt a scripted tool
 //! call: the escape suite (every way out fails with a clear error inside `workspace-write` and
-//! succeeds with `--sandbox off`), the usual work inside it, and the honest refusals.
+//! succeeds with `--sandbox off`), the usual work inside it (a real `pytest`, the repository's own
+//! scripted fixtures), and the honest refusals.
 //! Skipped (with a `skipped:` line) where this kernel has no Landlock.
 
 use std::io::{Read, Write};
@@ -543,7 +544,8 @@ fn sandbox_misconfiguration_fails_start_up() {
 
 /// The `sandbox` config option (offered when the agent was started with `--sandbox`): a
 /// switch applies from the next call, and a running kernel is replaced by one in the new
-/// sandbox (its result says so).
+/// sandbox (its result says so). The system prompt's sandbox passage follows the switch
+/// (the scripted model's `expect_system` steps), as it does a permission mode narrowing it.
 #[test]
 fn the_sandbox_option_switches_the_next_call() {
     if !landlock("the_sandbox_option_switches_the_next_call") {
@@ -552,13 +554,20 @@ fn the_sandbox_option_switches_the_next_call() {
     let l = layout("option");
     let o = l.out.display().to_string();
     let write = |name: &str| bash(&format!("echo x > {o}/{name} && echo wrote"));
+    let off = "Sandbox: off; your commands";
+    let ws = format!(
+        "run in the workspace-write OS sandbox. They may read any file but write only under {}, a private temporary directory",
+        l.work.display()
+    );
+    let ro = "run in the read-only OS sandbox. They may read any file but write only under a private temporary directory";
     let lines = [
-        json!({"steps": [{"tool_call": write("first.txt")}]}),
+        json!({"steps": [{"expect_system": [off]}, {"tool_call": write("first.txt")}]}),
         json!({"steps": [{"tool_call": cell("x = 1")}]}),
         json!({"text": "one"}),
-        json!({"steps": [{"tool_call": write("second.txt")}]}),
+        json!({"steps": [{"expect_system": [ws]}, {"expect_system_none": [off]}, {"tool_call": write("second.txt")}]}),
         json!({"steps": [{"tool_call": cell(&format!("open('{o}/cell.txt', 'w').write('x')"))}]}),
         json!({"text": "two"}),
+        json!({"steps": [{"expect_system": [ro]}, {"expect_system_none": [ws, off]}, {"text": "three"}]}),
     ];
     let script = script_file(&l.dir, &lines);
     let mut a = Agent::spawn(Spawn {
@@ -601,6 +610,13 @@ fn the_sandbox_option_switches_the_next_call() {
     );
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert_eq!(a.prompt_stop("two"), "end_turn");
+    // The permission mode read-only narrows the sandbox: the passage says so.
+    let r = a.call(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "mode", "value": "read-only"}),
+    );
+    assert!(r["result"].is_object(), "{r}");
+    assert_eq!(a.prompt_stop("three"), "end_turn");
     assert!(!l.out.join("second.txt").exists());
     assert!(!l.out.join("cell.txt").exists());
     let results: Vec<String> = a
@@ -617,4 +633,122 @@ fn the_sandbox_option_switches_the_next_call() {
         ),
         "{results:?}"
     );
+}
+
+/// A real `pytest` (pinned in `.deps/py`, `make test-deps`) of a small package in the cwd, run
+/// by the model's `bash` inside workspace-write: it writes `.pytest_cache` and `__pycache__`
+/// in the cwd and its `tmp_path` under `$TMPDIR`, and passes (after a failing first run, as
+/// in a real fix-the-bug turn).
+#[test]
+fn a_real_pytest_passes_inside_workspace_write() {
+    let test = "a_real_pytest_passes_inside_workspace_write";
+    if !landlock(test) {
+        return;
+    }
+    let Some(python) = deps::python(test) else {
+        return;
+    };
+    let l = layout("pytest");
+    std::fs::create_dir_all(l.work.join("calc")).unwrap();
+    std::fs::create_dir_all(l.work.join("tests")).unwrap();
+    std::fs::write(l.work.join("calc/__init__.py"), "").unwrap();
+    std::fs::write(
+        l.work.join("calc/ops.py"),
+        "def add(a, b):\n    return a - b\n\n\ndef save(path, value):\n    path.write_text(str(value))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        l.work.join("tests/test_ops.py"),
+        "import os\n\nimport pytest\n\nfrom calc.ops import add, save\n\n\n@pytest.mark.parametrize('a,b,want', [(2, 3, 5), (0, 0, 0), (-1, 1, 0)])\ndef test_add(a, b, want):\n    assert add(a, b) == want\n\n\ndef test_save_in_tmp_path(tmp_path):\n    assert str(tmp_path).startswith(os.path.realpath(os.environ['TMPDIR']))\n    save(tmp_path / 'x.txt', 7)\n    assert (tmp_path / 'x.txt').read_text() == '7'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        l.work.join("pyproject.toml"),
+        "[tool.pytest.ini_options]\npythonpath = [\".\"]\n",
+    )
+    .unwrap();
+    // Bytecode is written as on a developer's machine (this environment may turn it off).
+    let pytest = format!(
+        "unset PYTHONDONTWRITEBYTECODE; {} -m pytest -q 2>&1; echo exit=$?",
+        python.display()
+    );
+    let calls = [
+        bash(&pytest),
+        json!({"name": "edit", "arguments": {"path": "calc/ops.py", "edits": [{"oldText": "a - b", "newText": "a + b"}]}}),
+        bash(&pytest),
+        // And it was inside: outside the cwd nothing may be written.
+        bash(&format!("echo x > {}/proof.txt", l.out.display())),
+    ];
+    let (code, done, err) = run_calls(&l.dir, &l.work, &calls, &["--sandbox", "workspace-write"]);
+    assert_eq!((code, done.len()), (0, 4), "{done:?} {err}");
+    assert!(
+        done[3].text.contains("Permission denied"),
+        "{}",
+        done[3].text
+    );
+    assert!(
+        done[0].text.contains("2 failed, 2 passed") && done[0].text.contains("exit=1"),
+        "{}",
+        done[0].text
+    );
+    assert!(
+        done[2].text.contains("4 passed") && done[2].text.contains("exit=0"),
+        "{}",
+        done[2].text
+    );
+    assert!(
+        !done[2].text.contains("PytestCacheWarning"),
+        "{}",
+        done[2].text
+    );
+    assert!(l.work.join(".pytest_cache").is_dir());
+    assert!(l.work.join("calc/__pycache__").is_dir());
+    assert!(l.work.join("tests/__pycache__").is_dir());
+}
+
+/// The repository's own scripted coding fixtures once more, inside workspace-write: read,
+/// write, edit and bash in one prompt (`tools_roundtrip`), and kernel cells (state across
+/// cells, `%%bash` and top-level await, the `edit` helper). Each fixture's `expect` steps
+/// check that every result reached the model.
+#[test]
+fn the_repository_fixtures_pass_inside_workspace_write() {
+    if !landlock("the_repository_fixtures_pass_inside_workspace_write") {
+        return;
+    }
+    for script in [
+        "tools_roundtrip.jsonl",
+        "kernel/state.jsonl",
+        "kernel/bash_await.jsonl",
+        "kernel/edit.jsonl",
+    ] {
+        let dir = TempDir::new("fixture-in");
+        dir.write("notes.txt", "alpha\nbeta\nhello world\n");
+        let harness = dir.path().join("global-harness").display().to_string();
+        let mut a = agent_in_env(
+            &dir,
+            script,
+            &["--sandbox", "workspace-write"],
+            &[("RLM_GLOBAL_HARNESS_STATE_DIR", &harness)],
+        );
+        assert_eq!(a.prompt_stop("go"), "end_turn", "{script}");
+        let failed: Vec<Value> = a
+            .updates()
+            .into_iter()
+            .filter(|u| u["status"] == "failed")
+            .collect();
+        assert!(failed.is_empty(), "{script}: {failed:?}");
+        let notes = std::fs::read_to_string(dir.path().join("notes.txt")).unwrap();
+        match script {
+            "tools_roundtrip.jsonl" => {
+                assert_eq!(notes, "alpha\ngamma\nhello world\n");
+                assert_eq!(
+                    std::fs::read_to_string(dir.path().join("sub/dir/new.txt")).unwrap(),
+                    "héllo\n"
+                );
+            }
+            "kernel/edit.jsonl" => assert_eq!(notes, "alpha\nbeta\nhello there\n"),
+            _ => {}
+        }
+        assert!(a.finish().success(), "{script}");
+    }
 }

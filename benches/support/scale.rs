@@ -42,7 +42,7 @@ fn tree_pss_mib(roots: &[u32]) -> f64 {
 }
 
 /// One cell then a text reply, `n` times: each session's first prompt runs one cell.
-fn cell_script(work: &Path, name: &str, n: usize) -> PathBuf {
+pub(crate) fn cell_script(work: &Path, name: &str, n: usize) -> PathBuf {
     let mut lines = Vec::new();
     for i in 0..n {
         lines.push(json!({"steps": [{"tool_call": {"id": format!("c{i}"), "name": "ipython", "arguments": {"code": "import os\nos.getpid()"}}}]}));
@@ -54,7 +54,7 @@ fn cell_script(work: &Path, name: &str, n: usize) -> PathBuf {
 impl Proc {
     /// Prompts `sid` (request `id`) and returns the time from reading the `tool_call` frame to
     /// reading its completed `tool_call_update`: the cell as the client sees it.
-    fn cell_turn(&mut self, id: u64, sid: &str) -> Option<Duration> {
+    pub(crate) fn cell_turn(&mut self, id: u64, sid: &str) -> Option<Duration> {
         self.prompt(id, sid);
         let done = format!("\"id\":{id},");
         let mut start = None;

@@ -1005,11 +1005,19 @@ impl<'a> Worker<'a> {
         std::borrow::Cow<'a, str>,
     ) {
         let mut specs = self.ctx.tools.specs();
+        // The sandbox passage describes the session's sandbox now, not the start-up one.
+        let prompt = match (&self.agent.prompt_spec, self.agent.host.sandbox()) {
+            (Some(spec), Some(now)) => {
+                spec.for_sandbox(&self.ctx.system_prompt, &now, &self.agent.cwd)
+            }
+            _ => None,
+        };
+        let prompt = prompt.map_or(
+            std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str()),
+            std::borrow::Cow::Owned,
+        );
         let Some(hub) = &self.ctx.mcp else {
-            return (
-                specs,
-                std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str()),
-            );
+            return (specs, prompt);
         };
         // The model should see the servers' tools: wait (bounded by the start timeout, cut
         // short by cancel) for the ones still connecting.
@@ -1017,8 +1025,7 @@ impl<'a> Worker<'a> {
         hub.refresh_changed(self.abort);
         specs.extend(crate::mcp::tools::specs(hub, &self.ctx.tools.names()));
         let system = format!(
-            "{}\n\n{}",
-            self.ctx.system_prompt,
+            "{prompt}\n\n{}",
             crate::mcp::wire::prompt_section(&hub.statuses())
         );
         (specs, std::borrow::Cow::Owned(system))

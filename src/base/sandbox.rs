@@ -136,10 +136,17 @@ impl Sandbox {
     }
 
     /// The system prompt's passage: which sandbox the model's commands run in and what they may
-    /// write. `None` when off. Pure (the paths as configured, nothing resolved).
+    /// write. `None` when off and not offered (no session can switch one on); off but offered,
+    /// a line saying so, which a switch replaces (`PromptSpec::for_sandbox`). Pure (the paths
+    /// as configured, nothing resolved).
     pub(crate) fn prompt_passage(&self, cwd: &Path) -> Option<String> {
         let mut roots: Vec<String> = Vec::new();
         match self.mode {
+            Mode::Off if self.offered => {
+                return Some(
+                    "Sandbox: off; your commands, Python cells and file writes run with the user's full rights.".to_owned(),
+                )
+            }
             Mode::Off => return None,
             Mode::ReadOnly => {}
             Mode::WorkspaceWrite => {

@@ -9,7 +9,8 @@
 //! turn after all of this, since the servers' state changes as they connect.
 //!
 //! A prompt is built once per agent (`session/new`, a child's first run) and then reused for
-//! every call, so the provider's prefix cache keeps it.
+//! every call, so the provider's prefix cache keeps it; only a sandbox switch changes its
+//! sandbox passage from the next call on (`PromptSpec::for_sandbox`).
 
 use std::path::{Path, PathBuf};
 
@@ -101,7 +102,8 @@ pub(crate) struct PromptSpec {
     pub skills: Vec<Skill>,
     /// `YYYY-MM-DD`, fixed when the spec is made so the prompt stays the same for the process.
     pub today: String,
-    /// The start-up sandbox: one passage says what it lets commands write (`None` or off: none).
+    /// The start-up sandbox: one passage says what it lets commands write (`None`, or off and
+    /// not offered: none). A switch rewrites the passage at the next call (`for_sandbox`).
     pub sandbox: Option<crate::base::sandbox::Sandbox>,
 }
 
@@ -120,6 +122,21 @@ impl PromptSpec {
     /// The system prompt of one agent.
     pub(crate) fn build(&self, facts: &AgentFacts<'_>) -> String {
         build(self, facts)
+    }
+
+    /// `built` (this spec's prompt of an agent in `cwd`) with its sandbox passage describing
+    /// `now`, the sandbox the session's calls run in at this model call (its `sandbox` option
+    /// or permission mode may have switched it since the prompt was built). `None` when the
+    /// passage already says so, or the prompt has none (no tools, no sandbox offered).
+    pub(crate) fn for_sandbox(
+        &self,
+        built: &str,
+        now: &crate::base::sandbox::Sandbox,
+        cwd: &Path,
+    ) -> Option<String> {
+        let then = self.sandbox.as_ref()?.prompt_passage(cwd)?;
+        let current = now.prompt_passage(cwd).unwrap_or_default();
+        (then != current && built.contains(&then)).then(|| built.replacen(&then, &current, 1))
     }
 }
 
@@ -394,6 +411,60 @@ mod tests {
         );
         assert!(sandboxed.contains(&passage), "{sandboxed}");
         let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// A switch of the session's sandbox rewrites the prompt's passage, and nothing else;
+    /// without a passage (no sandbox offered) there is nothing to rewrite.
+    #[test]
+    fn a_sandbox_switch_rewrites_the_passage() {
+        use crate::base::sandbox::{Mode, Sandbox};
+        let cwd = Path::new("/work/project");
+        let names = vec!["bash".to_string()];
+        let off = Sandbox {
+            offered: true,
+            ..Sandbox::default()
+        };
+        let spec = PromptSpec {
+            sandbox: Some(off.clone()),
+            ..PromptSpec::default()
+        };
+        let built = spec.build(&facts(cwd, &names));
+        let off_line = off.prompt_passage(cwd).unwrap();
+        assert!(built.contains(&off_line), "{built}");
+        assert_eq!(spec.for_sandbox(&built, &off, cwd), None);
+        let ws = off.with_mode(Mode::WorkspaceWrite);
+        let now = spec.for_sandbox(&built, &ws, cwd).unwrap();
+        assert!(
+            now.contains("the workspace-write OS sandbox")
+                && now.contains("write only under /work/project, a private")
+                && !now.contains(&off_line),
+            "{now}"
+        );
+        assert_eq!(
+            now.replace(&ws.prompt_passage(cwd).unwrap(), &off_line),
+            built
+        );
+        // Built in workspace-write, narrowed to read-only (permission mode) or switched off.
+        let spec = PromptSpec {
+            sandbox: Some(ws.clone()),
+            ..PromptSpec::default()
+        };
+        let built = spec.build(&facts(cwd, &names));
+        let ro = spec
+            .for_sandbox(&built, &ws.with_mode(Mode::ReadOnly), cwd)
+            .unwrap();
+        assert!(ro.contains("the read-only OS sandbox") && !ro.contains("/work/project,"));
+        assert!(spec
+            .for_sandbox(&built, &off, cwd)
+            .unwrap()
+            .contains(&off_line));
+        let plain = PromptSpec {
+            sandbox: Some(Sandbox::default()),
+            ..PromptSpec::default()
+        };
+        let built = plain.build(&facts(cwd, &names));
+        assert!(!built.contains("Sandbox:"));
+        assert_eq!(plain.for_sandbox(&built, &ws, cwd), None);
     }
 
     fn facts<'a>(cwd: &'a Path, names: &'a [String]) -> AgentFacts<'a> {
