@@ -274,6 +274,20 @@ fn a_cancel_while_the_zygote_imports_starts_no_kernel() {
     )];
     let mut a = Agent::spawn(spawn);
     a.handshake();
+    // The zygote starts in the background after session/new; under load the first cell could
+    // come first and (rightly) start a kernel of its own. This test is about the wait for a
+    // zygote that is importing, so it waits until the zygote has started.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("--zygote")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the zygote never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let id = a.prompt("go");
     a.wait_for("the cell's tool call", |f| {
         f["params"]["update"]["sessionUpdate"] == "tool_call"

@@ -320,8 +320,15 @@ def make_ipython_engine(ns_module):
     cfg.HistoryManager.enabled = False
     cfg.InteractiveShell.colors = "NoColor"
     # A private IPython dir: the kernel must not create or read ~/.ipython on the user's machine.
+    # Beside the driver, unless that is not writable (a sandboxed kernel may write only its
+    # roots and its private TMPDIR): then a fresh one in TMPDIR.
     ipdir = os.path.join(HERE, "ipython")
-    os.makedirs(ipdir, exist_ok=True)
+    try:
+        os.makedirs(ipdir, exist_ok=True)
+    except OSError:
+        import tempfile
+
+        ipdir = tempfile.mkdtemp(prefix="prime-agent-ipython-")
     shell = Shell.instance(
         config=cfg,
         ipython_dir=ipdir,
