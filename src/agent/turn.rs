@@ -169,7 +169,8 @@ impl Agent {
 pub(crate) struct AgentCtx {
     pub agent: Arc<Agent>,
     pub tools: ToolSet,
-    pub system_prompt: String,
+    /// Rebuilt after a refine (the harness overview it quotes changes).
+    pub system_prompt: crate::config::prompt::LivePrompt,
     /// `main` for the session's own agent, else the subagent's name (the scripted provider
     /// routes replies by it).
     pub name: String,
@@ -195,7 +196,7 @@ impl AgentCtx {
     pub(crate) fn standalone(agent: Arc<Agent>) -> AgentCtx {
         let tools = agent.tools.build(&agent.kernel_env, None);
         AgentCtx {
-            system_prompt: agent.system_prompt.clone(),
+            system_prompt: crate::config::prompt::LivePrompt::fixed(agent.system_prompt.clone()),
             agent,
             tools,
             name: "main".to_owned(),
@@ -1005,11 +1006,10 @@ impl<'a> Worker<'a> {
         std::borrow::Cow<'a, str>,
     ) {
         let mut specs = self.ctx.tools.specs();
+        // Taken once: a refine between turns replaces it, never under a call.
+        let prompt = self.ctx.system_prompt.current();
         let Some(hub) = &self.ctx.mcp else {
-            return (
-                specs,
-                std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str()),
-            );
+            return (specs, std::borrow::Cow::Owned(prompt.to_string()));
         };
         // The model should see the servers' tools: wait (bounded by the start timeout, cut
         // short by cancel) for the ones still connecting.
@@ -1018,7 +1018,7 @@ impl<'a> Worker<'a> {
         specs.extend(crate::mcp::tools::specs(hub, &self.ctx.tools.names()));
         let system = format!(
             "{}\n\n{}",
-            self.ctx.system_prompt,
+            prompt,
             crate::mcp::wire::prompt_section(&hub.statuses())
         );
         (specs, std::borrow::Cow::Owned(system))
