@@ -9,7 +9,8 @@
 //! turn after all of this, since the servers' state changes as they connect.
 //!
 //! A prompt is built once per agent (`session/new`, a child's first run) and then reused for
-//! every call, so the provider's prefix cache keeps it.
+//! every call, so the provider's prefix cache keeps it; only a refine builds the main agent's
+//! again (`LivePrompt`), since the harness overview it quotes changed.
 
 use std::path::{Path, PathBuf};
 
