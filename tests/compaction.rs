@@ -18,7 +18,8 @@ fn compacting_agent(dir: &TempDir, lines: &[Value]) -> Agent {
     std::fs::create_dir_all(&agent_dir).unwrap();
     std::fs::write(
         agent_dir.join("settings.json"),
-        json!({"compaction": {"keepRecentTokens": 30, "reserveTokens": 1000}}).to_string(),
+        // Automatic refine after a compaction would take a script line: off here (tests/refine.rs).
+        json!({"compaction": {"keepRecentTokens": 30, "reserveTokens": 1000}, "autoRefine": {"enabled": false}}).to_string(),
     )
     .unwrap();
     let script = script_file(dir, lines);
@@ -285,7 +286,8 @@ mod loopback {
         // Read at the first turn's end, so writing it now is in time.
         s._dir.write(
             "settings.json",
-            &json!({"compaction": {"keepRecentTokens": 30}}).to_string(),
+            &json!({"compaction": {"keepRecentTokens": 30}, "autoRefine": {"enabled": false}})
+                .to_string(),
         );
         s
     }

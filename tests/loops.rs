@@ -273,6 +273,11 @@ fn local_model(server: &LlmServer, dir: &TempDir, extra: &[&str]) -> Agent {
     ];
     args.extend_from_slice(extra);
     let agent_dir = dir.path().join("agent");
+    // These runs are about compaction: no automatic refine after one (tests/refine.rs).
+    dir.write(
+        "agent/settings.json",
+        &serde_json::json!({"autoRefine": {"enabled": false}}).to_string(),
+    );
     let mut env = env_for(dir, &[]);
     env.retain(|(k, _)| k != "PRIME_AGENT_CODING_AGENT_DIR");
     env.push((
@@ -616,6 +621,11 @@ fn a_run_on_reply_at_a_4k_window_is_summarised_and_every_request_fits() {
         Canned::sse("openai-text.sse"),
     ]);
     let base = format!("{}/v1", server.url());
+    // About compaction: no automatic refine after one (the agent dir is `dir`).
+    dir.write(
+        "settings.json",
+        &json!({"autoRefine": {"enabled": false}}).to_string(),
+    );
     let mut a = spawn_plain(
         &[
             "--provider",

@@ -113,3 +113,104 @@ fn refine_run_from_the_kernel_refines_at_the_turn_boundary() {
         ]
     );
 }
+
+/// A scripted agent with its sessions on disk (`sessions::in_dir`) and `settings` as the
+/// agent dir's `settings.json`.
+fn on_disk(dir: &TempDir, lines: &[Value], settings: Value) -> Agent {
+    let script = script_file(dir, lines);
+    dir.write("agent/settings.json", &settings.to_string());
+    let mut a = sessions::in_dir(dir, &script, &[], &[]);
+    a.handshake();
+    a
+}
+
+/// The `prime-agent.refinement` entries of the session file.
+fn refinement_entries(dir: &TempDir, sid: &str) -> Vec<Value> {
+    sessions::lines_of(&sessions::session_file(dir, sid))
+        .into_iter()
+        .filter(|l| l["type"] == "custom" && l["customType"] == "prime-agent.refinement")
+        .map(|l| l["data"].clone())
+        .collect()
+}
+
+#[test]
+fn automatic_refine_fires_at_the_interval_is_recorded_and_rebuilds_the_prompt() {
+    let dir = TempDir::new("refine-auto");
+    let planned = plan(
+        "note the layout",
+        json!([{"action": "create", "kind": "prompt", "title": "Layout", "content": "src/ holds the code"}]),
+    );
+    let gate = json!({"shouldRefine": true, "rationale": "the layout was found", "instructions": "note the layout"});
+    let lines = vec![
+        json!({"steps": [{"expect_system_none": ["Layout (src/ holds the code)"]}, {"text": "one"}]}),
+        json!({"text": "two"}),
+        // The second assistant turn: the review gate, then the planner with its instructions.
+        json!({"steps": [{"expect_system": ["decide whether its harness"]}, {"expect": ["[User]: second", "Should the harness be refined now?"]}, {"text": gate.to_string()}]}),
+        json!({"steps": [{"expect_system": ["improve the working harness"]}, {"expect": ["<user-instructions>\nnote the layout\n</user-instructions>"]}, {"text": planned}]}),
+        // The next call's system prompt quotes the new harness overview.
+        json!({"steps": [{"expect_system": ["local prompt:\n- layout: Layout (src/ holds the code)"]}, {"text": "three"}]}),
+        json!({"text": "four"}),
+        // Two turns later the interval is reached again, but the cooldown holds the review
+        // back: this line answers the fifth prompt, not a gate.
+        json!({"steps": [{"expect": ["fifth"]}, {"text": "five"}]}),
+    ];
+    let mut a = on_disk(&dir, &lines, json!({"autoRefine": {"turnInterval": 2}}));
+    for prompt in ["first", "second", "third", "fourth", "fifth"] {
+        assert_eq!(a.prompt_stop(prompt), "end_turn", "{prompt}");
+    }
+    assert!(a.text().ends_with("five"));
+    assert_eq!(
+        refinements(&a),
+        vec![
+            json!({"status": "complete", "summary": "note the layout", "changes": ["create prompt:layout"]})
+        ]
+    );
+    let entries = refinement_entries(&dir, &a.sid());
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["summary"], "note the layout");
+    assert_eq!(entries[0]["scope"], "local");
+    assert_eq!(entries[0]["appliedEdits"][0]["applied"], true);
+}
+
+#[test]
+fn a_gate_that_says_no_or_answers_nonsense_refines_nothing() {
+    let dir = TempDir::new("refine-gate-no");
+    let lines = vec![
+        json!({"text": "one"}),
+        json!({"text": "{\"shouldRefine\": false, \"rationale\": \"nothing new\"}"}),
+        json!({"steps": [{"expect": ["second"]}, {"text": "two"}]}),
+        json!({"text": "I think so, yes."}),
+        json!({"steps": [{"expect": ["third"]}, {"expect_system": ["Current harness:\n(empty)"]}, {"text": "three"}]}),
+    ];
+    let settings = json!({"autoRefine": {"turnInterval": 1, "cooldownMs": 0, "compact": false}});
+    let mut a = on_disk(&dir, &lines, settings);
+    for prompt in ["first", "second", "third"] {
+        assert_eq!(a.prompt_stop(prompt), "end_turn", "{prompt}");
+    }
+    assert!(a.text().ends_with("three"));
+    assert!(refinements(&a).is_empty());
+    assert!(refinement_entries(&dir, &a.sid()).is_empty());
+}
+
+#[test]
+fn a_global_refine_is_in_the_session_file_and_the_global_history() {
+    let dir = TempDir::new("refine-global");
+    let planned = plan(
+        "remember the build",
+        json!([{"action": "create", "kind": "memory", "id": "m1", "title": "Build", "content": "make -j2"}]),
+    );
+    let lines = vec![
+        json!({"text": planned}),
+        json!({"steps": [{"expect_system": ["global memory:\n- m1: Build"]}, {"text": "ok"}]}),
+    ];
+    let mut a = on_disk(&dir, &lines, json!({"autoRefine": {"enabled": false}}));
+    assert_eq!(a.prompt_stop("/refine --global"), "end_turn");
+    assert_eq!(a.prompt_stop("next"), "end_turn");
+    let entries = refinement_entries(&dir, &a.sid());
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["scope"], "global");
+    let history = dir.path().join("global-harness/refinements.jsonl");
+    let history = sessions::lines_of(&history);
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["id"], entries[0]["id"]);
+}

@@ -51,6 +51,59 @@ Reply with one JSON object and nothing else:
 {\"summary\": \"<one sentence: what the edits do>\", \"rationale\": \"<why, from the session>\", \"expectedOutcome\": \"<what should go better>\", \"edits\": [{\"action\": \"create\" | \"update\" | \"delete\", \"kind\": \"prompt\" | \"memory\" | \"skill\" | \"subagent\", \"id\": \"<entry id; required for update and delete>\", \"title\": \"...\", \"content\": \"...\", \"path\": \"general\", \"reason\": \"...\"}]}
 A skill entry also needs \"reference\": {\"type\": \"python\", \"import\": \"<module>\", \"callable\": \"<name>\"}. Keep the list short; an empty list is the right answer when nothing is worth changing.";
 
+/// The review gate's role (automatic refine, §5.4; our words, the spec's output shape).
+pub(crate) const GATE_SYSTEM: &str = "You review a working session of an AI coding agent and decide whether its harness (the persistent notes, memories, skills and subagent descriptions it carries from one task to the next) should be edited now. Say yes only when the session taught something that would make later work better: a fact learned the hard way, a note that proved wrong, a repeated procedure worth a skill. Say no when nothing stands out.
+
+Reply with one JSON object and nothing else:
+{\"shouldRefine\": true | false, \"rationale\": \"<why, from the session>\", \"instructions\": \"<when true: what the edits should capture>\"}";
+
+/// The review gate's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Gate {
+    pub should_refine: bool,
+    pub rationale: String,
+    pub instructions: Option<String>,
+}
+
+/// The gate's user text: the same material as the planner's, with the gate's ask.
+pub(crate) fn gate_text(overview: &str, conversation: &str) -> String {
+    let text = planner_text(overview, conversation, None);
+    let ask = "\n\nPropose the harness edits now, as the JSON object described.";
+    format!(
+        "{}\n\nShould the harness be refined now? Answer with the JSON object described.",
+        text.strip_suffix(ask).unwrap_or(&text)
+    )
+}
+
+/// The gate's answer in its reply (the outermost `{…}`): `shouldRefine` must be a boolean;
+/// anything else is an error (no refine).
+pub(crate) fn parse_gate(reply: &str) -> Result<Gate, String> {
+    let (Some(start), Some(end)) = (reply.find('{'), reply.rfind('}')) else {
+        return Err("the review gate's reply holds no JSON object".to_owned());
+    };
+    if end < start {
+        return Err("the review gate's reply holds no JSON object".to_owned());
+    }
+    let v: Value = serde_json::from_str(&reply[start..=end])
+        .map_err(|e| format!("the review gate's reply is not valid JSON: {e}"))?;
+    let should_refine = v
+        .get("shouldRefine")
+        .and_then(Value::as_bool)
+        .ok_or("the review gate's reply has no boolean \"shouldRefine\"")?;
+    let text = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+    };
+    Ok(Gate {
+        should_refine,
+        rationale: text("rationale").unwrap_or_default(),
+        instructions: text("instructions"),
+    })
+}
+
 /// Messages of the conversation the planner sees at most (the newest part).
 pub(crate) const CONVERSATION_CHARS: usize = 60_000;
 
@@ -235,6 +288,28 @@ mod tests {
             }
         );
         assert!(!edits[1].applied);
+    }
+
+    #[test]
+    fn gate_answers() {
+        let g = parse_gate("```json\n{\"shouldRefine\": true, \"rationale\": \"r\", \"instructions\": \" note x \"}\n```").unwrap();
+        assert_eq!(
+            g,
+            Gate {
+                should_refine: true,
+                rationale: "r".into(),
+                instructions: Some("note x".into())
+            }
+        );
+        let no = parse_gate("{\"shouldRefine\": false}").unwrap();
+        assert!(!no.should_refine && no.instructions.is_none());
+        assert!(parse_gate("{\"shouldRefine\": \"yes\"}").is_err());
+        assert!(parse_gate("nothing").is_err());
+        let t = gate_text("(empty)", "[User]: hi");
+        assert!(t.starts_with("<harness>\n(empty)\n</harness>"));
+        assert!(t.ends_with(
+            "Should the harness be refined now? Answer with the JSON object described."
+        ));
     }
 
     #[test]

@@ -169,7 +169,8 @@ impl Agent {
 pub(crate) struct AgentCtx {
     pub agent: Arc<Agent>,
     pub tools: ToolSet,
-    pub system_prompt: String,
+    /// Rebuilt after a refine (the harness overview it quotes changes).
+    pub system_prompt: crate::config::prompt::LivePrompt,
     /// `main` for the session's own agent, else the subagent's name (the scripted provider
     /// routes replies by it).
     pub name: String,
@@ -195,7 +196,7 @@ impl AgentCtx {
     pub(crate) fn standalone(agent: Arc<Agent>) -> AgentCtx {
         let tools = agent.tools.build(&agent.kernel_env, None);
         AgentCtx {
-            system_prompt: agent.system_prompt.clone(),
+            system_prompt: crate::config::prompt::LivePrompt::fixed(agent.system_prompt.clone()),
             agent,
             tools,
             name: "main".to_owned(),
@@ -1005,19 +1006,16 @@ impl<'a> Worker<'a> {
         std::borrow::Cow<'a, str>,
     ) {
         let mut specs = self.ctx.tools.specs();
+        // Taken once: a refine between turns replaces it, never under a call.
+        let built = self.ctx.system_prompt.current();
         // The sandbox passage describes the session's sandbox now, not the start-up one.
         let prompt = match (&self.agent.prompt_spec, self.agent.host.sandbox()) {
-            (Some(spec), Some(now)) => {
-                spec.for_sandbox(&self.ctx.system_prompt, &now, &self.agent.cwd)
-            }
+            (Some(spec), Some(now)) => spec.for_sandbox(&built, &now, &self.agent.cwd),
             _ => None,
-        };
-        let prompt = prompt.map_or(
-            std::borrow::Cow::Borrowed(self.ctx.system_prompt.as_str()),
-            std::borrow::Cow::Owned,
-        );
+        }
+        .unwrap_or_else(|| built.to_string());
         let Some(hub) = &self.ctx.mcp else {
-            return (specs, prompt);
+            return (specs, std::borrow::Cow::Owned(prompt));
         };
         // The model should see the servers' tools: wait (bounded by the start timeout, cut
         // short by cancel) for the ones still connecting.

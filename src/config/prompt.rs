@@ -9,8 +9,9 @@
 //! turn after all of this, since the servers' state changes as they connect.
 //!
 //! A prompt is built once per agent (`session/new`, a child's first run) and then reused for
-//! every call, so the provider's prefix cache keeps it; only a sandbox switch changes its
-//! sandbox passage from the next call on (`PromptSpec::for_sandbox`).
+//! every call, so the provider's prefix cache keeps it; only a refine builds the main agent's
+//! again (`LivePrompt`), since the harness overview it quotes changed, and a sandbox switch
+//! changes its sandbox passage from the next call on (`PromptSpec::for_sandbox`).
 
 use std::path::{Path, PathBuf};
 
@@ -86,6 +87,47 @@ pub(crate) struct AgentFacts<'a> {
 pub(crate) struct SessionFiles {
     pub context: Vec<(PathBuf, String)>,
     pub harness: String,
+}
+
+/// A running agent's system prompt. Each model call takes the current text once (`current`),
+/// so a call's prompt never changes under it; a refine replaces it between calls (`rebuild`)
+/// with the harness overview it quotes read again.
+pub(crate) struct LivePrompt {
+    text: std::sync::Mutex<std::sync::Arc<str>>,
+    /// Builds the prompt again from disk (`None`: it quotes nothing that changes).
+    rebuild: Option<Box<dyn Fn() -> String + Send + Sync>>,
+}
+
+impl LivePrompt {
+    pub(crate) fn fixed(text: String) -> LivePrompt {
+        LivePrompt {
+            text: std::sync::Mutex::new(text.into()),
+            rebuild: None,
+        }
+    }
+
+    pub(crate) fn rebuilt_by(
+        text: String,
+        rebuild: Box<dyn Fn() -> String + Send + Sync>,
+    ) -> LivePrompt {
+        LivePrompt {
+            text: std::sync::Mutex::new(text.into()),
+            rebuild: Some(rebuild),
+        }
+    }
+
+    /// The prompt for the next model call.
+    pub(crate) fn current(&self) -> std::sync::Arc<str> {
+        self.text.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Builds the prompt again (after a refine): the next call sees it.
+    pub(crate) fn rebuild(&self) {
+        if let Some(build) = &self.rebuild {
+            let text = build();
+            *self.text.lock().unwrap_or_else(|e| e.into_inner()) = text.into();
+        }
+    }
 }
 
 /// The user's part of the system prompt, fixed at start-up (one per process, or per

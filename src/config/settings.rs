@@ -51,6 +51,48 @@ impl Default for Images {
     }
 }
 
+/// `autoRefine.*` (§5.4): when the main agent reviews its session by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AutoRefine {
+    pub enabled: bool,
+    /// Assistant turns (model calls) between reviews; 0: none by count.
+    pub turn_interval: u64,
+    /// A review after a compaction.
+    pub compact: bool,
+    /// The least time between two automatic reviews.
+    pub cooldown_ms: u64,
+}
+
+impl Default for AutoRefine {
+    fn default() -> AutoRefine {
+        AutoRefine {
+            enabled: true,
+            turn_interval: 25,
+            compact: true,
+            cooldown_ms: 1_200_000,
+        }
+    }
+}
+
+/// The `autoRefine` keys of merged settings; a value of the wrong type keeps its default
+/// and is reported in `w`.
+pub(crate) fn auto_refine(v: &Value, w: &mut Vec<String>) -> AutoRefine {
+    let mut a = AutoRefine::default();
+    if let Some(b) = flag(v, "autoRefine.enabled", w) {
+        a.enabled = b;
+    }
+    if let Some(n) = count(v, "autoRefine.turnInterval", w) {
+        a.turn_interval = n;
+    }
+    if let Some(b) = flag(v, "autoRefine.compact", w) {
+        a.compact = b;
+    }
+    if let Some(n) = count(v, "autoRefine.cooldownMs", w) {
+        a.cooldown_ms = n;
+    }
+    a
+}
+
 /// `sandbox`: a mode string, or `{"mode", "writable": [paths], "network": bool}`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct SandboxSettings {
@@ -95,6 +137,7 @@ pub(crate) struct Settings {
     pub session_dir: Option<PathBuf>,
     pub enabled_models: Option<Vec<String>>,
     pub images: Images,
+    pub auto_refine: AutoRefine,
     /// `sandbox`, from the global file only (a project's file cannot loosen it).
     pub sandbox: SandboxSettings,
     /// `mcpServers` (`{"<name>": {...}}`): started in every session beside the client's
@@ -243,6 +286,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     if let Some(b) = flag(v, "images.autoResize", &mut w) {
         s.images.auto_resize = b;
     }
+    s.auto_refine = auto_refine(v, &mut w);
     s.mcp_servers = mcp_servers(v, &|name| std::env::var(name).ok(), &mut w);
     s.backup_model = string(v, "providerBackupModel", &mut w);
     s.warnings = w;
@@ -399,6 +443,29 @@ mod tests {
                 "Ignoring settings key retry.enabled: expected true or false".to_owned(),
                 "Ignoring settings key retry.maxRetries: expected a non-negative integer".to_owned(),
                 "Ignoring settings key images.autoResize: expected true or false".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn auto_refine_keys() {
+        let s = from_value(&json!({"autoRefine": {"turnInterval": 3, "cooldownMs": 0}}));
+        assert_eq!(
+            s.auto_refine,
+            AutoRefine {
+                enabled: true,
+                turn_interval: 3,
+                compact: true,
+                cooldown_ms: 0
+            }
+        );
+        let s = from_value(&json!({"autoRefine": {"enabled": "yes", "turnInterval": -2}}));
+        assert_eq!(s.auto_refine, AutoRefine::default());
+        assert_eq!(
+            s.warnings,
+            [
+                "Ignoring settings key autoRefine.enabled: expected true or false",
+                "Ignoring settings key autoRefine.turnInterval: expected a non-negative integer"
             ]
         );
     }

@@ -863,6 +863,13 @@ def _refine_result(plan, applied, global_, trigger, rollback_of=None):
     }
     if rollback_of is not None:
         result["rollbackOf"] = rollback_of
+    if global_:
+        # The global store's history (spec §5.4: `harness/refinements.jsonl`), one result a line.
+        try:
+            with open(harness.state_dir(True) / "refinements.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(result, default=str) + "\n")
+        except OSError as e:
+            result["historyError"] = str(e)
     return result
 
 

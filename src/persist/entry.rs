@@ -63,6 +63,9 @@ pub(crate) const GOAL_STATE: &str = "thread_goal_state";
 /// The `customType` of the session's `/rlm-max-depth` (`{"maxDepth": n}`, behaviour spec §4.3).
 pub(crate) const RLM_MAX_DEPTH_STATE: &str = "rlm_max_depth_state";
 
+/// The `customType` of a refinement's result (behaviour spec §5.4), manual or automatic.
+pub(crate) const REFINEMENT: &str = "prime-agent.refinement";
+
 /// The entry type of a child's usage counted into its parent's (behaviour spec §5.6).
 pub(crate) const CHILD_USAGE: &str = "child_usage_attributed";
 

@@ -298,6 +298,17 @@ impl Recorder {
         self.flush = true;
     }
 
+    /// A refinement's result (`prime-agent.refinement`, §5.4), written with the next sync,
+    /// which creates the file if need be.
+    pub(crate) fn note_refinement(&mut self, result: Value) {
+        self.pending.push(EntryKind::Custom(entry::CustomData {
+            custom_type: entry::REFINEMENT.to_owned(),
+            data: result,
+            rest: entry::Rest::new(),
+        }));
+        self.flush = true;
+    }
+
     /// A child's model usage was counted into this session's (`child_usage_attributed`,
     /// behaviour spec §5.6), written with the next sync.
     pub(crate) fn note_child_usage(

@@ -151,7 +151,7 @@ impl IpythonTool {
                 .map_or_else(|| env.agent_dir.join("harness"), PathBuf::from),
             env.harness_dir
                 .as_ref()
-                .map_or_else(|| self.harness_dir.clone(), PathBuf::from),
+                .map_or_else(|| self.local_harness_dir(), PathBuf::from),
         ];
         dirs.extend(self.state_dir.clone());
         dirs.push(self.session_dir());
@@ -165,6 +165,14 @@ impl IpythonTool {
                 .is_ok()
         });
         dirs
+    }
+
+    /// The local harness store without `RLM_HARNESS_STATE_DIR`: `<artifacts>/harness` of a
+    /// session on disk (§5.6, where the prompt's overview reads it), else under the temp dir.
+    fn local_harness_dir(&self) -> PathBuf {
+        self.session_dir
+            .as_ref()
+            .map_or_else(|| self.harness_dir.clone(), |d| d.join("harness"))
     }
 
     /// `RLM_SESSION_DIR`: the session's own directory, made (private) if missing.
@@ -210,7 +218,7 @@ impl IpythonTool {
                     "RLM_HARNESS_STATE_DIR".into(),
                     env.harness_dir
                         .clone()
-                        .unwrap_or_else(|| path(&self.harness_dir)),
+                        .unwrap_or_else(|| path(&self.local_harness_dir())),
                 ),
                 ("PRIME_AGENT_CODING_AGENT_DIR".into(), path(&env.agent_dir)),
                 ("NO_COLOR".into(), "1".into()),

@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     pub keep_recent_tokens: u64,
     /// Whether the kernel's `compact` skill works.
     pub agent_callable: bool,
+    /// `autoRefine.*`, read with these (`settings::auto_refine`) for the same cwd.
+    pub auto_refine: crate::config::settings::AutoRefine,
 }
 
 impl Default for Settings {
@@ -45,6 +47,7 @@ impl Default for Settings {
             reserve_tokens: 16_384,
             keep_recent_tokens: 20_000,
             agent_callable: true,
+            auto_refine: crate::config::settings::AutoRefine::default(),
         }
     }
 }
@@ -75,7 +78,12 @@ impl Settings {
     pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Settings {
         let mut settings = Settings::default();
         match crate::config::settings::read_merged(agent_dir, cwd) {
-            Ok(merged) => settings.apply(&merged),
+            Ok(merged) => {
+                settings.apply(&merged);
+                // Start-up warned about a bad value already (`settings::from_value`).
+                settings.auto_refine =
+                    crate::config::settings::auto_refine(&merged, &mut Vec::new());
+            }
             Err(e) => log::warn!("compaction settings: {e}"),
         }
         settings
@@ -249,6 +257,28 @@ pub(crate) struct Control {
     /// and the session's refinement results (for `refine.status()` and rollback).
     refine_scheduled: Mutex<Option<RefineRequest>>,
     refinements: Mutex<Vec<Value>>,
+    /// Refine is this agent's (the main agent at depth 0 with the kernel): automatic refine
+    /// may run (`autoRefine.*`).
+    refine_home: AtomicBool,
+    auto: Mutex<AutoRefineState>,
+}
+
+/// When automatic refine last looked (`autoRefine.*`, behaviour spec §5.4).
+#[derive(Debug, Default)]
+struct AutoRefineState {
+    /// The conversation's model calls at the last refine (any trigger).
+    calls_at_last: u64,
+    /// When the last automatic review ran (the cooldown counts from it).
+    last_review: Option<std::time::Instant>,
+    /// A compaction happened since the last refine.
+    compacted: bool,
+}
+
+/// Why an automatic review is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AutoTrigger {
+    Interval,
+    Compaction,
 }
 
 /// `refine.run(instructions, global_)`.
@@ -365,6 +395,67 @@ impl Control {
             "count": refinements.len(),
             "last": refinements.last().cloned(),
         })
+    }
+
+    /// Refine is this agent's: the main agent at depth 0 with the kernel (`main_ctx`).
+    pub(crate) fn set_refine_home(&self) {
+        self.refine_home.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn refine_home(&self) -> bool {
+        self.refine_home.load(Ordering::SeqCst)
+    }
+
+    /// A compaction finished (an `autoRefine.compact` trigger).
+    pub(crate) fn note_compacted(&self) {
+        self.auto
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .compacted = true;
+    }
+
+    /// A refinement ran at `calls` model calls (any trigger): the counts start again.
+    pub(crate) fn note_refined(&self, calls: u64) {
+        let mut auto = self.auto.lock().unwrap_or_else(|e| e.into_inner());
+        auto.calls_at_last = calls;
+        auto.compacted = false;
+    }
+
+    /// Whether an automatic review is due after `calls` model calls at `now`: a trigger
+    /// (`turnInterval` calls since the last refine, or a compaction), and the cooldown since
+    /// the last review over. A review held back by the cooldown stays due. Taking it starts
+    /// the cooldown and the counts again.
+    pub(crate) fn take_auto_refine(
+        &self,
+        settings: &crate::config::settings::AutoRefine,
+        calls: u64,
+        now: std::time::Instant,
+    ) -> Option<AutoTrigger> {
+        if !settings.enabled || !self.refine_home() {
+            return None;
+        }
+        let mut auto = self.auto.lock().unwrap_or_else(|e| e.into_inner());
+        let trigger = if settings.compact && auto.compacted {
+            AutoTrigger::Compaction
+        } else if settings.turn_interval > 0
+            && calls.saturating_sub(auto.calls_at_last) >= settings.turn_interval
+        {
+            AutoTrigger::Interval
+        } else {
+            return None;
+        };
+        let cooldown = std::time::Duration::from_millis(settings.cooldown_ms);
+        if auto
+            .last_review
+            .is_some_and(|t| now.saturating_duration_since(t) < cooldown)
+        {
+            log::info!("automatic refine ({trigger:?}) held back by autoRefine.cooldownMs");
+            return None;
+        }
+        auto.last_review = Some(now);
+        auto.calls_at_last = calls;
+        auto.compacted = false;
+        Some(trigger)
     }
 
     /// The compaction the model asked for, if any (taken: it runs once).

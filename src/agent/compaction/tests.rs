@@ -388,3 +388,43 @@ fn the_window_and_the_fixed_part_bound_what_a_compaction_keeps() {
         );
     }
 }
+
+#[test]
+fn automatic_refine_is_due_by_count_or_compaction_and_waits_out_the_cooldown() {
+    use crate::config::settings::AutoRefine;
+    use std::time::{Duration, Instant};
+    let s = AutoRefine {
+        turn_interval: 2,
+        cooldown_ms: 1_000,
+        ..AutoRefine::default()
+    };
+    let c = Control::default();
+    let t0 = Instant::now();
+    // Not the main agent at depth 0 with the kernel: never.
+    assert_eq!(c.take_auto_refine(&s, 5, t0), None);
+    c.set_refine_home();
+    assert_eq!(c.take_auto_refine(&s, 1, t0), None);
+    assert_eq!(c.take_auto_refine(&s, 2, t0), Some(AutoTrigger::Interval));
+    // Due again, held back by the cooldown, then taken once it is over.
+    assert_eq!(c.take_auto_refine(&s, 4, t0), None);
+    let later = t0 + Duration::from_millis(1_000);
+    assert_eq!(
+        c.take_auto_refine(&s, 4, later),
+        Some(AutoTrigger::Interval)
+    );
+    // A compaction makes one due; a refine of any trigger starts the counts again.
+    c.note_compacted();
+    let much_later = later + Duration::from_secs(5);
+    assert_eq!(
+        c.take_auto_refine(&s, 4, much_later),
+        Some(AutoTrigger::Compaction)
+    );
+    c.note_refined(10);
+    let latest = much_later + Duration::from_secs(5);
+    assert_eq!(c.take_auto_refine(&s, 11, latest), None);
+    let off = AutoRefine {
+        enabled: false,
+        ..s
+    };
+    assert_eq!(c.take_auto_refine(&off, 20, latest), None);
+}

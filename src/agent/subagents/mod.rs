@@ -171,6 +171,15 @@ pub(crate) fn session_files(agent: &Agent) -> crate::config::prompt::SessionFile
         Some(agent_dir) => crate::config::prompt::context_files(agent_dir, &agent.cwd),
         None => Vec::new(),
     };
+    crate::config::prompt::SessionFiles {
+        context,
+        harness: harness_overview(agent, None),
+    }
+}
+
+/// The overview of the harness stores (global, then the session's own: `RLM_HARNESS_STATE_DIR`,
+/// else `<session_dir>/harness` as the kernel has it), read now.
+fn harness_overview(agent: &Agent, session_dir: Option<&std::path::Path>) -> String {
     let env = &agent.kernel_env;
     let global = env
         .global_harness_dir
@@ -178,13 +187,12 @@ pub(crate) fn session_files(agent: &Agent) -> crate::config::prompt::SessionFile
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| env.agent_dir.join("harness"));
     let mut stores = vec![("global", global)];
-    if let Some(local) = &env.harness_dir {
-        stores.push(("local", std::path::PathBuf::from(local)));
+    match (&env.harness_dir, session_dir) {
+        (Some(local), _) => stores.push(("local", std::path::PathBuf::from(local))),
+        (None, Some(dir)) => stores.push(("local", dir.join("harness"))),
+        (None, None) => {}
     }
-    crate::config::prompt::SessionFiles {
-        context,
-        harness: crate::config::prompt::harness_overview(&stores),
-    }
+    crate::config::prompt::harness_overview(&stores)
 }
 
 impl Family {
@@ -304,30 +312,45 @@ impl Family {
             .as_ref()
             .and_then(|s| s.artifacts_of(&self.main_id));
         host.session_dir = host.state_dir.clone();
+        let session_dir = host.session_dir.clone();
         let tools = self.agent.tools.build(&self.agent.kernel_env, Some(host));
         let names = tools.names();
         // Refine (and so the harness paragraph) is the main agent's at depth 0 (§5.4).
         let harness =
             self.root_depth == 0 && names.iter().any(|n| n == crate::tools::ipython::NAME);
-        let context = self.context.get_or_init(|| files.context.clone());
-        let system_prompt = self
-            .agent
-            .system_prompt_for(&crate::config::prompt::AgentFacts {
-                cwd: &self.agent.cwd,
-                tool_names: &names,
-                kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
-                depth: self.root_depth,
-                max_depth: self.max_depth(),
-                log,
-                child: None,
-                harness: harness.then_some(files.harness.as_str()),
-                context,
-            });
+        if harness {
+            compaction.set_refine_home();
+        }
+        let context = self.context.get_or_init(|| files.context.clone()).clone();
+        let build = {
+            let (agent, depth, max_depth) =
+                (self.agent.clone(), self.root_depth, self.max_depth.clone());
+            let log = log.map(std::path::Path::to_path_buf);
+            move |names: &[String], overview: &str| {
+                agent.system_prompt_for(&crate::config::prompt::AgentFacts {
+                    cwd: &agent.cwd,
+                    tool_names: names,
+                    kernel: names.iter().any(|n| n == crate::tools::ipython::NAME),
+                    depth,
+                    max_depth: max_depth.load(Ordering::SeqCst),
+                    log: log.as_deref(),
+                    child: None,
+                    harness: harness.then_some(overview),
+                    context: &context,
+                })
+            }
+        };
+        let system_prompt = build(&names, &files.harness);
         log::info!(
             "system prompt: {} chars, about {} tokens (chars/4)",
             system_prompt.chars().count(),
             crate::agent::compaction::estimate::text_tokens(&system_prompt)
         );
+        // After a refine: the same prompt with the harness overview read again (§5.4).
+        let system_prompt = crate::config::prompt::LivePrompt::rebuilt_by(system_prompt, {
+            let agent = self.agent.clone();
+            Box::new(move || build(&names, &harness_overview(&agent, session_dir.as_deref())))
+        });
         AgentCtx {
             agent: self.agent.clone(),
             tools,

@@ -239,7 +239,7 @@ impl Family {
         Arc::new(AgentCtx {
             agent: self.agent.clone(),
             tools,
-            system_prompt,
+            system_prompt: crate::config::prompt::LivePrompt::fixed(system_prompt),
             name: node.name.clone(),
             inbox: node.inbox.clone(),
             compaction,

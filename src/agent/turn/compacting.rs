@@ -39,7 +39,7 @@ impl Worker<'_> {
         }
     }
 
-    fn settings(&self) -> compaction::Settings {
+    pub(super) fn settings(&self) -> compaction::Settings {
         self.ctx
             .compaction
             .settings(&self.agent.kernel_env.agent_dir, &self.agent.cwd)
@@ -141,6 +141,7 @@ impl Worker<'_> {
                     done.tokens_before,
                     done.first_kept_old
                 );
+                self.ctx.compaction.note_compacted();
                 self.emit(ended(
                     Some(done.tokens_before),
                     Some(done.summary.clone()),
@@ -170,19 +171,24 @@ impl Worker<'_> {
         // A `refine.run()` runs after any compaction (serialized refine, §5.4).
         let refine = self.ctx.compaction.take_refine();
         let outcome = self.compact_after_turn(conv, outcome);
-        match refine {
-            Some(r) if matches!(outcome, TurnOutcome::Completed(_)) && !self.abort.is_aborted() => {
+        if !matches!(outcome, TurnOutcome::Completed(_)) || self.abort.is_aborted() {
+            return outcome;
+        }
+        let outcome = match refine {
+            Some(r) => {
                 let command = crate::agent::refine::Command::Run {
                     global: r.global,
                     instructions: r.instructions,
                 };
                 match self.refine(conv, command, "requested") {
                     TurnOutcome::Completed(_) => outcome,
-                    other => other,
+                    other => return other,
                 }
             }
-            _ => outcome,
-        }
+            None => outcome,
+        };
+        // Then an automatic one, when due (after the requested one, which resets its counts).
+        self.auto_refine(conv, outcome)
     }
 
     fn compact_after_turn(&self, conv: &mut Conversation, outcome: TurnOutcome) -> TurnOutcome {

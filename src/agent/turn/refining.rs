@@ -24,7 +24,7 @@ impl Worker<'_> {
     /// Runs `command` and reports the outcome; `trigger` is recorded with the refinement.
     pub(super) fn refine(
         &self,
-        conv: &Conversation,
+        conv: &mut Conversation,
         command: Command,
         trigger: &str,
     ) -> TurnOutcome {
@@ -43,7 +43,7 @@ impl Worker<'_> {
                     result.get("id").and_then(Value::as_str).unwrap_or("?"),
                     edits.iter().filter(|e| e.applied).count()
                 );
-                self.ctx.compaction.record_refinement(result);
+                self.recorded(conv, result);
                 self.emit(AgentEvent::RefineComplete {
                     summary,
                     edits: edits
@@ -78,23 +78,33 @@ impl Worker<'_> {
         instructions: Option<&str>,
         trigger: &str,
     ) -> Result<Value, Stop> {
-        let provider = match &self.model.provider {
-            Ok(p) => p.clone(),
-            Err(why) => return Err(Stop::Failed(why.clone())),
-        };
+        if let Err(why) = &self.model.provider {
+            return Err(Stop::Failed(why.clone()));
+        }
         let overview = self.kernel_json(&refine::overview_code(global))?;
         let text = refine::planner_text(
             overview.as_str().unwrap_or(""),
             &serialize(&conv.messages),
             instructions,
         );
+        let reply = self.ask(refine::PLANNER_SYSTEM, text, "planner")?;
+        let plan = refine::parse_plan(&reply).map_err(Stop::Failed)?;
+        self.kernel_json(&refine::apply_code(&plan, global, trigger))
+    }
+
+    /// One model call of refine (the planner, the review gate) with the session's model.
+    fn ask(&self, system: &str, text: String, who: &str) -> Result<String, Stop> {
+        let provider = match &self.model.provider {
+            Ok(p) => p.clone(),
+            Err(why) => return Err(Stop::Failed(why.clone())),
+        };
         let messages = [Message::User {
             text,
             images: Vec::new(),
         }];
         let request_id = crate::protocol::semantic::new_request_id();
         let request = ChatRequest {
-            system: refine::PLANNER_SYSTEM,
+            system,
             messages: &messages,
             tools: &[],
             thinking: self.model.thinking,
@@ -102,14 +112,71 @@ impl Worker<'_> {
             max_tokens: Some(PLANNER_MAX_TOKENS),
             request_id: &request_id,
         };
-        let reply = match provider.stream(&request, self.abort, &mut |_| {}) {
-            Ok(reply) => reply,
-            Err(_) if self.abort.is_aborted() => return Err(Stop::Aborted),
-            Err(ProviderError::Aborted) => return Err(Stop::Aborted),
-            Err(e) => return Err(Stop::Failed(format!("the planner request failed: {e}"))),
+        match provider.stream(&request, self.abort, &mut |_| {}) {
+            Ok(reply) => Ok(reply.message.text),
+            Err(_) if self.abort.is_aborted() => Err(Stop::Aborted),
+            Err(ProviderError::Aborted) => Err(Stop::Aborted),
+            Err(e) => Err(Stop::Failed(format!("the {who} request failed: {e}"))),
+        }
+    }
+
+    /// A refinement's result is kept: for rollback and `refine.status()`, in the session file
+    /// (`prime-agent.refinement`), and the counts of automatic refine start again. The system
+    /// prompt is built again, so the next model call sees the new harness overview.
+    fn recorded(&self, conv: &mut Conversation, result: Value) {
+        if let Some(r) = conv.recorder.as_mut() {
+            r.note_refinement(result.clone());
+        }
+        conv.persist();
+        self.ctx.compaction.record_refinement(result);
+        self.ctx.compaction.note_refined(conv.model_calls);
+        self.ctx.system_prompt.rebuild();
+    }
+
+    /// At the turn's boundary (serialized refine, §5.4): an automatic review when one is due
+    /// (`autoRefine.*`). The review gate decides; only its yes runs the planner, with the
+    /// gate's instructions. A gate that fails or answers malformed JSON refines nothing.
+    pub(super) fn auto_refine(&self, conv: &mut Conversation, outcome: TurnOutcome) -> TurnOutcome {
+        let settings = self.settings().auto_refine;
+        let Some(trigger) = self.ctx.compaction.take_auto_refine(
+            &settings,
+            conv.model_calls,
+            std::time::Instant::now(),
+        ) else {
+            return outcome;
         };
-        let plan = refine::parse_plan(&reply.message.text).map_err(Stop::Failed)?;
-        self.kernel_json(&refine::apply_code(&plan, global, trigger))
+        log::info!("automatic refine ({trigger:?}): asking the review gate");
+        let gate = self
+            .kernel_json(&refine::overview_code(false))
+            .and_then(|overview| {
+                let text =
+                    refine::gate_text(overview.as_str().unwrap_or(""), &serialize(&conv.messages));
+                let reply = self.ask(refine::GATE_SYSTEM, text, "review gate")?;
+                refine::parse_gate(&reply).map_err(Stop::Failed)
+            });
+        let gate = match gate {
+            Ok(gate) => gate,
+            Err(Stop::Aborted) => return TurnOutcome::Cancelled,
+            Err(Stop::Failed(why)) => {
+                log::warn!("automatic refine: no refine ({why})");
+                return outcome;
+            }
+        };
+        if !gate.should_refine {
+            log::info!(
+                "automatic refine: the review gate said no ({})",
+                gate.rationale
+            );
+            return outcome;
+        }
+        let command = Command::Run {
+            global: false,
+            instructions: gate.instructions,
+        };
+        match self.refine(conv, command, "auto") {
+            TurnOutcome::Completed(_) => outcome,
+            other => other,
+        }
     }
 
     fn roll_back(&self, id: &str) -> Result<Value, Stop> {
