@@ -229,3 +229,25 @@ fn no_production_function_grows_past_100_lines() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
 }
+
+/// `.ci/run` is valid shell and ends by running exactly the README's test command (a broken
+/// line there fails CI before any test runs, and nothing else would say why).
+#[test]
+fn ci_run_parses_and_ends_with_the_readmes_test_command() {
+    let path = root().join(".ci/run");
+    let syntax = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let last = text
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or_default();
+    assert_eq!(last, "make test");
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.contains("\nmake test "), "the README no longer names `make test`");
+}
