@@ -15,7 +15,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test io-ban darwin-setup darwin-check dist-darwin test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test io-ban darwin-setup darwin-check dist-darwin test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke registry image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -91,7 +91,8 @@ static-smoke: static
 
 ## Release archives for every target in DIST_TARGETS, static, with their .sha256 files:
 ## dist/prime-agent-<version>-<target>.tar.gz (bin/prime-agent, LICENSE, README.md; scripts/dist.sh),
-## and dist/install.sh beside them (docs/install.md fetches it from there).
+## and dist/install.sh beside them (docs/install.md fetches it from there), then the ACP registry
+## entry (`make registry`) when Cargo.toml sets a repository.
 ## Stops with the exact set-up commands when the cross toolchain is missing (`make dist-setup`).
 dist:
 	@bash scripts/dist.sh check $(DIST_TARGETS)
@@ -99,6 +100,14 @@ dist:
 		env $$(bash scripts/dist.sh env $$t) $(STATIC_BUILD) --target $$t; \
 		bash scripts/dist.sh package $$t target/$$t/release/prime-agent dist $(VERSION); \
 	done
+	@python3 scripts/registry_entry.py --if-repository
+
+## The ACP registry entry of the archives in dist/ (`make dist` first): dist/acp-registry/<id>/
+## agent.json and icon.svg, generated from Cargo.toml by scripts/registry_entry.py, which checks
+## each archive's .sha256 and that the binary's --version is the entry's version. Stops, saying
+## why, while Cargo.toml sets no `repository` (`make dist` says why and goes on).
+registry:
+	python3 scripts/registry_entry.py
 
 ## Installs what `make dist` needs on Debian/Ubuntu (root for apt-get): the Rust musl targets,
 ## musl-gcc, the aarch64 cross gcc (for ring's C code and the link), `file`, and qemu's user

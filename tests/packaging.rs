@@ -1,10 +1,10 @@
 //! Release packaging: the archive layout `scripts/dist.sh` produces, `scripts/install.sh` on
-//! it, and the ACP registry entry that points at those archives. The static cross builds
+//! it, and the ACP registry entry `scripts/registry_entry.py` generates for those archives. The static cross builds
 //! themselves are checked by `make dist-smoke` (scripts/dist_smoke.py), which `make test` runs
 //! when the cross toolchain is installed; these tests need no toolchain and package the test
 //! build of the binary instead.
 
-use crate::support::{agent_command, bin, root, TempDir};
+use crate::support::{bin, root, TempDir};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -290,11 +290,97 @@ fn install_sh_carries_the_crates_version() {
     );
 }
 
+/// The registry platforms `Cargo.toml` lists and their Rust targets.
+const REGISTRY_PLATFORMS: [(&str, &str); 2] = [
+    ("linux-aarch64", "aarch64-unknown-linux-musl"),
+    ("linux-x86_64", "x86_64-unknown-linux-musl"),
+];
+/// A repository for the generator's tests: example.com is reserved (RFC 2606), no one's.
+const TEST_REPOSITORY: &str = "https://example.com/prime-agent-rs";
+
+/// Runs scripts/registry_entry.py with `manifest`, `dist` and `out`, and `extra` arguments.
+fn registry_entry(manifest: &Path, dist: &Path, out: &Path, extra: &[&str]) -> Output {
+    Command::new("python3")
+        .arg(root().join("scripts/registry_entry.py"))
+        .arg("--manifest")
+        .arg(manifest)
+        .arg("--dist")
+        .arg(dist)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// `Cargo.toml` as it is, plus a `repository` and a `release-url`: a copy in `dir`.
+fn manifest_with_repository(dir: &Path) -> PathBuf {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(
+        !manifest.contains("\nrepository ="),
+        "Cargo.toml sets a repository now"
+    );
+    let manifest = manifest
+        .replacen(
+            "license = \"MIT\"\n",
+            &format!("license = \"MIT\"\nrepository = \"{TEST_REPOSITORY}\"\n"),
+            1,
+        )
+        .replacen(
+            "[package.metadata.acp-registry]\n",
+            "[package.metadata.acp-registry]\nrelease-url = \"{repository}/releases/download/v{version}\"\n",
+            1,
+        );
+    let path = dir.join("Cargo.toml");
+    std::fs::write(&path, manifest).unwrap();
+    path
+}
+
+/// Every file under `dir` whose text names upstream's GitHub organisation.
+fn naming_upstream(dir: &Path) -> Vec<String> {
+    files_under(dir)
+        .into_iter()
+        .filter(|f| {
+            std::fs::read(dir.join(f)).is_ok_and(|b| {
+                String::from_utf8_lossy(&b)
+                    .to_lowercase()
+                    .contains("primeintellect-ai")
+            })
+        })
+        .collect()
+}
+
+/// The entry `scripts/registry_entry.py` writes from `Cargo.toml` and the release archives
+/// (packaged here from the test build, for both targets): valid against the registry's schema,
+/// and passing the checks of the registry's build script (build_registry.py) and auth check
+/// (verify_agents.py --auth-check) that run offline, except the one it fails (every OS family).
 #[test]
-fn the_acp_registry_entry_matches_the_registry_schema_and_our_archives() {
-    let dir = root().join("packaging/acp-registry/prime-agent");
-    let entry: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("agent.json")).unwrap()).unwrap();
+fn the_generated_registry_entry_matches_the_registry_schema_and_the_archives() {
+    let dir = TempDir::new("registry");
+    let dist = dir.path().join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    for (_, target) in REGISTRY_PLATFORMS {
+        package(&dist, target);
+    }
+    let manifest = manifest_with_repository(dir.path());
+    let out_root = dir.path().join("out");
+    let out = registry_entry(&manifest, &dist, &out_root, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The id is not upstream's `prime-agent`, and names the entry's directory.
+    assert_eq!(
+        files_under(&out_root),
+        ["prime-agent-rs/agent.json", "prime-agent-rs/icon.svg"]
+    );
+    let entry_dir = out_root.join("prime-agent-rs");
+    let text = std::fs::read_to_string(entry_dir.join("agent.json")).unwrap();
+    let entry: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(entry["id"], "prime-agent-rs");
+
     // The registry's own schema (agentclientprotocol/registry, agent.schema.json).
     let schema: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("fixtures/schema/acp-registry-agent.schema.json"))
@@ -308,60 +394,118 @@ fn the_acp_registry_entry_matches_the_registry_schema_and_our_archives() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 
-    // The registry's build script: the id names the directory, the version is x.y.z and every
-    // archive URL carries that version (no /latest/).
-    assert_eq!(entry["id"], "prime-agent");
+    // Everything else comes from Cargo.toml: ours, and no one else's.
     assert_eq!(entry["version"], VERSION);
+    assert_eq!(entry["repository"], TEST_REPOSITORY);
+    assert_eq!(
+        entry["authors"],
+        serde_json::json!(["the prime-agent developers"])
+    );
+    assert_eq!(entry["license"], "MIT");
+    assert_eq!(entry["description"], env!("CARGO_PKG_DESCRIPTION"));
+    assert_eq!(naming_upstream(&out_root), Vec::<String>::new());
+    assert_eq!(
+        naming_upstream(&root().join("packaging")),
+        Vec::<String>::new()
+    );
+
+    // The build script: a semantic version that every archive URL carries (its own pattern,
+    // `/download/v<version>/`), no /latest/, known platforms. Each URL names an archive we
+    // have, whose checksum the generator checked against its .sha256 and printed.
     let binary = entry["distribution"]["binary"].as_object().unwrap();
-    let mut platforms: Vec<&str> = binary.keys().map(String::as_str).collect();
-    platforms.sort();
-    assert_eq!(platforms, ["linux-aarch64", "linux-x86_64"]);
-    for (platform, target) in binary {
-        let arch = platform.strip_prefix("linux-").unwrap();
-        let url = target["archive"].as_str().unwrap();
-        assert!(url.starts_with("https://"), "{url}");
-        assert!(!url.contains("/latest/"), "{url}");
-        let name = format!("/v{VERSION}/prime-agent-{VERSION}-{arch}-unknown-linux-musl.tar.gz");
-        assert!(url.ends_with(&name), "{url} should end with {name}");
-        // The path dist.sh puts the binary at, and the agent's ACP mode.
-        assert_eq!(target["cmd"], "./bin/prime-agent");
-        let args: Vec<&str> = target["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
-        assert_eq!(args, ["--mode", "acp", "--multi-session"]);
-        // The arguments must be ones the agent accepts: it starts and answers initialize.
-        let agent_dir = TempDir::new("registry-args");
-        let mut agent = agent_command(agent_dir.path())
-            .args(&args)
-            .args(["--provider", "scripted", "--script"])
-            .arg(root().join("fixtures/scripts/hello.jsonl"))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        use std::io::{BufRead, Write};
-        let mut stdin = agent.stdin.take().unwrap();
-        writeln!(
-            stdin,
-            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1}}}}"#
-        )
-        .unwrap();
-        drop(stdin);
-        let mut line = String::new();
-        std::io::BufReader::new(agent.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let r: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(r["result"]["protocolVersion"], 1, "{line}");
-        assert!(agent.wait().unwrap().success());
+    let platforms: Vec<&str> = binary.keys().map(String::as_str).collect();
+    assert_eq!(platforms, REGISTRY_PLATFORMS.map(|(p, _)| p));
+    for (platform, target) in REGISTRY_PLATFORMS {
+        let name = format!("prime-agent-{VERSION}-{target}.tar.gz");
+        let url = binary[platform]["archive"].as_str().unwrap();
+        assert_eq!(
+            url,
+            format!("{TEST_REPOSITORY}/releases/download/v{VERSION}/{name}")
+        );
+        let sums = std::fs::read_to_string(dist.join(format!("{name}.sha256"))).unwrap();
+        assert!(stdout.contains(&format!("  {}", sums.trim())), "{stdout}");
+        assert_eq!(binary[platform]["cmd"], "./bin/prime-agent");
     }
 
-    // The registry's icon rules: square 16x16, monochrome through currentColor.
-    let icon = std::fs::read_to_string(dir.join(entry["icon"].as_str().unwrap())).unwrap();
+    // The auth check, on this machine's archive as it does it: unpack, run `cmd` with `args`
+    // from the unpacked directory, send initialize; at least one auth method, of type
+    // `agent` or `terminal` (a method without a type counts as `agent`).
+    let machine = String::from_utf8(Command::new("uname").arg("-m").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let host = binary[&format!("linux-{machine}")].clone();
+    let extracted = dir.path().join("extracted");
+    std::fs::create_dir_all(&extracted).unwrap();
+    let archive = dist.join(
+        host["archive"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap(),
+    );
+    let untar = Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&extracted)
+        .status()
+        .unwrap();
+    assert!(untar.success());
+    let args: Vec<&str> = host["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args, ["--mode", "acp", "--multi-session"]);
+    let agent_dir = TempDir::new("registry-args");
+    let mut agent = Command::new(extracted.join(host["cmd"].as_str().unwrap()))
+        .args(&args)
+        .current_dir(&extracted)
+        .env("PRIME_AGENT_CODING_AGENT_DIR", agent_dir.path())
+        .env("HOME", agent_dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead, Write};
+    let mut stdin = agent.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1,"clientCapabilities":{{}}}}}}"#
+    )
+    .unwrap();
+    drop(stdin);
+    let mut line = String::new();
+    std::io::BufReader::new(agent.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(agent.wait().unwrap().success());
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["result"]["protocolVersion"], 1, "{line}");
+    // The entry's version is the one the agent reports.
+    assert_eq!(r["result"]["agentInfo"]["version"], VERSION, "{line}");
+    let methods = r["result"]["authMethods"].as_array().unwrap();
+    assert!(
+        methods.iter().any(|m| {
+            let t = m["type"].as_str().unwrap_or("agent");
+            t == "agent" || t == "terminal"
+        }),
+        "{line}"
+    );
+
+    // What the build script requires and this entry does not have: builds for every OS
+    // family (darwin and windows too). Only the targets that have been run are listed.
+    assert!(!platforms
+        .iter()
+        .any(|p| p.starts_with("darwin") || p.starts_with("windows")));
+
+    // The icon rules: square 16x16, monochrome through currentColor.
+    let icon = std::fs::read_to_string(entry_dir.join("icon.svg")).unwrap();
+    assert_eq!(entry["icon"], "./icon.svg");
     assert!(
         icon.contains(r#"width="16" height="16" viewBox="0 0 16 16""#),
         "{icon}"
@@ -376,6 +520,60 @@ fn the_acp_registry_entry_matches_the_registry_schema_and_our_archives() {
         }
     }
     assert!(icon.contains("currentColor"));
+}
+
+/// With no `repository` in Cargo.toml (as today) the generator names none: it says why and
+/// exits 1 (0 with --if-repository, as `make dist` runs it), writing nothing. A checksum that
+/// does not match its archive, or a binary of another version, is refused too.
+#[test]
+fn the_registry_entry_is_refused_without_a_repository_or_with_a_bad_archive() {
+    let dir = TempDir::new("registry-refused");
+    let dist = dir.path().join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    for (_, target) in REGISTRY_PLATFORMS {
+        package(&dist, target);
+    }
+    let out_root = dir.path().join("out");
+    for (extra, ok) in [(&[][..], false), (&["--if-repository"][..], true)] {
+        let out = registry_entry(&root().join("Cargo.toml"), &dist, &out_root, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), ok, "{extra:?}: {err}");
+        assert!(
+            err.contains("sets no [package] repository")
+                && err.contains("no public repository")
+                && err.contains("No ACP registry entry is written"),
+            "{err}"
+        );
+        assert!(!out_root.exists());
+    }
+
+    let manifest = manifest_with_repository(dir.path());
+    let (_, target) = REGISTRY_PLATFORMS[0];
+    let sums = dist.join(format!("prime-agent-{VERSION}-{target}.tar.gz.sha256"));
+    let good = std::fs::read_to_string(&sums).unwrap();
+    let flipped = if good.starts_with('0') { "1" } else { "0" };
+    std::fs::write(&sums, format!("{flipped}{}", &good[1..])).unwrap();
+    // A missing repository is the only refusal --if-repository lets through.
+    let out = registry_entry(&manifest, &dist, &out_root, &["--if-repository"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("sha256"), "{err}");
+    assert!(!out_root.exists());
+    std::fs::write(&sums, good).unwrap();
+
+    // This machine's archive holding a binary that reports another version.
+    let machine = String::from_utf8(Command::new("uname").arg("-m").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let other = b"#!/bin/sh\necho prime-agent 9.9.9\n";
+    archive_of(&dist, &format!("{machine}-unknown-linux-musl"), other);
+    let out = registry_entry(&manifest, &dist, &out_root, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("'prime-agent 9.9.9'"),
+        "{err}"
+    );
+    assert!(!out_root.exists());
 }
 
 /// Runs `scripts/test_summary.sh` over a log directory holding `logs` (name, text).
