@@ -232,8 +232,10 @@ impl Stream {
             *block_open = true;
             events.push(json!({"type": format!("{kind}_start"), "contentIndex": index}));
         }
-        events.push(json!({"type": format!("{kind}_delta"), "contentIndex": index,
-            "delta": delta}));
+        events.push(
+            json!({"type": format!("{kind}_delta"), "contentIndex": index,
+            "delta": delta}),
+        );
         for e in events {
             self.message_update(e, out);
         }
@@ -255,9 +257,11 @@ impl Stream {
         }
         let first_call = thinking_blocks + usize::from(!open.msg.text.is_empty());
         for (i, c) in open.msg.tool_calls.iter().enumerate() {
-            events.push(json!({"type": "toolcall_end", "contentIndex": first_call + i,
+            events.push(
+                json!({"type": "toolcall_end", "contentIndex": first_call + i,
                 "toolCall": {"type": "toolCall", "id": c.id, "name": c.name,
-                    "arguments": c.arguments}}));
+                    "arguments": c.arguments}}),
+            );
         }
         for e in events {
             self.message_update(e, out);
@@ -376,7 +380,10 @@ impl Stream {
             .filter(|c| c["content"]["type"] == "image")
             .map(|c| crate::base::content::Image {
                 data: c["content"]["data"].as_str().unwrap_or_default().to_owned(),
-                mime_type: c["content"]["mimeType"].as_str().unwrap_or_default().to_owned(),
+                mime_type: c["content"]["mimeType"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             })
             .collect();
         let result = self.message(Record::Chat(Message::ToolResult(ToolResultMessage {

@@ -26,7 +26,10 @@ fn each_update_kind_maps_to_upstream_events() {
     let cases: Vec<(&str, Vec<Value>, Vec<&str>)> = vec![
         (
             "thinking then text",
-            vec![text("agent_thought_chunk", "hm"), text("agent_message_chunk", "hi")],
+            vec![
+                text("agent_thought_chunk", "hm"),
+                text("agent_message_chunk", "hi"),
+            ],
             vec![
                 "message_start",
                 "message_update:thinking_start",
@@ -166,7 +169,11 @@ fn a_failed_prompt_ends_with_an_error_message() {
     let mut s = Stream::new(clock);
     let mut ev = s.start(&json!([{"type": "text", "text": "go"}]));
     ev.extend(s.finish(&Err("503 overloaded".to_owned())));
-    let end = ev.iter().rev().find(|e| e["type"] == "message_end").unwrap();
+    let end = ev
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "message_end")
+        .unwrap();
     assert_eq!(end["message"]["stopReason"], "error");
     assert_eq!(end["message"]["errorMessage"], "503 overloaded");
     assert_eq!(
@@ -178,12 +185,27 @@ fn a_failed_prompt_ends_with_an_error_message() {
 #[test]
 fn tool_names_from_what_acp_shows() {
     let cases = [
-        (json!({"kind": "execute", "rawInput": {"code": "1"}, "title": "1"}), "ipython"),
-        (json!({"kind": "execute", "rawInput": {"command": "ls"}, "title": "ls"}), "bash"),
-        (json!({"kind": "edit", "rawInput": {"path": "a", "content": ""}}), "write"),
-        (json!({"kind": "edit", "rawInput": {"path": "a", "edits": []}}), "edit"),
+        (
+            json!({"kind": "execute", "rawInput": {"code": "1"}, "title": "1"}),
+            "ipython",
+        ),
+        (
+            json!({"kind": "execute", "rawInput": {"command": "ls"}, "title": "ls"}),
+            "bash",
+        ),
+        (
+            json!({"kind": "edit", "rawInput": {"path": "a", "content": ""}}),
+            "write",
+        ),
+        (
+            json!({"kind": "edit", "rawInput": {"path": "a", "edits": []}}),
+            "edit",
+        ),
         (json!({"kind": "think", "rawInput": {}}), "todo"),
-        (json!({"kind": "other", "rawInput": {"x": 1}, "title": "rlm"}), "rlm"),
+        (
+            json!({"kind": "other", "rawInput": {"x": 1}, "title": "rlm"}),
+            "rlm",
+        ),
         // Shown by name while its arguments stream.
         (json!({"kind": "execute", "title": "bash"}), "bash"),
     ];
