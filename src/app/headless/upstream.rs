@@ -471,10 +471,10 @@ fn auto_retry(retry: &Value) -> Option<Value> {
 /// A compaction's start and end, from its end (`_meta…compaction`): without a summary it did
 /// not complete (ACP's `_meta` form does not say whether it failed or was cancelled).
 fn compaction(c: &Value) -> Vec<Value> {
-    let reason = match c["reason"].as_str() {
-        Some(r @ ("threshold" | "overflow")) => r,
-        _ => "manual",
-    };
+    let reason = c["reason"]
+        .as_str()
+        .filter(|r| matches!(*r, "threshold" | "overflow"))
+        .unwrap_or("manual");
     let mut end = json!({"type": "compaction_end", "reason": reason, "willRetry": false});
     match c["summary"].as_str() {
         Some(summary) => {
