@@ -11,10 +11,10 @@ prime-agent: a coding agent that speaks the Agent Client Protocol (ACP) on stdin
 
 Usage: prime-agent [--mode acp] [options]
        prime-agent -p [options] \"<prompt>\"           (print the final answer)
-       prime-agent --mode json [options] \"<prompt>\"  (print the session's events as JSON
-                                                  lines, upstream's event stream)
-       prime-agent --mode acp-json [options] \"<prompt>\" (print every ACP session/update as a
-                                                  JSON line, then a result line)
+       prime-agent --mode json [options] \"<prompt>\"  (print upstream's session-event stream,
+                                                one JSON line per event)
+       prime-agent --mode acp-json [options] \"<prompt>\"  (print every ACP session/update as
+                                                one JSON line, then a result line)
        The prompt may come on stdin instead; exit code 0 end_turn, 1 failure, 2 limit hit.
        prime-agent model list [search]                 (the models you have keys for)
        prime-agent session export <id|path> [out.html] (a stored session as one HTML page)
@@ -22,8 +22,7 @@ Usage: prime-agent [--mode acp] [options]
        prime-agent sandbox                             (the Landlock ABI the sandbox finds)
 
 Options:
-  --mode <text|json|acp-json|rpc|acp|daemon>
-                                     Front end: acp (default), json or acp-json (one prompt)
+  --mode <text|json|rpc|acp|daemon>  Front end: acp (default), json or acp-json (one prompt)
   -p, --print                        Run one prompt and print the final assistant text
   --provider <name>                  Model provider (e.g. openai, anthropic, scripted)
   --model <provider/id[:level]>      Model to use (a bare id or pattern works too; :high etc.
