@@ -81,14 +81,116 @@ fn the_prompt_may_come_on_stdin() {
     assert!(err.contains("Error: a prompt is required"), "{err}");
 }
 
+/// Issue 33, item 5: `--mode json` prints upstream's session-event stream: the session header,
+/// then `agent_start` … `agent_end`, each tool call's execution with its id, name, args and
+/// result, and each message as the session file holds it.
 #[test]
-fn json_mode_prints_each_update_then_the_result_line() {
+fn json_mode_prints_upstreams_event_stream() {
+    let dir = TempDir::new("json-upstream");
+    dir.write("notes.txt", "alpha");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"text":"Looking."},
+                {"tool_call":{"id":"c1","name":"read","arguments":{"path":"notes.txt"}}}]}),
+            json!({"steps":[{"text":"It says alpha."}]}),
+        ],
+    );
+    let (code, out, err) = run(&dir, &scripted(&script, &["--mode", "json", "go"]), None);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let header = &lines[0];
+    assert_eq!(
+        (&header["type"], &header["version"]),
+        (&json!("session"), &json!(3))
+    );
+    assert!(header["id"].is_string() && header["timestamp"].is_string());
+    assert_eq!(header["cwd"], json!(dir.path().display().to_string()));
+    let known = [
+        "agent_start",
+        "agent_end",
+        "turn_start",
+        "turn_end",
+        "message_start",
+        "message_update",
+        "message_end",
+        "tool_execution_start",
+        "tool_execution_update",
+        "tool_execution_end",
+        "compaction_start",
+        "compaction_end",
+        "auto_retry_start",
+        "auto_retry_end",
+    ];
+    let types: Vec<&str> = lines[1..]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert!(types.iter().all(|t| known.contains(t)), "{types:?}");
+    assert_eq!(
+        (types[0], *types.last().unwrap()),
+        ("agent_start", "agent_end")
+    );
+    assert_eq!(
+        types.iter().filter(|t| **t == "turn_start").count(),
+        2,
+        "{types:?}"
+    );
+    assert_eq!(
+        types.iter().filter(|t| **t == "turn_end").count(),
+        2,
+        "{types:?}"
+    );
+    let of = |t: &'static str| lines.iter().filter(move |e| e["type"] == t);
+    let start = of("tool_execution_start").next().unwrap();
+    assert_eq!(
+        start,
+        &json!({"type":"tool_execution_start","toolCallId":"c1","toolName":"read",
+            "args":{"path":"notes.txt"}})
+    );
+    let end = of("tool_execution_end").next().unwrap();
+    assert_eq!(
+        (&end["toolCallId"], &end["toolName"]),
+        (&json!("c1"), &json!("read"))
+    );
+    assert_eq!(end["isError"], false);
+    assert!(end["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("alpha"));
+    let ended: Vec<&Value> = of("message_end").map(|e| &e["message"]).collect();
+    let roles: Vec<&str> = ended.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "toolResult", "assistant"]);
+    assert_eq!(ended[0]["content"], "go");
+    assert_eq!(ended[1]["stopReason"], "toolUse");
+    assert_eq!(ended[1]["content"][1]["type"], "toolCall");
+    assert_eq!(ended[2]["toolCallId"], "c1");
+    assert_eq!(ended[3]["content"][0]["text"], "It says alpha.");
+    assert!(
+        of("message_update").any(|e| e["assistantMessageEvent"]["type"] == "text_delta"
+            && e["assistantMessageEvent"]["delta"] == "Looking.")
+    );
+    assert_eq!(
+        lines.last().unwrap()["messages"].as_array().unwrap().len(),
+        4
+    );
+}
+
+#[test]
+fn acp_json_mode_prints_each_update_then_the_result_line() {
     let dir = TempDir::new("json");
     let script = script_file(
         &dir,
         &[json!({"steps":[{"text":"hello"},{"usage":{"input":7,"output":3}}]})],
     );
-    let (code, out, err) = run(&dir, &scripted(&script, &["--mode", "json", "go"]), None);
+    let (code, out, err) = run(
+        &dir,
+        &scripted(&script, &["--mode", "acp-json", "go"]),
+        None,
+    );
     assert_eq!(code, 0, "{err}");
     let lines: Vec<Value> = out
         .lines()
@@ -121,11 +223,33 @@ fn exit_codes_say_failure_and_hit_limit() {
         err.contains("Error: prime-agent turn failed: 503 overloaded"),
         "{err}"
     );
-    let (code, out, _) = run(&dir, &scripted(&failing, &["--mode", "json", "go"]), None);
+    let (code, out, _) = run(
+        &dir,
+        &scripted(&failing, &["--mode", "acp-json", "go"]),
+        None,
+    );
     assert_eq!(code, 1);
     let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "result");
     assert!(last["error"].as_str().unwrap().contains("503 overloaded"));
+    // Upstream's stream ends the run with an assistant message that says the error.
+    let (code, out, _) = run(&dir, &scripted(&failing, &["--mode", "json", "go"]), None);
+    assert_eq!(code, 1);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["type"], "agent_end");
+    let error = lines
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "message_end")
+        .unwrap();
+    assert_eq!(error["message"]["stopReason"], "error");
+    assert!(error["message"]["errorMessage"]
+        .as_str()
+        .unwrap()
+        .contains("503 overloaded"));
 
     let big = dir
         .write(
@@ -170,7 +294,7 @@ fn print_to_a_closed_stdout_is_an_error_exit() {
         &dir,
         &[json!({"steps":[{"text":"an answer nobody reads"}]})],
     );
-    for mode in [&["-p"][..], &["--mode", "json"]] {
+    for mode in [&["-p"][..], &["--mode", "json"], &["--mode", "acp-json"]] {
         let mut args = scripted(&script, mode);
         args.push("go");
         let mut child = agent_command(&dir.path().join("no-agent-dir"))

@@ -130,7 +130,11 @@ fn headless_runs_are_bounded_with_and_without_the_limit_flags() {
         ),
         "{stderr}"
     );
-    let (code, stdout, _) = headless(&dir, &repeat, &["--mode", "json", "--tools", "bash", "go"]);
+    let (code, stdout, _) = headless(
+        &dir,
+        &repeat,
+        &["--mode", "acp-json", "--tools", "bash", "go"],
+    );
     assert_eq!(code, 2);
     let result: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(result["stopReason"], "max_turn_requests");

@@ -557,7 +557,7 @@ fn a_print_run_uses_an_mcp_server_from_settings() {
             &script,
             "--no-session",
         ])
-        .args(["--mode", "json", "go"])
+        .args(["--mode", "acp-json", "go"])
         .current_dir(dir.path().join("work"))
         .stdin(Stdio::null())
         .output()

@@ -57,7 +57,7 @@ fn run_calls(
             "--script",
             &script,
             "--mode",
-            "json",
+            "acp-json",
         ])
         .args(flags)
         .arg("go")
@@ -488,7 +488,7 @@ fn writable_roots_the_agent_directory_and_the_network_flag() {
             "--script",
             &script,
             "--mode",
-            "json",
+            "acp-json",
         ])
         .args(["--sandbox", "workspace-write", "go"])
         .current_dir(&l.work)

@@ -11,7 +11,10 @@ prime-agent: a coding agent that speaks the Agent Client Protocol (ACP) on stdin
 
 Usage: prime-agent [--mode acp] [options]
        prime-agent -p [options] \"<prompt>\"           (print the final answer)
-       prime-agent --mode json [options] \"<prompt>\"  (print every update as JSON lines)
+       prime-agent --mode json [options] \"<prompt>\"  (print upstream's session-event stream,
+                                                one JSON line per event)
+       prime-agent --mode acp-json [options] \"<prompt>\"  (print every ACP session/update as
+                                                one JSON line, then a result line)
        The prompt may come on stdin instead; exit code 0 end_turn, 1 failure, 2 limit hit.
        prime-agent model list [search]                 (the models you have keys for)
        prime-agent session export <id|path> [out.html] (a stored session as one HTML page)
@@ -19,7 +22,7 @@ Usage: prime-agent [--mode acp] [options]
        prime-agent sandbox                             (the Landlock ABI the sandbox finds)
 
 Options:
-  --mode <text|json|rpc|acp|daemon>  Front end: acp (default) or json (one prompt)
+  --mode <text|json|rpc|acp|daemon>  Front end: acp (default), json or acp-json (one prompt)
   -p, --print                        Run one prompt and print the final assistant text
   --provider <name>                  Model provider (e.g. openai, anthropic, scripted)
   --model <provider/id[:level]>      Model to use (a bare id or pattern works too; :high etc.
@@ -123,8 +126,11 @@ pub struct Config {
     pub daemon_socket: Option<PathBuf>,
     /// `-p/--print`: run one prompt, print the final assistant text.
     pub print: bool,
-    /// `--mode json`: run one prompt, print every update as a JSON line.
+    /// `--mode json` or `--mode acp-json`: run one prompt, print its events as JSON lines.
     pub json: bool,
+    /// `--mode acp-json`: those lines are the ACP `session/update` payloads (else upstream's
+    /// session events).
+    pub acp_json: bool,
     /// Positional arguments: the prompt of `--print` / `--mode json`.
     pub prompt_args: Vec<String>,
     /// Autonomous mode (`--autonomous*`).
@@ -259,7 +265,7 @@ fn apply_flag(
     match flag {
         "-h" | "--help" => return Ok(Some(Command::Help)),
         "-v" | "--version" => return Ok(Some(Command::Version)),
-        "--mode" => cfg.json = json_mode(&cursor.value("--mode")?)?,
+        "--mode" => (cfg.json, cfg.acp_json) = json_mode(&cursor.value("--mode")?)?,
         "-p" | "--print" => cfg.print = true,
         "--provider" => cfg.provider = Some(cursor.value("--provider")?),
         "--model" => {
@@ -536,15 +542,17 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// `--mode`: whether output is JSON; the modes this build does not have are errors.
-fn json_mode(mode: &str) -> Result<bool, String> {
+/// `--mode`: (a JSON stream, the ACP one).
+fn json_mode(mode: &str) -> Result<(bool, bool), String> {
     match mode {
-        "acp" => Ok(false),
-        "json" => Ok(true),
+        "acp" => Ok((false, false)),
+        "json" => Ok((true, false)),
+        "acp-json" => Ok((true, true)),
         "text" | "rpc" | "daemon" => Err(format!(
             "--mode {mode} is not supported by this build; use --mode acp"
         )),
         other => Err(format!(
-            "Unknown mode \"{other}\". Valid modes: text, json, rpc, acp, daemon"
+            "Unknown mode \"{other}\". Valid modes: text, json, acp-json, rpc, acp, daemon"
         )),
     }
 }

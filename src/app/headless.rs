@@ -1,6 +1,8 @@
 //! Headless front ends for scripts and CI: `-p/--print "<prompt>"` prints the final assistant
-//! text (for a `!cmd` prompt, the command's output), `--mode json "<prompt>"` prints every
-//! `session/update` payload as one JSON line and then `{"type":"result","stopReason","usage"}`.
+//! text (for a `!cmd` prompt, the command's output), `--mode json "<prompt>"` prints upstream's
+//! session-event stream (the session header, then `agent_start` … `agent_end`; `upstream`), and
+//! `--mode acp-json` every `session/update` payload as one JSON line and then
+//! `{"type":"result","stopReason","usage"}`.
 //! Output that cannot be written (the reader of stdout went away) is an error exit: a script
 //! must not take a lost answer for a delivered one.
 //!
@@ -14,12 +16,14 @@ use std::io::{IsTerminal, Read, Write};
 use std::sync::Arc;
 use std::thread;
 
-use crate::base::json::json;
+use crate::base::{json::json, time};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use serde_json::Value;
 
 use crate::app::cli::Config;
 use crate::{app::setup, protocol::transport, server::main_loop};
+
+mod upstream;
 
 /// The exit code for a prompt's outcome: 0 `end_turn`, 1 a failure (or cancel), 2 a hit limit.
 pub(crate) fn exit_code(outcome: &Result<Value, String>) -> u8 {
@@ -56,6 +60,7 @@ pub(crate) fn run(cfg: &Config, version: &str) -> Result<u8, String> {
         transport::MAX_LINE_BYTES,
     );
     let json_mode = cfg.json;
+    let events = (cfg.json && !cfg.acp_json).then(|| upstream::Stream::new(time::now_iso));
     let client = thread::Builder::new()
         .name("headless-client".to_owned())
         .spawn(move || {
@@ -65,6 +70,7 @@ pub(crate) fn run(cfg: &Config, version: &str) -> Result<u8, String> {
                 pending: Vec::new(),
                 out,
                 json: json_mode,
+                events,
                 last_message: None,
                 text: String::new(),
                 warning: None,
@@ -205,6 +211,9 @@ struct Client {
     pending: Vec<u8>,
     out: File,
     json: bool,
+    /// `--mode json`: upstream's events, made from the updates (else `--mode acp-json` prints
+    /// the updates themselves).
+    events: Option<upstream::Stream>,
     /// What `--print` prints: the newest assistant message (by `messageId`) or user shell run
     /// (`!cmd`, by its tool call id), and its text so far.
     last_message: Option<String>,
@@ -281,10 +290,13 @@ impl Client {
                 None => title.to_owned(),
             });
         }
+        if let Some(events) = &mut self.events {
+            let events = events.update(update);
+            self.write_lines(&events);
+            return;
+        }
         if self.json {
-            let mut line = serde_json::to_vec(update).expect("a JSON value always serialises");
-            line.push(b'\n');
-            self.write_out(&line);
+            self.write_lines(std::slice::from_ref(update));
             return;
         }
         if let Some((id, output)) = user_shell_output(update) {
@@ -303,6 +315,18 @@ impl Client {
         }
         if let Some(t) = update["content"]["text"].as_str() {
             self.text.push_str(t);
+        }
+    }
+
+    /// Writes each value as a JSON line.
+    fn write_lines(&mut self, values: &[Value]) {
+        let mut bytes = Vec::new();
+        for v in values {
+            serde_json::to_writer(&mut bytes, v).expect("a JSON value always serialises");
+            bytes.push(b'\n');
+        }
+        if !bytes.is_empty() {
+            self.write_out(&bytes);
         }
     }
 
@@ -337,6 +361,18 @@ impl Client {
             .ok_or("session/new gave no session id")?
             .to_owned();
         self.session_id = Some(sid.clone());
+        if let Some(events) = &mut self.events {
+            // Upstream's first line: the session header, as the session file starts.
+            let header = crate::persist::entry::header_line(&crate::persist::entry::Header {
+                id: sid.clone(),
+                timestamp: time::now_iso(),
+                cwd: cwd.to_owned(),
+                parent_session: None,
+            });
+            let mut lines = vec![header];
+            lines.extend(events.start(prompt));
+            self.write_lines(&lines);
+        }
         self.call(
             3,
             "session/prompt",
@@ -344,8 +380,16 @@ impl Client {
         )
     }
 
-    /// Prints the result: the final text (`--print`) or the result line (`--mode json`).
+    /// Prints the result: the final text (`--print`), the last events (`--mode json`) or the
+    /// result line (`--mode acp-json`).
     fn finish(&mut self, outcome: &Result<Value, String>) {
+        if let Some(events) = &mut self.events {
+            if self.session_id.is_some() {
+                let events = events.finish(outcome);
+                self.write_lines(&events);
+            }
+            return;
+        }
         let mut line = if self.json {
             let result = match outcome {
                 Ok(r) => {

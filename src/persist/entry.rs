@@ -362,7 +362,8 @@ fn text_and_images(text: &str, images: &[Image]) -> Value {
     Value::Array(blocks)
 }
 
-fn record_json(r: &Record, timestamp: &str) -> Value {
+/// A message as upstream writes it (the `message` of a `message` entry).
+pub(crate) fn record_json(r: &Record, timestamp: &str) -> Value {
     let ts = millis_of(timestamp);
     match r {
         Record::Chat(Message::User { text, images }) => {
