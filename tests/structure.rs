@@ -249,5 +249,8 @@ fn ci_run_parses_and_ends_with_the_readmes_test_command() {
         .unwrap_or_default();
     assert_eq!(last, "make test");
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    assert!(readme.contains("\nmake test "), "the README no longer names `make test`");
+    assert!(
+        readme.contains("\nmake test "),
+        "the README no longer names `make test`"
+    );
 }
