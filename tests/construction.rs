@@ -175,7 +175,12 @@ fn delete_and_set_title_of_a_session_held_elsewhere_do_not_hold_another_sessions
     let wait = script(
         &dir,
         "wait.jsonl",
-        &[json!({"steps": [{"wait_for_cancel": true}]})],
+        // One model call per prompt (two prompts), each waiting for its cancel: with one
+        // line, the second prompt failed whenever its model call began before the cancel.
+        &[
+            json!({"steps": [{"wait_for_cancel": true}]}),
+            json!({"steps": [{"wait_for_cancel": true}]}),
+        ],
     );
     let mut a = sessions::in_dir(&dir, &wait, &["--multi-session"], &[]);
     a.handshake();
