@@ -103,6 +103,8 @@ impl Credentials {
         self.auth_json_entry(&p.name).is_some()
             || p.env_keys.iter().any(|k| env_nonempty(k).is_some())
             || p.api_key.is_some()
+            // Vertex's OAuth credentials are no key (upstream counts them the same way).
+            || (p.api == "google-vertex" && crate::provider::vertex::env().configured())
     }
 
     /// The key for `p`, by precedence. `Ok(None)`: no key is configured anywhere. A key
@@ -475,7 +477,7 @@ mod tests {
         assert_eq!(api("local", "old"), Ok(Api::OpenAiCompletions));
         assert_eq!(
             api("local", "odd"),
-            Err("Provider \"local\" uses API \"bedrock-converse-stream\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses).".into())
+            Err("Provider \"local\" uses API \"bedrock-converse-stream\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses, google-vertex).".into())
         );
     }
 

@@ -370,6 +370,52 @@ impl HttpClient {
         serde_json::from_slice(&body).ok()
     }
 
+    /// POSTs a form (`application/x-www-form-urlencoded`) and returns the status and the body
+    /// (at most `MAX_INFO_BODY`), for a credential exchange (`google_auth`). One attempt,
+    /// bounded by `timeout` as a whole and cut short by `abort`; the body may carry a secret,
+    /// so neither it nor the answer is logged.
+    pub(crate) fn post_form(
+        &self,
+        url: &str,
+        form: &[u8],
+        timeout: Duration,
+        abort: &AbortFlag,
+    ) -> Result<(u16, Vec<u8>), ProviderError> {
+        let slot = Arc::new(CallSlot::default());
+        let hook_slot = slot.clone();
+        let _hook = abort.on_abort(move || hook_slot.abort());
+        let _current = CurrentSlot::enter(slot.clone());
+        log::debug!("POST {url} (credential exchange)");
+        let response = self
+            .agent(url)
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json")
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .send(form)
+            .map_err(|e| match classify_ureq_error(&e, url, &slot).error {
+                _ if abort.is_aborted() => ProviderError::Aborted,
+                error => error,
+            })?;
+        let status = response.status().as_u16();
+        let mut body = Vec::new();
+        response
+            .into_body()
+            .into_reader()
+            .take(MAX_INFO_BODY)
+            .read_to_end(&mut body)
+            .map_err(|e| {
+                if abort.is_aborted() {
+                    ProviderError::Aborted
+                } else {
+                    ProviderError::Transport(format!("Reading the answer of {url} failed: {e}"))
+                }
+            })?;
+        Ok((status, body))
+    }
+
     fn attempt(
         &self,
         request: &PostRequest<'_>,

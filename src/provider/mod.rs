@@ -12,6 +12,7 @@ pub(crate) mod config;
 pub(crate) mod delta_pool;
 pub(crate) mod failover;
 pub(crate) mod google;
+pub(crate) mod google_auth;
 pub(crate) mod http;
 pub(crate) mod menu;
 pub(crate) mod openai;
@@ -22,6 +23,7 @@ pub(crate) mod scripted;
 pub(crate) mod sse;
 #[cfg(test)]
 pub(crate) mod tests_support;
+pub(crate) mod vertex;
 
 use serde_json::Value;
 

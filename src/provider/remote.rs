@@ -8,9 +8,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
+use super::google_auth::{self, TokenCache};
 use super::http::{HttpClient, HttpSettings, PostRequest, StreamDecoder};
 use super::{
-    anthropic, azure, google, openai, responses, ChatRequest, Message, Notice, Provider,
+    anthropic, azure, google, openai, responses, vertex, ChatRequest, Message, Notice, Provider,
     ProviderError, Reply, StreamEvent, ToolResultMessage,
 };
 use crate::base::abort::AbortFlag;
@@ -49,6 +50,8 @@ pub(crate) struct RemoteProvider {
     http: HttpClient,
     /// The window of a model configured without one, asked from the server at the first call.
     discovered: OnceLock<(u64, WindowSource)>,
+    /// Vertex AI's OAuth access token, cached until shortly before it expires.
+    google_tokens: Arc<TokenCache>,
 }
 
 impl RemoteProvider {
@@ -63,6 +66,7 @@ impl RemoteProvider {
             key_optional,
             http: HttpClient::new(HttpSettings::from_env()),
             discovered: OnceLock::new(),
+            google_tokens: Arc::default(),
         }
     }
 
@@ -97,7 +101,8 @@ impl RemoteProvider {
                 format!("{base}/models")
             }
             // The Azure endpoint is known only at request time; its models are deployments.
-            Api::AzureOpenAiResponses => return None,
+            // Vertex's catalogue describes its models, and its model list is per publisher.
+            Api::AzureOpenAiResponses | Api::GoogleVertex => return None,
             Api::AnthropicMessages => format!("{base}/v1/models"),
         };
         let get = |url: &str| self.http.get_json(url, headers, DISCOVERY_TIMEOUT, abort);
@@ -147,7 +152,7 @@ impl RemoteProvider {
         // The Responses API has no roles for the system prompt and keeps nothing either way.
         let (system, store) = match self.selection.api {
             Api::OpenAiResponses | Api::AzureOpenAiResponses => ("as instructions", "store: false"),
-            Api::Google => ("as the system instruction", "no store"),
+            Api::Google | Api::GoogleVertex => ("as the system instruction", "no store"),
             Api::OpenAiCompletions | Api::AnthropicMessages => ("with role \"system\"", "no store"),
         };
         let window_text = match source {
@@ -261,7 +266,7 @@ impl Provider for RemoteProvider {
             Api::AzureOpenAiResponses => Some(azure::AzureEnv::from_env()),
             _ => None,
         };
-        let (url, headers) = self.endpoint(key.as_deref(), azure_env.as_ref(), abort)?;
+        let (url, headers, bearer) = self.endpoint(key.as_deref(), azure_env.as_ref(), abort)?;
         if self.selection.assumed_defaults {
             self.announce_assumed_defaults(&headers, abort, on_event)?;
         }
@@ -286,6 +291,7 @@ impl Provider for RemoteProvider {
             (Api::OpenAiCompletions, _) => openai::body(model, request),
             (Api::AnthropicMessages, _) => anthropic::body(model, request),
             (Api::Google, _) => google::body(model, request),
+            (Api::GoogleVertex, _) => vertex::body(model, request),
         };
         // The tree is dropped once encoded: for the whole call only the bytes hold a copy of
         // the conversation (a 200,000-token conversation is ~1 MB of them).
@@ -305,10 +311,18 @@ impl Provider for RemoteProvider {
                 Api::OpenAiResponses | Api::AzureOpenAiResponses => {
                     Box::new(responses::Decoder::new(&model.id))
                 }
-                Api::Google => Box::new(google::Decoder::new(&model.id)),
+                Api::GoogleVertex if vertex::is_claude(&model.id) => {
+                    Box::new(anthropic::Decoder::new())
+                }
+                Api::Google | Api::GoogleVertex => Box::new(google::Decoder::new(&model.id)),
             }
         };
-        self.http.stream(&post, abort, &mut decoder, on_event)
+        let result = self.http.stream(&post, abort, &mut decoder, on_event);
+        if let (Err(ProviderError::Status { status: 401, .. }), Some(token)) = (&result, &bearer) {
+            // A token the server refused (revoked, or expired early) is not used again.
+            self.google_tokens.forget(token);
+        }
+        result
     }
 }
 
@@ -320,7 +334,8 @@ impl RemoteProvider {
             .credentials
             .key_for(p, abort)
             .map_err(|e| config_or_aborted(e, abort))?;
-        if key.is_none() && !self.key_optional {
+        // Vertex finds its OAuth credentials itself (`vertex::auth`).
+        if key.is_none() && !self.key_optional && self.selection.api != Api::GoogleVertex {
             return Err(ProviderError::Config(
                 self.credentials.missing_key_message(p),
             ));
@@ -328,14 +343,16 @@ impl RemoteProvider {
         Ok(key)
     }
 
-    /// The URL and headers of the wire API, then the provider's own headers over them.
+    /// The URL and headers of the wire API, then the provider's own headers over them, and the
+    /// OAuth token among them, if any.
     fn endpoint(
         &self,
         key: Option<&str>,
         azure_env: Option<&azure::AzureEnv>,
         abort: &AbortFlag,
-    ) -> Result<(String, Vec<(String, String)>), ProviderError> {
+    ) -> Result<Endpoint, ProviderError> {
         let p = &self.selection.provider;
+        let mut bearer = None;
         let (url, mut headers) = match (self.selection.api, azure_env) {
             (Api::AzureOpenAiResponses, Some(env)) => {
                 let endpoint = azure::endpoint(&p.base_url, env).map_err(ProviderError::Config)?;
@@ -350,13 +367,47 @@ impl RemoteProvider {
                 google::url(&p.base_url, &self.selection.model.id),
                 google::headers(key),
             ),
+            (Api::GoogleVertex, _) => {
+                let (url, headers, token) = self.vertex_endpoint(key, abort)?;
+                bearer = token;
+                (url, headers)
+            }
         };
         for (name, raw) in &p.headers {
             let value = resolve_value(raw, abort).map_err(|e| config_or_aborted(e, abort))?;
             headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
             headers.push((name.clone(), value));
         }
-        Ok((url, headers))
+        Ok((url, headers, bearer))
+    }
+
+    /// Vertex AI: express mode with an API key, else the project's endpoint with an OAuth
+    /// token (exchanged, or cached from an earlier call).
+    fn vertex_endpoint(
+        &self,
+        key: Option<&str>,
+        abort: &AbortFlag,
+    ) -> Result<Endpoint, ProviderError> {
+        let env = vertex::env();
+        let model = &self.selection.model.id;
+        let base = &self.selection.provider.base_url;
+        match vertex::auth(key, &env, model)? {
+            vertex::Auth::Key(k) => Ok((
+                vertex::url(base, None, model),
+                vertex::headers(Some(k), None),
+                None,
+            )),
+            vertex::Auth::OAuth(source) => {
+                let (project, location) = vertex::scope(&env)?;
+                let token =
+                    google_auth::access_token(source, &self.google_tokens, &self.http, abort)?;
+                Ok((
+                    vertex::url(base, Some((&project, &location)), model),
+                    vertex::headers(None, Some(&token)),
+                    Some(token),
+                ))
+            }
+        }
     }
 
     /// A model the catalogue does not know: its window is asked of the server (with only the
@@ -382,6 +433,9 @@ impl RemoteProvider {
         Ok(())
     }
 }
+
+/// A call's URL, its headers, and the OAuth token among them (Vertex), if any.
+type Endpoint = (String, Vec<(String, String)>, Option<String>);
 
 /// A configuration error, unless the call was cancelled meanwhile (a `!command` key or header
 /// cut short).

@@ -16,12 +16,14 @@ pub(crate) enum Api {
     Google,
     /// The Responses API on an Azure OpenAI resource.
     AzureOpenAiResponses,
+    /// Gemini (and Claude) on Google Vertex AI, with Google credentials (`provider/vertex.rs`).
+    GoogleVertex,
 }
 
 impl Api {
     /// The names `models.json` accepts, for the error that lists them.
     pub(crate) const NAMES: &'static str =
-        "openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses";
+        "openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses, google-vertex";
 
     pub(crate) fn parse(name: &str) -> Option<Api> {
         match name {
@@ -30,6 +32,7 @@ impl Api {
             "anthropic-messages" => Some(Api::AnthropicMessages),
             "google-generative-ai" => Some(Api::Google),
             "azure-openai-responses" => Some(Api::AzureOpenAiResponses),
+            "google-vertex" => Some(Api::GoogleVertex),
             _ => None,
         }
     }
@@ -219,6 +222,8 @@ const RESPONSES_MODELS: &[(&str, &str)] = &[("openai", "gpt-5.4"), ("openai", "g
 /// - mistral: its OpenAI-compatible endpoint lives under /v1.
 /// - fireworks, vercel-ai-gateway, minimax, kimi-coding: their Anthropic-compatible endpoints
 ///   (`POST {base}/v1/messages`).
+/// - google-vertex: `{location}` is filled in from GOOGLE_CLOUD_LOCATION at request time;
+///   its key variable is for express mode, OAuth credentials are found apart (vertex.rs).
 /// - azure-openai-responses: no base URL of its own; the resource comes from
 ///   AZURE_OPENAI_BASE_URL or AZURE_OPENAI_RESOURCE_NAME at request time
 ///   (provider/azure.rs), or --base-url.
@@ -228,6 +233,7 @@ const PROVIDERS: &[(&str, &str, &str, &str, Compat)] = &[
     ("anthropic", "https://api.anthropic.com", "anthropic-messages", "ANTHROPIC_API_KEY", OPENAI_COMPAT),
     ("openai", "https://api.openai.com/v1", "openai-completions", "OPENAI_API_KEY", OPENAI_OWN),
     ("google", "https://generativelanguage.googleapis.com/v1beta", "google-generative-ai", "GEMINI_API_KEY", OPENAI_COMPAT),
+    ("google-vertex", "https://{location}-aiplatform.googleapis.com", "google-vertex", "GOOGLE_CLOUD_API_KEY", OPENAI_COMPAT),
     ("openrouter", "https://openrouter.ai/api/v1", "openai-completions", "OPENROUTER_API_KEY", OPENAI_COMPAT),
     ("deepseek", "https://api.deepseek.com", "openai-completions", "DEEPSEEK_API_KEY", DEEPSEEK),
     ("xai", "https://api.x.ai/v1", "openai-completions", "XAI_API_KEY", NO_EFFORT),
@@ -260,6 +266,13 @@ const MODELS: &[(&str, &str, bool, u64, u64, bool)] = &[
     ("google", "gemini-2.5-pro", true, 1_048_576, 65_536, true),
     ("google", "gemini-2.5-flash", true, 1_048_576, 65_536, true),
     ("google", "gemini-2.5-flash-lite", true, 1_048_576, 65_536, true),
+    ("google-vertex", "gemini-3.1-pro-preview", true, 1_048_576, 65_536, true),
+    ("google-vertex", "gemini-3-pro-preview", true, 1_000_000, 64_000, true),
+    ("google-vertex", "gemini-3-flash-preview", true, 1_048_576, 65_536, true),
+    ("google-vertex", "gemini-2.5-pro", true, 1_048_576, 65_536, true),
+    ("google-vertex", "gemini-2.5-flash", true, 1_048_576, 65_536, true),
+    ("google-vertex", "gemini-2.5-flash-lite", true, 1_048_576, 65_536, true),
+    ("google-vertex", "gemini-2.0-flash", false, 1_048_576, 8_192, true),
     ("openrouter", "moonshotai/kimi-k2.6", true, 262_144, 32_000, true),
     ("deepseek", "deepseek-v4-pro", true, 128_000, 32_000, false),
     ("xai", "grok-4.20-0309-reasoning", true, 256_000, 32_000, true),
