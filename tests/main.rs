@@ -44,4 +44,5 @@ mod subagents;
 mod subcommands;
 mod tools;
 mod transcripts;
+mod vertex;
 mod zygote;

@@ -102,6 +102,7 @@ pub struct Recorded {
     pub path: String,
     /// Lower-cased names.
     pub headers: Vec<(String, String)>,
+    /// The JSON body; a body that is not JSON as a string; none as null.
     pub body: Value,
 }
 
@@ -317,7 +318,12 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Recorded> {
         .unwrap_or(0);
     let mut body = vec![0u8; len];
     reader.read_exact(&mut body).ok()?;
-    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // A body that is not JSON (a form) is kept as its text.
+    let body = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) if body.is_empty() => Value::Null,
+        Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+    };
     Some(Recorded {
         method,
         path,

@@ -49,6 +49,13 @@ pub const PROVIDER_KEY_VARS: &[&str] = &[
     "AZURE_OPENAI_DEPLOYMENT_NAME_MAP",
     "MINIMAX_API_KEY",
     "KIMI_API_KEY",
+    "GOOGLE_CLOUD_API_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_OAUTH_ACCESS_TOKEN",
+    "GOOGLE_CLOUD_PROJECT",
+    "GCLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+    "CLOUDSDK_CONFIG",
 ];
 /// Proxy and certificate variables, also removed (set empty) so the machine's own never
 /// reach a test: `tests/network.rs` sets them on purpose.
