@@ -125,13 +125,184 @@ fn a_500_is_retried_and_the_second_attempt_succeeds() {
 
 #[test]
 fn a_429_honours_retry_after_and_gives_up_after_three_retries() {
-    let (server, mut s) = openai(vec![
+    let server = LlmServer::start(vec![
         Canned::error(429, "error-429.json").header("retry-after", "0")
     ]);
+    let dir = TempDir::new("provider-429");
+    dir.write("models.json", &models_json(&server, "openai-completions"));
+    // Without the usage wait (on by default) the retries' end is the call's end.
+    let off = json!({"retry": {"provider": {"waitForUsage": {"enabled": false}}}});
+    dir.write("settings.json", &off.to_string());
+    let mut s = spawn_in(dir, "cold/test-model", &[], false);
     let r = ask(&mut s.agent, "hi");
     let details = failure(&r);
     assert!(details.contains("429 rate limited in test"), "{details}");
     assert_eq!(server.requests().len(), 4, "one call plus three retries");
+}
+
+/// An agent on `intercept` at `server` with `settings` (and `models` more providers).
+fn with_settings(server: &LlmServer, settings: Value, models: Option<Value>) -> Setup {
+    let dir = TempDir::new("provider-usage");
+    let models = models.unwrap_or_else(|| {
+        serde_json::from_str(&models_json(server, "openai-completions")).expect("json")
+    });
+    dir.write("models.json", &models.to_string());
+    dir.write("settings.json", &settings.to_string());
+    spawn_in(dir, "cold/test-model", &[], false)
+}
+
+fn is_usage_notice(u: &Value) -> bool {
+    let title = "Waiting for the provider's usage limit to reset";
+    u["title"] == title || ns(u)["notice"]["title"] == title
+}
+
+/// `retry.provider.waitForUsage`: a 429 that names a reset longer than
+/// `retry.provider.maxRetryDelayMs` is waited for (within `maxWaitMs`), and the client hears
+/// so before the answer: a notice, then an `autoRetry` wait with reason `usage`.
+#[test]
+fn a_usage_limit_is_waited_out_and_the_client_is_told_before_the_answer() {
+    let server = LlmServer::start(vec![
+        Canned::error(429, "error-429.json").header("retry-after", "0.05"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let settings = json!({"retry": {"provider": {"maxRetryDelayMs": 10}}});
+    let mut s = with_settings(&server, settings, None);
+    let r = ask(&mut s.agent, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(s.agent.text(), "Hello, wörld!");
+    assert_eq!(server.posts().len(), 2);
+    let updates = s.agent.updates();
+    let at = |pred: &dyn Fn(&Value) -> bool| {
+        updates
+            .iter()
+            .position(pred)
+            .unwrap_or_else(|| panic!("missing update: {updates:?}"))
+    };
+    let notice = at(&is_usage_notice);
+    let waiting = at(&|u| ns(u)["autoRetry"]["reason"] == "usage");
+    let recovered = at(&|u| ns(u)["autoRetry"]["phase"] == "recovered");
+    let text = at(&|u| u["sessionUpdate"] == "agent_message_chunk");
+    assert!(
+        notice < waiting && waiting < recovered && recovered < text,
+        "{updates:?}"
+    );
+    let wait = &ns(&updates[waiting])["autoRetry"];
+    assert_eq!(
+        (
+            &wait["phase"],
+            &wait["attempt"],
+            &wait["maxAttempts"],
+            &wait["delayMs"]
+        ),
+        (&json!("waiting"), &json!(1), &json!(30), &json!(50)),
+        "{wait}"
+    );
+    assert!(wait["errorMessage"]
+        .as_str()
+        .unwrap()
+        .contains("429 rate limited in test"));
+}
+
+/// A cancel during a usage wait ends the prompt at once: the wait is a sleep the cancel's
+/// hook wakes (the server's ten minutes would outlast the test's own timeout otherwise).
+#[test]
+fn a_cancel_during_a_usage_wait_ends_the_prompt() {
+    let server = LlmServer::start(vec![
+        Canned::error(429, "error-429.json").header("retry-after", "600"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let mut s = with_settings(&server, json!({}), None);
+    let a = &mut s.agent;
+    a.handshake();
+    let id = a.prompt("hi");
+    a.wait_for("the usage wait", |f| {
+        ns(&f["params"]["update"])["autoRetry"]["reason"] == "usage"
+    });
+    a.cancel();
+    let r = a.response(&id);
+    assert_eq!(stop_reason(&r), "cancelled", "{r}");
+    assert_eq!(server.posts().len(), 1, "no call after the cancel");
+}
+
+/// A reset beyond `maxWaitMs` is not waited for: the call fails at once saying why, or goes to
+/// the backup model when one is set.
+#[test]
+fn a_usage_limit_beyond_the_bound_fails_at_once_or_fails_over() {
+    let limited = || Canned::error(429, "error-429.json").header("retry-after", "7200");
+    let server = LlmServer::start(vec![limited()]);
+    let mut s = with_settings(&server, json!({}), None);
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(
+        details.contains("429 rate limited in test; Provider reported recovery in 2.0h, beyond the configured wait bound of 15m (retry.provider.waitForUsage.maxWaitMs)"),
+        "{details}"
+    );
+    assert_eq!(server.posts().len(), 1, "neither retried nor waited for");
+
+    let primary = LlmServer::start(vec![limited()]);
+    let backup = LlmServer::start(vec![Canned::sse("openai-text.sse")]);
+    let provider = |server: &LlmServer, id: &str| {
+        json!({"baseUrl": format!("{}/v1", server.url()), "api": "openai-completions",
+            "apiKey": "test-key", "models": [{"id": id, "input": ["text"]}]})
+    };
+    let models = json!({"providers": {"intercept": provider(&primary, "cold/test-model"),
+        "backup": provider(&backup, "b-model")}});
+    let settings = json!({"providerBackupModel": "backup/b-model"});
+    let mut s = with_settings(&primary, settings, Some(models));
+    let r = ask(&mut s.agent, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(s.agent.text(), "Hello, wörld!");
+    assert_eq!((primary.posts().len(), backup.posts().len()), (1, 1));
+}
+
+/// Without a named reset the wait pings with growing delays, and gives up after
+/// `maxAttempts` pings with upstream's words.
+#[test]
+fn blind_usage_pings_stop_at_their_attempt_bound() {
+    let server = LlmServer::start(vec![Canned::error(429, "error-429.json")]);
+    let settings = json!({"retry": {"maxRetries": 1, "provider": {"waitForUsage": {
+        "baseDelayMs": 1, "maxAttempts": 2}}}});
+    let mut s = with_settings(&server, settings, None);
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(
+        details.contains("Provider recovery wait gave up after 2 pings (retry.provider.waitForUsage.maxAttempts)"),
+        "{details}"
+    );
+    assert_eq!(server.posts().len(), 4, "a call, a retry, two pings");
+    let updates = s.agent.updates();
+    let phases: Vec<(String, String)> = updates
+        .iter()
+        .map(|u| &ns(u)["autoRetry"])
+        .filter(|a| a.is_object())
+        .map(|a| {
+            (
+                a["phase"].as_str().unwrap().to_owned(),
+                a["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("waiting", "rate_limited"),
+        ("waiting", "usage"),
+        ("waiting", "usage"),
+        ("exhausted", ""),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(p, r)| (p.to_string(), r.to_string()))
+        .collect();
+    assert_eq!(phases, want);
+    let exhausted = updates
+        .iter()
+        .map(|u| &ns(u)["autoRetry"])
+        .find(|a| a["phase"] == "exhausted")
+        .unwrap();
+    assert!(
+        exhausted["errorMessage"]
+            .as_str()
+            .unwrap()
+            .starts_with("Provider recovery wait gave up after 2 pings"),
+        "{exhausted}"
+    );
 }
 
 #[test]

@@ -153,7 +153,20 @@ impl Google {
 /// An agent on `google-vertex` with the key file `key` (from `fixtures/google/`), its
 /// `token_uri` pointed at `google`.
 fn vertex(google: &Google, key: &str, model: &str) -> (Agent, TempDir, String) {
+    vertex_with(google, key, model, None)
+}
+
+/// As `vertex`, with a `models.json`.
+fn vertex_with(
+    google: &Google,
+    key: &str,
+    model: &str,
+    models: Option<Value>,
+) -> (Agent, TempDir, String) {
     let dir = TempDir::new("vertex");
+    if let Some(models) = models {
+        dir.write("models.json", &models.to_string());
+    }
     let mut file: Value = serde_json::from_str(
         &std::fs::read_to_string(fixture(&format!("google/{key}"))).expect("key"),
     )
@@ -370,4 +383,30 @@ fn an_access_token_from_the_environment_and_an_api_key_in_express_mode() {
     );
     assert_eq!(call.header("x-goog-api-key"), Some("vertex-express-key"));
     assert_eq!(call.header("authorization"), None);
+}
+
+#[test]
+fn claude_on_vertex_goes_to_the_anthropic_publisher_with_the_vertex_version() {
+    let google = Google::start(vec![Canned::sse("anthropic-text.sse")], &[]);
+    let id = "claude-sonnet-4-5@20250929";
+    let models = json!({"providers": {"google-vertex": {"models": [{"id": id, "reasoning": false,
+        "input": ["text", "image"], "contextWindow": 200000, "maxTokens": 64000}]}}});
+    let (mut a, _dir, _) = vertex_with(
+        &google,
+        "test-service-account.json",
+        &format!("google-vertex/{id}"),
+        Some(models),
+    );
+    let r = ask(&mut a, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert!(!a.text().is_empty());
+    let call = google.model_calls().pop().expect("a call");
+    assert_eq!(
+        call.path,
+        format!("/v1/projects/{PROJECT}/locations/{LOCATION}/publishers/anthropic/models/{id}:streamRawPredict")
+    );
+    assert_eq!(call.header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(call.body["anthropic_version"], "vertex-2023-10-16");
+    assert!(call.body.get("model").is_none(), "{}", call.body);
+    assert_eq!(call.body["messages"][0]["role"], "user");
 }

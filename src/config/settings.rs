@@ -19,6 +19,11 @@ pub(crate) struct Retry {
     pub enabled: bool,
     pub max_retries: u32,
     pub base_delay_ms: u64,
+    /// `retry.provider.maxRetryDelayMs`: the longest server-requested wait (`Retry-After`)
+    /// a retry honours; a longer one ends the retries (0: no cap).
+    pub max_retry_delay_ms: u64,
+    /// `retry.provider.waitForUsage.*`.
+    pub wait_for_usage: WaitForUsage,
 }
 
 impl Default for Retry {
@@ -27,6 +32,35 @@ impl Default for Retry {
             enabled: true,
             max_retries: 3,
             base_delay_ms: 2_000,
+            max_retry_delay_ms: 60_000,
+            wait_for_usage: WaitForUsage::default(),
+        }
+    }
+}
+
+/// `retry.provider.waitForUsage.*`: once a usage or rate limit (429) outlasts the retries, the
+/// call waits for the limit to reset (the time the provider names, or pings with growing
+/// delays) within these bounds (`provider::http::usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WaitForUsage {
+    pub enabled: bool,
+    /// The first blind ping's delay, doubled for each next one.
+    pub base_delay_ms: u64,
+    /// The longest blind ping delay.
+    pub max_delay_ms: u64,
+    pub max_attempts: u32,
+    /// The longest total wait.
+    pub max_wait_ms: u64,
+}
+
+impl Default for WaitForUsage {
+    fn default() -> WaitForUsage {
+        WaitForUsage {
+            enabled: true,
+            base_delay_ms: 1_000,
+            max_delay_ms: 300_000,
+            max_attempts: 30,
+            max_wait_ms: 900_000,
         }
     }
 }
@@ -280,6 +314,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     if let Some(n) = count(v, "retry.baseDelayMs", &mut w) {
         s.retry.base_delay_ms = n;
     }
+    provider_retry(v, &mut s.retry, &mut w);
     if let Some(b) = flag(v, "images.blockImages", &mut w) {
         s.images.block = b;
     }
@@ -291,6 +326,30 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     s.backup_model = string(v, "providerBackupModel", &mut w);
     s.warnings = w;
     s
+}
+
+/// `retry.provider.maxRetryDelayMs` and `retry.provider.waitForUsage.*`. (Upstream's
+/// `timeoutMs`, `maxRetries` and the `waitForUsage` park keys are not read; docs/providers.md.)
+fn provider_retry(v: &Value, r: &mut Retry, w: &mut Vec<String>) {
+    if let Some(n) = count(v, "retry.provider.maxRetryDelayMs", w) {
+        r.max_retry_delay_ms = n;
+    }
+    let u = &mut r.wait_for_usage;
+    if let Some(b) = flag(v, "retry.provider.waitForUsage.enabled", w) {
+        u.enabled = b;
+    }
+    if let Some(n) = count(v, "retry.provider.waitForUsage.baseDelayMs", w) {
+        u.base_delay_ms = n;
+    }
+    if let Some(n) = count(v, "retry.provider.waitForUsage.maxDelayMs", w) {
+        u.max_delay_ms = n;
+    }
+    if let Some(n) = count(v, "retry.provider.waitForUsage.maxAttempts", w) {
+        u.max_attempts = u32::try_from(n).unwrap_or(u32::MAX);
+    }
+    if let Some(n) = count(v, "retry.provider.waitForUsage.maxWaitMs", w) {
+        u.max_wait_ms = n;
+    }
 }
 
 /// `mcpServers`, in the files' order (global first); `var` reads `bearerTokenEnvVar`s.
@@ -398,7 +457,8 @@ mod tests {
             Retry {
                 enabled: false,
                 max_retries: 7,
-                base_delay_ms: 10
+                base_delay_ms: 10,
+                ..Retry::default()
             }
         );
         assert_eq!(s.rlm_max_depth, Some(3));
@@ -443,6 +503,37 @@ mod tests {
                 "Ignoring settings key retry.enabled: expected true or false".to_owned(),
                 "Ignoring settings key retry.maxRetries: expected a non-negative integer".to_owned(),
                 "Ignoring settings key images.autoResize: expected true or false".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn provider_retry_keys() {
+        let s = from_value(&json!({"retry": {"provider": {
+            "maxRetryDelayMs": 0,
+            "waitForUsage": {"enabled": false, "baseDelayMs": 5, "maxDelayMs": 50,
+                             "maxAttempts": 4, "maxWaitMs": 200, "pauseUntilReset": true}}}}));
+        assert_eq!(s.retry.max_retry_delay_ms, 0);
+        assert_eq!(
+            s.retry.wait_for_usage,
+            WaitForUsage {
+                enabled: false,
+                base_delay_ms: 5,
+                max_delay_ms: 50,
+                max_attempts: 4,
+                max_wait_ms: 200
+            }
+        );
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        let s = from_value(&json!({"retry": {"provider": {
+            "maxRetryDelayMs": "1m", "waitForUsage": {"enabled": 1, "maxWaitMs": -5}}}}));
+        assert_eq!(s.retry, Retry::default());
+        assert_eq!(
+            s.warnings,
+            vec![
+                "Ignoring settings key retry.provider.maxRetryDelayMs: expected a non-negative integer".to_owned(),
+                "Ignoring settings key retry.provider.waitForUsage.enabled: expected true or false".to_owned(),
+                "Ignoring settings key retry.provider.waitForUsage.maxWaitMs: expected a non-negative integer".to_owned(),
             ]
         );
     }

@@ -12,6 +12,7 @@
 pub(crate) mod failure;
 mod socket;
 pub(crate) mod trust;
+pub(crate) mod usage;
 
 pub(crate) use failure::{error_text, message_and_code, one_line, transient_event_status};
 
@@ -20,13 +21,14 @@ use socket::{AbortableResolver, AbortableTcpConnector, CallSlot, CurrentSlot};
 
 use std::io::{self, Read};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
 use super::sse::{SseDecoder, SseEvent};
-use super::{ProviderError, Reply, RetryWait, StreamEvent};
+use super::{Notice, ProviderError, Reply, RetryWait, StreamEvent};
 use crate::base::abort::AbortFlag;
+use crate::config::settings::WaitForUsage;
 
 /// At trace level the HTTP stack hex-dumps raw request bytes, `Authorization` and
 /// `x-api-key` included. When any trace logging is asked for, cap those crates at debug (where
@@ -50,6 +52,11 @@ pub(crate) struct HttpSettings {
     pub idle_timeout: Duration,
     pub retry_base: Duration,
     pub max_retries: u32,
+    /// `retry.provider.maxRetryDelayMs`: the longest `Retry-After` a retry honours (`None`:
+    /// no cap).
+    pub max_retry_delay: Option<Duration>,
+    /// `retry.provider.waitForUsage.*` (`usage`).
+    pub usage: WaitForUsage,
 }
 
 /// Settings `retry.*`, set once at start-up (`setup`): every provider the process builds,
@@ -133,6 +140,9 @@ impl HttpSettings {
             // The environment (a test hook) wins over the settings' base delay.
             retry_base: ms("PRIME_AGENT_RETRY_BASE_MS", retry.base_delay_ms),
             max_retries: if retry.enabled { retry.max_retries } else { 0 },
+            max_retry_delay: Some(Duration::from_millis(retry.max_retry_delay_ms))
+                .filter(|d| !d.is_zero()),
+            usage: retry.wait_for_usage,
         }
     }
 }
@@ -146,6 +156,32 @@ pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
     base.checked_mul(2u32.saturating_pow(attempt))
         .unwrap_or(MAX_RETRY_DELAY)
         .min(MAX_RETRY_DELAY)
+}
+
+/// The title of the notice a usage wait starts with (once per wait).
+pub(crate) const USAGE_WAIT_TITLE: &str = "Waiting for the provider's usage limit to reset";
+
+/// What follows a failed attempt.
+enum Next {
+    /// Wait, then try again; a notice to show first (when a usage wait begins).
+    Retry(RetryWait, Option<Notice>),
+    /// Fail with `error`; `exhausted`: the text that ends the retries' story, when retries
+    /// were announced.
+    Fail {
+        error: ProviderError,
+        exhausted: Option<String>,
+    },
+}
+
+/// `error` with a note on why it was not retried (or waited for) longer.
+fn with_note(error: ProviderError, note: &str) -> ProviderError {
+    match error {
+        ProviderError::Status { status, message } => ProviderError::Status {
+            status,
+            message: format!("{message}; {note}"),
+        },
+        other => other,
+    }
 }
 
 /// Where a decoder hands each decoded piece of the reply, as it arrives.
@@ -267,6 +303,8 @@ impl HttpClient {
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Reply, ProviderError> {
         let mut attempt = 0u32;
+        // Set once a usage limit outlasted the retries (`usage`): since when, and pings made.
+        let mut usage_wait: Option<(Instant, u32)> = None;
         loop {
             abort.check().map_err(|_| ProviderError::Aborted)?;
             let mut streamed = false;
@@ -289,24 +327,23 @@ impl HttpClient {
                 Err(_) if abort.is_aborted() => return Err(ProviderError::Aborted),
                 Err(f) => f,
             };
-            let max_attempts = failure
-                .max_retries
-                .unwrap_or(self.settings.max_retries)
-                .min(self.settings.max_retries);
-            if !failure.retryable || (streamed && !failure.restarts) || attempt >= max_attempts {
-                // (An attempt that streamed and then failed for good said nothing of retries,
-                // unless its failure is one that voids what it streamed.)
-                if attempt > 0 && (!streamed || failure.restarts) {
-                    on_event(StreamEvent::RetriesExhausted {
-                        attempt,
-                        error: failure.error.to_string(),
-                    });
+            let wait = match self.after_failure(failure, streamed, attempt, &mut usage_wait) {
+                Next::Retry(wait, notice) => {
+                    if let Some(notice) = notice {
+                        on_event(StreamEvent::Notice(notice));
+                    }
+                    wait
                 }
-                return Err(failure.error);
-            }
-            let delay = failure
-                .retry_after
-                .unwrap_or_else(|| backoff(self.settings.retry_base, attempt));
+                Next::Fail { error, exhausted } => {
+                    if let Some(error_text) = exhausted {
+                        on_event(StreamEvent::RetriesExhausted {
+                            attempt,
+                            error: error_text,
+                        });
+                    }
+                    return Err(error);
+                }
+            };
             if streamed {
                 // The server voided the reply it was streaming: the client hears so before
                 // the wait, and the next attempt's reply replaces it (`StreamEvent::Restarted`).
@@ -314,19 +351,125 @@ impl HttpClient {
             }
             attempt += 1;
             log::warn!(
-                "{}: {}; retry {attempt}/{max_attempts} in {:.1} s",
+                "{}: {}; {} {}/{} in {:.1} s",
                 request.label,
-                failure.error,
-                delay.as_secs_f64()
+                wait.error,
+                if wait.reason == "usage" {
+                    "usage-limit wait"
+                } else {
+                    "retry"
+                },
+                wait.attempt,
+                wait.max_attempts,
+                wait.delay.as_secs_f64()
             );
-            on_event(StreamEvent::Retrying(RetryWait {
-                attempt,
+            let delay = wait.delay;
+            on_event(StreamEvent::Retrying(wait));
+            abort.sleep(delay).map_err(|_| ProviderError::Aborted)?;
+        }
+    }
+
+    /// After a failed attempt (number `attempt`, 0-based): a retry of the ladder (429, 5xx,
+    /// connections; `Retry-After` honoured up to `max_retry_delay`), else a usage wait for a
+    /// 429 (`usage`), else the failure.
+    fn after_failure(
+        &self,
+        failure: AttemptError,
+        streamed: bool,
+        attempt: u32,
+        usage_wait: &mut Option<(Instant, u32)>,
+    ) -> Next {
+        let max_attempts = failure
+            .max_retries
+            .unwrap_or(self.settings.max_retries)
+            .min(self.settings.max_retries);
+        let cap = self.settings.max_retry_delay;
+        let over_cap = failure
+            .retry_after
+            .filter(|asked| cap.is_some_and(|cap| *asked > cap));
+        let ladder = failure.retryable
+            && (!streamed || failure.restarts)
+            && attempt < max_attempts
+            && over_cap.is_none()
+            && usage_wait.is_none();
+        if ladder {
+            let delay = failure
+                .retry_after
+                .unwrap_or_else(|| backoff(self.settings.retry_base, attempt));
+            let wait = RetryWait {
+                attempt: attempt + 1,
                 max_attempts,
                 delay,
                 reason: failure.reason,
                 error: failure.error.to_string(),
-            }));
-            abort.sleep(delay).map_err(|_| ProviderError::Aborted)?;
+            };
+            return Next::Retry(wait, None);
+        }
+        if failure.retryable
+            && failure.reason == "rate_limited"
+            && !streamed
+            && self.settings.usage.enabled
+        {
+            return self.usage_wait(failure, attempt, usage_wait);
+        }
+        // (An attempt that streamed and then failed for good said nothing of retries,
+        // unless its failure is one that voids what it streamed.)
+        let announced = attempt > 0 && (!streamed || failure.restarts);
+        let error = match (over_cap, cap) {
+            (Some(asked), Some(cap)) if failure.retryable => with_note(
+                failure.error,
+                &format!(
+                    "the server asked to wait {} before a retry, longer than retry.provider.maxRetryDelayMs ({})",
+                    usage::duration_text(asked),
+                    usage::duration_text(cap)
+                ),
+            ),
+            _ => failure.error,
+        };
+        Next::Fail {
+            exhausted: announced.then(|| error.to_string()),
+            error,
+        }
+    }
+
+    /// One more ping of a usage wait (`usage::decide`), or its end.
+    fn usage_wait(
+        &self,
+        failure: AttemptError,
+        attempt: u32,
+        state: &mut Option<(Instant, u32)>,
+    ) -> Next {
+        let first = state.is_none();
+        let (since, pings) = state.get_or_insert((Instant::now(), 0));
+        *pings += 1;
+        let policy = &self.settings.usage;
+        match usage::decide(*pings, since.elapsed(), failure.retry_after, policy) {
+            usage::Decision::Wait(delay) => {
+                let error = failure.error.to_string();
+                let notice = first.then(|| Notice {
+                    severity: "warning",
+                    title: USAGE_WAIT_TITLE.to_owned(),
+                    description: Some(format!(
+                        "{error}. Waiting for the limit to reset: at most {} in all (retry.provider.waitForUsage.maxWaitMs); cancel the prompt to stop waiting.",
+                        usage::duration_text(Duration::from_millis(policy.max_wait_ms))
+                    )),
+                });
+                let wait = RetryWait {
+                    attempt: *pings,
+                    max_attempts: policy.max_attempts,
+                    delay,
+                    reason: "usage",
+                    error,
+                };
+                Next::Retry(wait, notice)
+            }
+            usage::Decision::GiveUp(why) => {
+                let text = format!("{why}: {}", failure.error);
+                Next::Fail {
+                    error: with_note(failure.error, &why),
+                    exhausted: (attempt > 0).then_some(text),
+                }
+            }
         }
     }
 

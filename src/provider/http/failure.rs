@@ -87,18 +87,23 @@ pub(crate) fn transient_event_status(code: Option<u64>, kind: Option<&str>) -> O
 
 const MAX_ERROR_BODY: u64 = 64 * 1024;
 const MAX_ERROR_TEXT: usize = 500;
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// An error answer, classified, with the wait its headers name: `retry-after-ms` (OpenAI's),
+/// else `retry-after` in seconds. Not capped here: `retry.provider.maxRetryDelayMs` decides
+/// what a retry honours, and a usage wait what it may wait.
 pub(super) fn status_error(
     status: u16,
     response: ureq::http::Response<ureq::Body>,
 ) -> AttemptError {
-    let retry_after = response
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s).min(MAX_RETRY_AFTER));
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(super::usage::retry_after_header)
+    };
+    let retry_after = header("retry-after-ms")
+        .map(|d| d / 1000)
+        .or_else(|| header("retry-after"));
     let mut body = Vec::new();
     // Best effort: the status alone is still a useful error if the body is unreadable.
     let _ = response
@@ -125,6 +130,13 @@ pub(crate) fn classify_status(
     // Nor one the server could not parse (llama.cpp answers a tool call with invalid JSON
     // arguments in the history with a 500): the same bytes fail the same way.
     let unparsable = is_unparsable_request(&message);
+    // A usage limit's answer may name its reset in the body (Google's `RetryInfo`, "try again
+    // in ~N min") rather than in a header.
+    let retry_after = retry_after.or_else(|| {
+        (status == 429)
+            .then(|| super::usage::reset_in_body(body))
+            .flatten()
+    });
     AttemptError {
         error: ProviderError::Status { status, message },
         retryable: (status == 429 || status >= 500) && !unsupported && !overflow && !unparsable,
@@ -571,6 +583,16 @@ mod tests {
             assert_eq!(e.retryable, *retried, "{status} {body}");
             assert_eq!(e.error.is_context_overflow(), *overflow, "{status} {body}");
         }
+        // A usage limit's reset named in the body becomes its wait; a header wins; only a
+        // 429's body is read for one.
+        let gemini = r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"17s"}]}}"#;
+        let s = Duration::from_secs;
+        assert_eq!(classify_status(429, gemini, None).retry_after, Some(s(17)));
+        assert_eq!(
+            classify_status(429, gemini, Some(s(3))).retry_after,
+            Some(s(3))
+        );
+        assert_eq!(classify_status(503, gemini, None).retry_after, None);
     }
 
     #[test]
