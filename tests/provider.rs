@@ -254,6 +254,18 @@ fn a_usage_limit_beyond_the_bound_fails_at_once_or_fails_over() {
     assert_eq!((primary.posts().len(), backup.posts().len()), (1, 1));
 }
 
+/// `retry.enabled: false`: no retry and no usage wait, one call.
+#[test]
+fn without_retries_a_usage_limit_is_not_waited_for_either() {
+    let server = LlmServer::start(vec![
+        Canned::error(429, "error-429.json").header("retry-after", "0")
+    ]);
+    let mut s = with_settings(&server, json!({"retry": {"enabled": false}}), None);
+    let details = failure(&ask(&mut s.agent, "hi"));
+    assert!(details.contains("429 rate limited in test"), "{details}");
+    assert_eq!(server.posts().len(), 1);
+}
+
 /// Without a named reset the wait pings with growing delays, and gives up after
 /// `maxAttempts` pings with upstream's words.
 #[test]

@@ -142,7 +142,11 @@ impl HttpSettings {
             max_retries: if retry.enabled { retry.max_retries } else { 0 },
             max_retry_delay: Some(Duration::from_millis(retry.max_retry_delay_ms))
                 .filter(|d| !d.is_zero()),
-            usage: retry.wait_for_usage,
+            // No retries (`retry.enabled: false`) means no usage waits either.
+            usage: WaitForUsage {
+                enabled: retry.enabled && retry.wait_for_usage.enabled,
+                ..retry.wait_for_usage
+            },
         }
     }
 }
