@@ -39,6 +39,17 @@ fn check_grant(form: &str, audience: &str) -> Result<(), String> {
             .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
             .map(str::to_owned)
     };
+    // gcloud's application-default login: its refresh token, with the client's id and secret.
+    if field("grant_type").as_deref() == Some("refresh_token") {
+        let ok = field("refresh_token").as_deref() == Some("1%2F%2Ftest-refresh")
+            && field("client_id").as_deref() == Some("test-client.apps.googleusercontent.com")
+            && field("client_secret").as_deref() == Some("test-secret");
+        return if ok {
+            Ok(())
+        } else {
+            Err(format!("Bad refresh grant: {form}"))
+        };
+    }
     if field("grant_type").as_deref()
         != Some("urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer")
     {
@@ -409,4 +420,45 @@ fn claude_on_vertex_goes_to_the_anthropic_publisher_with_the_vertex_version() {
     assert_eq!(call.body["anthropic_version"], "vertex-2023-10-16");
     assert!(call.body.get("model").is_none(), "{}", call.body);
     assert_eq!(call.body["messages"][0]["role"], "user");
+}
+
+#[test]
+fn gclouds_application_default_login_exchanges_its_refresh_token() {
+    let google = Google::start(vec![Canned::sse("gemini-after-tool.sse")], &[]);
+    let dir = TempDir::new("vertex-adc");
+    // Where `gcloud auth application-default login` writes it, under the test's HOME.
+    let adc = json!({"type": "authorized_user", "client_id": "test-client.apps.googleusercontent.com",
+        "client_secret": "test-secret", "refresh_token": "1//test-refresh",
+        "token_uri": format!("{}/token", google.server.url())});
+    dir.write(
+        ".config/gcloud/application_default_credentials.json",
+        &adc.to_string(),
+    );
+    let base = google.server.url();
+    let args = [
+        "--provider",
+        "google-vertex",
+        "--model",
+        "gemini-2.5-flash",
+        "--base-url",
+        &base,
+        "--no-session",
+        "--offline",
+    ];
+    let env = [
+        ("GOOGLE_CLOUD_PROJECT", "p"),
+        ("GOOGLE_CLOUD_LOCATION", LOCATION),
+    ];
+    let mut a = spawn_plain_env(&args, &dir, &env);
+    let r = ask(&mut a, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(google.exchanges(), 1);
+    let call = google.model_calls().pop().expect("a call");
+    assert_eq!(call.header("authorization"), Some("Bearer tok-1"));
+    assert!(
+        call.path
+            .starts_with("/v1/projects/p/locations/us-central1/"),
+        "{}",
+        call.path
+    );
 }
