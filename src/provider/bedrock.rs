@@ -63,8 +63,8 @@ pub(crate) fn headers(auth: &Auth) -> Vec<(String, String)> {
     h
 }
 
-/// `x-amz-date`, `x-amz-security-token` (temporary credentials) and `authorization` for a
-/// POST of `body` to `url` at `now_secs` (seconds since the epoch). Signed: `content-type`,
+/// `host`, `x-amz-date`, `x-amz-security-token` (temporary credentials) and `authorization`
+/// for a POST of `body` to `url` at `now_secs` (seconds since the epoch). Signed: `content-type`,
 /// `host`, `x-amz-date` and the token.
 pub(crate) fn signature_headers(
     url: &str,
@@ -77,7 +77,7 @@ pub(crate) fn signature_headers(
     let (host, path, query) = split_url(url);
     let mut signed = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
-        ("host".to_owned(), host),
+        ("host".to_owned(), host.clone()),
         ("x-amz-date".to_owned(), amz_date.clone()),
     ];
     if let Some(token) = &credentials.session_token {
@@ -98,7 +98,11 @@ pub(crate) fn signature_headers(
         },
         credentials,
     );
-    let mut out = vec![("x-amz-date".to_owned(), amz_date)];
+    // The `Host` header is sent as signed, not left to the HTTP client to rebuild.
+    let mut out = vec![
+        ("host".to_owned(), host),
+        ("x-amz-date".to_owned(), amz_date),
+    ];
     if let Some(token) = &credentials.session_token {
         out.push(("x-amz-security-token".to_owned(), token.clone()));
     }
@@ -517,10 +521,12 @@ fn exception(kind: &str, v: &Value) -> ProviderError {
         .or_else(|| v["Message"].as_str())
         .unwrap_or("no message");
     let text = one_line(&format!("{message} ({kind})"));
-    let status = match kind {
-        "throttlingException" => Some(429),
-        "serviceUnavailableException" => Some(503),
-        "internalServerException" | "modelStreamErrorException" => Some(500),
+    // (The event names are the union's members, `throttlingException`; the same errors as
+    // answers are types, `ThrottlingException`.)
+    let status = match kind.to_ascii_lowercase().as_str() {
+        "throttlingexception" => Some(429),
+        "serviceunavailableexception" => Some(503),
+        "internalserverexception" | "modelstreamerrorexception" => Some(500),
         _ => transient_event_status(None, None),
     };
     match status {

@@ -288,6 +288,10 @@ fn check_signature(
     if !amz_date.starts_with(date) || must_sign.into_iter().any(|h| !names.contains(&h)) {
         return Err(mismatch);
     }
+    // A header sent twice is signed as both values joined: one `Host` is what a client means.
+    if raw.headers.iter().filter(|(n, _)| n == "host").count() != 1 {
+        return Err(mismatch);
+    }
     let canonical = canonical_request(raw, &names).ok_or(mismatch)?;
     let string_to_sign = format!(
         "AWS4-HMAC-SHA256\n{amz_date}\n{date}/{region}/{service}/aws4_request\n{}",

@@ -389,9 +389,15 @@ fn urls_signatures_and_auth_failures() {
     let names: Vec<&str> = h.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["x-amz-date", "x-amz-security-token", "authorization"]
+        [
+            "host",
+            "x-amz-date",
+            "x-amz-security-token",
+            "authorization"
+        ]
     );
-    let auth = &h[2].1;
+    assert_eq!(h[0].1, "127.0.0.1:8080");
+    let auth = &h[3].1;
     assert!(
         auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/eu-west-3/bedrock/aws4_request, SignedHeaders=content-type;host;x-amz-date;x-amz-security-token, Signature="),
         "{auth}"
@@ -404,7 +410,7 @@ fn urls_signatures_and_auth_failures() {
         "eu-west-3",
         1_440_938_160,
     );
-    assert_ne!(other[2], h[2]);
+    assert_ne!(other[3], h[3]);
     assert!(!headers(&Auth::Bearer("k".into()))
         .iter()
         .any(|(n, _)| n == "x-amz-date"));
