@@ -402,3 +402,64 @@ fn without_credentials_each_prompt_says_what_to_set() {
     );
     assert!(mock.requests().is_empty());
 }
+
+/// A models.json provider on `bedrock-converse-stream`: its `baseUrl` is the endpoint, and an
+/// application inference profile's ARN is one path segment (`:` and `/` encoded, and signed
+/// encoded once more, as the service recomputes it).
+#[test]
+fn a_models_json_provider_signs_an_inference_profile_arn() {
+    let mock = BedrockMock::start(
+        vec![account("eu-west-1")],
+        None,
+        vec![Reply::stream("hello.jsonl")],
+    );
+    let dir = TempDir::new("bedrock-models-json");
+    let arn = "arn:aws:bedrock:eu-west-1:123456789012:application-inference-profile/abc123";
+    std::fs::write(
+        dir.path().join("models.json"),
+        json!({"providers": {"corp-bedrock": {
+            "baseUrl": mock.url(), "api": "bedrock-converse-stream",
+            "models": [{"id": arn, "name": "Claude Sonnet 4.5 (corp profile)", "reasoning": true,
+                        "input": ["text", "image"], "contextWindow": 200000, "maxTokens": 64000}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let env = [
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_REGION", "eu-west-1"),
+        // The provider's baseUrl wins over the variable.
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+    ];
+    let env: Vec<(&str, &str)> = env.into_iter().chain([("RUST_LOG", "debug")]).collect();
+    let args = [
+        "--provider",
+        "corp-bedrock",
+        "--model",
+        arn,
+        "--no-session",
+        "--offline",
+        "--no-context-files",
+    ];
+    let mut a = spawn_plain_env(&args, &dir, &env);
+    let r = ask(&mut a, "hi");
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    assert_eq!(a.text(), "Hello from Bedrock");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].verdict, Ok(()));
+    assert_eq!(
+        reqs[0].path,
+        "/model/arn%3Aaws%3Abedrock%3Aeu-west-1%3A123456789012%3Aapplication-inference-profile%2Fabc123/converse-stream"
+    );
+    // Claude by its name: cache points and thinking.
+    assert_eq!(
+        reqs[0].body["system"][1],
+        json!({"cachePoint": {"type": "default"}})
+    );
+    assert_eq!(
+        reqs[0].body["additionalModelRequestFields"]["thinking"]["type"],
+        "enabled"
+    );
+    assert!(a.finish().success());
+}
