@@ -93,8 +93,18 @@ pub(crate) fn resolve(
     let files = SharedFiles::read(src);
     let profile_name = (src.var)("AWS_PROFILE");
     let profile = files.profile(profile_name.as_deref().unwrap_or("default"));
-    let region = (src.var)("AWS_REGION")
-        .or_else(|| (src.var)("AWS_DEFAULT_REGION"))
+    let named_region = (src.var)("AWS_REGION").or_else(|| (src.var)("AWS_DEFAULT_REGION"));
+    // A configured base URL that is a region's standard endpoint (upstream's catalogue gives
+    // every model `https://bedrock-runtime.us-east-1.amazonaws.com`) yields to a region the
+    // user names; otherwise its region is the one signed for, as upstream does.
+    let standard = regional_endpoint(configured_base);
+    let user_named = named_region.is_some() || profile_name.is_some();
+    let configured_base = match standard {
+        Some(_) if user_named => "",
+        _ => configured_base,
+    };
+    let region = named_region
+        .or_else(|| standard.filter(|_| !user_named).map(str::to_owned))
         .or_else(|| profile.get("region"))
         .unwrap_or_else(|| DEFAULT_REGION.to_owned());
     let endpoint = endpoint(configured_base, &region, src);
@@ -115,6 +125,23 @@ pub(crate) fn configured(var: &dyn Fn(&str) -> Option<String>) -> bool {
     var("AWS_PROFILE").is_some()
         || (var("AWS_ACCESS_KEY_ID").is_some() && var("AWS_SECRET_ACCESS_KEY").is_some())
         || var("AWS_BEARER_TOKEN_BEDROCK").is_some()
+}
+
+/// The region of a standard Bedrock runtime endpoint URL
+/// (`https://bedrock-runtime[-fips].<region>.amazonaws.com[.cn]`), if it is one.
+fn regional_endpoint(url: &str) -> Option<&str> {
+    let rest = url.trim().split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split(['/', ':']).next()?;
+    let host = host.strip_suffix(".cn").unwrap_or(host);
+    let inner = host
+        .strip_prefix("bedrock-runtime-fips.")
+        .or_else(|| host.strip_prefix("bedrock-runtime."))?
+        .strip_suffix(".amazonaws.com")?;
+    let valid = !inner.is_empty()
+        && inner
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    valid.then_some(inner)
 }
 
 fn endpoint(configured: &str, region: &str, src: &Sources<'_>) -> String {
@@ -465,6 +492,46 @@ mod tests {
             let r = resolve_with(base, Some("t"), &vars, &[]).expect("resolves");
             assert_eq!(r.endpoint, want, "{base} {vars:?}");
         }
+        // A standard regional endpoint as the base URL: (vars, endpoint, region).
+        let east = "https://bedrock-runtime.us-east-1.amazonaws.com";
+        let regional = [
+            (vec![], east.to_owned(), "us-east-1"),
+            (
+                vec![("AWS_REGION", "eu-west-1")],
+                "https://bedrock-runtime.eu-west-1.amazonaws.com".to_owned(),
+                "eu-west-1",
+            ),
+            (
+                vec![("AWS_PROFILE", "p")],
+                "https://bedrock-runtime.us-east-1.amazonaws.com".to_owned(),
+                "us-east-1",
+            ),
+        ];
+        for (vars, want, region) in regional {
+            let r = resolve_with(east, Some("t"), &vars, &[]).expect("resolves");
+            assert_eq!(
+                (r.endpoint.as_str(), r.region.as_str()),
+                (want.as_str(), region),
+                "{vars:?}"
+            );
+        }
+        let r = resolve_with(
+            "https://bedrock-runtime-fips.us-gov-west-1.amazonaws.com",
+            Some("t"),
+            &[],
+            &[],
+        )
+        .expect("resolves");
+        assert_eq!(r.region, "us-gov-west-1");
+        assert_eq!(
+            regional_endpoint("https://bedrock-runtime.cn-north-1.amazonaws.com.cn/"),
+            Some("cn-north-1")
+        );
+        assert_eq!(regional_endpoint("http://127.0.0.1:9"), None);
+        assert_eq!(
+            regional_endpoint("https://vpce-1.bedrock-runtime.us-east-1.vpce.amazonaws.com"),
+            None
+        );
 
         let files = [(CREDENTIALS, SHARED), (CONFIG, CONFIG_TEXT)];
         let errors = [
