@@ -2,7 +2,8 @@
 //! Bedrock mock (`support::aws`), which recomputes every SigV4 signature and frames its
 //! answers as AWS's event stream: a signed tool turn, a wrong secret refused and reported as
 //! an auth failure without a retry, a corrupted frame, temporary credentials, a profile from
-//! the shared files, the bearer token, and throttling retried.
+//! the shared files, the bearer token, throttling retried, a models.json provider with an
+//! inference profile ARN, and a cancel that closes the socket mid-stream.
 
 use std::process::Stdio;
 
@@ -462,4 +463,27 @@ fn a_models_json_provider_signs_an_inference_profile_arn() {
         "enabled"
     );
     assert!(a.finish().success());
+}
+
+#[test]
+fn cancel_during_a_bedrock_stream_answers_cancelled_and_closes_the_socket() {
+    let mut frames = crate::support::aws::frames_of("hello.jsonl");
+    frames.truncate(2);
+    let mock = BedrockMock::start(vec![account("us-west-2")], None, vec![Reply::Stall(frames)]);
+    let dir = TempDir::new("bedrock-cancel");
+    let env = env_keys(SECRET);
+    let mut a = bedrock(&mock, SONNET, &as_refs(&env), &dir);
+    a.handshake();
+    let id = a.prompt("hi");
+    a.wait_for("the first delta", |f| {
+        f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    a.cancel();
+    let r = a.response(&id);
+    assert_eq!(r["result"], json!({"stopReason": "cancelled"}), "{r}");
+    assert!(
+        mock.wait_closed(TIMEOUT),
+        "the mock sees the connection closed"
+    );
+    assert_eq!(a.text(), "Hello from Bedrock");
 }

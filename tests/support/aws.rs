@@ -40,6 +40,9 @@ pub enum Reply {
     Stream(Vec<Vec<u8>>),
     /// An error answer: status, `x-amzn-ErrorType`, `{"message": …}`.
     Error(u16, &'static str, &'static str),
+    /// These frames, then nothing until the client closes the connection (a model that
+    /// stalls mid-reply); the close is reported to `BedrockMock::wait_closed`.
+    Stall(Vec<Vec<u8>>),
 }
 
 impl Reply {
@@ -82,6 +85,7 @@ pub struct BedrockMock {
     pub port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
     stop: Arc<AtomicBool>,
+    closed: crossbeam_channel::Receiver<()>,
 }
 
 struct Config {
@@ -89,6 +93,7 @@ struct Config {
     bearer: Option<String>,
     replies: Vec<Reply>,
     next: AtomicUsize,
+    closed: crossbeam_channel::Sender<()>,
 }
 
 impl BedrockMock {
@@ -100,11 +105,13 @@ impl BedrockMock {
         let port = listener.local_addr().expect("addr").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
+        let (closed_tx, closed) = crossbeam_channel::unbounded();
         let config = Arc::new(Config {
             accounts,
             bearer: bearer.map(str::to_owned),
             replies,
             next: AtomicUsize::new(0),
+            closed: closed_tx,
         });
         let (seen2, stop2) = (seen.clone(), stop.clone());
         thread::spawn(move || {
@@ -117,7 +124,17 @@ impl BedrockMock {
                 thread::spawn(move || serve(conn, &config, &seen));
             }
         });
-        BedrockMock { port, seen, stop }
+        BedrockMock {
+            port,
+            seen,
+            stop,
+            closed,
+        }
+    }
+
+    /// Waits until the client closes a stalled connection.
+    pub fn wait_closed(&self, timeout: std::time::Duration) -> bool {
+        self.closed.recv_timeout(timeout).is_ok()
     }
 
     pub fn url(&self) -> String {
@@ -207,6 +224,11 @@ fn serve(conn: TcpStream, config: &Config, seen: &Mutex<Vec<Seen>>) {
                     Reply::Stream(frames) => write_stream(&mut conn, frames),
                     Reply::Error(status, kind, message) => {
                         write_error(&mut conn, *status, kind, message)
+                    }
+                    Reply::Stall(frames) => {
+                        stall(&mut conn, &mut reader, frames);
+                        let _ = config.closed.send(());
+                        return;
                     }
                 }
             }
@@ -404,6 +426,29 @@ fn write_stream(conn: &mut TcpStream, frames: &[Vec<u8>]) -> std::io::Result<()>
     }
     conn.write_all(b"0\r\n\r\n")?;
     conn.flush()
+}
+
+/// Sends `frames` as a chunked event stream left open, then reads until the client closes
+/// the connection (at most a minute, so a broken client cannot leak the thread).
+fn stall(conn: &mut TcpStream, reader: &mut BufReader<TcpStream>, frames: &[Vec<u8>]) {
+    let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/vnd.amazon.eventstream\r\ntransfer-encoding: chunked\r\n\r\n";
+    if conn.write_all(head).is_err() {
+        return;
+    }
+    for frame in frames {
+        let chunk = [
+            format!("{:x}\r\n", frame.len()).into_bytes(),
+            frame.clone(),
+            b"\r\n".to_vec(),
+        ]
+        .concat();
+        if conn.write_all(&chunk).and_then(|_| conn.flush()).is_err() {
+            return;
+        }
+    }
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(60)));
+    let mut buf = [0u8; 256];
+    while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
 }
 
 /// The frames of `fixtures/bedrock/<name>` (see its README for the line format).
