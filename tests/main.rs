@@ -5,6 +5,7 @@ mod support;
 mod acp_methods;
 mod acpx;
 mod autonomy;
+mod bedrock;
 mod client_fs;
 mod commands;
 mod compaction;

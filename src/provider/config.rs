@@ -105,6 +105,11 @@ impl Credentials {
             || p.api_key.is_some()
             // Vertex's OAuth credentials are no key (upstream counts them the same way).
             || (p.api == "google-vertex" && crate::provider::vertex::env().configured())
+            // Bedrock signs with AWS credentials instead (checked without reading files).
+            || (p.api == "bedrock-converse-stream"
+                && super::bedrock::aws_config::configured(&|k| {
+                    env_nonempty(k).filter(|v| !v.trim().is_empty())
+                }))
     }
 
     /// The key for `p`, by precedence. `Ok(None)`: no key is configured anywhere. A key
@@ -463,7 +468,7 @@ mod tests {
                        "models": [{"id": "gpt-5.4-pro", "api": "openai-responses"}]},
             "local": {"baseUrl": "http://127.0.0.1:1/v1", "api": "openai-responses",
                       "models": [{"id": "gpt-oss"}, {"id": "old", "api": "openai-completions"},
-                                 {"id": "odd", "api": "bedrock-converse-stream"}]}
+                                 {"id": "odd", "api": "openai-codex-responses"}]}
         }}))
         .expect("merge");
         let api = |p: &str, m: &str| select(&r, Some(p), Some(m), &none).map(|s| s.api);
@@ -477,7 +482,7 @@ mod tests {
         assert_eq!(api("local", "old"), Ok(Api::OpenAiCompletions));
         assert_eq!(
             api("local", "odd"),
-            Err("Provider \"local\" uses API \"bedrock-converse-stream\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses, google-vertex).".into())
+            Err("Provider \"local\" uses API \"openai-codex-responses\", which this build does not support (supported: openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses, google-vertex, bedrock-converse-stream).".into())
         );
     }
 
@@ -530,6 +535,26 @@ mod tests {
         let r = resolve(Some("openai"), Some("gpt-6"), None, None, none, &dir).expect("resolves");
         assert!(!r.selection.assumed_defaults);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn amazon_bedrock_resolves_like_any_provider_and_counts_aws_credentials_as_a_key() {
+        let r = Registry::builtin();
+        let s = select(&r, Some("amazon-bedrock"), None, &none).expect("default");
+        assert_eq!(s.model.id, "us.anthropic.claude-opus-4-6-v1");
+        assert_eq!(s.api, Api::BedrockConverseStream);
+        let id = "amazon-bedrock/us.anthropic.claude-haiku-4-5-20251001-v1:0";
+        let s = select(&r, None, Some(split_level(id).0), &none).expect("prefixed");
+        assert_eq!(s.model.id, "us.anthropic.claude-haiku-4-5-20251001-v1:0");
+        assert!(s.model.reasoning && s.model.supports_images());
+        // Only Bedrock has its credentials as a key: auto-selection picks it (last in the
+        // preference order) when nothing else has one.
+        let s = select(&r, None, None, &|p| p.api == "bedrock-converse-stream").expect("auto");
+        assert_eq!(s.provider.name, "amazon-bedrock");
+        assert_eq!(
+            r.providers.last().map(|p| p.name.as_str()),
+            Some("amazon-bedrock")
+        );
     }
 
     #[test]

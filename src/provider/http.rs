@@ -25,7 +25,10 @@ use std::time::{Duration, Instant};
 
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
-use super::sse::{SseDecoder, SseEvent};
+pub(crate) use super::frames::Framing;
+
+use super::frames::Frames;
+use super::sse::SseEvent;
 use super::{Notice, ProviderError, Reply, RetryWait, StreamEvent};
 use crate::base::abort::AbortFlag;
 use crate::config::settings::WaitForUsage;
@@ -226,6 +229,11 @@ pub(crate) struct PostRequest<'a> {
     /// The logical call's id: sent with every attempt (`call_headers`), so a proxy can link
     /// the call to semantic edges and tell a retry from a new call.
     pub request_id: Option<&'a str>,
+    /// How the answer's body is framed.
+    pub framing: Framing,
+    /// Headers computed again for every attempt (Bedrock's SigV4 signature, which carries
+    /// the time it was made), sent after `headers`.
+    pub sign: Option<&'a dyn Fn() -> Vec<(String, String)>>,
 }
 
 /// Correlation and retry headers of one model call (issue 21): `X-ACP-Model-Request-ID`
@@ -584,7 +592,18 @@ impl HttpClient {
             request.request_id.is_some()
                 && CALL_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
         };
-        for (name, value) in request.headers.iter().filter(|(n, _)| !ours(n)) {
+        // Headers made for this attempt (a request signature with its time) replace any of
+        // the same name.
+        let signed = request.sign.map(|sign| sign()).unwrap_or_default();
+        let replaced = |name: &str| signed.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        for (name, value) in request
+            .headers
+            .iter()
+            .filter(|(n, _)| !ours(n) && !replaced(n))
+        {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        for (name, value) in &signed {
             builder = builder.header(name.as_str(), value.as_str());
         }
         if let Some(id) = request.request_id {
@@ -600,7 +619,7 @@ impl HttpClient {
             return Err(status_error(status, response));
         }
         let mut reader = response.into_body().into_reader();
-        let mut sse = SseDecoder::new();
+        let mut frames = Frames::new(request.framing);
         let mut events = Vec::new();
         let mut buf = vec![0u8; 16 * 1024];
         loop {
@@ -609,17 +628,13 @@ impl HttpClient {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted && !abort.is_aborted() => continue,
                 Err(e) => return Err(read_error(&e, &slot, self.settings.idle_timeout)),
             };
+            // A body that cannot be decoded is final: the same server sends the same bytes.
             if n == 0 {
-                sse.finish(&mut events);
+                frames.finish(&mut events).map_err(AttemptError::fatal)?;
             } else {
-                sse.feed(&buf[..n], &mut events);
-                if sse.overflowed() {
-                    let why = format!(
-                        "the model server sent a stream event larger than {} MiB",
-                        crate::provider::sse::MAX_EVENT_BYTES >> 20
-                    );
-                    return Err(AttemptError::fatal(ProviderError::Stream(why)));
-                }
+                frames
+                    .feed(&buf[..n], &mut events)
+                    .map_err(AttemptError::fatal)?;
             }
             for event in events.drain(..) {
                 abort
@@ -631,7 +646,7 @@ impl HttpClient {
                 {
                     return decoder.finish().map_err(AttemptError::fatal);
                 }
-                sse.recycle(event);
+                frames.recycle(event);
             }
             if n == 0 {
                 // A body that ends without a finish is a dropped connection, not an answer.

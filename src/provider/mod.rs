@@ -7,10 +7,12 @@
 pub(crate) mod anthropic;
 pub(crate) mod arguments;
 pub(crate) mod azure;
+pub(crate) mod bedrock;
 mod chunk_scan;
 pub(crate) mod config;
 pub(crate) mod delta_pool;
 pub(crate) mod failover;
+mod frames;
 pub(crate) mod google;
 pub(crate) mod google_auth;
 pub(crate) mod http;

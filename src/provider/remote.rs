@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::bedrock::aws_config::{self, Auth};
 use super::config::{resolve_value, Api, Credentials, ModelDef, Selection};
 use super::google_auth::{self, TokenCache};
+use super::http::Framing;
 use super::http::{HttpClient, HttpSettings, PostRequest, StreamDecoder};
 use super::{
-    anthropic, azure, google, openai, responses, vertex, ChatRequest, Message, Notice, Provider,
-    ProviderError, Reply, StreamEvent, ToolResultMessage,
+    anthropic, azure, bedrock, google, openai, responses, vertex, ChatRequest, Message, Notice,
+    Provider, ProviderError, Reply, StreamEvent, ToolResultMessage,
 };
 use crate::base::abort::AbortFlag;
 
@@ -101,8 +103,11 @@ impl RemoteProvider {
                 format!("{base}/models")
             }
             // The Azure endpoint is known only at request time; its models are deployments.
-            // Vertex's catalogue describes its models, and its model list is per publisher.
-            Api::AzureOpenAiResponses | Api::GoogleVertex => return None,
+            // Vertex's catalogue describes its models, and its model list is per publisher;
+            // Bedrock lists its models on another service (`bedrock`, not the runtime).
+            Api::AzureOpenAiResponses | Api::GoogleVertex | Api::BedrockConverseStream => {
+                return None
+            }
             Api::AnthropicMessages => format!("{base}/v1/models"),
         };
         let get = |url: &str| self.http.get_json(url, headers, DISCOVERY_TIMEOUT, abort);
@@ -154,6 +159,7 @@ impl RemoteProvider {
             Api::OpenAiResponses | Api::AzureOpenAiResponses => ("as instructions", "store: false"),
             Api::Google | Api::GoogleVertex => ("as the system instruction", "no store"),
             Api::OpenAiCompletions | Api::AnthropicMessages => ("with role \"system\"", "no store"),
+            Api::BedrockConverseStream => ("as the system blocks", "no store"),
         };
         let window_text = match source {
             WindowSource::Configured => format!("a context window of {window} tokens (configured)"),
@@ -266,7 +272,13 @@ impl Provider for RemoteProvider {
             Api::AzureOpenAiResponses => Some(azure::AzureEnv::from_env()),
             _ => None,
         };
-        let (url, headers, bearer) = self.endpoint(key.as_deref(), azure_env.as_ref(), abort)?;
+        // (Bedrock's AWS configuration: variables and the shared files, read per call too.)
+        let aws = match self.selection.api {
+            Api::BedrockConverseStream => Some(self.aws(key.clone())?),
+            _ => None,
+        };
+        let (url, headers, bearer) =
+            self.endpoint(key.as_deref(), azure_env.as_ref(), aws.as_ref(), abort)?;
         if self.selection.assumed_defaults {
             self.announce_assumed_defaults(&headers, abort, on_event)?;
         }
@@ -292,17 +304,32 @@ impl Provider for RemoteProvider {
             (Api::AnthropicMessages, _) => anthropic::body(model, request),
             (Api::Google, _) => google::body(model, request),
             (Api::GoogleVertex, _) => vertex::body(model, request),
+            (Api::BedrockConverseStream, _) => bedrock::body(model, request),
         };
         // The tree is dropped once encoded: for the whole call only the bytes hold a copy of
         // the conversation (a 200,000-token conversation is ~1 MB of them).
         let body = encode(body)?;
         let label = self.label();
+        let sign = || match aws.as_ref().map(|a| (&a.auth, &a.region)) {
+            Some((Auth::SigV4 { credentials, .. }, region)) => {
+                let now = crate::base::time::now_ms() / 1000;
+                bedrock::signature_headers(&url, &body, credentials, region, now)
+            }
+            _ => Vec::new(),
+        };
         let post = PostRequest {
             label: &label,
             url: &url,
             headers: &headers,
             body: &body,
             request_id: Some(request.request_id),
+            framing: match self.selection.api {
+                Api::BedrockConverseStream => Framing::AwsEventStream,
+                _ => Framing::Sse,
+            },
+            sign: aws
+                .is_some()
+                .then_some(&sign as &dyn Fn() -> Vec<(String, String)>),
         };
         let mut decoder = || -> Box<dyn StreamDecoder> {
             match self.selection.api {
@@ -315,6 +342,7 @@ impl Provider for RemoteProvider {
                     Box::new(anthropic::Decoder::new())
                 }
                 Api::Google | Api::GoogleVertex => Box::new(google::Decoder::new(&model.id)),
+                Api::BedrockConverseStream => Box::new(bedrock::Decoder::new()),
             }
         };
         let result = self.http.stream(&post, abort, &mut decoder, on_event);
@@ -322,25 +350,42 @@ impl Provider for RemoteProvider {
             // A token the server refused (revoked, or expired early) is not used again.
             self.google_tokens.forget(token);
         }
-        result
+        match &aws {
+            Some(aws) => result.map_err(|e| bedrock::auth_failure(e, &aws.auth)),
+            None => result,
+        }
     }
 }
 
 impl RemoteProvider {
-    /// The provider's key for this call (`None`: none, where none is needed).
+    /// The provider's key for this call (`None`: none, where none is needed). Bedrock's is
+    /// a bearer token, and without one the call is signed with AWS credentials (`aws`).
     fn key(&self, abort: &AbortFlag) -> Result<Option<String>, ProviderError> {
         let p = &self.selection.provider;
         let key = self
             .credentials
             .key_for(p, abort)
             .map_err(|e| config_or_aborted(e, abort))?;
-        // Vertex finds its OAuth credentials itself (`vertex::auth`).
-        if key.is_none() && !self.key_optional && self.selection.api != Api::GoogleVertex {
+        // Vertex finds its OAuth credentials itself (`vertex::auth`), Bedrock signs with AWS's.
+        let own_auth = matches!(
+            self.selection.api,
+            Api::GoogleVertex | Api::BedrockConverseStream
+        );
+        if key.is_none() && !self.key_optional && !own_auth {
             return Err(ProviderError::Config(
                 self.credentials.missing_key_message(p),
             ));
         }
         Ok(key)
+    }
+
+    /// Bedrock's credentials, region and endpoint for this call (`bearer`: its key, if any).
+    fn aws(&self, bearer: Option<String>) -> Result<aws_config::Resolved, ProviderError> {
+        let p = &self.selection.provider;
+        aws_config::Sources::with_process(|src| {
+            aws_config::resolve(&p.base_url, bearer, &p.name, src)
+        })
+        .map_err(ProviderError::Config)
     }
 
     /// The URL and headers of the wire API, then the provider's own headers over them, and the
@@ -349,11 +394,21 @@ impl RemoteProvider {
         &self,
         key: Option<&str>,
         azure_env: Option<&azure::AzureEnv>,
+        aws: Option<&aws_config::Resolved>,
         abort: &AbortFlag,
     ) -> Result<Endpoint, ProviderError> {
         let p = &self.selection.provider;
         let mut bearer = None;
         let (url, mut headers) = match (self.selection.api, azure_env) {
+            (Api::BedrockConverseStream, _) => {
+                let aws = aws.ok_or_else(|| {
+                    ProviderError::Config("The AWS configuration was not read".to_owned())
+                })?;
+                (
+                    bedrock::url(&aws.endpoint, &self.selection.model.id),
+                    bedrock::headers(&aws.auth),
+                )
+            }
             (Api::AzureOpenAiResponses, Some(env)) => {
                 let endpoint = azure::endpoint(&p.base_url, env).map_err(ProviderError::Config)?;
                 (azure::url(&endpoint, env), azure::headers(key))

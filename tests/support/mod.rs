@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // Each test module uses a different subset of the helpers.
 
+pub mod aws;
 pub mod deps;
 pub mod llm_server;
 pub mod model;
@@ -56,6 +57,17 @@ pub const PROVIDER_KEY_VARS: &[&str] = &[
     "GCLOUD_PROJECT",
     "GOOGLE_CLOUD_LOCATION",
     "CLOUDSDK_CONFIG",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_BEARER_TOKEN_BEDROCK",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
 ];
 /// Proxy and certificate variables, also removed (set empty) so the machine's own never
 /// reach a test: `tests/network.rs` sets them on purpose.

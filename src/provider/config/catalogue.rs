@@ -18,12 +18,14 @@ pub(crate) enum Api {
     AzureOpenAiResponses,
     /// Gemini (and Claude) on Google Vertex AI, with Google credentials (`provider/vertex.rs`).
     GoogleVertex,
+    /// Amazon Bedrock's Converse stream (`POST /model/{id}/converse-stream`), SigV4-signed.
+    BedrockConverseStream,
 }
 
 impl Api {
     /// The names `models.json` accepts, for the error that lists them.
     pub(crate) const NAMES: &'static str =
-        "openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses, google-vertex";
+        "openai-completions, openai-responses, anthropic-messages, google-generative-ai, azure-openai-responses, google-vertex, bedrock-converse-stream";
 
     pub(crate) fn parse(name: &str) -> Option<Api> {
         match name {
@@ -33,6 +35,7 @@ impl Api {
             "google-generative-ai" => Some(Api::Google),
             "azure-openai-responses" => Some(Api::AzureOpenAiResponses),
             "google-vertex" => Some(Api::GoogleVertex),
+            "bedrock-converse-stream" => Some(Api::BedrockConverseStream),
             _ => None,
         }
     }
@@ -227,6 +230,9 @@ const RESPONSES_MODELS: &[(&str, &str)] = &[("openai", "gpt-5.4"), ("openai", "g
 /// - azure-openai-responses: no base URL of its own; the resource comes from
 ///   AZURE_OPENAI_BASE_URL or AZURE_OPENAI_RESOURCE_NAME at request time
 ///   (provider/azure.rs), or --base-url.
+/// - amazon-bedrock: no key variable of its own beyond the bearer token; AWS credentials,
+///   region and endpoint come from the AWS variables and files at request time
+///   (provider/bedrock/aws_config.rs), or --base-url for the endpoint.
 #[rustfmt::skip]
 const PROVIDERS: &[(&str, &str, &str, &str, Compat)] = &[
     ("prime-inference", "https://api.pinference.ai/api/v1", "openai-completions", "PRIME_API_KEY", MAX_TOKENS_NO_EFFORT),
@@ -248,6 +254,7 @@ const PROVIDERS: &[(&str, &str, &str, &str, Compat)] = &[
     ("vercel-ai-gateway", "https://ai-gateway.vercel.sh", "anthropic-messages", "AI_GATEWAY_API_KEY", OPENAI_COMPAT),
     ("minimax", "https://api.minimax.io/anthropic", "anthropic-messages", "MINIMAX_API_KEY", OPENAI_COMPAT),
     ("kimi-coding", "https://api.kimi.com/coding", "anthropic-messages", "KIMI_API_KEY", OPENAI_COMPAT),
+    ("amazon-bedrock", "", "bedrock-converse-stream", "AWS_BEARER_TOKEN_BEDROCK", OPENAI_COMPAT),
 ];
 
 /// The built-in providers' models, `(provider, id, reasoning, context window, max tokens,
@@ -292,6 +299,23 @@ const MODELS: &[(&str, &str, bool, u64, u64, bool)] = &[
     ("minimax", "MiniMax-M2.7-highspeed", true, 204_800, 131_072, false),
     ("kimi-coding", "kimi-for-coding", true, 262_144, 32_768, true),
     ("kimi-coding", "k3", true, 1_048_576, 131_072, true),
+    // Upstream's Bedrock Claude rows (its default first): the US, EU and global cross-region
+    // inference profiles of the current Claude models.
+    ("amazon-bedrock", "us.anthropic.claude-opus-4-6-v1", true, 1_000_000, 128_000, true),
+    ("amazon-bedrock", "us.anthropic.claude-opus-4-7", true, 1_000_000, 128_000, true),
+    ("amazon-bedrock", "us.anthropic.claude-sonnet-4-6", true, 1_000_000, 64_000, true),
+    ("amazon-bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", true, 200_000, 64_000, true),
+    ("amazon-bedrock", "us.anthropic.claude-haiku-4-5-20251001-v1:0", true, 200_000, 64_000, true),
+    ("amazon-bedrock", "eu.anthropic.claude-opus-4-6-v1", true, 1_000_000, 128_000, true),
+    ("amazon-bedrock", "eu.anthropic.claude-opus-4-7", true, 1_000_000, 128_000, true),
+    ("amazon-bedrock", "eu.anthropic.claude-sonnet-4-6", true, 1_000_000, 64_000, true),
+    ("amazon-bedrock", "eu.anthropic.claude-sonnet-4-5-20250929-v1:0", true, 200_000, 64_000, true),
+    ("amazon-bedrock", "eu.anthropic.claude-haiku-4-5-20251001-v1:0", true, 200_000, 64_000, true),
+    ("amazon-bedrock", "global.anthropic.claude-opus-4-6-v1", true, 1_000_000, 128_000, true),
+    ("amazon-bedrock", "global.anthropic.claude-opus-4-7", true, 1_000_000, 128_000, true),
+    ("amazon-bedrock", "global.anthropic.claude-sonnet-4-6", true, 1_000_000, 64_000, true),
+    ("amazon-bedrock", "global.anthropic.claude-sonnet-4-5-20250929-v1:0", true, 200_000, 64_000, true),
+    ("amazon-bedrock", "global.anthropic.claude-haiku-4-5-20251001-v1:0", true, 200_000, 64_000, true),
 ];
 
 /// Headers a built-in provider's server wants from every client (config values),

@@ -229,7 +229,10 @@ pub(crate) fn is_context_overflow(message: &str) -> bool {
         "too many tokens",
         "token limit exceeded",
     ];
-    PHRASES.iter().any(|p| m.contains(p)) && !m.contains("rate limit") && !m.contains("per minute")
+    // Rate limits count tokens too (Bedrock's throttling: "Too many tokens, please wait
+    // before trying again."): waiting helps them, compacting does not.
+    const RATE: &[&str] = &["rate limit", "per minute", "please wait", "throttl"];
+    PHRASES.iter().any(|p| m.contains(p)) && !RATE.iter().any(|r| m.contains(r))
 }
 
 /// The provider's own words from an error body (`{"error":{"message":…}}`, `{"message":…}`,
@@ -652,6 +655,9 @@ mod tests {
         }
         for text in [
             "Rate limit reached for gpt-4o: Limit 30000, Used 29000, Requested 2000 tokens per minute",
+            // Bedrock's ThrottlingException (an answer or an exception event).
+            "Too many tokens, please wait before trying again.",
+            "Too many tokens, please wait before trying again. (throttlingException)",
             "internal error in test",
             "401 invalid api key",
             "image input is not supported",
