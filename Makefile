@@ -15,7 +15,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test io-ban darwin-setup darwin-check dist-darwin test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke registry registry-check image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test io-ban darwin-setup darwin-check dist-darwin test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke registry registry-check harbor-source image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -120,6 +120,19 @@ registry-check: dist
 	@[ -x $(REGISTRY_PYTHON) ] || bash scripts/test-deps.sh
 	@set -o pipefail; $(REGISTRY_PYTHON) scripts/registry_check.py --dist dist | tee target/registry-check.log
 
+## The source tree hosted Harbor takes a custom agent from (docs/harnesses.md#hosted-harbor):
+## packaging/harbor (harbor-agent.json, its uv project, launch.py) with the static binaries of
+## the release archives (checksums checked) in bin/<arch>/prime-agent, as dist/harbor-source/.
+harbor-source: dist
+	@rm -rf dist/harbor-source && mkdir -p dist/harbor-source
+	cp packaging/harbor/harbor-agent.json packaging/harbor/pyproject.toml packaging/harbor/uv.lock \
+		packaging/harbor/launch.py dist/harbor-source/
+	@set -e; for t in $(DIST_TARGETS); do a=prime-agent-$(VERSION)-$$t.tar.gz; \
+		(cd dist && sha256sum --quiet -c $$a.sha256); mkdir -p dist/harbor-source/bin/$${t%%-*}; \
+		tar -xzOf dist/$$a bin/prime-agent > dist/harbor-source/bin/$${t%%-*}/prime-agent; \
+		chmod 755 dist/harbor-source/bin/$${t%%-*}/prime-agent; done
+	@echo "harbor-source: dist/harbor-source (push it to a git repository hosted Harbor can fetch)"
+
 ## Installs what `make dist` needs on Debian/Ubuntu (root for apt-get): the Rust musl targets,
 ## musl-gcc, the aarch64 cross gcc (for ring's C code and the link), `file`, and qemu's user
 ## emulator for the aarch64 smoke run (optional: without it that run is skipped).
@@ -161,8 +174,11 @@ test-deps:
 ## (docs/harnesses.md#make-harness-check). Installs verifiers 0.4.0 and Harbor 0.25.0 into
 ## `.deps/harness` (scripts/harness-deps.sh), runs one rollout through each against a loopback
 ## model (scripts/harness_check.py: Harbor's trajectory of a one-tool turn is two steps), then
-## HARNESS_CHECK_ROLLOUTS (100) more through verifiers' harness, none unverified, then the
-## `harness::` tests, whose edge sets verifiers' own `SemanticEdgeSet` then validates.
+## HARNESS_CHECK_ROLLOUTS (100) more through verifiers' harness, none unverified; Harbor also
+## resolves the registry entry from a local file, installs it from a local archive (its binary
+## download, over loopback HTTPS) into a bind-mount container (root: `unshare --mount`) and runs
+## a trial, and takes packaging/harbor/harbor-agent.json as a source agent; then the `harness::`
+## tests, whose edge sets verifiers' own `SemanticEdgeSet` then validates.
 harness-check: build
 	bash scripts/harness-deps.sh
 	PATH="$(CURDIR)/.deps/harness/bin:$$PATH" UV_CACHE_DIR="$(CURDIR)/.deps/harness/uv-cache" \
