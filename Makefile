@@ -15,7 +15,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 DIST_TARGETS := x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 DIST_ARCHIVES := $(foreach t,$(DIST_TARGETS),dist/prime-agent-$(VERSION)-$(t).tar.gz)
 
-.PHONY: build release startup-order test io-ban darwin-setup darwin-check dist-darwin test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke registry image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
+.PHONY: build release startup-order test io-ban darwin-setup darwin-check dist-darwin test-deps harness-check static-smoke static-setup dist dist-setup dist-smoke registry registry-check harbor-source image demo static lint fmt fixtures cli-fixtures bench fuzz reliability ci clean
 
 build:
 	$(CARGO) build
@@ -67,7 +67,7 @@ dist-darwin:
 ## test of the static binary when the musl toolchain is installed, and of both release
 ## archives when the cross toolchain is (.ci/run installs both).
 test:
-	@mkdir -p target; rm -f target/static-smoke.log target/dist-smoke.log target/darwin-check.log
+	@mkdir -p target; rm -f target/static-smoke.log target/dist-smoke.log target/registry-check.log target/darwin-check.log
 	@bash scripts/test-deps.sh || echo "test-deps: incomplete; the tests that need the missing parts print 'skipped:'"
 	@$(MAKE) --no-print-directory io-ban
 	set -o pipefail; $(CARGO) test 2>&1 | tee target/test.log
@@ -75,8 +75,9 @@ test:
 		$(MAKE) --no-print-directory static-smoke; \
 	else echo "static-smoke: skipped (no musl toolchain; make static-setup)"; fi
 	@if bash scripts/dist.sh check $(DIST_TARGETS) >/dev/null 2>&1; then \
-		$(MAKE) --no-print-directory dist-smoke; \
-	else echo "dist-smoke: skipped (no cross toolchain; make dist-setup)"; fi
+		$(MAKE) --no-print-directory dist-smoke && $(MAKE) --no-print-directory registry-check; \
+	else echo "dist-smoke: skipped (no cross toolchain; make dist-setup)"; \
+		echo "registry-check: skipped (it checks the entry of both release archives; make dist-setup)"; fi
 	@if [ -x $(ZIG_VENV)/bin/python ] && command -v cargo-zigbuild >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory darwin-check; \
 	else echo "darwin-check: skipped (no zig toolchain; make darwin-setup)"; fi
@@ -108,6 +109,29 @@ dist:
 ## why, while Cargo.toml sets no `repository` (`make dist` says why and goes on).
 registry:
 	python3 scripts/registry_entry.py
+
+## The registry entry checked by the ACP registry's own build and verify scripts, offline
+## (vendored unmodified in fixtures/acp-registry/, pinned to a commit): the entry is generated
+## into a temporary registry tree with a test-only loopback release URL, dist/ is served on
+## 127.0.0.1, and the scripts run against it (scripts/registry_check.py says what each step
+## checks). `make test` runs it after dist-smoke, when the cross toolchain is installed.
+REGISTRY_PYTHON := .deps/py/bin/python
+registry-check: dist
+	@[ -x $(REGISTRY_PYTHON) ] || bash scripts/test-deps.sh
+	@set -o pipefail; $(REGISTRY_PYTHON) scripts/registry_check.py --dist dist | tee target/registry-check.log
+
+## The source tree hosted Harbor takes a custom agent from (docs/harnesses.md#hosted-harbor):
+## packaging/harbor (harbor-agent.json, its uv project, launch.py) with the static binaries of
+## the release archives (checksums checked) in bin/<arch>/prime-agent, as dist/harbor-source/.
+harbor-source: dist
+	@rm -rf dist/harbor-source && mkdir -p dist/harbor-source
+	cp packaging/harbor/harbor-agent.json packaging/harbor/pyproject.toml packaging/harbor/uv.lock \
+		packaging/harbor/launch.py dist/harbor-source/
+	@set -e; for t in $(DIST_TARGETS); do a=prime-agent-$(VERSION)-$$t.tar.gz; \
+		(cd dist && sha256sum --quiet -c $$a.sha256); mkdir -p dist/harbor-source/bin/$${t%%-*}; \
+		tar -xzOf dist/$$a bin/prime-agent > dist/harbor-source/bin/$${t%%-*}/prime-agent; \
+		chmod 755 dist/harbor-source/bin/$${t%%-*}/prime-agent; done
+	@echo "harbor-source: dist/harbor-source (push it to a git repository hosted Harbor can fetch)"
 
 ## Installs what `make dist` needs on Debian/Ubuntu (root for apt-get): the Rust musl targets,
 ## musl-gcc, the aarch64 cross gcc (for ring's C code and the link), `file`, and qemu's user
@@ -150,8 +174,11 @@ test-deps:
 ## (docs/harnesses.md#make-harness-check). Installs verifiers 0.4.0 and Harbor 0.25.0 into
 ## `.deps/harness` (scripts/harness-deps.sh), runs one rollout through each against a loopback
 ## model (scripts/harness_check.py: Harbor's trajectory of a one-tool turn is two steps), then
-## HARNESS_CHECK_ROLLOUTS (100) more through verifiers' harness, none unverified, then the
-## `harness::` tests, whose edge sets verifiers' own `SemanticEdgeSet` then validates.
+## HARNESS_CHECK_ROLLOUTS (100) more through verifiers' harness, none unverified; Harbor also
+## resolves the registry entry from a local file, installs it from a local archive (its binary
+## download, over loopback HTTPS) into a bind-mount container (root: `unshare --mount`) and runs
+## a trial, and takes packaging/harbor/harbor-agent.json as a source agent; then the `harness::`
+## tests, whose edge sets verifiers' own `SemanticEdgeSet` then validates.
 harness-check: build
 	bash scripts/harness-deps.sh
 	PATH="$(CURDIR)/.deps/harness/bin:$$PATH" UV_CACHE_DIR="$(CURDIR)/.deps/harness/uv-cache" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Release archives: the static binary of one target as
-#   dist/prime-agent-<version>-<target>.tar.gz   (bin/prime-agent, LICENSE, README.md)
+#   dist/prime-agent-<version>-<target>.tar.gz   (bin/prime-agent and its hard link
+#                                                 prime-agent, LICENSE, README.md)
 #   dist/prime-agent-<version>-<target>.tar.gz.sha256   (`sha256sum` format)
 #   dist/install.sh   (scripts/install.sh: the docs fetch it from beside the archives)
 #
@@ -73,12 +74,16 @@ package() {
     trap 'rm -rf "$stage"' RETURN
     mkdir -p "$stage/bin" "$out"
     install -m 0755 "$binary" "$stage/bin/prime-agent"
+    # The same file at the top too, as a hard link (no second copy in the archive): ACP
+    # registry entries name `./<executable>` at the archive's root, and Harbor's installer runs
+    # the basename of `cmd` from there (docs/install.md).
+    ln "$stage/bin/prime-agent" "$stage/prime-agent"
     install -m 0644 "$(dirname "$0")/../README.md" "$stage/README.md"
     install -m 0644 "$(dirname "$0")/../LICENSE" "$stage/LICENSE"
     local mtime
     mtime=$(git -C "$(dirname "$0")/.." log -1 --format=%ct 2>/dev/null || echo 0)
     tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$mtime" \
-        -C "$stage" -cf - bin LICENSE README.md | gzip -n "${DIST_GZIP_LEVEL:--9}" > "$out/$name.tar.gz"
+        -C "$stage" -cf - bin LICENSE README.md prime-agent | gzip -n "${DIST_GZIP_LEVEL:--9}" > "$out/$name.tar.gz"
     (cd "$out" && sha256sum "$name.tar.gz" > "$name.tar.gz.sha256")
     # The installer travels with the archives, so `$BASE/install.sh` exists wherever they are
     # served (docs/install.md) instead of a 404 that `curl | sh` would run as an empty script.

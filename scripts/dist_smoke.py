@@ -4,8 +4,8 @@
 Usage: dist_smoke.py SCRIPT_JSONL ARCHIVE...
 
 For each dist/prime-agent-<version>-<target>.tar.gz: its `.sha256` file matches, it unpacks to
-bin/prime-agent (plus LICENSE and README.md, nothing else), `file` calls the binary statically linked for
-the target's architecture, and the binary runs a scripted turn (scripts/static_smoke.py): the
+bin/prime-agent and its hard link prime-agent (plus LICENSE and README.md, nothing else),
+`file` calls the binary statically linked for the target's architecture, and the binary runs a scripted turn (scripts/static_smoke.py): the
 host's own architecture alone in an empty root under chroot, another one under its qemu user
 emulator (`qemu-aarch64`) when installed, else that run is skipped, saying so. Prints
 `dist-smoke: N passed, M failed` and exits non-zero on any failure.
@@ -45,8 +45,9 @@ def check_archive(archive, script, checks):
         with tarfile.open(archive) as tf:
             members = sorted(m.name for m in tf.getmembers())
             tf.extractall(work, filter="data")
-        checks.append((f"{name}: holds bin/prime-agent, LICENSE and README.md",
-                       members == ["LICENSE", "README.md", "bin", "bin/prime-agent"], members))
+        checks.append((f"{name}: holds bin/prime-agent (and prime-agent), LICENSE and README.md",
+                       members == ["LICENSE", "README.md", "bin", "bin/prime-agent",
+                                   "prime-agent"], members))
         binary = os.path.join(work, "bin", "prime-agent")
         desc = subprocess.run(["file", "-b", binary], capture_output=True, text=True).stdout
         static = "statically linked" in desc or "static-pie linked" in desc

@@ -23,7 +23,18 @@
    observation, the second its text only; no orphaned usage; every model request carried the
    headers.
 
-Usage: harness_check.py PRIME_AGENT_BINARY (run with the `.deps/harness` venv's Python).
+3. Harbor from the registry entry: the entry scripts/registry_entry.py writes for archives of
+   this build (URLs on a loopback HTTPS server, `--check-loopback`) given to Harbor's
+   `AcpAgent` as `registry_entry_path`; its setup/install (binary download, unpack, launcher)
+   and one trial run in a bind-mount container (`ChrootEnvironment`, root), its runner bootstrap
+   (apt-get, uv, Python 3.12: network) left out. Asserted: the binary distribution, the
+   archive fetched from the entry's URL, the launcher, no other install, the trajectory's shape.
+4. Harbor's source agents: packaging/harbor/harbor-agent.json through Harbor's manifest model,
+   source checks and launcher, and one trial with that launcher (trajectory shape again).
+
+Usage: harness_check.py PRIME_AGENT_BINARY (run with the `.deps/harness` venv's Python);
+HARNESS_CHECK_ONLY=name,... runs only those cases (verifiers, harbor, harbor-registry,
+harbor-source).
 """
 
 import asyncio
@@ -37,7 +48,7 @@ import threading
 import time
 import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import typing_extensions
 
@@ -374,6 +385,13 @@ def check_harbor(binary, work):
 
     agent = harbor_acp.AcpAgent(logs_dir=logs, model_name="loop/" + MODEL, registry_entry=entry)
     agent.populate_context_post_run(AgentContext())
+    check_trajectory(logs)
+
+
+def check_trajectory(logs):
+    """Harbor's ATIF trajectory of the one-tool turn (`logs/trajectory.json`): exactly two
+    agent steps, one per model response; the first holds its text, the call (named, with its
+    arguments) and the call's output once as its observation, the second its text only."""
     trajectory = json.loads((logs / "trajectory.json").read_text())
     steps = [s for s in trajectory["steps"] if s["source"] == "agent"]
     print("  steps: " + ", ".join(
@@ -401,6 +419,298 @@ def check_harbor(binary, work):
           and not last.get("observation"), "the last step holds its text only")
 
 
+# ---------------------------------------------------------------------------------------------
+# Harbor, from the registry entry: resolve, install (binary download), one trial
+
+
+class ChrootEnvironment:
+    """A task container made of bind mounts, for Harbor's installer and runner (no container
+    engine here): each `exec` runs in a private mount namespace (`unshare --mount`) chrooted
+    into a tmpfs holding the host's top-level directories, except /opt, /installed-agent, /logs
+    and /app (the task's working directory), which are this environment's own directories. What Harbor installs stays in them;
+    the host's /opt is untouched. It has what Harbor's `BaseEnvironment` offers the agent:
+    exec, upload_file, upload_dir, default_user. `env` is the container's environment."""
+
+    SETUP = r"""
+set -e
+N=$1; R=$2; shift 2
+mount -t tmpfs tmpfs "$N"
+for d in /*; do
+  name=${d#/}
+  case "$name" in opt|installed-agent|logs|app|proc|sys|dev) continue ;; esac
+  if [ -L "$d" ]; then ln -s "$(readlink "$d")" "$N/$name"
+  elif [ -d "$d" ]; then mkdir "$N/$name" && mount --rbind "$d" "$N/$name"
+  fi
+done
+for d in proc sys dev; do mkdir "$N/$d" && mount --rbind "/$d" "$N/$d"; done
+for d in opt installed-agent logs app; do mkdir "$N/$d" && mount --bind "$R/$d" "$N/$d"; done
+exec chroot "$N" /bin/bash -c 'cd "$1" && eval "$2"' bash "$@"
+"""
+
+    def __init__(self, work, env):
+        self.root = work / "container"
+        self.newroot = work / "newroot"
+        for d in ("opt", "installed-agent", "logs/agent", "app"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        self.newroot.mkdir()
+        self.env = env
+        self.default_user = None
+        self.commands = []
+
+    def host_path(self, path):
+        """Where a container path of this environment's own directories is on the host."""
+        top = PurePosixPath(path).parts[1]
+        if top not in ("opt", "installed-agent", "logs", "app"):
+            raise ValueError("%s is not under this environment's own directories" % path)
+        return self.root / str(path).lstrip("/")
+
+    async def exec(self, command, cwd=None, env=None, timeout_sec=None, user=None):
+        from harbor.environments.base import ExecResult
+
+        self.commands.append(command)
+        proc = await asyncio.create_subprocess_exec(
+            "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", self.SETUP,
+            "setup", str(self.newroot), str(self.root), cwd or "/app", command,
+            env=dict(self.env, **(env or {})),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_sec or 300)
+        return ExecResult(stdout=out.decode(), stderr=err.decode(), return_code=proc.returncode)
+
+    async def upload_file(self, source_path, target_path):
+        dst = self.host_path(target_path)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source_path, dst)
+
+    async def upload_dir(self, source_dir, target_dir):
+        shutil.copytree(source_dir, self.host_path(target_dir), dirs_exist_ok=True)
+
+
+class LoopbackHttps:
+    """Serves `root` over HTTPS on 127.0.0.1 with a self-signed certificate (`ca` is the file
+    a client trusts: curl reads it from CURL_CA_BUNDLE); records each request's path."""
+
+    def __init__(self, root, tls_dir):
+        import functools
+        import ssl
+        from http.server import SimpleHTTPRequestHandler
+
+        tls_dir.mkdir()
+        self.ca = tls_dir / "cert.pem"
+        key = tls_dir / "key.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(key), "-out", str(self.ca)],
+                       check=True, capture_output=True)
+        self.requests = []
+        outer = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def log_message(self, fmt, *args):
+                outer.requests.append((self.command, self.path))
+
+        self.server = ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.ca, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.origin = "https://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def registry_entry_for(binary, work, origin, served):
+    """The registry entry of this build: release archives of `binary` for the entry's two
+    platforms (as `make dist` names them, version from Cargo.toml), written by
+    scripts/registry_entry.py with --check-loopback (archive URLs on `origin`, under
+    /test-only/), the archives linked where those URLs point in `served`."""
+    import tomllib
+
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]
+    dist = work / "dist"
+    for target in cargo["metadata"]["acp-registry"]["platforms"].values():
+        subprocess.run(["bash", str(ROOT / "scripts" / "dist.sh"), "package", target,
+                        str(binary), str(dist), cargo["version"]],
+                       check=True, stdout=subprocess.DEVNULL)
+    out = work / "registry"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "registry_entry.py"), "--dist",
+                    str(dist), "--out", str(out), "--check-loopback", origin],
+                   check=True, stdout=subprocess.DEVNULL)
+    entry_path = out / cargo["metadata"]["acp-registry"]["id"] / "agent.json"
+    entry = json.loads(entry_path.read_text())
+    for target in entry["distribution"]["binary"].values():
+        dst = served / target["archive"].split("/", 3)[3]
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.symlink_to(dist / dst.name)
+    return entry_path, entry
+
+
+def check_harbor_registry(binary, work):
+    import harbor.agents.installed.acp as harbor_acp
+    from harbor.models.agent.context import AgentContext
+
+    print("Harbor %s: the registry entry resolved from a local file, installed by AcpAgent"
+          " (binary download), one trial to a trajectory" % _version("harbor"))
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        raise RuntimeError("skipped: needs root and mount namespaces (unshare --mount) to"
+                           " stand in for Harbor's task container")
+    served = work / "harbor-served"
+    served.mkdir()
+    https = LoopbackHttps(served, work / "harbor-tls")
+    server = Loopback()
+    try:
+        entry_path, entry = registry_entry_for(binary, work / "harbor-registry", https.origin,
+                                               served)
+        agent_dir = work / "harbor-reg-agent"
+        agent_dir.mkdir()
+        (agent_dir / "models.json").write_text(json.dumps({"providers": {"loop": {
+            "baseUrl": server.url, "api": "openai-completions", "apiKey": "LOOP_KEY",
+            "models": [{"id": MODEL}]}}}))
+        env = ChrootEnvironment(work / "harbor-env", dict(
+            os.environ, CURL_CA_BUNDLE=str(https.ca), LOOP_KEY="k",
+            PRIME_AGENT_CODING_AGENT_DIR=str(agent_dir)))
+        logs = env.root / "logs" / "agent"
+
+        class OfflineAcpAgent(harbor_acp.AcpAgent):
+            """Harbor's AcpAgent, its runner's bootstrap left out: that step (apt-get of
+            python3, curl and tar; uv from astral.sh; Python 3.12; agent-client-protocol) is
+            Harbor's own, needs the network, and is the same for every ACP agent; this machine
+            has curl and tar, and Harbor's venv (.deps/harness) runs the runner."""
+
+            _RUNNER_VENV_PATH = sys.prefix
+
+            def _build_dependencies_command(self, kind):
+                return ":"
+
+        # What `harbor run --agent acp --agent-kwarg registry_entry_path=FILE` builds (its
+        # AgentFactory, whose module needs Python 3.12 to import, maps `acp` to AcpAgent).
+        agent = OfflineAcpAgent(logs_dir=logs, model_name="loop/" + MODEL,
+                                registry_entry_path=str(entry_path))
+        instruction = "Run `echo %s` and report." % TOOL_OUTPUT
+        context = AgentContext()
+
+        async def trial():
+            await agent.setup(env)
+            await agent.run(instruction, env, context)
+
+        asyncio.run(trial())
+        agent.populate_context_post_run(context)
+    finally:
+        server.close()
+        https.close()
+    check(agent._selected_distribution_kind == "binary",
+          "AcpAgent chose the entry's binary distribution for linux-%s" % os.uname().machine)
+    archive = "/" + entry["distribution"]["binary"]["linux-" + os.uname().machine][
+        "archive"].split("/", 3)[3]
+    check(("GET", archive) in https.requests,
+          "its installer downloaded the archive from the entry's URL: %s" % https.requests)
+    launcher = (env.root / "installed-agent" / "acp-launch.sh").read_text()
+    check("exec /opt/harbor-acp-agent/dist/prime-agent --mode acp --multi-session" in launcher
+          and (env.root / "opt/harbor-acp-agent/dist/prime-agent").is_file(),
+          "it unpacked the archive and its launcher runs the entry's cmd with its args")
+    # What ran in the container: Harbor's setup and installer (with its runner's bootstrap
+    # left out, above) and the trial; no package manager, and one download: the archive.
+    installs = [c for c in env.commands
+                if any(w in c for w in ("apt-get", "apk ", "dnf ", "yum ", "npm ", "npx ",
+                                        "pip install", "uv ", "astral.sh"))]
+    downloads = [c for c in env.commands if "curl " in c]
+    check(not installs and len(downloads) == 1 and "tar -xzf" in downloads[0],
+          "nothing was installed beyond downloading and unpacking the archive (%d commands: %s)"
+          % (len(env.commands), installs))
+    posts = model_requests(server)
+    check(len(posts) == 2, "the trial made the tool loop's 2 model requests (%d)" % len(posts))
+    summary = json.loads((logs / "acp-summary.json").read_text())
+    info = summary.get("agent_info") or {}
+    check("error" not in summary and info.get("version") == entry["version"]
+          and (summary.get("prompt_response") or {}).get("stopReason") == "end_turn",
+          "Harbor's runner finished the prompt with the installed agent %s %s (%s)"
+          % (info.get("name"), info.get("version"), summary.get("error")))
+    check_trajectory(logs)
+
+
+def check_harbor_source(binary, work):
+    """Hosted Harbor's custom agents: packaging/harbor (harbor-agent.json, a uv project,
+    launch.py) as `make harbor-source` stages it, through Harbor's own source checks, its
+    launcher, and one trial."""
+    import tomllib
+
+    import harbor.agents.installed.acp as harbor_acp
+    from harbor.models.agent.acp_source import AcpSourceManifest
+    from harbor.models.agent.context import AgentContext
+
+    print("Harbor %s: packaging/harbor/harbor-agent.json as a source agent" % _version("harbor"))
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        raise RuntimeError("skipped: needs root and mount namespaces (unshare --mount)")
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]
+    package = ROOT / "packaging" / "harbor"
+    manifest = AcpSourceManifest.model_validate_json((package / "harbor-agent.json").read_text())
+    project = tomllib.loads((package / "pyproject.toml").read_text())["project"]
+    check(manifest.version == cargo["version"] == project["version"]
+          and manifest.id == cargo["metadata"]["acp-registry"]["id"],
+          "harbor-agent.json passes Harbor's AcpSourceManifest; id %s, version %s (Cargo.toml's)"
+          % (manifest.id, manifest.version))
+    # The tree `make harbor-source` stages, with this build as the binary for this machine.
+    checkout = work / "harbor-source"
+    for name in ("harbor-agent.json", "pyproject.toml", "uv.lock", "launch.py"):
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(package / name, checkout / name)
+    exe = checkout / "bin" / os.uname().machine / "prime-agent"
+    exe.parent.mkdir(parents=True)
+    shutil.copyfile(binary, exe)
+    exe.chmod(0o755)
+
+    server = Loopback()
+    agent_dir = work / "harbor-src-agent"
+    agent_dir.mkdir()
+    (agent_dir / "models.json").write_text(json.dumps({"providers": {"loop": {
+        "baseUrl": server.url, "api": "openai-completions", "apiKey": "LOOP_KEY",
+        "models": [{"id": MODEL}]}}}))
+    # `python` on PATH stands in for the venv `uv sync --frozen --python 3.12` makes in
+    # Harbor's container: there is no Python 3.12 here, and uv would download it.
+    env = ChrootEnvironment(work / "harbor-src-env", dict(
+        os.environ, LOOP_KEY="k", PRIME_AGENT_CODING_AGENT_DIR=str(agent_dir),
+        PATH=str(Path(sys.executable).parent) + ":" + os.environ.get("PATH", "")))
+    logs = env.root / "logs" / "agent"
+    # The source is never fetched here (example.com, RFC 2606): Harbor's checks run on the tree.
+    agent = harbor_acp.AcpAgent(logs_dir=logs, model_name="loop/" + MODEL, source={
+        "repo_url": "https://example.com/test-only/prime-agent-rs.git", "ref": "main"})
+    try:
+        loaded, digest = agent._load_verified_manifest(agent._source, checkout)
+        agent._source_manifest = loaded
+        _, _, remote_project, _ = agent._source_paths(checkout)
+        launcher = agent._build_source_launcher_script(loaded, remote_project)
+        check(loaded == manifest and "exec python launch.py" in launcher,
+              "Harbor's source checks passed (no symlinks, pyproject.toml, uv.lock; manifest"
+              " sha256 %s…) and its launcher runs launch.py" % digest[:12])
+        instruction = "Run `echo %s` and report." % TOOL_OUTPUT
+        context = AgentContext()
+
+        async def trial():
+            await env.upload_dir(checkout, "/installed-agent/source")
+            launch = work / "acp-launch-source.sh"
+            launch.write_text(launcher)
+            await env.upload_file(launch, agent._LAUNCHER_REMOTE_PATH)
+            await env.upload_file(Path(harbor_acp.__file__).with_name("acp_runner.py"),
+                                  agent._RUNNER_REMOTE_PATH)
+            await env.exec("chmod +x %s" % agent._LAUNCHER_REMOTE_PATH)
+            agent._RUNNER_VENV_PATH = sys.prefix
+            await agent.run(instruction, env, context)
+
+        asyncio.run(trial())
+        agent.populate_context_post_run(context)
+    finally:
+        server.close()
+    summary = json.loads((logs / "acp-summary.json").read_text())
+    info = summary.get("agent_info") or {}
+    check("error" not in summary and info.get("version") == manifest.version,
+          "Harbor's runner started the agent through launch.py: %s %s (%s)"
+          % (info.get("name"), info.get("version"), summary.get("error")))
+    check(len(model_requests(server)) == 2, "the trial made the tool loop's 2 model requests")
+    check_trajectory(logs)
+
+
 def _version(name):
     from importlib.metadata import version
 
@@ -412,7 +722,12 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="harness-check."))
     ARCHIVE[0], ARCHIVE[1] = release_archive(binary)
     failed = 0
-    for name, fn in (("verifiers", check_verifiers), ("harbor", check_harbor)):
+    cases = (("verifiers", check_verifiers), ("harbor", check_harbor),
+             ("harbor-registry", check_harbor_registry), ("harbor-source", check_harbor_source))
+    only = os.environ.get("HARNESS_CHECK_ONLY")  # e.g. "harbor-registry": one case alone
+    if only:
+        cases = tuple(c for c in cases if c[0] in only.split(","))
+    for name, fn in cases:
         start = time.monotonic()
         try:
             fn(binary, work)
@@ -422,7 +737,7 @@ def main():
             print("%s: FAILED: %s: %s" % (name, type(e).__name__, e))
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(ARCHIVE[0].parent, ignore_errors=True)
-    print("harness-check: %d passed, %d failed" % (2 - failed, failed))
+    print("harness-check: %d passed, %d failed" % (len(cases) - failed, failed))
     sys.exit(1 if failed else 0)
 
 

@@ -3,6 +3,7 @@
 
     scripts/registry_entry.py [--manifest Cargo.toml] [--dist dist] [--out DIR]
                               [--icon packaging/acp-registry/icon.svg] [--if-repository]
+                              [--check-loopback http://127.0.0.1:PORT --out DIR]
 
 Everything comes from the manifest and the archives, nothing is typed in by hand:
   - `[package]`: version, description, license, repository, authors (authors optional);
@@ -19,13 +20,21 @@ With no `repository` in `[package]` there is no URL the archives could be fetche
 says so and exits 1 (with --if-repository, as `make dist` runs it: says so and exits 0),
 instead of naming anyone else's repository. Any other problem exits 1.
 
-The registry's agent.schema.json (fixtures/schema/acp-registry-agent.schema.json) has no
+--check-loopback URL is for checks alone (scripts/registry_check.py, `make registry-check`;
+scripts/harness_check.py's Harbor install): the entry's repository is URL/test-only/<id> and
+its archives are served from under it, as the check's loopback HTTP(S) server serves them. It
+is refused unless URL is an http:// or https:// address on this machine's loopback interface
+and --out is given, so an entry made with it can never name a place anyone could download
+from, nor land in dist/.
+
+The registry's agent.schema.json (fixtures/acp-registry/agent.schema.json) has no
 `sha256` field and forbids unknown ones, so the checksums are verified here and printed, not
 written into agent.json; the `.sha256` files are served beside the archives.
 """
 
 import argparse
 import hashlib
+import ipaddress
 import json
 import os
 import platform
@@ -36,6 +45,7 @@ import sys
 import tarfile
 import tempfile
 import tomllib
+import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +57,9 @@ PLATFORMS = {
     "windows-aarch64",
     "windows-x86_64",
 }
-CMD = "./bin/prime-agent"
+# At the archive's root (a hard link to bin/prime-agent), as registry entries name it: Harbor
+# runs the basename of `cmd` from where it unpacked the archive.
+CMD = "./prime-agent"
 # Editors run every thread over one process.
 ARGS = ["--mode", "acp", "--multi-session"]
 
@@ -119,15 +131,41 @@ def host_platform() -> str:
     return f"{sys.platform.replace('win32', 'windows')}-{machine}"
 
 
-def entry_of(manifest: Path, dist: Path) -> tuple[dict, dict]:
-    """(agent.json, {archive name: sha256}) from the manifest and the archives in `dist`."""
+def loopback_origin(url: str) -> str:
+    """`url` (http://<loopback address>:<port>, nothing after it) as the check's origin."""
+    parsed = urllib.parse.urlsplit(url)
+    host = parsed.hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if (
+        parsed.scheme not in ("http", "https")
+        or not loopback
+        or parsed.path not in ("", "/")
+        or parsed.query
+    ):
+        raise Refused(
+            f"--check-loopback {url!r}: a check's URL must be http(s)://<loopback"
+            " address>:<port> (an entry made with it is for that check alone)"
+        )
+    return url.rstrip("/")
+
+
+def entry_of(manifest: Path, dist: Path, loopback: str | None = None) -> tuple[dict, dict]:
+    """(agent.json, {archive name: sha256}) from the manifest and the archives in `dist`;
+    with `loopback` (the registry check's origin), the repository and release URL are the
+    check's, under URL/test-only/."""
     cargo = tomllib.loads(manifest.read_text())
     package = cargo.get("package", {})
     meta = package.get("metadata", {}).get("acp-registry")
     if meta is None:
         raise Refused(f"{manifest} has no [package.metadata.acp-registry] table")
     repository = package.get("repository")
-    if not repository:
+    if loopback is not None:
+        repository = f"{loopback}/test-only/{meta.get('id', 'agent')}"
+        meta = dict(meta, **{"release-url": "{repository}/releases/download/v{version}"})
+    elif not repository:
         raise NoRepository(manifest)
     for key in ("version", "description", "license"):
         if not package.get(key):
@@ -143,7 +181,7 @@ def entry_of(manifest: Path, dist: Path) -> tuple[dict, dict]:
         raise Refused(f"{manifest}: id {agent_id!r} is not lowercase letters, digits and '-'")
     base = meta["release-url"].format(repository=repository.rstrip("/"), version=version)
     for url in (repository, base):
-        if not url.startswith("https://"):
+        if not url.startswith("https://") and loopback is None:
             raise Refused(f"{manifest}: {url!r} is not an https:// URL")
     if "/latest/" in base + "/":
         raise Refused(f"{manifest}: release-url {base!r} must name the version, not latest")
@@ -193,10 +231,20 @@ def main() -> int:
         action="store_true",
         help="with no repository set, say so and exit 0 (make dist)",
     )
+    p.add_argument(
+        "--check-loopback",
+        metavar="URL",
+        help="checks only: archives served at http(s)://<loopback>:<port> (needs --out)",
+    )
     args = p.parse_args()
     out_root = args.out or args.dist / "acp-registry"
     try:
-        entry, sums = entry_of(args.manifest, args.dist)
+        loopback = None
+        if args.check_loopback is not None:
+            loopback = loopback_origin(args.check_loopback)
+            if args.out is None:
+                raise Refused("--check-loopback needs --out (its entry never goes to dist/)")
+        entry, sums = entry_of(args.manifest, args.dist, loopback)
     except NoRepository as e:
         print(f"registry-entry: not written: {e}", file=sys.stderr)
         return 0 if args.if_repository else 1

@@ -18,6 +18,7 @@ NPM_PACKAGES=(
 )
 # name==version, one per line.
 PIP_PACKAGES=(
+  "jsonschema==4.26.0"
   "mcp==2.3.0"
   "pytest==9.2.0"
 )

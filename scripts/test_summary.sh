@@ -3,7 +3,7 @@
 # skipped.
 #
 #   scripts/test_summary.sh DIR    (DIR holds test.log, static-smoke.log, dist-smoke.log,
-#                                   darwin-check.log)
+#                                   registry-check.log, darwin-check.log)
 #
 # A skipped smoke test writes no log (its toolchain is missing), so only the logs that exist
 # are read: awk given a missing file exits 2, which made `make test` fail on a fresh machine
@@ -13,7 +13,7 @@ set -euo pipefail
 dir=${1:-target}
 logs=()
 skipped=()
-for name in test static-smoke dist-smoke darwin-check; do
+for name in test static-smoke dist-smoke registry-check darwin-check; do
     if [ -f "$dir/$name.log" ]; then
         logs+=("$dir/$name.log")
     elif [ "$name" != test ]; then
@@ -24,6 +24,7 @@ if ((${#logs[@]})); then
     awk '/^test result:/ {p+=$4; f+=$6}
          /^(static|dist)-smoke: [0-9]+ passed/ {p+=$2; f+=$4}
          /^darwin-check: [0-9]+ passed/ {p+=$2; f+=$4}
+         /^registry-check: [0-9]+ passed/ {p+=$2; f+=$4}
          END {print "total: " p+0 " passed, " f+0 " failed"}' "${logs[@]}"
 else
     echo "total: no test log in $dir"

@@ -53,21 +53,23 @@ fn the_license_file_is_the_one_cargo_toml_declares() {
     assert!(license.contains("the prime-agent developers"));
 }
 
-/// An archive as `dist.sh` lays it out whose `bin/prime-agent` is `binary` (bytes), with its
-/// `.sha256`, in `dir`.
+/// An archive as `dist.sh` lays it out whose `bin/prime-agent` (and its hard link
+/// `prime-agent`) is `binary` (bytes), with its `.sha256`, in `dir`.
 fn archive_of(dir: &Path, target: &str, binary: &[u8]) -> PathBuf {
     let stage = dir.join(format!("stage-{target}"));
     std::fs::create_dir_all(stage.join("bin")).unwrap();
     let exe = stage.join("bin/prime-agent");
     std::fs::write(&exe, binary).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _ = std::fs::remove_file(stage.join("prime-agent"));
+    std::fs::hard_link(&exe, stage.join("prime-agent")).unwrap();
     let name = format!("prime-agent-{VERSION}-{target}.tar.gz");
     let tar = Command::new("tar")
         .arg("-czf")
         .arg(dir.join(&name))
         .arg("-C")
         .arg(&stage)
-        .arg("bin")
+        .args(["bin", "prime-agent"])
         .status()
         .unwrap();
     assert!(tar.success());
@@ -172,7 +174,28 @@ fn dist_archives_hold_the_binary_license_and_readme_and_a_sha256_in_sha256sum_fo
         .map(str::to_string)
         .collect();
     names.sort();
-    assert_eq!(names, ["LICENSE", "README.md", "bin/", "bin/prime-agent"]);
+    assert_eq!(
+        names,
+        [
+            "LICENSE",
+            "README.md",
+            "bin/",
+            "bin/prime-agent",
+            "prime-agent"
+        ]
+    );
+    // `prime-agent` at the top (the registry's `cmd`) is a hard link to bin/prime-agent: the
+    // binary is in the archive once.
+    let verbose = Command::new("tar")
+        .arg("-tvzf")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let verbose = String::from_utf8_lossy(&verbose.stdout);
+    assert!(
+        verbose.contains("prime-agent link to bin/prime-agent"),
+        "{verbose}"
+    );
     let license = Command::new("tar")
         .arg("-xzOf")
         .arg(&archive)
@@ -383,8 +406,7 @@ fn the_generated_registry_entry_matches_the_registry_schema_and_the_archives() {
 
     // The registry's own schema (agentclientprotocol/registry, agent.schema.json).
     let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("fixtures/schema/acp-registry-agent.schema.json"))
-            .unwrap(),
+        &std::fs::read_to_string(root().join("fixtures/acp-registry/agent.schema.json")).unwrap(),
     )
     .unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
@@ -424,7 +446,7 @@ fn the_generated_registry_entry_matches_the_registry_schema_and_the_archives() {
         );
         let sums = std::fs::read_to_string(dist.join(format!("{name}.sha256"))).unwrap();
         assert!(stdout.contains(&format!("  {}", sums.trim())), "{stdout}");
-        assert_eq!(binary[platform]["cmd"], "./bin/prime-agent");
+        assert_eq!(binary[platform]["cmd"], "./prime-agent");
     }
 
     // The auth check, on this machine's archive as it does it: unpack, run `cmd` with `args`
@@ -547,6 +569,51 @@ fn the_registry_entry_is_refused_without_a_repository_or_with_a_bad_archive() {
         assert!(!out_root.exists());
     }
 
+    // The registry check's test-only URL (`--check-loopback`) is refused off the loopback
+    // interface; on it, the entry names only the loopback server, under /test-only/.
+    for url in [
+        "https://example.com",
+        "http://10.0.0.1:8080",
+        "http://127.0.0.1:9/x",
+    ] {
+        let out = registry_entry(
+            &root().join("Cargo.toml"),
+            &dist,
+            &out_root,
+            &["--check-loopback", url],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("loopback address"),
+            "{url}: {err}"
+        );
+        assert!(!out_root.exists());
+    }
+    let out = registry_entry(
+        &root().join("Cargo.toml"),
+        &dist,
+        &out_root,
+        &["--check-loopback", "http://127.0.0.1:9"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entry = std::fs::read_to_string(out_root.join("prime-agent-rs/agent.json")).unwrap();
+    let entry: Value = serde_json::from_str(&entry).unwrap();
+    assert_eq!(
+        entry["repository"],
+        "http://127.0.0.1:9/test-only/prime-agent-rs"
+    );
+    for (platform, target) in REGISTRY_PLATFORMS {
+        assert_eq!(
+            entry["distribution"]["binary"][platform]["archive"],
+            format!("http://127.0.0.1:9/test-only/prime-agent-rs/releases/download/v{VERSION}/prime-agent-{VERSION}-{target}.tar.gz")
+        );
+    }
+    std::fs::remove_dir_all(&out_root).unwrap();
+
     let manifest = manifest_with_repository(dir.path());
     let (_, target) = REGISTRY_PLATFORMS[0];
     let sums = dist.join(format!("prime-agent-{VERSION}-{target}.tar.gz.sha256"));
@@ -600,32 +667,35 @@ fn the_make_test_summary_reads_only_the_logs_a_run_wrote_and_names_the_skipped_s
     let dist = "dist-smoke: 2 passed, 0 failed\n";
     let fixed = "static-smoke: 1 passed, 0 failed\n";
     let darwin = "darwin-check: 2 passed, 0 failed\n";
+    let registry = "registry-check: 14 passed, 0 failed\n";
     let cases: &[(&[(&str, &str)], &str)] = &[
         // A fresh machine: no smoke test ran, so none wrote a log.
         (
             &[("test.log", cargo)],
-            "total: 8 passed, 1 failed\nskipped: static-smoke dist-smoke darwin-check",
+            "total: 8 passed, 1 failed\nskipped: static-smoke dist-smoke registry-check darwin-check",
         ),
         (
             &[("test.log", cargo), ("dist-smoke.log", dist)],
-            "total: 10 passed, 1 failed\nskipped: static-smoke darwin-check (",
+            "total: 10 passed, 1 failed\nskipped: static-smoke registry-check darwin-check (",
         ),
         (
             &[
                 ("test.log", cargo),
                 ("static-smoke.log", fixed),
                 ("dist-smoke.log", dist),
+                ("registry-check.log", registry),
             ],
-            "total: 11 passed, 1 failed\nskipped: darwin-check",
+            "total: 25 passed, 1 failed\nskipped: darwin-check",
         ),
         (
             &[
                 ("test.log", cargo),
                 ("static-smoke.log", fixed),
                 ("dist-smoke.log", dist),
+                ("registry-check.log", registry),
                 ("darwin-check.log", darwin),
             ],
-            "total: 13 passed, 1 failed\n",
+            "total: 27 passed, 1 failed\n",
         ),
     ];
     for (logs, want) in cases {
@@ -637,6 +707,7 @@ fn the_make_test_summary_reads_only_the_logs_a_run_wrote_and_names_the_skipped_s
         ("test.log", cargo),
         ("static-smoke.log", fixed),
         ("dist-smoke.log", dist),
+        ("registry-check.log", registry),
         ("darwin-check.log", darwin),
     ]);
     assert!(!out.contains("skipped"), "{out}");

@@ -214,3 +214,143 @@ fn a_global_refine_is_in_the_session_file_and_the_global_history() {
     assert_eq!(history.len(), 1);
     assert_eq!(history[0]["id"], entries[0]["id"]);
 }
+
+/// A first model call that counts toward `autoRefine.turnInterval` 1, then a tool that runs
+/// until the turn is cancelled: the close (or end of input) cancels the turn before its end,
+/// where the due review would have run.
+fn cancelled_with_a_review_due(gate_line: Value) -> Vec<Value> {
+    let planned = plan(
+        "note the build",
+        json!([{"action": "create", "kind": "memory", "id": "build", "title": "Build", "content": "make -j2"}]),
+    );
+    vec![
+        json!({"steps": [{"text": "building"}, {"tool_call": {"id": "s1", "name": "bash", "arguments": {"command": "sleep 30"}}}]}),
+        gate_line,
+        json!({"steps": [{"expect_system": ["improve the working harness"]}, {"text": planned}]}),
+    ]
+}
+
+const DUE_EVERY_CALL: &str =
+    r#"{"autoRefine": {"turnInterval": 1, "cooldownMs": 0, "compact": false}}"#;
+
+fn gate_yes() -> Value {
+    let gate = json!({"shouldRefine": true, "rationale": "the build was found", "instructions": "note the build"});
+    json!({"steps": [{"expect_system": ["decide whether its harness"]}, {"text": gate.to_string()}]})
+}
+
+/// Waits until the turn's bash call runs.
+fn wait_for_the_tool(a: &mut Agent) {
+    a.wait_for("the bash call to run", |f| {
+        f["method"] == "session/update"
+            && f["params"]["update"]["sessionUpdate"] == "tool_call_update"
+            && f["params"]["update"]["status"] == "in_progress"
+    });
+}
+
+// See: issue 33 (automatic refine is drained at close, behaviour spec §5.4). A review due
+// at a turn's end that the close cancelled ran nowhere: now the close runs it on a turn worker
+// (bounded), reports it, records it, and then answers.
+#[test]
+fn a_refine_due_when_the_close_cancels_the_turn_runs_before_the_close_is_answered() {
+    let dir = TempDir::new("refine-drain-close");
+    let lines = cancelled_with_a_review_due(gate_yes());
+    let mut a = on_disk(&dir, &lines, serde_json::from_str(DUE_EVERY_CALL).unwrap());
+    let sid = a.sid();
+    let prompt = a.prompt("build it");
+    wait_for_the_tool(&mut a);
+    let close = a.request("session/close", json!({"sessionId": sid}));
+    let r = a.response(&close);
+    assert_eq!(r["result"], json!({}), "{r}");
+    let answered = |a: &Agent, id: &Value| {
+        a.seen
+            .iter()
+            .position(|f| f.get("id") == Some(id) && f.get("method").is_none())
+            .unwrap()
+    };
+    assert_eq!(
+        a.seen[answered(&a, &prompt)]["result"]["stopReason"],
+        "cancelled"
+    );
+    let reported = a
+        .seen
+        .iter()
+        .position(|f| {
+            f["method"] == "session/update" && !ns(&f["params"]["update"])["refinement"].is_null()
+        })
+        .unwrap_or_else(|| panic!("no refinement reported; stderr:\n{}", a.stderr_text()));
+    assert!(
+        reported < answered(&a, &close),
+        "reported after the close's answer"
+    );
+    assert_eq!(
+        refinements(&a),
+        vec![
+            json!({"status": "complete", "summary": "note the build", "changes": ["create memory:build"]})
+        ]
+    );
+    let entries = refinement_entries(&dir, &sid);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["summary"], "note the build");
+    assert!(a.finish().success());
+}
+
+/// End of input is a close for every session: the due refine is drained before the exit.
+#[test]
+fn a_refine_due_at_end_of_input_is_drained_before_the_exit() {
+    let dir = TempDir::new("refine-drain-eof");
+    let lines = cancelled_with_a_review_due(gate_yes());
+    let mut a = on_disk(&dir, &lines, serde_json::from_str(DUE_EVERY_CALL).unwrap());
+    let sid = a.sid();
+    a.prompt("build it");
+    wait_for_the_tool(&mut a);
+    assert!(a.finish().success(), "{}", a.stderr_text());
+    let entries = refinement_entries(&dir, &sid);
+    assert_eq!(entries.len(), 1, "{entries:?}\n{}", a.stderr_text());
+    assert_eq!(entries[0]["appliedEdits"][0]["applied"], true);
+}
+
+/// The drain is bounded (`PRIME_AGENT_REFINE_DRAIN_MS`): a review gate that never answers is
+/// aborted and the close is answered; nothing is recorded. With nothing due, a close answers
+/// at once and no model call is made.
+#[test]
+fn a_refine_drain_that_outlives_its_bound_is_aborted_and_the_close_answers() {
+    let dir = TempDir::new("refine-drain-bound");
+    let lines = cancelled_with_a_review_due(json!({"steps": [{"wait_for_cancel": true}]}));
+    dir.write("agent/settings.json", DUE_EVERY_CALL);
+    let script = script_file(&dir, &lines);
+    let mut a = sessions::in_dir(
+        &dir,
+        &script,
+        &[],
+        &[("PRIME_AGENT_REFINE_DRAIN_MS", "300")],
+    );
+    let sid = a.handshake();
+    a.prompt("build it");
+    wait_for_the_tool(&mut a);
+    let r = a.call("session/close", json!({"sessionId": sid}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    assert!(refinements(&a).is_empty());
+    assert!(refinement_entries(&dir, &sid).is_empty());
+    assert!(
+        a.stderr_text().contains("draining the refine due at close"),
+        "{}",
+        a.stderr_text()
+    );
+
+    // Nothing due (the default interval of 25 calls is far off): no drain, no model call.
+    let dir = TempDir::new("refine-drain-none");
+    let lines = vec![
+        json!({"steps": [{"tool_call": {"id": "s1", "name": "bash", "arguments": {"command": "sleep 30"}}}]}),
+    ];
+    let mut a = on_disk(&dir, &lines, json!({}));
+    let sid = a.sid();
+    a.prompt("build it");
+    wait_for_the_tool(&mut a);
+    let r = a.call("session/close", json!({"sessionId": sid}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    assert!(
+        !a.stderr_text().contains("draining the refine"),
+        "{}",
+        a.stderr_text()
+    );
+}

@@ -326,6 +326,9 @@ pub(crate) enum Local {
     Compact(Option<String>),
     /// `/rlm-max-depth <n>` (already in effect): kept with the session, then `reply` shown.
     MaxDepth { max_depth: u32, reply: String },
+    /// Only the turn's end: what is due there runs (a requested refine, an automatic one).
+    /// A closing session drains its due refine with it (`Session::close_or_drain`).
+    Boundary,
 }
 
 /// The conversation of one ACP session; it carries across that session's prompts.
@@ -984,6 +987,7 @@ impl<'a> Worker<'a> {
                     Local::Compact(instructions) => {
                         return Err(self.manual_compact(conv, instructions.as_deref()))
                     }
+                    Local::Boundary => return Err(TurnOutcome::Completed(StopReason::EndTurn)),
                 };
                 self.emit(AgentEvent::AssistantMessageStart);
                 self.emit(AgentEvent::MessageDelta {

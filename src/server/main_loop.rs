@@ -258,7 +258,8 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
                 // Stdin is closed but stdout may still be read (a pipe-driven harness): answer
                 // what is in flight, as for a signal.
                 ml.finish_opens_blocking();
-                ml.cancel_all_sessions();
+                // Cancelled as by a close, each with its due refine drained (bounded).
+                ml.for_each_session(|s, now, out| s.exit(now, out));
                 ml.settle_blocking();
                 break Exit::ClientClosed;
             }
@@ -716,7 +717,7 @@ impl MainLoop {
         }
         // A turn of a closed session, or one already answered, finds no session: dropped.
         if let Some(i) = self.sessions.iter().position(|s| s.runs_turn(msg.turn)) {
-            self.with_session_at(i, |s, _, out| s.on_turn(msg, out));
+            self.with_session_at(i, |s, now, out| s.on_turn(msg, now, out));
         }
     }
 

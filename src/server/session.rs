@@ -25,8 +25,8 @@ use crate::agent::family::Attribution;
 use crate::agent::permissions::{self, Mode};
 use crate::agent::subagents::{Family, FamilyMsg};
 use crate::agent::turn::{
-    goal_event, AgentCtx, AgentEvent, Conversation, DeltaKind, TurnInput, TurnModel, TurnMsg,
-    TurnMsgKind, TurnOutcome, TurnStart,
+    goal_event, AgentCtx, AgentEvent, Conversation, DeltaKind, Local, TurnInput, TurnModel,
+    TurnMsg, TurnMsgKind, TurnOutcome, TurnStart,
 };
 use crate::base::abort::AbortFlag;
 use crate::base::content::UserPrompt;
@@ -53,6 +53,9 @@ pub(crate) struct Timing {
     /// previous turn's terminal update is published as it stands (the later upstream
     /// behaviour: bounded).
     pub(crate) quiescence_wait: Duration,
+    /// How long a closing session (or the process at end of input) may run the refine due at
+    /// its turn's end (behaviour spec §5.4, drained at close) before it is aborted.
+    pub(crate) refine_drain: Duration,
 }
 
 impl Default for Timing {
@@ -60,6 +63,7 @@ impl Default for Timing {
         Timing {
             cancel_grace: Duration::from_millis(250),
             quiescence_wait: Duration::from_secs(3),
+            refine_drain: Duration::from_secs(120),
         }
     }
 }
@@ -74,6 +78,12 @@ impl Timing {
             .and_then(|v| v.trim().parse().ok())
         {
             timing.quiescence_wait = Duration::from_millis(ms);
+        }
+        if let Some(ms) = std::env::var("PRIME_AGENT_REFINE_DRAIN_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
+            timing.refine_drain = Duration::from_millis(ms);
         }
         timing
     }
@@ -251,6 +261,10 @@ pub(crate) struct Session {
     recorder_release: Option<crate::persist::Release>,
     /// The close in progress is a `session/delete`'s.
     deleting: bool,
+    /// The process is ending at end of input (`exit`): like a close, but nobody to answer.
+    exiting: bool,
+    /// The close's refine drain has started (it runs once).
+    drained: bool,
     /// The newest turn worker; each new worker joins its predecessor (bounded, see
     /// `turn::spawn_turn`). Held for the owner, which spawns the workers.
     pub(crate) last_worker: Option<JoinHandle<()>>,
@@ -293,6 +307,8 @@ impl Session {
             pending_title: None,
             recorder_release: None,
             deleting: false,
+            exiting: false,
+            drained: false,
             last_worker: None,
         }
     }
@@ -808,8 +824,54 @@ impl Session {
         self.deleting = delete;
         self.cancel(now, out);
         if self.active.is_none() {
+            self.close_or_drain(now, out);
+        }
+    }
+
+    /// The process is ending at end of input: the running turn is cancelled as by a close,
+    /// then a refine due at its end is drained, bounded, as at a close (`settle_blocking`
+    /// waits for it). Nothing is answered: the client is gone.
+    pub(crate) fn exit(&mut self, now: Instant, out: &mut Vec<Action>) {
+        if self.closed || self.closing.is_some() {
+            return;
+        }
+        self.exiting = true;
+        self.cancel(now, out);
+        if self.active.is_none() {
+            self.close_or_drain(now, out);
+        }
+    }
+
+    /// With the main agent idle, a closing (or exiting) session first runs the refine its
+    /// turn's end left due (behaviour spec §5.4: a pending refine is drained at close), on a
+    /// turn worker like any boundary, never on the loop, bounded by `Timing::refine_drain`
+    /// (then aborted); it ends like a cancelled turn, and the close completes after it. A
+    /// deleted session's refine is not drained: the session is going away.
+    fn close_or_drain(&mut self, now: Instant, out: &mut Vec<Action>) {
+        if !self.drained && !self.deleting && self.refine_due(now) {
+            self.drained = true;
+            log::info!("session {}: draining the refine due at close", self.id);
+            self.start_turn(None, TurnInput::Local(Local::Boundary), out);
+            if let Some(active) = self.active.as_mut() {
+                // Ended as a cancelled turn: answered when its worker finishes, or aborted
+                // at this deadline.
+                active.cancel_deadline = Some(now + self.timing.refine_drain);
+            }
+            return;
+        }
+        if self.closing.is_some() {
             self.finish_close(out);
         }
+    }
+
+    /// A refine is due at the turn's end (memory only: the conversation is idle here, so its
+    /// lock is free; a worker still holding it means no drain).
+    fn refine_due(&self, now: Instant) -> bool {
+        let calls = match self.conversation.try_lock() {
+            Ok(conv) => conv.model_calls,
+            Err(_) => return false,
+        };
+        self.ctx.compaction.refine_due(calls, now)
     }
 
     fn finish_close(&mut self, out: &mut Vec<Action>) {
@@ -882,7 +944,8 @@ impl Session {
 
     pub(crate) fn on_timer(&mut self, now: Instant, out: &mut Vec<Action>) {
         if self.cancel_deadline().is_some_and(|d| d <= now) {
-            self.settle_cancelled(out);
+            // Its worker has not finished: it still holds the conversation.
+            self.settle_cancelled(None, out);
         }
         if self.closed {
             return;
@@ -899,12 +962,15 @@ impl Session {
     }
 
     /// Answers a cancelled turn: closes its open tool calls for the client, responds
-    /// `cancelled`, and completes a pending `session/close`. Later messages of the turn are
-    /// dropped by routing.
-    fn settle_cancelled(&mut self, out: &mut Vec<Action>) {
+    /// `cancelled`, and completes a pending `session/close` (draining a due refine first when
+    /// the worker has finished, at `finished`). Later messages of the turn are dropped by
+    /// routing.
+    fn settle_cancelled(&mut self, finished: Option<Instant>, out: &mut Vec<Action>) {
         let Some(active) = self.active.take() else {
             return;
         };
+        // A refine drain that outlived its bound stops at its next checkpoint.
+        active.abort.abort();
         self.write_title();
         self.workers.set_main_busy(false);
         self.ctx.inbox.close_steering();
@@ -920,8 +986,12 @@ impl Session {
         if let Some(request) = active.request {
             out.push(Action::Respond(request, Ok(cancelled())));
         }
-        if self.closing.is_some() {
-            self.finish_close(out);
+        if self.closing.is_some() || self.exiting {
+            match finished {
+                Some(now) => self.close_or_drain(now, out),
+                None if self.closing.is_some() => self.finish_close(out),
+                None => {}
+            }
         } else {
             self.advance(out);
         }
@@ -1128,7 +1198,7 @@ impl Session {
 
     /// A message from a turn worker. Messages of a turn that was already answered, or of
     /// another session's turn, are dropped (routing by turn number).
-    pub(crate) fn on_turn(&mut self, msg: TurnMsg, out: &mut Vec<Action>) {
+    pub(crate) fn on_turn(&mut self, msg: TurnMsg, now: Instant, out: &mut Vec<Action>) {
         let Some(active) = self.active.as_mut().filter(|a| a.turn == msg.turn) else {
             return;
         };
@@ -1181,7 +1251,7 @@ impl Session {
                 }
             }
             // A turn cancelled before its response boundary is `cancelled`, whatever it says.
-            TurnMsgKind::Finished(_) if active_cancelled => self.settle_cancelled(out),
+            TurnMsgKind::Finished(_) if active_cancelled => self.settle_cancelled(Some(now), out),
             TurnMsgKind::Finished(outcome) => self.finish_turn(outcome, out),
         }
     }
@@ -1374,7 +1444,8 @@ mod tests {
         }
 
         fn turn(&mut self, turn: u64, kind: TurnMsgKind) {
-            self.session.on_turn(TurnMsg { turn, kind }, &mut self.out);
+            self.session
+                .on_turn(TurnMsg { turn, kind }, self.now, &mut self.out);
         }
 
         /// The actions so far, as short strings, and forget them.

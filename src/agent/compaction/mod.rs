@@ -274,6 +274,36 @@ struct AutoRefineState {
     compacted: bool,
 }
 
+impl AutoRefineState {
+    /// What makes a review due after `calls` (`None`: nothing yet).
+    fn trigger(
+        &self,
+        settings: &crate::config::settings::AutoRefine,
+        calls: u64,
+    ) -> Option<AutoTrigger> {
+        if settings.compact && self.compacted {
+            Some(AutoTrigger::Compaction)
+        } else if settings.turn_interval > 0
+            && calls.saturating_sub(self.calls_at_last) >= settings.turn_interval
+        {
+            Some(AutoTrigger::Interval)
+        } else {
+            None
+        }
+    }
+
+    /// The cooldown since the last review is still running at `now`.
+    fn cooling(
+        &self,
+        settings: &crate::config::settings::AutoRefine,
+        now: std::time::Instant,
+    ) -> bool {
+        let cooldown = std::time::Duration::from_millis(settings.cooldown_ms);
+        self.last_review
+            .is_some_and(|t| now.saturating_duration_since(t) < cooldown)
+    }
+}
+
 /// Why an automatic review is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AutoTrigger {
@@ -435,20 +465,8 @@ impl Control {
             return None;
         }
         let mut auto = self.auto.lock().unwrap_or_else(|e| e.into_inner());
-        let trigger = if settings.compact && auto.compacted {
-            AutoTrigger::Compaction
-        } else if settings.turn_interval > 0
-            && calls.saturating_sub(auto.calls_at_last) >= settings.turn_interval
-        {
-            AutoTrigger::Interval
-        } else {
-            return None;
-        };
-        let cooldown = std::time::Duration::from_millis(settings.cooldown_ms);
-        if auto
-            .last_review
-            .is_some_and(|t| now.saturating_duration_since(t) < cooldown)
-        {
+        let trigger = auto.trigger(settings, calls)?;
+        if auto.cooling(settings, now) {
             log::info!("automatic refine ({trigger:?}) held back by autoRefine.cooldownMs");
             return None;
         }
@@ -456,6 +474,26 @@ impl Control {
         auto.calls_at_last = calls;
         auto.compacted = false;
         Some(trigger)
+    }
+
+    /// Whether the turn's end has refine work a closing session should drain (behaviour spec
+    /// §5.4): a `refine.run()` request no completed turn took, or an automatic review that is
+    /// due after `calls` model calls at `now`. Memory only (the settings as the turns read
+    /// them; none read yet, no turn ran): the main loop asks it.
+    pub(crate) fn refine_due(&self, calls: u64, now: std::time::Instant) -> bool {
+        if !self.refine_home() {
+            return false;
+        }
+        let requested = self
+            .refine_scheduled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        let auto = self.settings.get().map(|s| s.auto_refine).is_some_and(|s| {
+            let auto = self.auto.lock().unwrap_or_else(|e| e.into_inner());
+            s.enabled && auto.trigger(&s, calls).is_some() && !auto.cooling(&s, now)
+        });
+        requested || auto
     }
 
     /// The compaction the model asked for, if any (taken: it runs once).

@@ -168,12 +168,13 @@ impl Worker<'_> {
     /// At the turn's end: the compaction the model asked for (`compact.run()`), else the
     /// threshold (`used > window - reserve`). Only after a turn that completed.
     pub(super) fn after_turn(&self, conv: &mut Conversation, outcome: TurnOutcome) -> TurnOutcome {
-        // A `refine.run()` runs after any compaction (serialized refine, §5.4).
-        let refine = self.ctx.compaction.take_refine();
+        // A `refine.run()` runs after any compaction (serialized refine, §5.4). A turn that
+        // did not complete leaves it for the next boundary (or the close's drain).
         let outcome = self.compact_after_turn(conv, outcome);
         if !matches!(outcome, TurnOutcome::Completed(_)) || self.abort.is_aborted() {
             return outcome;
         }
+        let refine = self.ctx.compaction.take_refine();
         let outcome = match refine {
             Some(r) => {
                 let command = crate::agent::refine::Command::Run {
