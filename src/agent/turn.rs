@@ -13,6 +13,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
+
+use crate::base::telemetry::{self, Kind, Span};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -182,6 +184,9 @@ pub(crate) struct AgentCtx {
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
     /// This agent's place in the session's semantic edges (`semantic.rs`).
     pub trace: crate::protocol::semantic::Tracer,
+    /// The session's span (`telemetry`): the parent of a turn the client gave no trace
+    /// context (`None`: nothing is recorded).
+    pub session_span: Option<crate::base::telemetry::SpanContext>,
     /// Where this agent's model usage is attributed, and its descendants' waits
     /// (`attribution.rs`).
     pub usage: attribution::Links,
@@ -204,6 +209,7 @@ impl AgentCtx {
             compaction: Arc::default(),
             mcp: None,
             trace: crate::protocol::semantic::Tracer::alone("main"),
+            session_span: None,
             usage: attribution::Links::default(),
             settled: None,
         }
@@ -511,6 +517,10 @@ pub(crate) fn spawn_turn(
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
             }
+            // The prompt turn's span: model calls, tools and compactions are its children.
+            let mut span = agent_span(&ctx, &input);
+            span.set("prime_agent.turn", turn);
+            let _current = telemetry::enter(span.context());
             // A turn bounded by the repeat guard alone (`run_prompt` bounds a prompt's whole run).
             let turn = |conv: &mut Conversation, input: TurnInput| {
                 run_turn(
@@ -550,8 +560,48 @@ pub(crate) fn spawn_turn(
             // (one `write` per line, no user-space buffer, so a killed process loses nothing).
             conv.persist();
             drop(conv);
+            end_agent_span(&mut span, &outcome);
+            drop(_current);
+            drop(span);
             finished(outcome);
         })
+}
+
+/// The span of an agent's run (`invoke_agent`, GenAI semantic conventions): a child of the
+/// prompt's trace context when the client sent one, else of the session's span.
+pub(crate) fn agent_span(ctx: &AgentCtx, input: &TurnInput) -> Span {
+    let parent = match input {
+        TurnInput::Prompt(p) => p.trace_parent.as_ref(),
+        _ => None,
+    }
+    .or(ctx.session_span.as_ref());
+    let mut span = Span::start(
+        &format!("invoke_agent {}", ctx.name),
+        Kind::Internal,
+        parent,
+    );
+    if span.is_recording() {
+        span.set("gen_ai.operation.name", "invoke_agent");
+        span.set("gen_ai.agent.name", ctx.name.as_str());
+        span.set("gen_ai.conversation.id", ctx.usage.id.as_str());
+    }
+    span
+}
+
+/// Records how a run ended on its span.
+pub(crate) fn end_agent_span(span: &mut Span, outcome: &TurnOutcome) {
+    match outcome {
+        TurnOutcome::Completed(reason) => span.set("prime_agent.stop_reason", reason.as_str()),
+        TurnOutcome::Cancelled => span.set("prime_agent.stop_reason", "cancelled"),
+        TurnOutcome::Failed(f) => {
+            span.set("error.type", f.kind);
+            span.fail(f.text.as_str());
+        }
+        TurnOutcome::Panicked(why) => {
+            span.set("error.type", "panic");
+            span.fail(why.as_str());
+        }
+    }
 }
 
 /// What the model and the client read when `images.blockImages` keeps a prompt's images back.
@@ -684,6 +734,7 @@ fn run_prompt(
                 input = TurnInput::Prompt(UserPrompt {
                     text,
                     images: Vec::new(),
+                    trace_parent: None,
                     typed: false,
                     custom: None,
                 });
@@ -1511,6 +1562,7 @@ mod tests {
         let prompt = UserPrompt {
             text: text.to_owned(),
             images: Vec::new(),
+            trace_parent: None,
             typed: true,
             custom: None,
         };

@@ -27,6 +27,7 @@ use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConne
 use super::sse::{SseDecoder, SseEvent};
 use super::{ProviderError, Reply, RetryWait, StreamEvent};
 use crate::base::abort::AbortFlag;
+use crate::base::telemetry;
 
 /// At trace level the HTTP stack hex-dumps raw request bytes, `Authorization` and
 /// `x-api-key` included. When any trace logging is asked for, cap those crates at debug (where
@@ -387,9 +388,13 @@ impl HttpClient {
 
         log::debug!("{}: POST {}", request.label, request.url);
         let mut builder = self.agent(request.url).post(request.url);
+        // The model call's span (`provider::traced_stream`), when tracing is on or the prompt
+        // carried a trace context: W3C `traceparent` (and `tracestate`, `baggage`).
+        let trace = telemetry::propagation_headers();
         let ours = |name: &str| {
-            request.request_id.is_some()
-                && CALL_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+            (request.request_id.is_some()
+                && CALL_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)))
+                || trace.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
         };
         for (name, value) in request.headers.iter().filter(|(n, _)| !ours(n)) {
             builder = builder.header(name.as_str(), value.as_str());
@@ -398,6 +403,9 @@ impl HttpClient {
             for (name, value) in call_headers(id, attempt) {
                 builder = builder.header(name, value);
             }
+        }
+        for (name, value) in trace {
+            builder = builder.header(name, value);
         }
         let response = builder
             .send(request.body)

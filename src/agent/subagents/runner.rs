@@ -119,6 +119,8 @@ impl Family {
             TurnInput::Prompt(UserPrompt {
                 text: task,
                 images: Vec::new(),
+                // Admitted on a host request's thread, which runs under the cell's span.
+                trace_parent: crate::base::telemetry::current(),
                 // The task comes from the parent model, not a user: never a shell command.
                 typed: false,
                 custom: None,
@@ -245,6 +247,7 @@ impl Family {
             compaction,
             mcp: self.mcp(),
             trace: self.tracer(id),
+            session_span: self.span.context(),
             usage: links,
             settled: None,
         })
@@ -302,6 +305,9 @@ fn run_child(
     input: TurnInput,
 ) {
     let mut input = input;
+    // The child's whole run, under the cell that admitted it (or the session).
+    let span = crate::agent::turn::agent_span(ctx, &input);
+    let _current = crate::base::telemetry::enter(span.context());
     loop {
         let (outcome, last_text, tokens) = {
             let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
