@@ -19,6 +19,7 @@ NPM_PACKAGES=(
 # name==version, one per line.
 PIP_PACKAGES=(
   "mcp==2.3.0"
+  "opentelemetry-proto==1.45.2"
   "pytest==9.2.0"
 )
 

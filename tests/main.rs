@@ -43,5 +43,6 @@ mod structure;
 mod subagents;
 mod subcommands;
 mod tools;
+mod tracing;
 mod transcripts;
 mod zygote;
