@@ -536,3 +536,93 @@ fn with_an_endpoint_the_exporter_runs_and_requests_carry_our_spans() {
     );
     assert!(!receiver.exports().is_empty());
 }
+
+/// An HTTP MCP call carries the `traceparent` of the tool call that makes it: the fixture
+/// server's `headers` tool echoes what the request arrived with.
+#[test]
+fn an_http_mcp_call_carries_its_tool_spans_traceparent() {
+    let test = "tracing::an_http_mcp_call_carries_its_tool_spans_traceparent";
+    let Some(python) = crate::support::deps::python(test) else {
+        return;
+    };
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut mcp = Command::new(&python)
+        .args([
+            fixture("mcp/server.py").display().to_string(),
+            "http".to_owned(),
+            port.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the MCP server never listened"
+        );
+        thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let receiver = Receiver::start();
+    let dir = TempDir::new("trace-mcp");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"h1","name":"mcp__task__headers","arguments":{}}}]}),
+            json!({"text":"done"}),
+        ],
+    );
+    let endpoint = receiver.url();
+    let mut a = Agent::spawn(Spawn {
+        env: vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "http/json".into()),
+        ],
+        cwd: Some(dir.path().to_path_buf()),
+        ..Spawn::scripted(&script, &[])
+    });
+    a.call(
+        "initialize",
+        json!({"protocolVersion":1,"clientCapabilities":{}}),
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    a.new_session_in(
+        dir.path(),
+        json!([{"name":"task","type":"http","url": url, "headers": []}]),
+    );
+    a.wait_for("MCP servers settled", |f| {
+        ns(&f["params"]["update"])["mcp"]
+            .as_array()
+            .is_some_and(|l| l.iter().all(|s| s["status"] != "connecting"))
+    });
+    let r = prompt_with_meta(&mut a, "go", json!({"traceparent": traceparent()}));
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    let end = a
+        .updates_of("tool_call_update")
+        .into_iter()
+        .rev()
+        .find(|u| u["toolCallId"] == "h1" && u["status"] == "completed")
+        .unwrap_or_else(|| panic!("no completed h1: {:?}", a.updates()));
+    let echoed: Value =
+        serde_json::from_str(end["content"][0]["content"]["text"].as_str().unwrap()).unwrap();
+    assert!(a.finish().success());
+    let _ = mcp.kill();
+    let _ = mcp.wait();
+    let decoded: Vec<Value> = receiver
+        .exports()
+        .iter()
+        .map(|e| serde_json::from_slice(&e.body).unwrap())
+        .collect();
+    let all = spans(&decoded);
+    let tool = named(&all, "execute_tool mcp__task__headers");
+    assert_eq!(tool.len(), 1, "{all:#?}");
+    assert_eq!(tool[0]["traceId"], TRACE_ID);
+    let want = format!("00-{TRACE_ID}-{}-01", tool[0]["spanId"].as_str().unwrap());
+    assert_eq!(echoed["traceparent"], json!(want), "{echoed}");
+}
