@@ -626,3 +626,56 @@ fn an_http_mcp_call_carries_its_tool_spans_traceparent() {
     let want = format!("00-{TRACE_ID}-{}-01", tool[0]["spanId"].as_str().unwrap());
     assert_eq!(echoed["traceparent"], json!(want), "{echoed}");
 }
+
+/// A subagent admitted by a cell runs under the span of the tool call that ran the cell, in
+/// the client's trace; its model calls are its children.
+#[test]
+fn a_subagent_runs_under_the_tool_call_that_admitted_it() {
+    let receiver = Receiver::start();
+    let dir = TempDir::new("trace-subagent");
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[{"tool_call":{"id":"spawn","name":"ipython","arguments":{"code":"h = await rlm(\"Check the plan\", name=\"helper\")\nprint(h.name)"}}}]}),
+            json!({"steps":[{"expect":["helper"]},{"text":"Spawned."}]}),
+            json!({"agent":"helper","steps":[{"text":"child done"}]}),
+            json!({"text":"noted"}),
+            json!({"text":"second prompt answered"}),
+        ],
+    );
+    let endpoint = receiver.url();
+    let mut a = Agent::spawn(Spawn {
+        env: vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "http/json".into()),
+            ("RLM_MAX_DEPTH".into(), "1".into()),
+            ("PRIME_AGENT_QUIESCENCE_WAIT_MS".into(), "60000".into()),
+        ],
+        cwd: Some(dir.path().to_path_buf()),
+        ..Spawn::scripted(&script, &[])
+    });
+    a.handshake();
+    let r = prompt_with_meta(&mut a, "delegate", json!({"traceparent": traceparent()}));
+    assert_eq!(stop_reason(&r), "end_turn", "{r}");
+    // The next prompt is answered once the family is quiet: the child has finished.
+    assert_eq!(a.prompt_stop("and now?"), "end_turn");
+    assert!(a.finish().success());
+    let decoded: Vec<Value> = receiver
+        .exports()
+        .iter()
+        .map(|e| serde_json::from_slice(&e.body).unwrap())
+        .collect();
+    let all = spans(&decoded);
+    let cell = named(&all, "execute_tool ipython");
+    assert_eq!(cell.len(), 1, "{all:#?}");
+    let child = named(&all, "invoke_agent helper");
+    assert_eq!(child.len(), 1, "{all:#?}");
+    assert_eq!(child[0]["parentSpanId"], cell[0]["spanId"]);
+    assert_eq!(child[0]["traceId"], TRACE_ID);
+    let calls: Vec<_> = named(&all, "chat ")
+        .into_iter()
+        .filter(|c| c["parentSpanId"] == child[0]["spanId"])
+        .collect();
+    assert_eq!(calls.len(), 1, "the child's one model call");
+    assert_eq!(attr(calls[0], "gen_ai.agent.name"), Some(json!("helper")));
+}

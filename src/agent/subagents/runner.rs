@@ -305,10 +305,12 @@ fn run_child(
     input: TurnInput,
 ) {
     let mut input = input;
-    // The child's whole run, under the cell that admitted it (or the session).
-    let span = crate::agent::turn::agent_span(ctx, &input);
-    let _current = crate::base::telemetry::enter(span.context());
     loop {
+        // Each run under its own span: the first under the cell that admitted the child, a
+        // later one (its inbox) under the session's. It ends before the family hears the run
+        // ended, so it is queued before the session can finish.
+        let mut span = crate::agent::turn::agent_span(ctx, &input);
+        let current = crate::base::telemetry::enter(span.context());
         let (outcome, last_text, tokens) = {
             let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
             // The child's own session file, written by this thread as the main agent's is by
@@ -339,6 +341,9 @@ fn run_child(
                 .unwrap_or_default();
             (outcome, last_text, conv.usage.input + conv.usage.output)
         };
+        crate::agent::turn::end_agent_span(&mut span, &outcome);
+        drop(current);
+        drop(span);
         let Some(family) = family.upgrade() else {
             break;
         };
