@@ -672,6 +672,8 @@ fn a_subagent_runs_under_the_tool_call_that_admitted_it() {
     assert_eq!(child.len(), 1, "{all:#?}");
     assert_eq!(child[0]["parentSpanId"], cell[0]["spanId"]);
     assert_eq!(child[0]["traceId"], TRACE_ID);
+    let child_id = attr(child[0], "gen_ai.agent.id").unwrap_or_else(|| panic!("{:#}", child[0]));
+    assert!(child_id.as_str().unwrap().starts_with("sub-"), "{child_id}");
     let calls: Vec<_> = named(&all, "chat ")
         .into_iter()
         .filter(|c| c["parentSpanId"] == child[0]["spanId"])

@@ -575,14 +575,16 @@ pub(crate) fn agent_span(ctx: &AgentCtx, input: &TurnInput) -> Span {
         _ => None,
     }
     .or(ctx.session_span.as_ref());
-    let mut span = Span::start(
-        &format!("invoke_agent {}", ctx.name),
-        Kind::Internal,
-        parent,
-    );
-    if span.is_recording() {
-        span.set("gen_ai.operation.name", "invoke_agent");
-        span.set("gen_ai.agent.name", ctx.name.as_str());
+    if !telemetry::recording() {
+        return Span::start("invoke_agent", Kind::Internal, parent);
+    }
+    let name = format!("invoke_agent {}", ctx.name);
+    let mut span = Span::start(&name, Kind::Internal, parent);
+    span.set("gen_ai.operation.name", "invoke_agent");
+    span.set("gen_ai.agent.name", ctx.name.as_str());
+    // The main agent's id is the session's; a subagent's is its own (`sub-…`).
+    span.set("gen_ai.agent.id", ctx.usage.id.as_str());
+    if ctx.name == "main" {
         span.set("gen_ai.conversation.id", ctx.usage.id.as_str());
     }
     span

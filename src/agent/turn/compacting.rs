@@ -270,7 +270,8 @@ fn traced(
             span.set("error.type", *kind);
             span.fail(text.as_str());
         }
-        Err(other) => span.set("prime_agent.compaction.skipped", format!("{other:?}")),
+        Err(Failure::Nothing) => span.set("prime_agent.compaction.skipped", "nothing old"),
+        Err(Failure::Aborted) => span.set("prime_agent.compaction.skipped", "cancelled"),
     }
     result
 }
