@@ -681,3 +681,59 @@ fn a_subagent_runs_under_the_tool_call_that_admitted_it() {
     assert_eq!(calls.len(), 1, "the child's one model call");
     assert_eq!(attr(calls[0], "gen_ai.agent.name"), Some(json!("helper")));
 }
+
+/// A collector that accepts connections and never answers: the exporter's thread is stuck in
+/// its first request, the queue (one span here) fills, and later spans are dropped and counted;
+/// the turns never wait for any of it, and the exit gives up on the flush at its bound.
+#[test]
+fn a_stalled_collector_drops_and_counts_spans_and_blocks_no_turn() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            keep.lock().unwrap().push(stream);
+        }
+    });
+    let server = LlmServer::start(vec![
+        Canned::sse("openai-text.sse"),
+        Canned::sse("openai-text.sse"),
+        Canned::sse("openai-text.sse"),
+    ]);
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut s = spawn_with(
+        &server,
+        "openai-completions",
+        "cold/test-model",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "1"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "600000"),
+        ],
+    );
+    assert_eq!(stop_reason(&ask(&mut s.agent, "one")), "end_turn");
+    assert_eq!(stop_reason(&ask_again(&mut s.agent, "two")), "end_turn");
+    assert_eq!(stop_reason(&ask_again(&mut s.agent, "three")), "end_turn");
+    assert!(s.agent.finish().success());
+    let log = s.agent.stderr_text();
+    assert!(
+        log.contains("trace export did not finish within 2s"),
+        "{log}"
+    );
+    let counts = log
+        .lines()
+        .find(|l| l.contains("traces: "))
+        .unwrap_or_else(|| panic!("no drop count at exit: {log}"));
+    let dropped: u64 = counts
+        .split("spans exported, ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{counts}"));
+    // Six spans (three turns, three model calls) and the session's: one is in flight, one
+    // waits in the queue, the rest are dropped.
+    assert!(dropped >= 4, "{counts}");
+    assert!(!held.lock().unwrap().is_empty(), "the exporter connected");
+}
