@@ -150,6 +150,22 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `url` for a log line: without credentials a collector URL may carry (`user:pass@`, the
+/// query).
+fn shown(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or("");
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// The running exporter.
 struct Exporter {
     spans: Sender<SpanData>,
@@ -202,7 +218,7 @@ fn start(config: Config) {
     let queue = config.queue;
     log::info!(
         "exporting traces to {} ({})",
-        config.endpoint,
+        shown(&config.endpoint),
         if config.json {
             "http/json"
         } else {
@@ -346,11 +362,15 @@ fn post(
     match result {
         Ok(r) if r.status().is_success() => totals.exported += n,
         Ok(r) => {
-            log::warn!("trace export: {} answered {}", config.endpoint, r.status());
+            log::warn!(
+                "trace export: {} answered {}",
+                shown(&config.endpoint),
+                r.status()
+            );
             totals.failed += n;
         }
         Err(e) => {
-            log::warn!("trace export to {} failed: {e}", config.endpoint);
+            log::warn!("trace export to {} failed: {e}", shown(&config.endpoint));
             totals.failed += n;
         }
     }
@@ -473,6 +493,18 @@ mod tests {
             [("service.name", "svc"), ("deployment.environment", "ci")]
         );
         assert_eq!(c.timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn logged_urls_lose_their_credentials() {
+        for (url, want) in [
+            ("http://c:4318/v1/traces", "http://c:4318/v1/traces"),
+            ("https://u:secret@c/v1/traces?key=k", "https://c/v1/traces"),
+            ("http://c:4318/a@b", "http://c:4318/a@b"),
+            ("http://u@c:4318", "http://c:4318"),
+        ] {
+            assert_eq!(shown(url), want);
+        }
     }
 
     #[test]
