@@ -13,8 +13,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-
-use crate::base::telemetry::{self, Kind, Span};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -32,6 +30,7 @@ use crate::agent::compaction;
 use crate::agent::permissions::Mode;
 use crate::base::abort::AbortFlag;
 use crate::base::content::{tail_bytes, FileDiff, Image, IpythonDetails, PlanEntry, UserPrompt};
+use crate::base::telemetry::{self, Kind, Span};
 use crate::config::prompt::PromptSpec;
 use crate::persist::Custom;
 use crate::protocol::stop_reason::StopReason;
