@@ -50,6 +50,9 @@ impl Proc {
             .stderr(Stdio::null())
             .env_remove("RUST_LOG")
             .env_remove("PRIME_AGENT_MULTI_SESSION")
+            // Rows are taken with tracing off unless a section turns it on (`traced_turns`).
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             // Session files go to the bench's work dir, never the user's agent dir.
             .env("PRIME_AGENT_SESSION_DIR", cwd.join("sessions"));
         for (k, v) in env {
@@ -374,6 +377,9 @@ fn main() {
         b.turns();
         b.big_turn();
     }
+    if on("tracing") {
+        b.traced_turns();
+    }
     if on("stream") {
         b.scripted_stream();
         b.provider_stream();
@@ -435,6 +441,52 @@ fn main() {
     .unwrap();
     println!("\nwrote {}", out.display());
     let _ = std::fs::remove_dir_all(&b.work);
+}
+
+/// A loopback OTLP/HTTP collector that reads each request and answers `200 {}`: its URL and
+/// the count of requests taken.
+fn otlp_sink() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut out = stream.try_clone().unwrap();
+                let mut r = BufReader::new(stream);
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.trim_end().to_ascii_lowercase();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = l.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+                    if out.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, count)
 }
 
 /// `turns` prompt round trips on `sid` (ids from 10), each after `before` (untimed).
@@ -584,6 +636,43 @@ impl Bench {
             "MiB",
             vec![conv(10..turns)],
         );
+    }
+
+    /// The prompt round trip of `turns` with OTLP export on (docs/tracing.md), to a loopback
+    /// collector that answers every request at once: what recording and exporting the spans
+    /// of a turn costs it.
+    fn traced_turns(&mut self) {
+        let turns = 100;
+        let filler = "lorem ipsum dolor sit amet ".repeat(38);
+        let lines: Vec<Value> = (0..turns)
+            .map(|i| json!({ "text": format!("reply {i}: {filler}") }))
+            .collect();
+        let script = write_script(&self.work, "traced.jsonl", &lines);
+        let script_s = script.display().to_string();
+        let (endpoint, exports) = otlp_sink();
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            // Small batches, sent often: the export runs while the turns do.
+            ("OTEL_BSP_SCHEDULE_DELAY", "50".to_owned()),
+        ];
+        let mut p = self.agent(
+            &self.bin,
+            &["--provider", "scripted", "--script", &script_s],
+            &env,
+        );
+        let sid = p.handshake(&self.work);
+        let per_turn = timed_prompts(&mut p, &sid, turns, || {});
+        p.finish();
+        let r = &mut self.report;
+        r.add(
+            "prompt round trip (scripted, 1 KiB reply), spans exported (OTLP, loopback)",
+            "ms",
+            per_turn,
+        );
+        let posts = exports.load(std::sync::atomic::Ordering::SeqCst);
+        r.note(format!(
+            "traced turns: {posts} OTLP export requests received"
+        ));
     }
 
     /// A tool turn as harnesses see it (docs/harnesses.md): one model call with a tool call

@@ -20,6 +20,7 @@ NPM_PACKAGES=(
 PIP_PACKAGES=(
   "jsonschema==4.26.0"
   "mcp==2.3.0"
+  "opentelemetry-proto==1.45.2"
   "pytest==9.2.0"
 )
 

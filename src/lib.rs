@@ -45,7 +45,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Runs one prompt without an ACP client (`-p/--print`, `--mode json`); returns the exit code
 /// (0 `end_turn`, 1 failure, 2 a hit limit).
 pub fn run_headless(cfg: &Config) -> Result<u8, String> {
+    base::telemetry::init_from_env();
     let code = app::headless::run(cfg, VERSION);
+    base::telemetry::shutdown();
     base::sandbox::remove_private_tmp();
     code
 }
@@ -69,6 +71,8 @@ pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "{TERMINAL_HINT}");
     }
+    // Before anything makes a span; without `OTEL_*` variables this starts nothing.
+    base::telemetry::init_from_env();
     let agent = app::setup::build_agent(cfg)?;
     let signal_rx = crate::base::signals::interrupts()?;
     let (conn, io_threads) =
@@ -77,6 +81,8 @@ pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
     if let Err(e) = io_threads.join() {
         log::debug!("writer ended with {e}");
     }
+    // After the loop has ended every turn and session: their spans are queued.
+    base::telemetry::shutdown();
     base::sandbox::remove_private_tmp();
     Ok(exit)
 }

@@ -44,6 +44,7 @@ mod structure;
 mod subagents;
 mod subcommands;
 mod tools;
+mod tracing;
 mod transcripts;
 mod vertex;
 mod zygote;

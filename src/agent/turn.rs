@@ -30,6 +30,7 @@ use crate::agent::compaction;
 use crate::agent::permissions::Mode;
 use crate::base::abort::AbortFlag;
 use crate::base::content::{tail_bytes, FileDiff, Image, IpythonDetails, PlanEntry, UserPrompt};
+use crate::base::telemetry::{self, Kind, Span};
 use crate::config::prompt::PromptSpec;
 use crate::persist::Custom;
 use crate::protocol::stop_reason::StopReason;
@@ -182,6 +183,9 @@ pub(crate) struct AgentCtx {
     pub mcp: Option<Arc<crate::mcp::McpHub>>,
     /// This agent's place in the session's semantic edges (`semantic.rs`).
     pub trace: crate::protocol::semantic::Tracer,
+    /// The session's span (`telemetry`): the parent of a turn the client gave no trace
+    /// context (`None`: nothing is recorded).
+    pub session_span: Option<crate::base::telemetry::SpanContext>,
     /// Where this agent's model usage is attributed, and its descendants' waits
     /// (`attribution.rs`).
     pub usage: attribution::Links,
@@ -204,6 +208,7 @@ impl AgentCtx {
             compaction: Arc::default(),
             mcp: None,
             trace: crate::protocol::semantic::Tracer::alone("main"),
+            session_span: None,
             usage: attribution::Links::default(),
             settled: None,
         }
@@ -514,6 +519,10 @@ pub(crate) fn spawn_turn(
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
             }
+            // The prompt turn's span: model calls, tools and compactions are its children.
+            let mut span = agent_span(&ctx, &input);
+            span.set("prime_agent.turn", turn);
+            let _current = telemetry::enter(span.context());
             // A turn bounded by the repeat guard alone (`run_prompt` bounds a prompt's whole run).
             let turn = |conv: &mut Conversation, input: TurnInput| {
                 run_turn(
@@ -553,8 +562,50 @@ pub(crate) fn spawn_turn(
             // (one `write` per line, no user-space buffer, so a killed process loses nothing).
             conv.persist();
             drop(conv);
+            end_agent_span(&mut span, &outcome);
+            drop(_current);
+            drop(span);
             finished(outcome);
         })
+}
+
+/// The span of an agent's run (`invoke_agent`, GenAI semantic conventions): a child of the
+/// prompt's trace context when the client sent one, else of the session's span.
+pub(crate) fn agent_span(ctx: &AgentCtx, input: &TurnInput) -> Span {
+    let parent = match input {
+        TurnInput::Prompt(p) => p.trace_parent.as_ref(),
+        _ => None,
+    }
+    .or(ctx.session_span.as_ref());
+    if !telemetry::recording() {
+        return Span::start("invoke_agent", Kind::Internal, parent);
+    }
+    let name = format!("invoke_agent {}", ctx.name);
+    let mut span = Span::start(&name, Kind::Internal, parent);
+    span.set("gen_ai.operation.name", "invoke_agent");
+    span.set("gen_ai.agent.name", ctx.name.as_str());
+    // The main agent's id is the session's; a subagent's is its own (`sub-…`).
+    span.set("gen_ai.agent.id", ctx.usage.id.as_str());
+    if ctx.name == "main" {
+        span.set("gen_ai.conversation.id", ctx.usage.id.as_str());
+    }
+    span
+}
+
+/// Records how a run ended on its span.
+pub(crate) fn end_agent_span(span: &mut Span, outcome: &TurnOutcome) {
+    match outcome {
+        TurnOutcome::Completed(reason) => span.set("prime_agent.stop_reason", reason.as_str()),
+        TurnOutcome::Cancelled => span.set("prime_agent.stop_reason", "cancelled"),
+        TurnOutcome::Failed(f) => {
+            span.set("error.type", f.kind);
+            span.fail(f.text.as_str());
+        }
+        TurnOutcome::Panicked(why) => {
+            span.set("error.type", "panic");
+            span.fail(why.as_str());
+        }
+    }
 }
 
 /// What the model and the client read when `images.blockImages` keeps a prompt's images back.
@@ -687,6 +738,7 @@ fn run_prompt(
                 input = TurnInput::Prompt(UserPrompt {
                     text,
                     images: Vec::new(),
+                    trace_parent: None,
                     typed: false,
                     custom: None,
                 });
@@ -1515,6 +1567,7 @@ mod tests {
         let prompt = UserPrompt {
             text: text.to_owned(),
             images: Vec::new(),
+            trace_parent: None,
             typed: true,
             custom: None,
         };

@@ -53,6 +53,8 @@ pub(crate) struct Image {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct UserPrompt {
     pub text: String,
+    /// The client's trace context (`params._meta.traceparent`): the turn's span is its child.
+    pub trace_parent: Option<crate::base::telemetry::SpanContext>,
     pub images: Vec<Image>,
     /// The prompt opens with a text block the user typed: only then may `!cmd` run a shell
     /// command (never from an embedded resource or a link a client attached).

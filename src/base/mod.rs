@@ -10,6 +10,7 @@ pub(crate) mod reaper;
 pub(crate) mod sandbox;
 pub(crate) mod signals;
 pub(crate) mod spawn;
+pub(crate) mod telemetry;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub(crate) mod time;

@@ -228,7 +228,9 @@ pub struct Kernel {
     stdin: Arc<Mutex<PipeWriter>>,
     events: Receiver<Event>,
     events_tx: Sender<Event>,
-    cell_source: Arc<Mutex<String>>,
+    /// The running cell's source and the span it runs for (`telemetry::current` of the
+    /// caller): host requests carry the one and run under the other.
+    cell_source: Arc<Mutex<CellSource>>,
     /// The cell whose output the reader threads forward (`NO_CELL` between cells).
     wanted: Arc<AtomicU64>,
     next_cell: u64,
@@ -368,7 +370,7 @@ impl Kernel {
         frames_rx: std::io::PipeReader,
     ) -> Result<Kernel, String> {
         let stdin = Arc::new(Mutex::new(stdin));
-        let cell_source = Arc::new(Mutex::new(String::new()));
+        let cell_source = Arc::new(Mutex::new(CellSource::default()));
         let (tx, rx) = unbounded();
         let wanted = Arc::new(AtomicU64::new(START_UP));
         let spawned = spawn_frame_reader(
@@ -549,7 +551,8 @@ impl Kernel {
         let id = self.next_cell;
         self.wanted.store(id, Ordering::SeqCst);
         if let Ok(mut source) = self.cell_source.lock() {
-            code.clone_into(&mut source);
+            code.clone_into(&mut source.0);
+            source.1 = crate::base::telemetry::current();
         }
         if closed || !self.send_line(&wire::execute_frame(id, code)) {
             run.end = self.died(&mut run);
@@ -854,13 +857,16 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
         .write_all(text.as_bytes())
 }
 
+/// The running cell's source and its span's context.
+type CellSource = (String, Option<crate::base::telemetry::SpanContext>);
+
 /// Reads frames from fd 3; answers host requests on their own threads, forwards the rest.
 fn spawn_frame_reader(
     frames: std::io::PipeReader,
     tx: Sender<Event>,
     handler: Arc<dyn HostHandler>,
     stdin: Arc<Mutex<PipeWriter>>,
-    cell_source: Arc<Mutex<String>>,
+    cell_source: Arc<Mutex<CellSource>>,
 ) -> std::io::Result<()> {
     thread::Builder::new()
         .name("kernel-frames".to_owned())
@@ -885,12 +891,15 @@ fn spawn_frame_reader(
                 }
                 match KernelFrame::parse(&line) {
                     Ok(KernelFrame::HostRequest { rid, kind, payload }) => {
-                        let source = cell_source.lock().map(|s| s.clone()).unwrap_or_default();
+                        let (source, span) =
+                            cell_source.lock().map(|s| s.clone()).unwrap_or_default();
                         let handler = handler.clone();
                         let stdin = stdin.clone();
                         let spawned = thread::Builder::new()
                             .name("kernel-host-request".to_owned())
                             .spawn(move || {
+                                // A subagent it admits, an MCP call it makes, is the cell's.
+                                let _span = crate::base::telemetry::enter(span);
                                 let reply = answer_guarded(&*handler, rid, &kind, payload, &source);
                                 // A dead kernel cannot take the reply; nothing else to do.
                                 send_line(&stdin, &wire::reply_frame(rid, &reply));

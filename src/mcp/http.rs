@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::client::{McpError, Router, Sent, Transport};
 use crate::base::abort::AbortFlag;
 use crate::base::reaper;
+use crate::base::telemetry;
 use crate::provider::sse::{SseDecoder, SseEvent};
 
 /// A request's whole life on the wire; the caller's own timeout (60 s) fires first.
@@ -89,8 +90,15 @@ impl Inner {
     }
 
     fn builder<B>(&self, mut b: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        for (k, v) in &self.headers {
+        // The span making the call (the tool call's), when tracing or the client's prompt
+        // gave one: its `traceparent` replaces a configured one.
+        let trace = telemetry::propagation_headers();
+        let ours = |name: &str| trace.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        for (k, v) in self.headers.iter().filter(|(k, _)| !ours(k)) {
             b = b.header(k.as_str(), v.as_str());
+        }
+        for (k, v) in trace {
+            b = b.header(k, v);
         }
         if let Some(id) = self
             .session
@@ -226,9 +234,11 @@ impl Transport for HttpTransport {
             return self.inner.post(&msg, None);
         }
         let inner = self.inner.clone();
+        let span = telemetry::current();
         let t = std::thread::Builder::new()
             .name(format!("mcp-{}-http", self.inner.name))
             .spawn(move || {
+                let _span = telemetry::enter(span);
                 if let Err(e) = inner.post(&msg, id) {
                     match id {
                         Some(id) => inner.router.fail(id, e),

@@ -489,7 +489,10 @@ pub(crate) fn parse_prompt(params: &Value) -> Result<(String, UserPrompt), RpcEr
         }
         None => return Err(RpcError::invalid_params("prompt is required")),
     };
-    Ok((session_id, convert_prompt(blocks)?))
+    let mut prompt = convert_prompt(blocks)?;
+    // An invalid or absent `traceparent` is no error: the turn then starts its own trace.
+    prompt.trace_parent = crate::base::telemetry::SpanContext::from_meta(params);
+    Ok((session_id, prompt))
 }
 
 /// Converts content blocks in order. Unlike the original, nothing is dropped silently: content
@@ -555,6 +558,7 @@ pub(crate) fn convert_prompt(blocks: &[Value]) -> Result<UserPrompt, RpcError> {
     Ok(UserPrompt {
         text: parts.join("\n"),
         images,
+        trace_parent: None,
         typed,
         custom: None,
     })

@@ -31,6 +31,7 @@ use super::frames::Frames;
 use super::sse::SseEvent;
 use super::{Notice, ProviderError, Reply, RetryWait, StreamEvent};
 use crate::base::abort::AbortFlag;
+use crate::base::telemetry;
 use crate::config::settings::WaitForUsage;
 
 /// At trace level the HTTP stack hex-dumps raw request bytes, `Authorization` and
@@ -588,9 +589,13 @@ impl HttpClient {
 
         log::debug!("{}: POST {}", request.label, request.url);
         let mut builder = self.agent(request.url).post(request.url);
+        // The model call's span (`provider::traced_stream`), when tracing is on or the prompt
+        // carried a trace context: W3C `traceparent` (and `tracestate`, `baggage`).
+        let trace = telemetry::propagation_headers();
         let ours = |name: &str| {
-            request.request_id.is_some()
-                && CALL_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+            (request.request_id.is_some()
+                && CALL_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)))
+                || trace.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
         };
         // Headers made for this attempt (a request signature with its time) replace any of
         // the same name.
@@ -610,6 +615,9 @@ impl HttpClient {
             for (name, value) in call_headers(id, attempt) {
                 builder = builder.header(name, value);
             }
+        }
+        for (name, value) in trace {
+            builder = builder.header(name, value);
         }
         let response = builder
             .send(request.body)

@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use crate::base::abort::AbortFlag;
 use crate::base::content::{Image, ToolSpec};
+use crate::base::telemetry::{self, Kind, Span};
 
 /// One message of the conversation, in the shape every wire API can be built from.
 #[derive(Debug, Clone, PartialEq)]
@@ -390,6 +391,62 @@ impl ProviderError {
             ProviderError::Aborted | ProviderError::Config(_) => false,
         }
     }
+}
+
+/// One model call under its own span (`chat {model}`, a client span with the GenAI semantic
+/// conventions' attributes), which is the thread's current context meanwhile, so the HTTP
+/// layer sends its `traceparent`. Every model call of a turn goes through here.
+pub(crate) fn traced_stream(
+    provider: &dyn Provider,
+    request: &ChatRequest<'_>,
+    abort: &AbortFlag,
+    on_event: &mut dyn FnMut(StreamEvent),
+) -> Result<Reply, ProviderError> {
+    let mut span = if telemetry::recording() {
+        let label = provider.label();
+        let (system, model) = label.split_once('/').unwrap_or(("", label.as_str()));
+        let mut span = Span::child(&format!("chat {model}"), Kind::Client);
+        span.set("gen_ai.operation.name", "chat");
+        span.set("gen_ai.provider.name", system);
+        span.set("gen_ai.system", system);
+        span.set("gen_ai.request.model", model);
+        span.set("gen_ai.agent.name", request.agent);
+        span.set("prime_agent.model_request_id", request.request_id);
+        if let Some(max) = request.max_tokens {
+            span.set("gen_ai.request.max_tokens", max);
+        }
+        span
+    } else {
+        Span::child("chat", Kind::Client)
+    };
+    let _current = telemetry::enter(span.context());
+    let mut retries = 0u32;
+    let result = provider.stream(request, abort, &mut |event| {
+        if let StreamEvent::Retrying(_) = &event {
+            retries += 1;
+        }
+        on_event(event);
+    });
+    if span.is_recording() {
+        span.set("prime_agent.retries", retries);
+        match &result {
+            Ok(reply) => {
+                span.set("gen_ai.usage.input_tokens", reply.usage.input);
+                span.set("gen_ai.usage.output_tokens", reply.usage.output);
+                let finish = match reply.finish {
+                    FinishReason::Stop => "stop",
+                    FinishReason::Length => "length",
+                    FinishReason::ToolCalls => "tool_calls",
+                };
+                span.set("gen_ai.response.finish_reasons", finish);
+            }
+            Err(e) => {
+                span.set("error.type", e.kind());
+                span.fail(e.to_string());
+            }
+        }
+    }
+    result
 }
 
 /// A session's model, or why it has none (each prompt then fails with the text).

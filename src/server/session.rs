@@ -1024,6 +1024,7 @@ impl Session {
                 custom: Some(due.custom()),
                 text: due.prompt,
                 images: Vec::new(),
+                trace_parent: None,
                 typed: false,
             };
             self.start_turn(None, TurnInput::Prompt(prompt), out);
@@ -1393,6 +1394,7 @@ mod tests {
         UserPrompt {
             text: text.to_owned(),
             images: Vec::new(),
+            trace_parent: None,
             typed: true,
             custom: None,
         }

@@ -701,7 +701,7 @@ fn summarize(
         max_tokens: Some(max_tokens.max(1)),
         request_id: &request_id,
     };
-    let result = job.provider.stream(&request, job.abort, &mut |_| {});
+    let result = crate::provider::traced_stream(job.provider, &request, job.abort, &mut |_| {});
     if let (Ok(_), Some(trace)) = (&result, job.trace) {
         trace.summary_answered(&request_id);
     }

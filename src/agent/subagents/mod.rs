@@ -29,6 +29,7 @@ use crate::agent::family::{ChildStatus, TokenBucket};
 use crate::agent::turn::attribution::{Links, Pool};
 use crate::agent::turn::{Agent, AgentCtx, ChildSnapshot, Conversation, Inbox, TurnInput};
 use crate::base::abort::AbortFlag;
+use crate::base::telemetry::{Kind, Span};
 use crate::mcp::McpHub;
 use crate::persist::schedule::Jobs;
 use crate::provider::{ProviderChoice, Thinking};
@@ -79,6 +80,8 @@ impl FamilyMsg {
 pub(crate) const MAIN_NAME: &str = "main";
 
 pub(crate) struct Family {
+    /// Ends (and is exported) when the session's family is dropped.
+    span: Span,
     generation: u64,
     agent: Arc<Agent>,
     /// The session's current model and reasoning level (`session/set_config_option`, a
@@ -203,7 +206,11 @@ impl Family {
         tx: Sender<FamilyMsg>,
     ) -> Arc<Family> {
         let (root_depth, max_depth) = (agent.kernel_env.root_depth, agent.kernel_env.max_depth);
+        // The session's span: the parent of turns that bring no trace context of their own.
+        let mut span = Span::start("session", Kind::Internal, None);
+        span.set("gen_ai.conversation.id", main_id.as_str());
         Arc::new_cyclic(|me| Family {
+            span,
             generation,
             provider: Mutex::new(agent.provider.clone()),
             thinking: Mutex::new(agent.thinking),
@@ -360,6 +367,7 @@ impl Family {
             mcp: self.mcp(),
             compaction,
             trace: self.tracer(&self.main_id),
+            session_span: self.span.context(),
             usage: Links {
                 id: self.main_id.clone(),
                 own: self.main_pool.clone(),

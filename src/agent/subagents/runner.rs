@@ -119,6 +119,8 @@ impl Family {
             TurnInput::Prompt(UserPrompt {
                 text: task,
                 images: Vec::new(),
+                // Admitted on a host request's thread, which runs under the cell's span.
+                trace_parent: crate::base::telemetry::current(),
                 // The task comes from the parent model, not a user: never a shell command.
                 typed: false,
                 custom: None,
@@ -245,6 +247,7 @@ impl Family {
             compaction,
             mcp: self.mcp(),
             trace: self.tracer(id),
+            session_span: self.span.context(),
             usage: links,
             settled: None,
         })
@@ -303,6 +306,11 @@ fn run_child(
 ) {
     let mut input = input;
     loop {
+        // Each run under its own span: the first under the cell that admitted the child, a
+        // later one (its inbox) under the session's. It ends before the family hears the run
+        // ended, so it is queued before the session can finish.
+        let mut span = crate::agent::turn::agent_span(ctx, &input);
+        let current = crate::base::telemetry::enter(span.context());
         let (outcome, last_text, tokens) = {
             let mut conv = conversation.lock().unwrap_or_else(|e| e.into_inner());
             // The child's own session file, written by this thread as the main agent's is by
@@ -333,6 +341,9 @@ fn run_child(
                 .unwrap_or_default();
             (outcome, last_text, conv.usage.input + conv.usage.output)
         };
+        crate::agent::turn::end_agent_span(&mut span, &outcome);
+        drop(current);
+        drop(span);
         let Some(family) = family.upgrade() else {
             break;
         };

@@ -5,6 +5,7 @@
 
 use super::{AgentEvent, Conversation, TurnFailure, TurnOutcome, Worker};
 use crate::agent::compaction::{self, Compacted, Failure, Job, Reason};
+use crate::base::telemetry::{self, Kind, Span};
 use crate::protocol::stop_reason::StopReason;
 use crate::provider::Provider;
 
@@ -109,13 +110,15 @@ impl Worker<'_> {
         let (tools, abort) = (&self.ctx.tools, self.abort);
         // The file holds every message the compaction may keep before it records it.
         conv.persist();
-        let result = compaction::compact(
-            &job,
-            &mut conv.messages,
-            &mut conv.compaction,
-            tokens_before,
-            &mut || tools.kernel_names(abort),
-        );
+        let result = traced(reason, tokens_before, || {
+            compaction::compact(
+                &job,
+                &mut conv.messages,
+                &mut conv.compaction,
+                tokens_before,
+                &mut || tools.kernel_names(abort),
+            )
+        });
         let ended = |tokens_before, summary, error| AgentEvent::CompactionEnd {
             error,
             tokens_before,
@@ -244,4 +247,32 @@ impl Worker<'_> {
             Err(outcome) => outcome,
         }
     }
+}
+
+/// Runs a compaction under its `compaction` span (the summary's model call is its child).
+fn traced(
+    reason: Reason,
+    tokens_before: u64,
+    run: impl FnOnce() -> Result<Compacted, Failure>,
+) -> Result<Compacted, Failure> {
+    let mut span = Span::child("compaction", Kind::Internal);
+    span.set("prime_agent.compaction.reason", reason.as_str());
+    span.set("prime_agent.compaction.tokens_before", tokens_before);
+    let result = {
+        let _current = telemetry::enter(span.context());
+        run()
+    };
+    match &result {
+        Ok(done) => span.set(
+            "prime_agent.compaction.messages_summarised",
+            done.first_kept_old as u64,
+        ),
+        Err(Failure::Summary(text, kind)) => {
+            span.set("error.type", *kind);
+            span.fail(text.as_str());
+        }
+        Err(Failure::Nothing) => span.set("prime_agent.compaction.skipped", "nothing old"),
+        Err(Failure::Aborted) => span.set("prime_agent.compaction.skipped", "cancelled"),
+    }
+    result
 }

@@ -112,7 +112,7 @@ impl Worker<'_> {
             max_tokens: Some(PLANNER_MAX_TOKENS),
             request_id: &request_id,
         };
-        match provider.stream(&request, self.abort, &mut |_| {}) {
+        match crate::provider::traced_stream(&*provider, &request, self.abort, &mut |_| {}) {
             Ok(reply) => Ok(reply.message.text),
             Err(_) if self.abort.is_aborted() => Err(Stop::Aborted),
             Err(ProviderError::Aborted) => Err(Stop::Aborted),

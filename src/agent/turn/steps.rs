@@ -15,6 +15,7 @@ use super::{
 };
 use crate::agent::compaction::{self, Compacted, Reason};
 use crate::base::content::ToolSpec;
+use crate::base::telemetry::{self, Kind, Span};
 use crate::protocol::stop_reason::StopReason;
 use crate::provider::{
     ChatRequest, FinishReason, Message, Provider, ProviderError, Reply, StreamEvent, ToolCall,
@@ -293,9 +294,10 @@ impl<'a> Worker<'a> {
         emit(AgentEvent::AssistantMessageStart);
         let shown = &mut conv.notices_shown;
         let mut announcer = Announcer::default();
-        let result = turn.provider.stream(&request, self.abort, &mut |event| {
-            forward(event, &mut announcer, shown, emit)
-        });
+        let result =
+            crate::provider::traced_stream(&*turn.provider, &request, self.abort, &mut |event| {
+                forward(event, &mut announcer, shown, emit)
+            });
         ModelCall {
             request_id,
             result,
@@ -494,7 +496,17 @@ impl<'a> Worker<'a> {
 
     /// Runs one call and keeps its result, with how it was shown (the replay shows it so).
     fn run_and_keep(&self, conv: &mut Conversation, call: &ToolCall) {
-        let (output, shown) = self.run_tool(call);
+        let mut span = tool_span(call);
+        let (output, shown) = {
+            // A subagent the call admits and an HTTP MCP call it makes are the span's children.
+            let _current = telemetry::enter(span.context());
+            self.run_tool(call)
+        };
+        if output.is_error {
+            span.set("error.type", "tool_error");
+            span.fail(crate::base::telemetry::first_line(&output.text));
+        }
+        drop(span);
         if let Some(r) = conv.recorder.as_mut() {
             let details = crate::persist::entry::tool_details(
                 &shown.locations,
@@ -513,6 +525,18 @@ impl<'a> Worker<'a> {
         }));
         conv.persist();
     }
+}
+
+/// A tool call's span (`execute_tool {name}`, GenAI semantic conventions).
+fn tool_span(call: &ToolCall) -> Span {
+    if !telemetry::recording() {
+        return Span::child("execute_tool", Kind::Internal);
+    }
+    let mut span = Span::child(&format!("execute_tool {}", call.name), Kind::Internal);
+    span.set("gen_ai.operation.name", "execute_tool");
+    span.set("gen_ai.tool.name", call.name.as_str());
+    span.set("gen_ai.tool.call.id", call.id.as_str());
+    span
 }
 
 #[cfg(test)]
