@@ -88,6 +88,17 @@ pub struct Agent {
     /// The MCP servers of `settings.json` (`mcpServers`), started in each session beside the
     /// client's.
     pub(crate) mcp_servers: Vec<crate::protocol::acp::McpServer>,
+    /// Settings `subagentDefaultModel` and `auxiliaryModel`, built at start-up.
+    pub(crate) side_models: SideModels,
+}
+
+/// Models other than the session's: what settings name for children and side calls.
+#[derive(Default, Clone)]
+pub(crate) struct SideModels {
+    /// An `rlm(...)` child whose call names no model runs on this (else the session's).
+    pub subagent: Option<Arc<dyn Provider>>,
+    /// Compaction summaries and refine's calls go to this (else the session's model).
+    pub auxiliary: Option<Arc<dyn Provider>>,
 }
 
 impl Agent {
@@ -133,6 +144,7 @@ impl Agent {
             autonomy: autonomy::Config::default(),
             goal: None,
             mcp_servers: Vec::new(),
+            side_models: SideModels::default(),
         }
     }
 
@@ -161,6 +173,7 @@ impl Agent {
             autonomy: autonomy::Config::default(),
             goal: None,
             mcp_servers: Vec::new(),
+            side_models: SideModels::default(),
         })
     }
 }

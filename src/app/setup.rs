@@ -100,6 +100,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     // Before the provider: a sandbox that cannot be had is the first thing to hear of.
     let sandbox = sandbox_config(cfg, &settings, &dir, &cwd)?;
     let (provider, models, level) = build_provider(cfg, &dir, &settings)?;
+    let side_models = side_models(&settings, models.as_deref());
     let tools = tool_choice(cfg)?;
     let mut kernel_env = kernel_env(dir.clone(), &settings, &resources);
     kernel_env.sandbox = sandbox;
@@ -152,7 +153,30 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         },
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
         mcp_servers: settings.mcp_servers,
+        side_models,
     })
+}
+
+/// Settings `subagentDefaultModel` and `auxiliaryModel`, built from the menu's registry and
+/// credentials; without a menu (the scripted provider) there is no other model to name.
+fn side_models(settings: &Settings, menu: Option<&ModelMenu>) -> crate::agent::turn::SideModels {
+    let keys = [
+        ("subagentDefaultModel", settings.subagent_model.as_deref()),
+        ("auxiliaryModel", settings.auxiliary_model.as_deref()),
+    ];
+    let [subagent, auxiliary] = keys.map(|(key, reference)| match menu {
+        Some(menu) => menu.setting_model(key, reference),
+        None => {
+            if reference.is_some() {
+                log::warn!("Ignoring settings key {key}: this provider offers no other model");
+            }
+            None
+        }
+    });
+    crate::agent::turn::SideModels {
+        subagent,
+        auxiliary,
+    }
 }
 
 /// The sandbox: `--sandbox*` over the global settings' `sandbox`. A sandbox asked for where

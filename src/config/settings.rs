@@ -146,6 +146,12 @@ pub(crate) struct Settings {
     /// `providerBackupModel` (`provider/id` or a bare id): takes a model call the session's
     /// model failed for good (`provider::failover`).
     pub backup_model: Option<String>,
+    /// `subagentDefaultModel` (`provider/id` or a bare id): the model of an `rlm(...)` child
+    /// whose call names none (else the session's model).
+    pub subagent_model: Option<String>,
+    /// `auxiliaryModel` (`provider/id` or a bare id): the model of the side calls (compaction
+    /// summaries, refine's review gate and planner; else the session's model).
+    pub auxiliary_model: Option<String>,
     /// Values of known keys that had the wrong type (ignored), for start-up warnings.
     pub warnings: Vec<String>,
 }
@@ -289,6 +295,8 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     s.auto_refine = auto_refine(v, &mut w);
     s.mcp_servers = mcp_servers(v, &|name| std::env::var(name).ok(), &mut w);
     s.backup_model = string(v, "providerBackupModel", &mut w);
+    s.subagent_model = string(v, "subagentDefaultModel", &mut w);
+    s.auxiliary_model = string(v, "auxiliaryModel", &mut w);
     s.warnings = w;
     s
 }
@@ -388,8 +396,12 @@ mod tests {
             "sessionDir": "/tmp/s",
             "enabledModels": ["openai/*", " claude* "],
             "images": {"blockImages": true, "autoResize": false},
+            "subagentDefaultModel": "openai/gpt-5-mini",
+            "auxiliaryModel": " haiku ",
             "somethingElse": {"ignored": true}
         }));
+        assert_eq!(s.subagent_model.as_deref(), Some("openai/gpt-5-mini"));
+        assert_eq!(s.auxiliary_model.as_deref(), Some("haiku"));
         assert_eq!(s.default_provider.as_deref(), Some("anthropic"));
         assert_eq!(s.default_model.as_deref(), Some("claude-opus-4-7"));
         assert_eq!(s.default_thinking, Some(Thinking::High));
@@ -427,7 +439,9 @@ mod tests {
             "defaultThinkingLevel": "huge",
             "retry": {"maxRetries": -1, "enabled": "no"},
             "rlmMaxDepth": "two",
-            "images": {"autoResize": 1}
+            "images": {"autoResize": 1},
+            "subagentDefaultModel": "",
+            "auxiliaryModel": ["x"]
         }));
         assert_eq!(s.default_model, None);
         assert_eq!(s.default_thinking, None);
@@ -443,6 +457,8 @@ mod tests {
                 "Ignoring settings key retry.enabled: expected true or false".to_owned(),
                 "Ignoring settings key retry.maxRetries: expected a non-negative integer".to_owned(),
                 "Ignoring settings key images.autoResize: expected true or false".to_owned(),
+                "Ignoring settings key subagentDefaultModel: expected a non-empty string".to_owned(),
+                "Ignoring settings key auxiliaryModel: expected a non-empty string".to_owned(),
             ]
         );
     }

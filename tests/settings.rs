@@ -1,0 +1,116 @@
+//! Upstream's remaining settings and `models.json` keys, each honoured end to end against the
+//! loopback model server: the request the server sees is the proof (issue 34, item 6).
+
+use serde_json::{json, Value};
+
+use crate::support::llm_server::{Canned, LlmServer, Recorded};
+use crate::support::model::{self, Setup};
+use crate::support::*;
+
+/// An OpenAI chat-completions stream of one text reply.
+pub fn openai_text(text: &str) -> Canned {
+    let delta = json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":null}]});
+    let stop = json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]});
+    let usage = json!({"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":5}});
+    Canned::sse_bytes(
+        format!("data: {delta}\n\ndata: {stop}\n\ndata: {usage}\n\ndata: [DONE]\n\n").into_bytes(),
+    )
+}
+
+/// An OpenAI chat-completions stream of one call of `tool` with `args`.
+pub fn openai_tool_call(tool: &str, args: &Value) -> Canned {
+    let call = json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1",
+        "type":"function","function":{"name":tool,"arguments":args.to_string()}}]},"finish_reason":null}]});
+    let stop = json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]});
+    let usage = json!({"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":5}});
+    Canned::sse_bytes(
+        format!("data: {call}\n\ndata: {stop}\n\ndata: {usage}\n\ndata: [DONE]\n\n").into_bytes(),
+    )
+}
+
+/// Whether a chat-completions request carries a tool result already.
+fn has_tool_result(r: &Recorded) -> bool {
+    r.body["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
+}
+
+/// An agent on `intercept/<model>` with `settings` as its global `settings.json`.
+fn agent_with_settings(server: &LlmServer, model: &str, settings: &Value) -> Setup {
+    let dir = TempDir::new("settings");
+    dir.write(
+        "models.json",
+        &model::models_json(server, "openai-completions"),
+    );
+    dir.write("settings.json", &settings.to_string());
+    model::spawn_in(dir, model, &[("RLM_MAX_DEPTH", "1")], false)
+}
+
+/// `subagentDefaultModel` runs a child whose `rlm(...)` names no model; `auxiliaryModel`
+/// writes the compaction summary; the session's own calls stay on its model.
+#[test]
+fn subagent_default_model_and_auxiliary_model_take_their_calls() {
+    let code = "import asyncio\nh = await rlm(\"Count to three\", name=\"kid\")\nfor _ in range(600):\n    s = [c for c in await rlm.list_subagents() if c.session_name == \"kid\"]\n    if s and s[0].status != \"running\":\n        break\n    await asyncio.sleep(0.05)\nprint(\"child\", s[0].status, h.model)";
+    let server =
+        LlmServer::start_responding(move |r, _| match r.body["model"].as_str().unwrap_or("") {
+            "vision-model" => openai_text("one two three"),
+            "claude-test" => openai_text("SUMMARY: a child counted"),
+            _ if has_tool_result(r) => openai_text("delegated"),
+            _ => openai_tool_call("ipython", &json!({ "code": code })),
+        });
+    let settings = json!({
+        "subagentDefaultModel": "intercept/vision-model",
+        "auxiliaryModel": "claude-test",
+        "compaction": {"keepRecentTokens": 1},
+        "autoRefine": {"enabled": false}
+    });
+    let mut s = agent_with_settings(&server, "cold/test-model", &settings);
+    let a = &mut s.agent;
+    let r = model::ask(a, "delegate the count");
+    assert_eq!(model::stop_reason(&r), "end_turn", "{r}");
+    let r = model::ask_again(a, "/compact");
+    assert!(r.get("result").is_some(), "{r}");
+    let models: Vec<String> = server
+        .posts()
+        .iter()
+        .map(|p| p.body["model"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        models,
+        [
+            "cold/test-model",
+            "vision-model",
+            "cold/test-model",
+            "claude-test"
+        ],
+        "main call, the child's, main again, then the summary"
+    );
+    let tool_result = &server.posts()[2].body["messages"];
+    assert!(
+        tool_result
+            .to_string()
+            .contains("child completed intercept/vision-model"),
+        "{tool_result}"
+    );
+    assert!(a.finish().success());
+}
+
+/// A settings model that names nothing with credentials is a warning naming the key, and the
+/// calls stay on the session's model.
+#[test]
+fn an_unknown_settings_model_is_a_warning_naming_the_key() {
+    let server = LlmServer::start(vec![openai_text("hi")]);
+    let settings = json!({"subagentDefaultModel": "nope/none", "auxiliaryModel": 7});
+    let mut s = agent_with_settings(&server, "cold/test-model", &settings);
+    let a = &mut s.agent;
+    model::ask(a, "hello");
+    assert!(model::stderr_eventually(
+        a,
+        "Ignoring settings key subagentDefaultModel: nope/none is not a model with credentials"
+    ));
+    assert!(model::stderr_eventually(
+        a,
+        "Ignoring settings key auxiliaryModel: expected a non-empty string"
+    ));
+    assert!(a.finish().success());
+}
