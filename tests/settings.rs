@@ -114,3 +114,82 @@ fn an_unknown_settings_model_is_a_warning_naming_the_key() {
     ));
     assert!(a.finish().success());
 }
+
+/// The text a slash command streamed (it answers `end_turn` without a model call).
+fn command(a: &mut Agent, text: &str) -> String {
+    let before = a.text().len();
+    assert_eq!(a.prompt_stop(text), "end_turn", "{text}");
+    a.text()[before..].to_owned()
+}
+
+/// A scripted agent in `dir` with `settings` as the project's `settings.json`.
+fn scripted_with_settings(
+    dir: &TempDir,
+    settings: &Value,
+    lines: &[Value],
+    flags: &[&str],
+) -> Agent {
+    dir.write(".prime/agent/settings.json", &settings.to_string());
+    let script = script_file(dir, lines);
+    agent_in(dir, &script, flags)
+}
+
+/// `autonomous.*`: limits from settings (`"unlimited"` included) apply once the mode is on,
+/// and each `--autonomous-*` flag given wins over its key.
+#[test]
+fn autonomous_limits_come_from_settings_and_flags_win() {
+    let dir = TempDir::new("settings-autonomous");
+    let settings = json!({"autonomous": {"maxTurns": "unlimited", "maxTokens": 500,
+        "maxContinuations": 9, "timeoutMs": "unlimited"}});
+    let mut a = scripted_with_settings(&dir, &settings, &[json!({"text":"x"})], &[]);
+    // Limits alone do not turn the mode on.
+    assert_eq!(
+        command(&mut a, "/autonomous status"),
+        "Autonomous mode: off. Continuations: 0/9. Turns: 0/unlimited. Tokens: 0/500."
+    );
+    drop(a);
+    let mut a = scripted_with_settings(
+        &dir,
+        &settings,
+        &[json!({"text":"x"})],
+        &["--autonomous-max-tokens", "700"],
+    );
+    assert_eq!(
+        command(&mut a, "/autonomous status"),
+        "Autonomous mode: on. Continuations: 0/9. Turns: 0/unlimited. Tokens: 0/700."
+    );
+}
+
+/// `autonomous.enabled` starts every session in autonomous mode: the default continuation
+/// runs until settings' continuation limit stops the run.
+#[test]
+fn autonomous_enabled_in_settings_runs_continuations_to_the_settings_limit() {
+    let dir = TempDir::new("settings-autonomous-on");
+    let settings = json!({"autonomous": {"enabled": true, "maxContinuations": 1}});
+    let lines = [
+        json!({"text":"first"}),
+        json!({"text":"second"}),
+        json!({"text":"never asked"}),
+    ];
+    let mut a = scripted_with_settings(&dir, &settings, &lines, &[]);
+    assert_eq!(a.prompt_stop("go"), "max_turn_requests");
+    assert_eq!(a.text(), "firstsecond");
+}
+
+/// A bad `autonomous.*` value is a warning naming the key, and the default stays.
+#[test]
+fn a_bad_autonomous_value_is_a_warning_naming_the_key() {
+    let dir = TempDir::new("settings-autonomous-bad");
+    let settings = json!({"autonomous": {"maxTurns": 0, "gates": {"commands": "make test"}}});
+    let mut a = scripted_with_settings(&dir, &settings, &[json!({"text":"x"})], &[]);
+    assert_eq!(
+        command(&mut a, "/autonomous status"),
+        "Autonomous mode: off. Continuations: 0/3. Turns: 0/12. Tokens: 0/80000."
+    );
+    for warning in [
+        "Ignoring settings key autonomous.maxTurns: expected a positive integer or \"unlimited\"",
+        "Ignoring settings key autonomous.gates.commands: expected a list of shell commands",
+    ] {
+        assert!(model::stderr_eventually(&a, warning), "{warning}");
+    }
+}

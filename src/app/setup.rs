@@ -149,12 +149,57 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         store,
         autonomy: crate::agent::autonomy::Config {
             max_model_calls: max_model_calls(cfg),
-            ..cfg.autonomy.clone()
+            ..autonomy_config(cfg, &settings.autonomous)
         },
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
         mcp_servers: settings.mcp_servers,
         side_models,
     })
+}
+
+/// Autonomous mode: each `--autonomous*` flag given wins over its settings key
+/// (`autonomous.*`), which wins over the default. Settings enable the mode only with
+/// `autonomous.enabled` (limits alone wait for a flag or `/autonomous on`).
+fn autonomy_config(cfg: &Config, s: &settings::Autonomous) -> crate::agent::autonomy::Config {
+    let mut a = cfg.autonomy.clone();
+    let given = |flag: &str| cfg.autonomy_flags.iter().any(|f| f == flag);
+    let set = |flag: &str, from: Option<u64>, slot: &mut u64| {
+        if let Some(n) = from.filter(|_| !given(flag)) {
+            *slot = n;
+        }
+    };
+    set(
+        "--autonomous-max-continuations",
+        s.max_continuations,
+        &mut a.max_continuations,
+    );
+    set("--autonomous-max-turns", s.max_turns, &mut a.max_turns);
+    set("--autonomous-max-tokens", s.max_tokens, &mut a.max_tokens);
+    set(
+        "--autonomous-gate-retries",
+        s.gate_max_retries,
+        &mut a.gates.max_retries,
+    );
+    let ms = |flag: &str, from: Option<u64>, slot: &mut std::time::Duration| {
+        if let Some(n) = from.filter(|_| !given(flag)) {
+            *slot = std::time::Duration::from_millis(n);
+        }
+    };
+    ms("--autonomous-timeout-ms", s.timeout_ms, &mut a.timeout);
+    ms(
+        "--autonomous-gate-timeout-ms",
+        s.gate_timeout_ms,
+        &mut a.gates.timeout,
+    );
+    if let Some(commands) = s
+        .gate_commands
+        .as_ref()
+        .filter(|_| !given("--autonomous-gate"))
+    {
+        a.gates.commands = commands.clone();
+    }
+    a.enabled |= s.enabled == Some(true);
+    a
 }
 
 /// Settings `subagentDefaultModel` and `auxiliaryModel`, built from the menu's registry and

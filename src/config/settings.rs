@@ -93,6 +93,80 @@ pub(crate) fn auto_refine(v: &Value, w: &mut Vec<String>) -> AutoRefine {
     a
 }
 
+/// A limit of `autonomous.*`: a positive integer, or `"unlimited"` (`u64::MAX`, never reached).
+pub(crate) const UNLIMITED: u64 = u64::MAX;
+
+/// `autonomous.*` (ours: upstream has no settings key for autonomous mode): what a session
+/// starts with when the matching `--autonomous-*` flag is not given. `None`: not set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Autonomous {
+    /// `autonomous.enabled`: every session starts in autonomous mode, as with `--autonomous`.
+    pub enabled: Option<bool>,
+    pub max_continuations: Option<u64>,
+    pub max_turns: Option<u64>,
+    pub max_tokens: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    /// `autonomous.gates.commands`: the gate commands (`--autonomous-gate`, which does not
+    /// enable the mode from settings).
+    pub gate_commands: Option<Vec<String>>,
+    pub gate_max_retries: Option<u64>,
+    pub gate_timeout_ms: Option<u64>,
+}
+
+/// The `autonomous` keys of merged settings; a bad value keeps its default, reported in `w`.
+fn autonomous(v: &Value, w: &mut Vec<String>) -> Autonomous {
+    let limit = |key: &str, w: &mut Vec<String>| match at(v, key)? {
+        Value::String(s) if s == "unlimited" => Some(UNLIMITED),
+        x => match x.as_u64().filter(|n| *n > 0) {
+            Some(n) => Some(n),
+            None => {
+                w.push(wrong(key, "a positive integer or \"unlimited\""));
+                None
+            }
+        },
+    };
+    let positive = |key: &str, w: &mut Vec<String>| match count(v, key, w)? {
+        0 => {
+            w.push(wrong(key, "a positive integer"));
+            None
+        }
+        n => Some(n),
+    };
+    let gate_commands = match at(v, "autonomous.gates.commands") {
+        None => None,
+        Some(Value::Array(items))
+            if items
+                .iter()
+                .all(|c| c.as_str().is_some_and(|c| !c.trim().is_empty())) =>
+        {
+            Some(
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            )
+        }
+        Some(_) => {
+            w.push(wrong(
+                "autonomous.gates.commands",
+                "a list of shell commands",
+            ));
+            None
+        }
+    };
+    Autonomous {
+        enabled: flag(v, "autonomous.enabled", w),
+        max_continuations: limit("autonomous.maxContinuations", w),
+        max_turns: limit("autonomous.maxTurns", w),
+        max_tokens: limit("autonomous.maxTokens", w),
+        timeout_ms: limit("autonomous.timeoutMs", w),
+        gate_commands,
+        gate_max_retries: positive("autonomous.gates.maxRetries", w),
+        gate_timeout_ms: positive("autonomous.gates.timeoutMs", w),
+    }
+}
+
 /// `sandbox`: a mode string, or `{"mode", "writable": [paths], "network": bool}`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct SandboxSettings {
@@ -152,6 +226,8 @@ pub(crate) struct Settings {
     /// `auxiliaryModel` (`provider/id` or a bare id): the model of the side calls (compaction
     /// summaries, refine's review gate and planner; else the session's model).
     pub auxiliary_model: Option<String>,
+    /// `autonomous.*`.
+    pub autonomous: Autonomous,
     /// Values of known keys that had the wrong type (ignored), for start-up warnings.
     pub warnings: Vec<String>,
 }
@@ -297,6 +373,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     s.backup_model = string(v, "providerBackupModel", &mut w);
     s.subagent_model = string(v, "subagentDefaultModel", &mut w);
     s.auxiliary_model = string(v, "auxiliaryModel", &mut w);
+    s.autonomous = autonomous(v, &mut w);
     s.warnings = w;
     s
 }
@@ -459,6 +536,60 @@ mod tests {
                 "Ignoring settings key images.autoResize: expected true or false".to_owned(),
                 "Ignoring settings key subagentDefaultModel: expected a non-empty string".to_owned(),
                 "Ignoring settings key auxiliaryModel: expected a non-empty string".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn autonomous_keys_take_unlimited_and_refuse_non_positive_values() {
+        let s = from_value(
+            &json!({"autonomous": {"enabled": true, "maxContinuations": 2,
+            "maxTurns": "unlimited", "maxTokens": 9, "timeoutMs": "unlimited",
+            "gates": {"commands": ["make test"], "maxRetries": 1, "timeoutMs": 5}}}),
+        );
+        assert_eq!(
+            s.autonomous,
+            Autonomous {
+                enabled: Some(true),
+                max_continuations: Some(2),
+                max_turns: Some(UNLIMITED),
+                max_tokens: Some(9),
+                timeout_ms: Some(UNLIMITED),
+                gate_commands: Some(vec!["make test".to_owned()]),
+                gate_max_retries: Some(1),
+                gate_timeout_ms: Some(5),
+            }
+        );
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        // (value, warning) for a limit key; gate keys take no "unlimited".
+        let limit = "expected a positive integer or \"unlimited\"";
+        for (bad, want) in [
+            (json!(0), limit),
+            (json!(-3), limit),
+            (json!("lots"), limit),
+            (json!(1.5), limit),
+        ] {
+            let s = from_value(&json!({"autonomous": {"maxTokens": bad}}));
+            assert_eq!(s.autonomous, Autonomous::default());
+            assert_eq!(
+                s.warnings,
+                [format!(
+                    "Ignoring settings key autonomous.maxTokens: {want}"
+                )]
+            );
+        }
+        let s = from_value(
+            &json!({"autonomous": {"enabled": 1, "gates": {"maxRetries": "unlimited",
+            "timeoutMs": 0, "commands": ["ok", ""]}}}),
+        );
+        assert_eq!(s.autonomous, Autonomous::default());
+        assert_eq!(
+            s.warnings,
+            [
+                "Ignoring settings key autonomous.gates.commands: expected a list of shell commands",
+                "Ignoring settings key autonomous.enabled: expected true or false",
+                "Ignoring settings key autonomous.gates.maxRetries: expected a non-negative integer",
+                "Ignoring settings key autonomous.gates.timeoutMs: expected a positive integer",
             ]
         );
     }
