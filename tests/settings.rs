@@ -193,3 +193,66 @@ fn a_bad_autonomous_value_is_a_warning_naming_the_key() {
         assert!(model::stderr_eventually(&a, warning), "{warning}");
     }
 }
+
+/// Settings `skills` / `prompts` add paths (relative to the agent dir for the global file);
+/// `enableSkillCommands: false` leaves skills out of the commands (they stay in the system
+/// prompt); `enableBuiltinSkills: false` takes `skill_creator` and the service stubs out of
+/// the kernel and the prompt.
+#[test]
+fn skill_and_prompt_paths_and_the_enable_flags() {
+    let dir = TempDir::new("settings-skills");
+    let agent_dir = dir.path().join("agent");
+    dir.write(
+        "agent/settings.json",
+        &json!({"skills": ["more-skills"], "prompts": ["more-prompts"],
+            "enableSkillCommands": false, "enableBuiltinSkills": false})
+        .to_string(),
+    );
+    dir.write(
+        "agent/more-skills/delta/SKILL.md",
+        "---\ndescription: Found through settings\n---\nDelta body.\n",
+    );
+    dir.write(
+        "agent/more-prompts/ship.md",
+        "---\ndescription: Ship it\n---\nShip $1 now.",
+    );
+    let code = "print(sorted(n for n in ('skill_creator', 'websearch', 'agent_observe') if n in globals()))";
+    let script = script_file(
+        &dir,
+        &[
+            json!({"steps":[
+                {"expect_system":["<name>delta</name>", "agent_observe"]},
+                {"expect_system_none":["skill_creator"]},
+                {"tool_call":{"name":"ipython","arguments":{"code":code}}}]}),
+            json!({"steps":[{"expect":["['agent_observe']"]},{"text":"checked"}]}),
+            json!({"steps":[{"expect":["user: Ship v2 now."]},{"text":"shipped"}]}),
+            json!({"steps":[{"expect":["user: /skill:delta go"]},{"text":"as typed"}]}),
+        ],
+    );
+    let agent_dir = agent_dir.display().to_string();
+    let mut a = agent_in_env(
+        &dir,
+        &script,
+        &["--no-session"],
+        &[("PRIME_AGENT_CODING_AGENT_DIR", &agent_dir)],
+    );
+    let commands = a.wait_for("the commands", |f| {
+        f["params"]["update"]["sessionUpdate"] == "available_commands_update"
+    });
+    let names: Vec<&str> = commands["params"]["update"]["availableCommands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(names.contains(&"ship"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("skill:")), "{names:?}");
+    for text in ["check the kernel", "/ship v2", "/skill:delta go"] {
+        assert_eq!(
+            a.prompt_stop(text),
+            "end_turn",
+            "{text}\n{}",
+            a.stderr_text()
+        );
+    }
+}

@@ -65,6 +65,7 @@ fn kernel_env(agent_dir: PathBuf, settings: &Settings, resources: &Resources) ->
             })
             .collect(),
         images: settings.images,
+        no_builtin_skills: settings.enable_builtin_skills == Some(false),
         // Set by `build_agent` from the flags and settings (`sandbox_config`).
         sandbox: Sandbox::default(),
     }
@@ -86,7 +87,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     // A bad certificate file fails start-up naming it (`trust`).
     let roots = crate::provider::http::trust::from_env(&|name| std::env::var(name).ok())?;
     crate::provider::http::set_roots(roots);
-    let resources = Arc::new(skills::load(
+    let mut resources = skills::load(
         &skills::Sources {
             cwd: &cwd,
             agent_dir: &dir,
@@ -94,9 +95,14 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
             no_skills: cfg.no_skills,
             templates: &cfg.prompt_templates,
             no_templates: cfg.no_prompt_templates,
+            settings_skills: &settings.skill_paths,
+            settings_templates: &settings.prompt_paths,
         },
         &mut |w| log::warn!("{w}"),
-    ));
+    );
+    resources.no_skill_commands = settings.enable_skill_commands == Some(false);
+    let resources = Arc::new(resources);
+    let no_builtin_skills = settings.enable_builtin_skills == Some(false);
     // Before the provider: a sandbox that cannot be had is the first thing to hear of.
     let sandbox = sandbox_config(cfg, &settings, &dir, &cwd)?;
     let (provider, models, level) = build_provider(cfg, &dir, &settings)?;
@@ -118,6 +124,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         agent_dir: (!cfg.no_context_files).then(|| dir.clone()),
         skills: resources.skills.clone(),
         today: today_utc(),
+        no_builtin_skills,
         // What the first call runs in (permission mode `read-only` narrows a sandbox).
         sandbox: Some(match permission_mode {
             crate::agent::permissions::Mode::ReadOnly if kernel_env.sandbox.is_on() => kernel_env

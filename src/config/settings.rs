@@ -228,6 +228,16 @@ pub(crate) struct Settings {
     pub auxiliary_model: Option<String>,
     /// `autonomous.*`.
     pub autonomous: Autonomous,
+    /// `skills` of both files (the project's first), each resolved against its file's base
+    /// dir (`<cwd>/.prime/agent`, the agent dir); `~/` is the home directory.
+    pub skill_paths: Vec<PathBuf>,
+    /// `prompts`, the same way: template files or directories of them.
+    pub prompt_paths: Vec<PathBuf>,
+    /// `enableSkillCommands` (default on): each skill is a `skill:<name>` command.
+    pub enable_skill_commands: Option<bool>,
+    /// `enableBuiltinSkills` (default on): the kernel's built-in skills (`skill_creator`, the
+    /// stubs of upstream's service skills).
+    pub enable_builtin_skills: Option<bool>,
     /// Values of known keys that had the wrong type (ignored), for start-up warnings.
     pub warnings: Vec<String>,
 }
@@ -242,13 +252,65 @@ pub(crate) fn paths(agent_dir: &Path, cwd: &Path) -> [PathBuf; 2] {
 
 /// Reads and merges both files; a missing file counts as `{}`.
 pub(crate) fn load(agent_dir: &Path, cwd: &Path) -> Result<Settings, String> {
-    let (merged, global) = read_files(agent_dir, cwd)?;
+    let (merged, [global, project]) = read_files(agent_dir, cwd)?;
     let mut settings = from_value(&merged);
-    // The sandbox is the user's: a repository's project file does not decide it.
     let mut w = Vec::new();
+    // Resource paths are relative to the file that names them (upstream's rule), so each
+    // file's list is read on its own: the project's first, then the global one.
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let bases = [
+        (project.as_ref(), cwd.join(".prime").join("agent")),
+        (global.as_ref(), agent_dir.to_path_buf()),
+    ];
+    for (file, base) in bases {
+        let Some(file) = file else { continue };
+        let home = home.as_deref();
+        settings
+            .skill_paths
+            .extend(resource_paths(file, "skills", &base, home, &mut w));
+        settings
+            .prompt_paths
+            .extend(resource_paths(file, "prompts", &base, home, &mut w));
+    }
+    // The sandbox is the user's: a repository's project file does not decide it.
     settings.sandbox = global.map_or_else(SandboxSettings::default, |g| sandbox_of(&g, &mut w));
     settings.warnings.extend(w);
     Ok(settings)
+}
+
+/// One file's `skills` or `prompts` list, resolved against `base` (`~/` against `home`).
+/// Upstream's patterns (globs, `!`, `+`, `-` entries) are not taken: each is a warning.
+fn resource_paths(
+    file: &Value,
+    key: &str,
+    base: &Path,
+    home: Option<&Path>,
+    w: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    let items = match at(file, key) {
+        None => return Vec::new(),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            w.push(wrong(key, "a list of paths"));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for item in items {
+        match item.as_str().map(str::trim) {
+            Some(p) if p.starts_with(['!', '+', '-']) || p.contains(['*', '?', '[']) => {
+                w.push(format!(
+                    "Ignoring settings key {key}: the pattern {p} is not supported (give a file or directory)"
+                ))
+            }
+            Some("") | None => w.push(wrong(key, "a list of paths")),
+            Some(p) => out.push(match (p.strip_prefix("~/"), home) {
+                (Some(rest), Some(home)) => home.join(rest),
+                _ => base.join(p),
+            }),
+        }
+    }
+    out
 }
 
 /// The one reader of `settings.json`: both files, bounded (`untrusted`), merged, the project's
@@ -258,10 +320,12 @@ pub(crate) fn read_merged(agent_dir: &Path, cwd: &Path) -> Result<Value, String>
     read_files(agent_dir, cwd).map(|(merged, _)| merged)
 }
 
-/// Both files merged, and the global one alone (`None`: there is none).
-fn read_files(agent_dir: &Path, cwd: &Path) -> Result<(Value, Option<Value>), String> {
+/// Both files merged, and each alone (global, project; `None`: there is none).
+type Files = (Value, [Option<Value>; 2]);
+
+fn read_files(agent_dir: &Path, cwd: &Path) -> Result<Files, String> {
     let mut merged = Value::Object(Default::default());
-    let mut global = None;
+    let mut each = [None, None];
     for (i, path) in paths(agent_dir, cwd).into_iter().enumerate() {
         // Bounded: the project's file comes from whatever repository the cwd is in.
         let text = match crate::base::untrusted::read_text(&path, crate::base::untrusted::JSON_CAP)
@@ -271,12 +335,10 @@ fn read_files(agent_dir: &Path, cwd: &Path) -> Result<(Value, Option<Value>), St
             Err(e) => return Err(format!("Cannot read settings file {}: {e}", path.display())),
         };
         let value = parse_file(&path, &text)?;
-        if i == 0 {
-            global = Some(value.clone());
-        }
+        each[i] = Some(value.clone());
         merge(&mut merged, value);
     }
-    Ok((merged, global))
+    Ok((merged, each))
 }
 
 /// One file's text as a JSON object, or the start-up error naming the file.
@@ -374,6 +436,8 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     s.subagent_model = string(v, "subagentDefaultModel", &mut w);
     s.auxiliary_model = string(v, "auxiliaryModel", &mut w);
     s.autonomous = autonomous(v, &mut w);
+    s.enable_skill_commands = flag(v, "enableSkillCommands", &mut w);
+    s.enable_builtin_skills = flag(v, "enableBuiltinSkills", &mut w);
     s.warnings = w;
     s
 }
@@ -591,6 +655,39 @@ mod tests {
                 "Ignoring settings key autonomous.gates.maxRetries: expected a non-negative integer",
                 "Ignoring settings key autonomous.gates.timeoutMs: expected a positive integer",
             ]
+        );
+    }
+
+    #[test]
+    fn resource_paths_resolve_against_their_file_and_refuse_patterns() {
+        let (base, home) = (Path::new("/p/.prime/agent"), Path::new("/home/u"));
+        let file = json!({"skills": ["skills-extra", "/abs/s", "~/.claude/skills", "!x", "a/*", ""],
+            "prompts": "p"});
+        let mut w = Vec::new();
+        assert_eq!(
+            resource_paths(&file, "skills", base, Some(home), &mut w),
+            [
+                PathBuf::from("/p/.prime/agent/skills-extra"),
+                PathBuf::from("/abs/s"),
+                PathBuf::from("/home/u/.claude/skills"),
+            ]
+        );
+        assert!(resource_paths(&file, "prompts", base, Some(home), &mut w).is_empty());
+        assert_eq!(
+            w,
+            [
+                "Ignoring settings key skills: the pattern !x is not supported (give a file or directory)",
+                "Ignoring settings key skills: the pattern a/* is not supported (give a file or directory)",
+                "Ignoring settings key skills: expected a list of paths",
+                "Ignoring settings key prompts: expected a list of paths",
+            ]
+        );
+        let s = from_value(&json!({"enableSkillCommands": false, "enableBuiltinSkills": "no"}));
+        assert_eq!(s.enable_skill_commands, Some(false));
+        assert_eq!(s.enable_builtin_skills, None);
+        assert_eq!(
+            s.warnings,
+            ["Ignoring settings key enableBuiltinSkills: expected true or false"]
         );
     }
 
