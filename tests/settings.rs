@@ -256,3 +256,67 @@ fn skill_and_prompt_paths_and_the_enable_flags() {
         );
     }
 }
+
+/// models.json `authHeader` sends the key as a bearer token beside the API's own header;
+/// `thinkingLevelMap` clamps an unsupported level and sends the mapped value;
+/// `modelOverrides` changes a built-in model (its headers, its map) without listing it.
+#[test]
+fn models_json_auth_header_level_map_and_overrides_reach_the_request() {
+    let server = LlmServer::start(vec![Canned::sse("anthropic-text.sse")]);
+    let dir = TempDir::new("settings-models-json");
+    dir.write(
+        "models.json",
+        &json!({"providers": {"intercept": {"baseUrl": server.url(), "api": "anthropic-messages",
+            "apiKey": "test-key", "authHeader": true, "models": [{"id": "claude-test"}]}}})
+        .to_string(),
+    );
+    let mut s = model::spawn_in(dir, "claude-test", &[], false);
+    model::ask(&mut s.agent, "hi");
+    let post = &server.posts()[0];
+    assert_eq!(post.header("x-api-key"), Some("test-key"));
+    assert_eq!(post.header("authorization"), Some("Bearer test-key"));
+
+    let server = LlmServer::start(vec![openai_text("ok")]);
+    let dir = TempDir::new("settings-model-overrides");
+    dir.write(
+        "models.json",
+        &json!({"providers": {
+            "intercept": {"baseUrl": format!("{}/v1", server.url()), "api": "openai-completions",
+                "apiKey": "k", "models": [{"id": "deep", "reasoning": true,
+                "thinkingLevelMap": {"medium": null, "high": "max"}}]},
+            "openai": {"baseUrl": format!("{}/v1", server.url()), "api": "openai-completions",
+                "apiKey": "k", "modelOverrides": {"gpt-5-mini": {"headers": {"X-Route": "r1"},
+                "thinkingLevelMap": {"low": "minimal"}}}}}})
+        .to_string(),
+    );
+    let args = |model: &str, level: &str| {
+        [
+            "--mode",
+            "acp",
+            "--model",
+            model,
+            "--thinking",
+            level,
+            "--no-session",
+            "--offline",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    for (model, level) in [("intercept/deep", "medium"), ("openai/gpt-5-mini", "low")] {
+        let mut a = Agent::spawn(Spawn {
+            args: args(model, level),
+            env: model::env_for(&dir, &[]),
+            ..Default::default()
+        });
+        let r = model::ask(&mut a, "hi");
+        assert_eq!(model::stop_reason(&r), "end_turn", "{r}");
+    }
+    let posts = server.posts();
+    // `medium` is not the model's: the call runs at `high`, sent as `max`.
+    assert_eq!(posts[0].body["reasoning_effort"], "max");
+    assert_eq!(posts[0].header("x-route"), None);
+    assert_eq!(posts[1].body["model"], "gpt-5-mini");
+    assert_eq!(posts[1].body["reasoning_effort"], "minimal");
+    assert_eq!(posts[1].header("x-route"), Some("r1"));
+}

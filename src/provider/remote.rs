@@ -278,6 +278,18 @@ impl Provider for RemoteProvider {
             }
             _ => request,
         };
+        // models.json `thinkingLevelMap`: a level the model does not take is clamped away.
+        let clamped;
+        let request = match model.clamp(request.thinking) {
+            t if t != request.thinking => {
+                clamped = ChatRequest {
+                    thinking: t,
+                    ..*request
+                };
+                &clamped
+            }
+            _ => request,
+        };
         let body = match (self.selection.api, &azure_env) {
             (Api::AzureOpenAiResponses, Some(env)) => azure::body(model, request, env),
             (Api::OpenAiResponses | Api::AzureOpenAiResponses, _) => {
@@ -351,7 +363,13 @@ impl RemoteProvider {
                 google::headers(key),
             ),
         };
-        for (name, raw) in &p.headers {
+        // models.json `authHeader`: the key as a bearer token too (the provider's and the
+        // model's own `headers` still win).
+        if let (true, Some(key)) = (p.auth_header, key) {
+            headers.retain(|(n, _)| !n.eq_ignore_ascii_case("authorization"));
+            headers.push(("authorization".to_owned(), format!("Bearer {key}")));
+        }
+        for (name, raw) in p.headers.iter().chain(&self.selection.model.headers) {
             let value = resolve_value(raw, abort).map_err(|e| config_or_aborted(e, abort))?;
             headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
             headers.push((name.clone(), value));
