@@ -320,3 +320,24 @@ fn models_json_auth_header_level_map_and_overrides_reach_the_request() {
     assert_eq!(posts[1].body["reasoning_effort"], "minimal");
     assert_eq!(posts[1].header("x-route"), Some("r1"));
 }
+
+/// `thinkingBudgets` sets the thinking tokens of a level for an API that takes a budget.
+#[test]
+fn thinking_budgets_set_the_anthropic_budget_of_the_level() {
+    let server = LlmServer::start(vec![Canned::sse("anthropic-text.sse")]);
+    let dir = TempDir::new("settings-budgets");
+    dir.write(
+        "models.json",
+        &model::models_json(&server, "anthropic-messages"),
+    );
+    dir.write(
+        "settings.json",
+        &json!({"thinkingBudgets": {"medium": 3000}}).to_string(),
+    );
+    let mut s = model::spawn_in(dir, "claude-test", &[], false);
+    model::ask(&mut s.agent, "hi");
+    assert_eq!(
+        server.posts()[0].body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 3000})
+    );
+}

@@ -84,6 +84,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         log::warn!("{w}");
     }
     crate::provider::http::set_retry(settings.retry);
+    crate::provider::set_thinking_budgets(settings.thinking_budgets);
     // A bad certificate file fails start-up naming it (`trust`).
     let roots = crate::provider::http::trust::from_env(&|name| std::env::var(name).ok())?;
     crate::provider::http::set_roots(roots);

@@ -93,6 +93,55 @@ pub(crate) fn auto_refine(v: &Value, w: &mut Vec<String>) -> AutoRefine {
     a
 }
 
+/// `thinkingBudgets`: thinking tokens per level for the APIs that take a token budget
+/// (Anthropic Messages, Gemini 2.5); `None`: the API's default for that level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ThinkingBudgets {
+    pub minimal: Option<u64>,
+    pub low: Option<u64>,
+    pub medium: Option<u64>,
+    pub high: Option<u64>,
+}
+
+impl ThinkingBudgets {
+    /// The configured budget of level `t` (`xhigh` and `max` have none: upstream's four).
+    pub(crate) fn of(&self, t: Thinking) -> Option<u64> {
+        match t {
+            Thinking::Minimal => self.minimal,
+            Thinking::Low => self.low,
+            Thinking::Medium => self.medium,
+            Thinking::High => self.high,
+            Thinking::Off | Thinking::XHigh | Thinking::Max => None,
+        }
+    }
+}
+
+fn thinking_budgets(v: &Value, w: &mut Vec<String>) -> ThinkingBudgets {
+    let mut level = |name: &str| {
+        let key = format!("thinkingBudgets.{name}");
+        match count(v, &key, w)? {
+            0 => {
+                w.push(wrong(&key, "a positive integer"));
+                None
+            }
+            n => Some(n),
+        }
+    };
+    if at(v, "thinkingBudgets").is_some_and(|b| !b.is_object()) {
+        w.push(wrong(
+            "thinkingBudgets",
+            "an object of token budgets by level",
+        ));
+        return ThinkingBudgets::default();
+    }
+    ThinkingBudgets {
+        minimal: level("minimal"),
+        low: level("low"),
+        medium: level("medium"),
+        high: level("high"),
+    }
+}
+
 /// A limit of `autonomous.*`: a positive integer, or `"unlimited"` (`u64::MAX`, never reached).
 pub(crate) const UNLIMITED: u64 = u64::MAX;
 
@@ -228,6 +277,8 @@ pub(crate) struct Settings {
     pub auxiliary_model: Option<String>,
     /// `autonomous.*`.
     pub autonomous: Autonomous,
+    /// `thinkingBudgets`.
+    pub thinking_budgets: ThinkingBudgets,
     /// `skills` of both files (the project's first), each resolved against its file's base
     /// dir (`<cwd>/.prime/agent`, the agent dir); `~/` is the home directory.
     pub skill_paths: Vec<PathBuf>,
@@ -436,6 +487,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     s.subagent_model = string(v, "subagentDefaultModel", &mut w);
     s.auxiliary_model = string(v, "auxiliaryModel", &mut w);
     s.autonomous = autonomous(v, &mut w);
+    s.thinking_budgets = thinking_budgets(v, &mut w);
     s.enable_skill_commands = flag(v, "enableSkillCommands", &mut w);
     s.enable_builtin_skills = flag(v, "enableBuiltinSkills", &mut w);
     s.warnings = w;
@@ -688,6 +740,29 @@ mod tests {
         assert_eq!(
             s.warnings,
             ["Ignoring settings key enableBuiltinSkills: expected true or false"]
+        );
+    }
+
+    #[test]
+    fn thinking_budgets_by_level() {
+        let s = from_value(&json!({"thinkingBudgets": {"minimal": 512, "high": 40000}}));
+        assert_eq!(s.thinking_budgets.of(Thinking::Minimal), Some(512));
+        assert_eq!(s.thinking_budgets.of(Thinking::High), Some(40_000));
+        assert_eq!(s.thinking_budgets.of(Thinking::Medium), None);
+        assert_eq!(s.thinking_budgets.of(Thinking::XHigh), None);
+        let s = from_value(&json!({"thinkingBudgets": {"low": 0, "medium": "big"}}));
+        assert_eq!(s.thinking_budgets, ThinkingBudgets::default());
+        assert_eq!(
+            s.warnings,
+            [
+                "Ignoring settings key thinkingBudgets.low: expected a positive integer",
+                "Ignoring settings key thinkingBudgets.medium: expected a non-negative integer",
+            ]
+        );
+        let s = from_value(&json!({"thinkingBudgets": 4096}));
+        assert_eq!(
+            s.warnings,
+            ["Ignoring settings key thinkingBudgets: expected an object of token budgets by level"]
         );
     }
 

@@ -296,6 +296,21 @@ pub(crate) struct Notice {
 /// Defined in the leaf `thinking` (settings read it too); re-exported under its usual path.
 pub(crate) use crate::config::thinking::Thinking;
 
+/// Settings `thinkingBudgets`, set once at start-up (`setup`), read by the APIs that take a
+/// thinking budget in tokens (`anthropic`, `google`).
+static THINKING_BUDGETS: std::sync::OnceLock<crate::config::settings::ThinkingBudgets> =
+    std::sync::OnceLock::new();
+
+/// Records the settings' thinking budgets (the first call wins).
+pub(crate) fn set_thinking_budgets(budgets: crate::config::settings::ThinkingBudgets) {
+    let _ = THINKING_BUDGETS.set(budgets);
+}
+
+/// The settings' thinking budgets (none set: every API's defaults).
+pub(crate) fn thinking_budgets() -> crate::config::settings::ThinkingBudgets {
+    THINKING_BUDGETS.get().copied().unwrap_or_default()
+}
+
 /// The share of a known window an unknown model's reply may take (1/`REPLY_SHARE`); compaction
 /// reserves the same share (`compaction::RESERVE_SHARE`), so a prompt under its threshold plus
 /// one reply fits the window.
