@@ -341,3 +341,65 @@ fn thinking_budgets_set_the_anthropic_budget_of_the_level() {
         json!({"type": "enabled", "budget_tokens": 3000})
     );
 }
+
+/// A reply that streams its words slowly (each event `pace` after the last): steers sent
+/// while it streams are all waiting when it ends.
+fn slow_text(words: &[&str]) -> Canned {
+    let mut body = String::new();
+    for w in words {
+        let delta = json!({"choices":[{"index":0,"delta":{"content":w},"finish_reason":null}]});
+        body.push_str(&format!("data: {delta}\n\n"));
+    }
+    let stop = json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]});
+    body.push_str(&format!("data: {stop}\n\ndata: [DONE]\n\n"));
+    Canned::sse_bytes(body.into_bytes()).paced(std::time::Duration::from_millis(250))
+}
+
+/// `steeringMode`: two steers sent during one model call reach the model one per call
+/// (`one-at-a-time`, the default) or together in the next call (`all`).
+#[test]
+fn steering_mode_decides_how_many_steers_a_model_call_takes() {
+    for (mode, calls) in [(None, 3), (Some("all"), 2)] {
+        let words = [
+            "one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight ",
+        ];
+        let server = LlmServer::start(vec![slow_text(&words), openai_text("ok")]);
+        let settings = mode.map_or_else(|| json!({}), |m| json!({"steeringMode": m}));
+        let mut s = agent_with_settings(&server, "cold/test-model", &settings);
+        let a = &mut s.agent;
+        let sid = a.handshake();
+        let prompt = a.prompt("count");
+        a.wait_for("the reply streams", |f| {
+            f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        });
+        for text in ["first steer", "second steer"] {
+            let steer = a.call(
+                "_session/steering",
+                json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+            );
+            assert_eq!(steer["result"]["outcome"], "injected", "{steer}");
+        }
+        let r = a.response(&prompt);
+        assert_eq!(model::stop_reason(&r), "end_turn", "{r}");
+        let posts = server.posts();
+        assert_eq!(posts.len(), calls, "{mode:?}");
+        let users = |i: usize| -> Vec<String> {
+            posts[i].body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+                .collect()
+        };
+        let last = users(calls - 1);
+        assert_eq!(
+            last[last.len() - 2..],
+            ["first steer", "second steer"],
+            "{mode:?}"
+        );
+        if calls == 3 {
+            assert_eq!(users(1).last().map(String::as_str), Some("first steer"));
+        }
+    }
+}

@@ -90,6 +90,18 @@ pub struct Agent {
     pub(crate) mcp_servers: Vec<crate::protocol::acp::McpServer>,
     /// Settings `subagentDefaultModel` and `auxiliaryModel`, built at start-up.
     pub(crate) side_models: SideModels,
+    /// Settings `steeringMode` / `followUpMode`.
+    pub(crate) message_delivery: MessageDelivery,
+}
+
+/// Settings `steeringMode` / `followUpMode`: whether one delivery takes every waiting
+/// message (`all`) or one (`one-at-a-time`, upstream's default: `false` here).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MessageDelivery {
+    /// Every steer waiting joins the next model call (else one per call).
+    pub all_steers: bool,
+    /// Every follow-up due runs in one turn (else one turn each).
+    pub all_follow_ups: bool,
 }
 
 /// Models other than the session's: what settings name for children and side calls.
@@ -145,6 +157,7 @@ impl Agent {
             goal: None,
             mcp_servers: Vec::new(),
             side_models: SideModels::default(),
+            message_delivery: MessageDelivery::default(),
         }
     }
 
@@ -174,6 +187,7 @@ impl Agent {
             goal: None,
             mcp_servers: Vec::new(),
             side_models: SideModels::default(),
+            message_delivery: MessageDelivery::default(),
         })
     }
 }
@@ -231,8 +245,9 @@ pub(crate) struct Inbox {
 
 #[derive(Debug, Default)]
 struct InboxState {
-    /// Each message, and the `custom_message` it is kept as (a heartbeat's prompt).
-    messages: VecDeque<(String, Option<Custom>)>,
+    /// Each message, the `custom_message` it is kept as (a heartbeat's prompt), and whether
+    /// it is a steer (`_session/steering`).
+    messages: VecDeque<(String, Option<Custom>, bool)>,
     /// A client prompt runs and takes steers (`_session/steering`).
     steering: bool,
     /// Steered messages not yet taken by a model call: the prompt may not end before they are.
@@ -249,7 +264,7 @@ impl Inbox {
     }
 
     pub(crate) fn push_message(&self, message: String, custom: Option<Custom>) {
-        self.state().messages.push_back((message, custom));
+        self.state().messages.push_back((message, custom, false));
     }
 
     pub(crate) fn drain(&self) -> Vec<String> {
@@ -257,9 +272,28 @@ impl Inbox {
     }
 
     pub(crate) fn drain_messages(&self) -> Vec<(String, Option<Custom>)> {
+        self.take_for_call(false)
+    }
+
+    /// What the next model call takes: every message but, with `one_steer` (settings
+    /// `steeringMode` `one-at-a-time`), only the first steer; later steers wait for the calls
+    /// after it (the prompt makes them: `has_steers`).
+    pub(crate) fn take_for_call(&self, one_steer: bool) -> Vec<(String, Option<Custom>)> {
         let mut state = self.state();
-        state.steers = 0;
-        state.messages.drain(..).collect()
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::new();
+        let mut steered = false;
+        for (text, custom, steer) in state.messages.drain(..) {
+            if steer && one_steer && steered {
+                kept.push_back((text, custom, steer));
+                continue;
+            }
+            steered |= steer;
+            taken.push((text, custom));
+        }
+        state.steers = kept.len();
+        state.messages = kept;
+        taken
     }
 
     /// Whether a firing of schedule `job_id` is still waiting here (not yet taken by a model
@@ -268,7 +302,7 @@ impl Inbox {
         self.state()
             .messages
             .iter()
-            .filter_map(|(_, custom)| custom.as_ref()?.details.as_ref())
+            .filter_map(|(_, custom, _)| custom.as_ref()?.details.as_ref())
             .any(|d| d["jobId"] == job_id)
     }
 
@@ -294,7 +328,7 @@ impl Inbox {
         if !state.steering {
             return false;
         }
-        state.messages.push_back((text.to_owned(), None));
+        state.messages.push_back((text.to_owned(), None, true));
         state.steers += 1;
         true
     }
@@ -1060,7 +1094,8 @@ impl<'a> Worker<'a> {
     /// Before each model call: what waits for the model joins the history.
     fn deliver_waiting(&self, conv: &mut Conversation) {
         // Agent messages that arrived meanwhile reach the model now (mid-turn delivery).
-        for (message, custom) in self.ctx.inbox.drain_messages() {
+        let one_steer = !self.agent.message_delivery.all_steers;
+        for (message, custom) in self.ctx.inbox.take_for_call(one_steer) {
             if let (Some(r), Some(c)) = (conv.recorder.as_mut(), custom) {
                 r.note_custom(conv.messages.len(), c);
             }
@@ -1516,6 +1551,32 @@ pub(crate) struct RefineEdit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `steeringMode`: one-at-a-time takes one steer per model call (agent messages all go);
+    /// `all` takes every steer; the steers left keep the prompt going (`has_steers`).
+    #[test]
+    fn a_model_call_takes_one_steer_or_all_of_them() {
+        for one in [true, false] {
+            let inbox = Inbox::default();
+            inbox.open_steering();
+            assert!(inbox.steer("s1") && inbox.steer("s2"));
+            inbox.push("from a child".to_owned());
+            let texts = |v: Vec<(String, Option<Custom>)>| -> Vec<String> {
+                v.into_iter().map(|(t, _)| t).collect()
+            };
+            if one {
+                assert_eq!(texts(inbox.take_for_call(true)), ["s1", "from a child"]);
+                assert!(inbox.has_steers() && !inbox.finish_steering());
+                assert_eq!(texts(inbox.take_for_call(true)), ["s2"]);
+            } else {
+                assert_eq!(
+                    texts(inbox.take_for_call(false)),
+                    ["s1", "s2", "from a child"]
+                );
+            }
+            assert!(!inbox.has_steers() && inbox.finish_steering());
+        }
+    }
 
     /// Runs one prompt on an agent with no provider; returns the events and the outcome.
     fn run_prompt(conv: &Arc<Mutex<Conversation>>, text: &str) -> (Vec<AgentEvent>, TurnOutcome) {

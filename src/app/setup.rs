@@ -162,6 +162,10 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
         mcp_servers: settings.mcp_servers,
         side_models,
+        message_delivery: crate::agent::turn::MessageDelivery {
+            all_steers: settings.steering_all,
+            all_follow_ups: settings.follow_ups_all,
+        },
     })
 }
 

@@ -279,6 +279,10 @@ pub(crate) struct Settings {
     pub autonomous: Autonomous,
     /// `thinkingBudgets`.
     pub thinking_budgets: ThinkingBudgets,
+    /// `steeringMode` (`queueMode`, its old name, when it is absent) is `"all"`.
+    pub steering_all: bool,
+    /// `followUpMode` is `"all"`.
+    pub follow_ups_all: bool,
     /// `skills` of both files (the project's first), each resolved against its file's base
     /// dir (`<cwd>/.prime/agent`, the agent dir); `~/` is the home directory.
     pub skill_paths: Vec<PathBuf>,
@@ -488,6 +492,13 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     s.auxiliary_model = string(v, "auxiliaryModel", &mut w);
     s.autonomous = autonomous(v, &mut w);
     s.thinking_budgets = thinking_budgets(v, &mut w);
+    let steering = if at(v, "steeringMode").is_none() && at(v, "queueMode").is_some() {
+        "queueMode"
+    } else {
+        "steeringMode"
+    };
+    s.steering_all = delivery_all(v, steering, &mut w);
+    s.follow_ups_all = delivery_all(v, "followUpMode", &mut w);
     s.enable_skill_commands = flag(v, "enableSkillCommands", &mut w);
     s.enable_builtin_skills = flag(v, "enableBuiltinSkills", &mut w);
     s.warnings = w;
@@ -516,6 +527,19 @@ fn mcp_servers(
         }
     }
     out
+}
+
+/// `steeringMode` / `followUpMode`: `"all"` (true) or `"one-at-a-time"` (the default).
+fn delivery_all(v: &Value, key: &str, w: &mut Vec<String>) -> bool {
+    match at(v, key) {
+        None => false,
+        Some(Value::String(m)) if m == "all" => true,
+        Some(Value::String(m)) if m == "one-at-a-time" => false,
+        Some(_) => {
+            w.push(wrong(key, "\"all\" or \"one-at-a-time\""));
+            false
+        }
+    }
 }
 
 fn wrong(key: &str, want: &str) -> String {
@@ -764,6 +788,45 @@ mod tests {
             s.warnings,
             ["Ignoring settings key thinkingBudgets: expected an object of token budgets by level"]
         );
+    }
+
+    #[test]
+    fn delivery_modes() {
+        // (settings, steering all, follow-ups all, warnings)
+        let cases = [
+            (json!({}), false, false, vec![]),
+            (
+                json!({"steeringMode": "all", "followUpMode": "one-at-a-time"}),
+                true,
+                false,
+                vec![],
+            ),
+            (json!({"queueMode": "all"}), true, false, vec![]),
+            (
+                json!({"queueMode": "all", "steeringMode": "one-at-a-time"}),
+                false,
+                false,
+                vec![],
+            ),
+            (
+                json!({"steeringMode": "each", "followUpMode": 1}),
+                false,
+                false,
+                vec![
+                    "Ignoring settings key steeringMode: expected \"all\" or \"one-at-a-time\"",
+                    "Ignoring settings key followUpMode: expected \"all\" or \"one-at-a-time\"",
+                ],
+            ),
+        ];
+        for (v, steering, follow_ups, warnings) in cases {
+            let s = from_value(&v);
+            assert_eq!(
+                (s.steering_all, s.follow_ups_all),
+                (steering, follow_ups),
+                "{v}"
+            );
+            assert_eq!(s.warnings, warnings, "{v}");
+        }
     }
 
     #[test]
