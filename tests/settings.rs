@@ -403,3 +403,50 @@ fn steering_mode_decides_how_many_steers_a_model_call_takes() {
         }
     }
 }
+
+/// `cacheKeepAlive`: while a tool runs past the interval, one request of the last call's
+/// shape with an output budget of one token re-arms the server's prompt cache. The tool waits
+/// until the server has seen that request (a file the server writes), so the assertion is on
+/// requests, not on time; its usage joins the prompt's.
+#[test]
+fn cache_keep_alive_repeats_the_last_request_with_one_output_token() {
+    let dir = TempDir::new("settings-keepalive");
+    let go = dir.path().join("go");
+    let go_server = go.clone();
+    let command = format!(
+        "while [ ! -f {0} ]; do sleep 0.02; done; echo tool done",
+        go.display()
+    );
+    let server = LlmServer::start_responding(move |r, _| {
+        if r.body["max_completion_tokens"] == 1 {
+            std::fs::write(&go_server, "").unwrap();
+            openai_text("k")
+        } else if has_tool_result(r) {
+            openai_text("done")
+        } else {
+            openai_tool_call("bash", &json!({ "command": command }))
+        }
+    });
+    let settings = json!({"cacheKeepAlive": {"enabled": true, "intervalMs": 1000}});
+    let mut s = agent_with_settings(&server, "cold/test-model", &settings);
+    let r = model::ask(&mut s.agent, "wait for it");
+    assert_eq!(model::stop_reason(&r), "end_turn", "{r}");
+    let posts = server.posts();
+    assert_eq!(
+        posts.len(),
+        3,
+        "the call, one keep-alive, the call after the tool"
+    );
+    let (call, keep_alive) = (&posts[0].body, &posts[1].body);
+    assert_eq!(keep_alive["max_completion_tokens"], 1);
+    // The same shape as the call before it: everything but the output budget.
+    let without_budget = |b: &Value| {
+        let mut b = b.clone();
+        b.as_object_mut().unwrap().remove("max_completion_tokens");
+        b
+    };
+    assert_eq!(without_budget(keep_alive), without_budget(call));
+    assert_ne!(posts[2].body["max_completion_tokens"], 1);
+    // Three replies of 40 + 5 tokens each: the keep-alive's usage is counted too.
+    assert_eq!(r["result"]["usage"]["inputTokens"], 120, "{r}");
+}

@@ -21,6 +21,7 @@ use serde_json::Value;
 pub(crate) mod attribution;
 mod compacting;
 pub(crate) mod guard;
+mod keep_alive;
 mod refining;
 mod steps;
 pub(crate) mod streaming;
@@ -92,6 +93,8 @@ pub struct Agent {
     pub(crate) side_models: SideModels,
     /// Settings `steeringMode` / `followUpMode`.
     pub(crate) message_delivery: MessageDelivery,
+    /// Settings `cacheKeepAlive`: the keep-alive interval while tools run (`None`: off).
+    pub(crate) cache_keep_alive: Option<Duration>,
 }
 
 /// Settings `steeringMode` / `followUpMode`: whether one delivery takes every waiting
@@ -158,6 +161,7 @@ impl Agent {
             mcp_servers: Vec::new(),
             side_models: SideModels::default(),
             message_delivery: MessageDelivery::default(),
+            cache_keep_alive: None,
         }
     }
 
@@ -188,6 +192,7 @@ impl Agent {
             mcp_servers: Vec::new(),
             side_models: SideModels::default(),
             message_delivery: MessageDelivery::default(),
+            cache_keep_alive: None,
         })
     }
 }
@@ -896,7 +901,9 @@ impl<'a> Worker<'a> {
                 AfterReply::CallAgain => Ok(()),
                 AfterReply::End(stop) => Err(TurnOutcome::Completed(stop)),
                 AfterReply::RefuseCut => Err(self.refuse_cut(conv, &mut announcer, &kept)),
-                AfterReply::RunCalls => self.run_calls(conv, &mut announcer, &kept),
+                AfterReply::RunCalls => {
+                    self.run_calls_kept_alive(conv, &turn, &mut announcer, &kept)
+                }
             };
             // The reply's usage closes its step: after its calls ended (run, refused or
             // cancelled), before the next model call or the prompt's answer.

@@ -162,6 +162,9 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
         mcp_servers: settings.mcp_servers,
         side_models,
+        cache_keep_alive: settings
+            .cache_keep_alive_ms
+            .map(std::time::Duration::from_millis),
         message_delivery: crate::agent::turn::MessageDelivery {
             all_steers: settings.steering_all,
             all_follow_ups: settings.follow_ups_all,

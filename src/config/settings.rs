@@ -279,6 +279,9 @@ pub(crate) struct Settings {
     pub autonomous: Autonomous,
     /// `thinkingBudgets`.
     pub thinking_budgets: ThinkingBudgets,
+    /// `cacheKeepAlive`: the interval of the prompt-cache keep-alive while tools run (`None`:
+    /// off, the default).
+    pub cache_keep_alive_ms: Option<u64>,
     /// `steeringMode` (`queueMode`, its old name, when it is absent) is `"all"`.
     pub steering_all: bool,
     /// `followUpMode` is `"all"`.
@@ -499,6 +502,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     };
     s.steering_all = delivery_all(v, steering, &mut w);
     s.follow_ups_all = delivery_all(v, "followUpMode", &mut w);
+    s.cache_keep_alive_ms = cache_keep_alive(v, &mut w);
     s.enable_skill_commands = flag(v, "enableSkillCommands", &mut w);
     s.enable_builtin_skills = flag(v, "enableBuiltinSkills", &mut w);
     s.warnings = w;
@@ -527,6 +531,35 @@ fn mcp_servers(
         }
     }
     out
+}
+
+/// The keep-alive interval when `cacheKeepAlive` is `true`: under the five minutes of
+/// inactivity after which OpenAI's prefix cache may drop a prompt.
+pub(crate) const KEEP_ALIVE_DEFAULT_MS: u64 = 240_000;
+
+/// `cacheKeepAlive`: `true` / `false`, or `{"enabled", "intervalMs"}`.
+fn cache_keep_alive(v: &Value, w: &mut Vec<String>) -> Option<u64> {
+    match at(v, "cacheKeepAlive")? {
+        Value::Bool(on) => on.then_some(KEEP_ALIVE_DEFAULT_MS),
+        Value::Object(_) => {
+            let on = flag(v, "cacheKeepAlive.enabled", w).unwrap_or(true);
+            let interval = match count(v, "cacheKeepAlive.intervalMs", w) {
+                Some(0) => {
+                    w.push(wrong("cacheKeepAlive.intervalMs", "a positive integer"));
+                    None
+                }
+                n => n,
+            };
+            on.then(|| interval.unwrap_or(KEEP_ALIVE_DEFAULT_MS))
+        }
+        _ => {
+            w.push(wrong(
+                "cacheKeepAlive",
+                "true, false or {\"enabled\", \"intervalMs\"}",
+            ));
+            None
+        }
+    }
 }
 
 /// `steeringMode` / `followUpMode`: `"all"` (true) or `"one-at-a-time"` (the default).
@@ -826,6 +859,33 @@ mod tests {
                 "{v}"
             );
             assert_eq!(s.warnings, warnings, "{v}");
+        }
+    }
+
+    #[test]
+    fn cache_keep_alive_values() {
+        // (value, interval, warnings)
+        let cases = [
+            (json!(null), None, vec![]),
+            (json!(true), Some(KEEP_ALIVE_DEFAULT_MS), vec![]),
+            (json!(false), None, vec![]),
+            (json!({"intervalMs": 500}), Some(500), vec![]),
+            (json!({"enabled": false, "intervalMs": 500}), None, vec![]),
+            (
+                json!({"intervalMs": 0}),
+                Some(KEEP_ALIVE_DEFAULT_MS),
+                vec!["Ignoring settings key cacheKeepAlive.intervalMs: expected a positive integer"],
+            ),
+            (
+                json!("often"),
+                None,
+                vec!["Ignoring settings key cacheKeepAlive: expected true, false or {\"enabled\", \"intervalMs\"}"],
+            ),
+        ];
+        for (value, want, warnings) in cases {
+            let s = from_value(&json!({ "cacheKeepAlive": value }));
+            assert_eq!(s.cache_keep_alive_ms, want, "{value}");
+            assert_eq!(s.warnings, warnings, "{value}");
         }
     }
 

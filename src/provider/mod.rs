@@ -433,6 +433,12 @@ pub(crate) trait Provider: Send + Sync {
         false
     }
 
+    /// Whether the server keeps a prompt-prefix cache that a request of the same shape
+    /// re-arms (settings `cacheKeepAlive` sends such requests only then).
+    fn caches_prompts(&self) -> bool {
+        false
+    }
+
     fn stream(
         &self,
         request: &ChatRequest<'_>,

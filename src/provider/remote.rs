@@ -233,6 +233,12 @@ impl Provider for RemoteProvider {
         self.selection.model.reasoning
     }
 
+    /// OpenAI's APIs (and the servers that speak them) and Gemini cache prompt prefixes by
+    /// themselves; our Anthropic requests set no `cache_control`, so nothing is cached there.
+    fn caches_prompts(&self) -> bool {
+        !matches!(self.selection.api, Api::AnthropicMessages)
+    }
+
     fn context_window(&self) -> Option<u64> {
         Some(self.selection.model.context_window)
             .filter(|w| *w > 0)
