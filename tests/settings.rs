@@ -450,3 +450,71 @@ fn cache_keep_alive_repeats_the_last_request_with_one_output_token() {
     // Three replies of 40 + 5 tokens each: the keep-alive's usage is counted too.
     assert_eq!(r["result"]["usage"]["inputTokens"], 120, "{r}");
 }
+
+/// `defaultServiceTier` goes with every Responses call as `service_tier`; `/fast` switches the
+/// session to `priority` (a `service_tier_change` entry in its file) and `-c` keeps it; on a
+/// model without Fast mode `/fast` says so and changes nothing.
+#[test]
+fn service_tier_from_settings_fast_and_a_continued_session() {
+    let server = LlmServer::start(vec![Canned::sse("responses-after-tool.sse")]);
+    let dir = TempDir::new("settings-service-tier");
+    dir.write(
+        "models.json",
+        &json!({"providers": {"openai": {"baseUrl": format!("{}/v1", server.url()), "apiKey": "k"}}})
+            .to_string(),
+    );
+    dir.write(
+        "settings.json",
+        &json!({"defaultServiceTier": "flex"}).to_string(),
+    );
+    let spawn = |extra: &[&str]| {
+        let mut args: Vec<String> = ["--mode", "acp", "--model", "openai/gpt-5.4", "--offline"]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Agent::spawn(Spawn {
+            args,
+            env: model::env_for(&dir, &[]),
+            ..Default::default()
+        })
+    };
+    let mut a = spawn(&[]);
+    model::ask(&mut a, "one");
+    assert_eq!(
+        command(&mut a, "/fast"),
+        "Fast mode on: model calls ask for the priority service tier from the next one on."
+    );
+    model::ask_again(&mut a, "two");
+    assert!(a.finish().success());
+    let mut b = spawn(&["--continue"]);
+    model::ask(&mut b, "three");
+    assert!(b.finish().success());
+    let tiers: Vec<Value> = server
+        .posts()
+        .iter()
+        .map(|p| p.body["service_tier"].clone())
+        .collect();
+    assert_eq!(tiers, [json!("flex"), json!("priority"), json!("priority")]);
+    let sessions = std::fs::read_dir(dir.path().join("sessions")).unwrap();
+    let file = sessions
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let changes: Vec<String> = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "service_tier_change")
+        .map(|e| e["serviceTier"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(changes, ["flex", "priority"]);
+
+    let scripted = TempDir::new("settings-fast-scripted");
+    let script = script_file(&scripted, &[json!({"text":"x"})]);
+    let mut c = agent_in(&scripted, &script, &[]);
+    assert_eq!(
+        command(&mut c, "/fast"),
+        "Fast mode requires GPT-5.4, GPT-5.5, or GPT-5.6 with ChatGPT or OpenAI API key authentication"
+    );
+    assert_eq!(command(&mut c, "/fast now"), "Usage: /fast");
+}

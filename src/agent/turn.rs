@@ -95,6 +95,8 @@ pub struct Agent {
     pub(crate) message_delivery: MessageDelivery,
     /// Settings `cacheKeepAlive`: the keep-alive interval while tools run (`None`: off).
     pub(crate) cache_keep_alive: Option<Duration>,
+    /// Settings `defaultServiceTier`: the service tier a session starts with.
+    pub(crate) service_tier: Option<String>,
 }
 
 /// Settings `steeringMode` / `followUpMode`: whether one delivery takes every waiting
@@ -133,6 +135,7 @@ impl Agent {
         TurnModel {
             provider: self.provider.clone(),
             thinking: self.thinking,
+            service_tier: self.service_tier.clone(),
         }
     }
 
@@ -162,6 +165,7 @@ impl Agent {
             side_models: SideModels::default(),
             message_delivery: MessageDelivery::default(),
             cache_keep_alive: None,
+            service_tier: None,
         }
     }
 
@@ -193,6 +197,7 @@ impl Agent {
             side_models: SideModels::default(),
             message_delivery: MessageDelivery::default(),
             cache_keep_alive: None,
+            service_tier: None,
         })
     }
 }
@@ -497,6 +502,8 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 pub(crate) struct TurnModel {
     pub provider: Result<Arc<dyn Provider>, String>,
     pub thinking: Thinking,
+    /// The OpenAI service tier its calls ask for (`service_tier`; `/fast` switches it).
+    pub service_tier: Option<String>,
 }
 
 /// What a session's main-agent turn starts with (the session decides it; the main loop
@@ -562,6 +569,7 @@ pub(crate) fn spawn_turn(
             };
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
+                r.note_service_tier(model.service_tier.as_deref());
             }
             // A turn bounded by the repeat guard alone (`run_prompt` bounds a prompt's whole run).
             let turn = |conv: &mut Conversation, input: TurnInput| {

@@ -88,21 +88,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
     // A bad certificate file fails start-up naming it (`trust`).
     let roots = crate::provider::http::trust::from_env(&|name| std::env::var(name).ok())?;
     crate::provider::http::set_roots(roots);
-    let mut resources = skills::load(
-        &skills::Sources {
-            cwd: &cwd,
-            agent_dir: &dir,
-            skills: &cfg.skills,
-            no_skills: cfg.no_skills,
-            templates: &cfg.prompt_templates,
-            no_templates: cfg.no_prompt_templates,
-            settings_skills: &settings.skill_paths,
-            settings_templates: &settings.prompt_paths,
-        },
-        &mut |w| log::warn!("{w}"),
-    );
-    resources.no_skill_commands = settings.enable_skill_commands == Some(false);
-    let resources = Arc::new(resources);
+    let resources = Arc::new(resources(cfg, &settings, &cwd, &dir));
     let no_builtin_skills = settings.enable_builtin_skills == Some(false);
     // Before the provider: a sandbox that cannot be had is the first thing to hear of.
     let sandbox = sandbox_config(cfg, &settings, &dir, &cwd)?;
@@ -162,6 +148,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
         mcp_servers: settings.mcp_servers,
         side_models,
+        service_tier: settings.default_service_tier.clone(),
         cache_keep_alive: settings
             .cache_keep_alive_ms
             .map(std::time::Duration::from_millis),
@@ -170,6 +157,26 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
             all_follow_ups: settings.follow_ups_all,
         },
     })
+}
+
+/// Skills and templates: the flags', the settings' paths and discovery; settings
+/// `enableSkillCommands`.
+fn resources(cfg: &Config, settings: &Settings, cwd: &Path, agent_dir: &Path) -> Resources {
+    let mut resources = skills::load(
+        &skills::Sources {
+            cwd,
+            agent_dir,
+            skills: &cfg.skills,
+            no_skills: cfg.no_skills,
+            templates: &cfg.prompt_templates,
+            no_templates: cfg.no_prompt_templates,
+            settings_skills: &settings.skill_paths,
+            settings_templates: &settings.prompt_paths,
+        },
+        &mut |w| log::warn!("{w}"),
+    );
+    resources.no_skill_commands = settings.enable_skill_commands == Some(false);
+    resources
 }
 
 /// Autonomous mode: each `--autonomous*` flag given wins over its settings key

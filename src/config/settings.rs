@@ -279,6 +279,9 @@ pub(crate) struct Settings {
     pub autonomous: Autonomous,
     /// `thinkingBudgets`.
     pub thinking_budgets: ThinkingBudgets,
+    /// `defaultServiceTier`: the OpenAI service tier every session starts with (`None`: none
+    /// is sent).
+    pub default_service_tier: Option<String>,
     /// `cacheKeepAlive`: the interval of the prompt-cache keep-alive while tools run (`None`:
     /// off, the default).
     pub cache_keep_alive_ms: Option<u64>,
@@ -503,6 +506,16 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     s.steering_all = delivery_all(v, steering, &mut w);
     s.follow_ups_all = delivery_all(v, "followUpMode", &mut w);
     s.cache_keep_alive_ms = cache_keep_alive(v, &mut w);
+    s.default_service_tier = string(v, "defaultServiceTier", &mut w).and_then(|t| {
+        let ok = SERVICE_TIERS.contains(&t.as_str());
+        if !ok {
+            w.push(wrong(
+                "defaultServiceTier",
+                &format!("one of {}", SERVICE_TIERS.join(", ")),
+            ));
+        }
+        ok.then_some(t)
+    });
     s.enable_skill_commands = flag(v, "enableSkillCommands", &mut w);
     s.enable_builtin_skills = flag(v, "enableBuiltinSkills", &mut w);
     s.warnings = w;
@@ -532,6 +545,9 @@ fn mcp_servers(
     }
     out
 }
+
+/// OpenAI's service tiers (`service_tier`), as upstream names them.
+pub(crate) const SERVICE_TIERS: [&str; 5] = ["auto", "default", "flex", "scale", "priority"];
 
 /// The keep-alive interval when `cacheKeepAlive` is `true`: under the five minutes of
 /// inactivity after which OpenAI's prefix cache may drop a prompt.
@@ -860,6 +876,22 @@ mod tests {
             );
             assert_eq!(s.warnings, warnings, "{v}");
         }
+    }
+
+    #[test]
+    fn default_service_tier_is_one_of_upstreams() {
+        assert_eq!(
+            from_value(&json!({"defaultServiceTier": "flex"}))
+                .default_service_tier
+                .as_deref(),
+            Some("flex")
+        );
+        let s = from_value(&json!({"defaultServiceTier": "turbo"}));
+        assert_eq!(s.default_service_tier, None);
+        assert_eq!(
+            s.warnings,
+            ["Ignoring settings key defaultServiceTier: expected one of auto, default, flex, scale, priority"]
+        );
     }
 
     #[test]

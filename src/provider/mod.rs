@@ -331,6 +331,8 @@ pub(crate) struct ChatRequest<'a> {
     /// This logical call's id: every HTTP attempt of it carries it as `X-ACP-Model-Request-ID`
     /// and `Idempotency-Key` (`semantic::new_request_id`), and semantic edges name it.
     pub request_id: &'a str,
+    /// The OpenAI service tier to ask for (`service_tier`; the Responses API sends it).
+    pub service_tier: Option<&'a str>,
 }
 
 /// Why a model call failed. The `Display` text is what the client sees after

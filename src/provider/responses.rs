@@ -115,6 +115,9 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    if let Some(tier) = req.service_tier {
+        body.insert("service_tier".into(), json!(tier));
+    }
     if model.reasoning {
         if let Some(e) =
             model_effort(model, req.thinking).filter(|_| model.compat.supports_reasoning_effort)

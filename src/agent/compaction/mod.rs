@@ -662,6 +662,7 @@ fn summarize(
         agent: job.agent,
         max_tokens: Some(max_tokens.max(1)),
         request_id: &request_id,
+        service_tier: None,
     };
     let result = job.provider.stream(&request, job.abort, &mut |_| {});
     if let (Ok(_), Some(trace)) = (&result, job.trace) {

@@ -194,6 +194,8 @@ impl Family {
         let model = TurnModel {
             provider: node.model.clone().map_or_else(|| self.provider(), Ok),
             thinking: node.thinking,
+            // A child asks for settings' tier (`/fast` switches the session's own calls).
+            service_tier: self.agent.service_tier.clone(),
         };
         let family = self.me.clone();
         let child_id = id.to_owned();

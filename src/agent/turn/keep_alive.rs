@@ -24,6 +24,7 @@ pub(super) struct Shape {
     pub tools: Vec<ToolSpec>,
     pub thinking: Thinking,
     pub agent: String,
+    pub service_tier: Option<String>,
 }
 
 /// A running keep-alive; `finish` ends it.
@@ -55,10 +56,13 @@ impl KeepAlive {
                         agent: &shape.agent,
                         max_tokens: Some(1),
                         request_id: &request_id,
+                        service_tier: shape.service_tier.as_deref(),
                     };
                     sent += 1;
                     match provider.stream(&request, &abort, &mut |_| {}) {
                         Ok(reply) => usage.add(reply.usage),
+                        // The turn was cancelled: the batch ends too.
+                        Err(_) if abort.is_aborted() => break,
                         Err(e) => {
                             // A keep-alive is an optimisation: its failure ends only it.
                             log::warn!("cache keep-alive request failed: {e}");

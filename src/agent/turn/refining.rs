@@ -112,6 +112,7 @@ impl Worker<'_> {
             agent: &self.ctx.name,
             max_tokens: Some(PLANNER_MAX_TOKENS),
             request_id: &request_id,
+            service_tier: None,
         };
         match provider.stream(&request, self.abort, &mut |_| {}) {
             Ok(reply) => Ok(reply.message.text),

@@ -288,6 +288,7 @@ impl<'a> Worker<'a> {
             agent: &self.ctx.name,
             max_tokens: None,
             request_id: &request_id,
+            service_tier: self.model.service_tier.as_deref(),
         };
         let emit = self.emit;
         emit(AgentEvent::AssistantMessageStart);
@@ -455,6 +456,7 @@ impl<'a> Worker<'a> {
                     tools: turn.specs.clone(),
                     thinking: self.model.thinking,
                     agent: self.ctx.name.clone(),
+                    service_tier: self.model.service_tier.clone(),
                 };
                 let provider = turn.provider.clone();
                 super::keep_alive::KeepAlive::start(provider, shape, interval, self.abort.clone())
