@@ -39,6 +39,7 @@ mod resume;
 mod sandbox;
 mod secrets;
 mod sessions;
+mod settings;
 mod skills;
 mod structure;
 mod subagents;

@@ -1,5 +1,5 @@
 //! Slash commands typed as prompts: `/autonomous`, `/goal`, `/model`, `/compact`, `/rename`,
-//! `/rlm-max-depth`, `/help`.
+//! `/rlm-max-depth`, `/fast`, `/help`.
 //!
 //! `parse` is pure: a prompt that is not one of these commands (including an unknown `/word`)
 //! is `None` and goes to the model unchanged. The results reach the client as an
@@ -24,6 +24,8 @@ pub(crate) enum Command {
     Rename(Option<String>),
     /// Show or set the session's maximum subagent depth (behaviour spec §4.3).
     RlmMaxDepth(DepthCommand),
+    /// Toggle OpenAI's priority service tier (`false`: it came with arguments, its usage).
+    Fast(bool),
     Help,
 }
 
@@ -36,6 +38,31 @@ pub(crate) enum DepthCommand {
 
 const DEPTH_USAGE: &str =
     "Usage: /rlm-max-depth [n] (n: a non-negative integer; 0 lets no agent start subagents)";
+
+/// `/fast` on a model without Fast mode (upstream's words).
+pub(crate) const FAST_UNAVAILABLE: &str =
+    "Fast mode requires GPT-5.4, GPT-5.5, or GPT-5.6 with ChatGPT or OpenAI API key authentication";
+
+/// Upstream's Fast-mode models: GPT-5.4, 5.5 and 5.6 of `openai` (or `openai-codex`), whose
+/// Responses API takes `service_tier`.
+pub(crate) fn supports_fast_mode(label: &str) -> bool {
+    let Some((provider, id)) = label.split_once('/') else {
+        return false;
+    };
+    matches!(provider, "openai" | "openai-codex")
+        && (matches!(id, "gpt-5.4" | "gpt-5.5" | "gpt-5.6") || id.starts_with("gpt-5.6-"))
+}
+
+/// The reply to a `/fast` that switched the tier.
+pub(crate) fn fast_reply(on: bool) -> String {
+    if on {
+        "Fast mode on: model calls ask for the priority service tier from the next one on."
+            .to_owned()
+    } else {
+        "Fast mode off: model calls ask for the default service tier from the next one on."
+            .to_owned()
+    }
+}
 
 /// The reply to `/rlm-max-depth` without a number.
 pub(crate) fn depth_status(max_depth: u32, from: &str) -> String {
@@ -85,7 +112,7 @@ const GOAL_USAGE: &str =
     "Usage: /goal [--token-budget N] <objective>, or /goal status|pause|resume|clear";
 
 /// The commands with their descriptions and input hints (`available_commands_update`).
-pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 9] = [
+pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 10] = [
     (
         "autonomous",
         "Turn autonomous mode on or off, or show its counters",
@@ -124,6 +151,11 @@ pub(crate) const COMMANDS: [(&str, &str, Option<&str>); 9] = [
         "Schedule a recurring prompt, or show or stop it",
         Some("[every 5m | in 10m] [prompt] | off | status"),
     ),
+    (
+        "fast",
+        "Toggle OpenAI Fast mode (the priority service tier) for this session",
+        None,
+    ),
     ("help", "List these commands", None),
 ];
 
@@ -151,6 +183,7 @@ pub(crate) fn parse(text: &str) -> Option<Command> {
         "compact" => Command::Compact((!arg.is_empty()).then(|| arg.to_owned())),
         "rename" => Command::Rename((!arg.is_empty()).then(|| arg.to_owned())),
         "rlm-max-depth" => Command::RlmMaxDepth(parse_depth(arg)),
+        "fast" => Command::Fast(arg.is_empty()),
         "help" => Command::Help,
         _ => return None,
     })
@@ -203,9 +236,11 @@ pub(crate) fn run_on(command: &Command, state: &mut Unattended, now: Instant) ->
         }
         Command::Goal(goal) => run_goal(goal, state, now),
         Command::Help => help_text(),
-        Command::Model(_) | Command::Compact(_) | Command::Rename(_) | Command::RlmMaxDepth(_) => {
-            String::new()
-        }
+        Command::Model(_)
+        | Command::Compact(_)
+        | Command::Rename(_)
+        | Command::RlmMaxDepth(_)
+        | Command::Fast(_) => String::new(),
     }
 }
 
@@ -279,9 +314,12 @@ fn help_text() -> String {
 
 /// The `available_commands_update` sent right after `session/new`.
 /// `extra`: the user's skills and templates (`skills::Resources::commands`), after ours.
+/// `/fast` is not offered: it does something on a few OpenAI models only (upstream hides it
+/// elsewhere too); `/help` lists it.
 pub(crate) fn available_commands_update(extra: &[(String, String, Option<String>)]) -> Value {
     let ours = COMMANDS
         .iter()
+        .filter(|(name, _, _)| *name != "fast")
         .map(|(name, description, hint)| (*name, *description, *hint));
     let theirs = extra
         .iter()
@@ -302,6 +340,25 @@ pub(crate) fn available_commands_update(extra: &[(String, String, Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_mode_models_and_the_command() {
+        // (label, Fast mode)
+        let cases = [
+            ("openai/gpt-5.4", true),
+            ("openai/gpt-5.5", true),
+            ("openai-codex/gpt-5.6-codex", true),
+            ("openai/gpt-5-mini", false),
+            ("azure-openai-responses/gpt-5.4", false),
+            ("scripted/x", false),
+            ("gpt-5.4", false),
+        ];
+        for (label, want) in cases {
+            assert_eq!(supports_fast_mode(label), want, "{label}");
+        }
+        assert_eq!(parse("/fast"), Some(Command::Fast(true)));
+        assert_eq!(parse("/fast please"), Some(Command::Fast(false)));
+    }
     use crate::agent::autonomy::Config;
 
     #[test]
@@ -454,5 +511,6 @@ mod tests {
         assert_eq!(list[0]["name"], "autonomous");
         assert_eq!(list[0]["input"], json!({"hint": "on | off | status"}));
         assert!(list[8].get("input").is_none());
+        assert!(!list.iter().any(|c| c["name"] == "fast"));
     }
 }

@@ -21,6 +21,7 @@ use serde_json::Value;
 pub(crate) mod attribution;
 mod compacting;
 pub(crate) mod guard;
+mod keep_alive;
 mod refining;
 mod steps;
 pub(crate) mod streaming;
@@ -89,6 +90,33 @@ pub struct Agent {
     /// The MCP servers of `settings.json` (`mcpServers`), started in each session beside the
     /// client's.
     pub(crate) mcp_servers: Vec<crate::protocol::acp::McpServer>,
+    /// Settings `subagentDefaultModel` and `auxiliaryModel`, built at start-up.
+    pub(crate) side_models: SideModels,
+    /// Settings `steeringMode` / `followUpMode`.
+    pub(crate) message_delivery: MessageDelivery,
+    /// Settings `cacheKeepAlive`: the keep-alive interval while tools run (`None`: off).
+    pub(crate) cache_keep_alive: Option<Duration>,
+    /// Settings `defaultServiceTier`: the service tier a session starts with.
+    pub(crate) service_tier: Option<String>,
+}
+
+/// Settings `steeringMode` / `followUpMode`: whether one delivery takes every waiting
+/// message (`all`) or one (`one-at-a-time`, upstream's default: `false` here).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MessageDelivery {
+    /// Every steer waiting joins the next model call (else one per call).
+    pub all_steers: bool,
+    /// Every follow-up due runs in one turn (else one turn each).
+    pub all_follow_ups: bool,
+}
+
+/// Models other than the session's: what settings name for children and side calls.
+#[derive(Default, Clone)]
+pub(crate) struct SideModels {
+    /// An `rlm(...)` child whose call names no model runs on this (else the session's).
+    pub subagent: Option<Arc<dyn Provider>>,
+    /// Compaction summaries and refine's calls go to this (else the session's model).
+    pub auxiliary: Option<Arc<dyn Provider>>,
 }
 
 impl Agent {
@@ -108,6 +136,7 @@ impl Agent {
         TurnModel {
             provider: self.provider.clone(),
             thinking: self.thinking,
+            service_tier: self.service_tier.clone(),
         }
     }
 
@@ -134,6 +163,10 @@ impl Agent {
             autonomy: autonomy::Config::default(),
             goal: None,
             mcp_servers: Vec::new(),
+            side_models: SideModels::default(),
+            message_delivery: MessageDelivery::default(),
+            cache_keep_alive: None,
+            service_tier: None,
         }
     }
 
@@ -162,6 +195,10 @@ impl Agent {
             autonomy: autonomy::Config::default(),
             goal: None,
             mcp_servers: Vec::new(),
+            side_models: SideModels::default(),
+            message_delivery: MessageDelivery::default(),
+            cache_keep_alive: None,
+            service_tier: None,
         })
     }
 }
@@ -223,8 +260,9 @@ pub(crate) struct Inbox {
 
 #[derive(Debug, Default)]
 struct InboxState {
-    /// Each message, and the `custom_message` it is kept as (a heartbeat's prompt).
-    messages: VecDeque<(String, Option<Custom>)>,
+    /// Each message, the `custom_message` it is kept as (a heartbeat's prompt), and whether
+    /// it is a steer (`_session/steering`).
+    messages: VecDeque<(String, Option<Custom>, bool)>,
     /// A client prompt runs and takes steers (`_session/steering`).
     steering: bool,
     /// Steered messages not yet taken by a model call: the prompt may not end before they are.
@@ -241,7 +279,7 @@ impl Inbox {
     }
 
     pub(crate) fn push_message(&self, message: String, custom: Option<Custom>) {
-        self.state().messages.push_back((message, custom));
+        self.state().messages.push_back((message, custom, false));
     }
 
     pub(crate) fn drain(&self) -> Vec<String> {
@@ -249,9 +287,28 @@ impl Inbox {
     }
 
     pub(crate) fn drain_messages(&self) -> Vec<(String, Option<Custom>)> {
+        self.take_for_call(false)
+    }
+
+    /// What the next model call takes: every message but, with `one_steer` (settings
+    /// `steeringMode` `one-at-a-time`), only the first steer; later steers wait for the calls
+    /// after it (the prompt makes them: `has_steers`).
+    pub(crate) fn take_for_call(&self, one_steer: bool) -> Vec<(String, Option<Custom>)> {
         let mut state = self.state();
-        state.steers = 0;
-        state.messages.drain(..).collect()
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::new();
+        let mut steered = false;
+        for (text, custom, steer) in state.messages.drain(..) {
+            if steer && one_steer && steered {
+                kept.push_back((text, custom, steer));
+                continue;
+            }
+            steered |= steer;
+            taken.push((text, custom));
+        }
+        state.steers = kept.len();
+        state.messages = kept;
+        taken
     }
 
     /// Whether a firing of schedule `job_id` is still waiting here (not yet taken by a model
@@ -260,7 +317,7 @@ impl Inbox {
         self.state()
             .messages
             .iter()
-            .filter_map(|(_, custom)| custom.as_ref()?.details.as_ref())
+            .filter_map(|(_, custom, _)| custom.as_ref()?.details.as_ref())
             .any(|d| d["jobId"] == job_id)
     }
 
@@ -286,7 +343,7 @@ impl Inbox {
         if !state.steering {
             return false;
         }
-        state.messages.push_back((text.to_owned(), None));
+        state.messages.push_back((text.to_owned(), None, true));
         state.steers += 1;
         true
     }
@@ -453,6 +510,8 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 pub(crate) struct TurnModel {
     pub provider: Result<Arc<dyn Provider>, String>,
     pub thinking: Thinking,
+    /// The OpenAI service tier its calls ask for (`service_tier`; `/fast` switches it).
+    pub service_tier: Option<String>,
 }
 
 /// What a session's main-agent turn starts with (the session decides it; the main loop
@@ -518,6 +577,7 @@ pub(crate) fn spawn_turn(
             };
             if let (Some(r), Ok(p)) = (conv.recorder.as_mut(), &model.provider) {
                 r.note_model(&p.label(), model.thinking.as_str());
+                r.note_service_tier(model.service_tier.as_deref());
             }
             // The prompt turn's span: model calls, tools and compactions are its children.
             let mut span = agent_span(&ctx, &input);
@@ -904,7 +964,9 @@ impl<'a> Worker<'a> {
                 AfterReply::CallAgain => Ok(()),
                 AfterReply::End(stop) => Err(TurnOutcome::Completed(stop)),
                 AfterReply::RefuseCut => Err(self.refuse_cut(conv, &mut announcer, &kept)),
-                AfterReply::RunCalls => self.run_calls(conv, &mut announcer, &kept),
+                AfterReply::RunCalls => {
+                    self.run_calls_kept_alive(conv, &turn, &mut announcer, &kept)
+                }
             };
             // The reply's usage closes its step: after its calls ended (run, refused or
             // cancelled), before the next model call or the prompt's answer.
@@ -1103,7 +1165,8 @@ impl<'a> Worker<'a> {
     /// Before each model call: what waits for the model joins the history.
     fn deliver_waiting(&self, conv: &mut Conversation) {
         // Agent messages that arrived meanwhile reach the model now (mid-turn delivery).
-        for (message, custom) in self.ctx.inbox.drain_messages() {
+        let one_steer = !self.agent.message_delivery.all_steers;
+        for (message, custom) in self.ctx.inbox.take_for_call(one_steer) {
             if let (Some(r), Some(c)) = (conv.recorder.as_mut(), custom) {
                 r.note_custom(conv.messages.len(), c);
             }
@@ -1559,6 +1622,32 @@ pub(crate) struct RefineEdit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `steeringMode`: one-at-a-time takes one steer per model call (agent messages all go);
+    /// `all` takes every steer; the steers left keep the prompt going (`has_steers`).
+    #[test]
+    fn a_model_call_takes_one_steer_or_all_of_them() {
+        for one in [true, false] {
+            let inbox = Inbox::default();
+            inbox.open_steering();
+            assert!(inbox.steer("s1") && inbox.steer("s2"));
+            inbox.push("from a child".to_owned());
+            let texts = |v: Vec<(String, Option<Custom>)>| -> Vec<String> {
+                v.into_iter().map(|(t, _)| t).collect()
+            };
+            if one {
+                assert_eq!(texts(inbox.take_for_call(true)), ["s1", "from a child"]);
+                assert!(inbox.has_steers() && !inbox.finish_steering());
+                assert_eq!(texts(inbox.take_for_call(true)), ["s2"]);
+            } else {
+                assert_eq!(
+                    texts(inbox.take_for_call(false)),
+                    ["s1", "s2", "from a child"]
+                );
+            }
+            assert!(!inbox.has_steers() && inbox.finish_steering());
+        }
+    }
 
     /// Runs one prompt on an agent with no provider; returns the events and the outcome.
     fn run_prompt(conv: &Arc<Mutex<Conversation>>, text: &str) -> (Vec<AgentEvent>, TurnOutcome) {

@@ -135,6 +135,8 @@ pub struct Config {
     pub prompt_args: Vec<String>,
     /// Autonomous mode (`--autonomous*`).
     pub(crate) autonomy: crate::agent::autonomy::Config,
+    /// The `--autonomous-*` flags given (each wins over its settings key `autonomous.*`).
+    pub(crate) autonomy_flags: Vec<String>,
     /// `--goal`: the objective a new session starts with, and `--goal-token-budget`.
     pub(crate) goal: Option<String>,
     pub(crate) goal_token_budget: Option<u64>,
@@ -358,6 +360,7 @@ fn autonomy_flag(cfg: &mut Config, cursor: &mut Cursor<'_>, flag: &str) -> Resul
         "--autonomous" => cfg.autonomy.enabled = true,
         "--autonomous-gate" => {
             let command = cursor.value("--autonomous-gate")?;
+            cfg.autonomy_flags.push(flag.to_owned());
             cfg.autonomy.enabled = true;
             cfg.autonomy.gates.commands.push(command);
         }
@@ -368,6 +371,7 @@ fn autonomy_flag(cfg: &mut Config, cursor: &mut Cursor<'_>, flag: &str) -> Resul
         | "--autonomous-max-tokens"
         | "--autonomous-timeout-ms" => {
             let n = positive(flag, &cursor.value(flag)?)?;
+            cfg.autonomy_flags.push(flag.to_owned());
             let a = &mut cfg.autonomy;
             a.enabled = true;
             match flag {

@@ -65,6 +65,7 @@ fn kernel_env(agent_dir: PathBuf, settings: &Settings, resources: &Resources) ->
             })
             .collect(),
         images: settings.images,
+        no_builtin_skills: settings.enable_builtin_skills == Some(false),
         // Set by `build_agent` from the flags and settings (`sandbox_config`).
         sandbox: Sandbox::default(),
     }
@@ -83,23 +84,16 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         log::warn!("{w}");
     }
     crate::provider::http::set_retry(settings.retry);
+    crate::provider::set_thinking_budgets(settings.thinking_budgets);
     // A bad certificate file fails start-up naming it (`trust`).
     let roots = crate::provider::http::trust::from_env(&|name| std::env::var(name).ok())?;
     crate::provider::http::set_roots(roots);
-    let resources = Arc::new(skills::load(
-        &skills::Sources {
-            cwd: &cwd,
-            agent_dir: &dir,
-            skills: &cfg.skills,
-            no_skills: cfg.no_skills,
-            templates: &cfg.prompt_templates,
-            no_templates: cfg.no_prompt_templates,
-        },
-        &mut |w| log::warn!("{w}"),
-    ));
+    let resources = Arc::new(resources(cfg, &settings, &cwd, &dir));
+    let no_builtin_skills = settings.enable_builtin_skills == Some(false);
     // Before the provider: a sandbox that cannot be had is the first thing to hear of.
     let sandbox = sandbox_config(cfg, &settings, &dir, &cwd)?;
     let (provider, models, level) = build_provider(cfg, &dir, &settings)?;
+    let side_models = side_models(&settings, models.as_deref());
     let tools = tool_choice(cfg)?;
     let mut kernel_env = kernel_env(dir.clone(), &settings, &resources);
     kernel_env.sandbox = sandbox;
@@ -117,6 +111,7 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         agent_dir: (!cfg.no_context_files).then(|| dir.clone()),
         skills: resources.skills.clone(),
         today: today_utc(),
+        no_builtin_skills,
         // What the first call runs in (permission mode `read-only` narrows a sandbox).
         sandbox: Some(match permission_mode {
             crate::agent::permissions::Mode::ReadOnly if kernel_env.sandbox.is_on() => kernel_env
@@ -148,11 +143,107 @@ pub(crate) fn build_agent(cfg: &Config) -> Result<Agent, String> {
         store,
         autonomy: crate::agent::autonomy::Config {
             max_model_calls: max_model_calls(cfg),
-            ..cfg.autonomy.clone()
+            ..autonomy_config(cfg, &settings.autonomous)
         },
         goal: cfg.goal.clone().map(|g| (g, cfg.goal_token_budget)),
         mcp_servers: settings.mcp_servers,
+        side_models,
+        service_tier: settings.default_service_tier.clone(),
+        cache_keep_alive: settings
+            .cache_keep_alive_ms
+            .map(std::time::Duration::from_millis),
+        message_delivery: crate::agent::turn::MessageDelivery {
+            all_steers: settings.steering_all,
+            all_follow_ups: settings.follow_ups_all,
+        },
     })
+}
+
+/// Skills and templates: the flags', the settings' paths and discovery; settings
+/// `enableSkillCommands`.
+fn resources(cfg: &Config, settings: &Settings, cwd: &Path, agent_dir: &Path) -> Resources {
+    let mut resources = skills::load(
+        &skills::Sources {
+            cwd,
+            agent_dir,
+            skills: &cfg.skills,
+            no_skills: cfg.no_skills,
+            templates: &cfg.prompt_templates,
+            no_templates: cfg.no_prompt_templates,
+            settings_skills: &settings.skill_paths,
+            settings_templates: &settings.prompt_paths,
+        },
+        &mut |w| log::warn!("{w}"),
+    );
+    resources.no_skill_commands = settings.enable_skill_commands == Some(false);
+    resources
+}
+
+/// Autonomous mode: each `--autonomous*` flag given wins over its settings key
+/// (`autonomous.*`), which wins over the default. Settings enable the mode only with
+/// `autonomous.enabled` (limits alone wait for a flag or `/autonomous on`).
+fn autonomy_config(cfg: &Config, s: &settings::Autonomous) -> crate::agent::autonomy::Config {
+    let mut a = cfg.autonomy.clone();
+    let given = |flag: &str| cfg.autonomy_flags.iter().any(|f| f == flag);
+    let set = |flag: &str, from: Option<u64>, slot: &mut u64| {
+        if let Some(n) = from.filter(|_| !given(flag)) {
+            *slot = n;
+        }
+    };
+    set(
+        "--autonomous-max-continuations",
+        s.max_continuations,
+        &mut a.max_continuations,
+    );
+    set("--autonomous-max-turns", s.max_turns, &mut a.max_turns);
+    set("--autonomous-max-tokens", s.max_tokens, &mut a.max_tokens);
+    set(
+        "--autonomous-gate-retries",
+        s.gate_max_retries,
+        &mut a.gates.max_retries,
+    );
+    let ms = |flag: &str, from: Option<u64>, slot: &mut std::time::Duration| {
+        if let Some(n) = from.filter(|_| !given(flag)) {
+            *slot = std::time::Duration::from_millis(n);
+        }
+    };
+    ms("--autonomous-timeout-ms", s.timeout_ms, &mut a.timeout);
+    ms(
+        "--autonomous-gate-timeout-ms",
+        s.gate_timeout_ms,
+        &mut a.gates.timeout,
+    );
+    if let Some(commands) = s
+        .gate_commands
+        .as_ref()
+        .filter(|_| !given("--autonomous-gate"))
+    {
+        a.gates.commands = commands.clone();
+    }
+    a.enabled |= s.enabled == Some(true);
+    a
+}
+
+/// Settings `subagentDefaultModel` and `auxiliaryModel`, built from the menu's registry and
+/// credentials; without a menu (the scripted provider) there is no other model to name.
+fn side_models(settings: &Settings, menu: Option<&ModelMenu>) -> crate::agent::turn::SideModels {
+    let keys = [
+        ("subagentDefaultModel", settings.subagent_model.as_deref()),
+        ("auxiliaryModel", settings.auxiliary_model.as_deref()),
+    ];
+    let [subagent, auxiliary] = keys.map(|(key, reference)| match menu {
+        Some(menu) => menu.setting_model(key, reference),
+        None => {
+            if reference.is_some() {
+                log::warn!("Ignoring settings key {key}: this provider offers no other model");
+            }
+            None
+        }
+    });
+    crate::agent::turn::SideModels {
+        subagent,
+        auxiliary,
+    }
 }
 
 /// The sandbox: `--sandbox*` over the global settings' `sandbox`. A sandbox asked for where

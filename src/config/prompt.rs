@@ -52,8 +52,10 @@ Your `ipython` tool runs cells in one persistent Python kernel: variables, impor
   - `await compact.run(instructions=None)` summarises older conversation to free context once this turn ends; `await compact.status()` shows the numbers.
   - `await agent_message.send(text, receiver_role=\"parent\"|\"child\"|\"sibling\", receiver_name=None)` and `await agent_message.list_agents()` talk to your agent family (parent, children, siblings) only.
   - `await agent_observe.list()`, `await agent_observe.get(name)` and `await agent_observe.recent(name, limit=5)` show what the agents of your family are doing.
-  - `await mcp.list_tools(server)` and `await mcp.call_tool(server, tool, arguments)` reach the session's MCP servers.
-  - `print(skill_creator.INSTRUCTIONS)` explains how to write a new skill; `skill_creator.create(...)` writes one.";
+  - `await mcp.list_tools(server)` and `await mcp.call_tool(server, tool, arguments)` reach the session's MCP servers.";
+
+/// The built-in `skill_creator` (settings `enableBuiltinSkills` turns it off).
+const SKILL_CREATOR: &str = "  - `print(skill_creator.INSTRUCTIONS)` explains how to write a new skill; `skill_creator.create(...)` writes one.";
 
 /// Scheduling, for the session's own agent (a child's schedules would outlive its task).
 const HEARTBEATS: &str = "  - `await rlm_heartbeat.create(instruction, interval=\"every 30m\")` (also `\"in 10m\"`, `\"at 09:00\"`, cron), `.list()`, `.update(id, ...)`, `.delete(id)` schedule prompts to yourself for later.";
@@ -144,6 +146,8 @@ pub(crate) struct PromptSpec {
     pub skills: Vec<Skill>,
     /// `YYYY-MM-DD`, fixed when the spec is made so the prompt stays the same for the process.
     pub today: String,
+    /// Settings `enableBuiltinSkills: false`: the kernel has no `skill_creator` to mention.
+    pub no_builtin_skills: bool,
     /// The start-up sandbox: one passage says what it lets commands write (`None`, or off and
     /// not offered: none). A switch rewrites the passage at the next call (`for_sandbox`).
     pub sandbox: Option<crate::base::sandbox::Sandbox>,
@@ -233,6 +237,10 @@ pub(crate) fn build(spec: &PromptSpec, f: &AgentFacts<'_>) -> String {
     }
     if kernel {
         let mut api = String::from(KERNEL_API);
+        if !spec.no_builtin_skills {
+            api.push('\n');
+            api.push_str(SKILL_CREATOR);
+        }
         if f.child.is_none() {
             api.push('\n');
             api.push_str(HEARTBEATS);
@@ -419,6 +427,7 @@ mod tests {
             agent_dir: Some(agent.clone()),
             skills: Vec::new(),
             today: "2026-11-29".into(),
+            no_builtin_skills: false,
             sandbox: None,
         };
         let names = vec!["bash".to_string()];

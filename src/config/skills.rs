@@ -46,6 +46,9 @@ pub(crate) struct Template {
 pub(crate) struct Resources {
     pub skills: Vec<Skill>,
     pub templates: Vec<Template>,
+    /// Settings `enableSkillCommands: false`: skills are in the system prompt only, not
+    /// `skill:<name>` commands (a `/skill:<name>` prompt reaches the model as typed).
+    pub no_skill_commands: bool,
 }
 
 /// Where resources come from (the start-up flags, resolved).
@@ -61,6 +64,10 @@ pub(crate) struct Sources<'a> {
     pub templates: &'a [PathBuf],
     /// `-np/--no-prompt-templates`: no discovery.
     pub no_templates: bool,
+    /// Settings `skills` (resolved): like `--skill` paths, but off with `-ns`.
+    pub settings_skills: &'a [PathBuf],
+    /// Settings `prompts` (resolved): template files or directories of them, off with `-np`.
+    pub settings_templates: &'a [PathBuf],
 }
 
 /// The skill discovery dirs, in order: the project's, then the agent dir's.
@@ -75,7 +82,12 @@ fn skill_dirs(cwd: &Path, agent_dir: &Path) -> [PathBuf; 3] {
 /// Loads skills and templates; `warn` gets one line per skipped file.
 pub(crate) fn load(src: &Sources<'_>, warn: &mut dyn FnMut(String)) -> Resources {
     let mut skill_files: Vec<PathBuf> = Vec::new();
-    for path in src.skills {
+    let from_settings = if src.no_skills {
+        &[][..]
+    } else {
+        src.settings_skills
+    };
+    for path in src.skills.iter().chain(from_settings) {
         let path = src.cwd.join(path);
         if path.is_file() {
             skill_files.push(path);
@@ -125,6 +137,18 @@ pub(crate) fn load(src: &Sources<'_>, warn: &mut dyn FnMut(String)) -> Resources
     }
     let mut template_files: Vec<PathBuf> = src.templates.iter().map(|p| src.cwd.join(p)).collect();
     if !src.no_templates {
+        for path in src.settings_templates {
+            if path.is_dir() {
+                template_files.extend(markdown_files(path));
+            } else if path.is_file() {
+                template_files.push(path.clone());
+            } else {
+                warn(format!(
+                    "Skipping prompt template {}: no such file",
+                    path.display()
+                ));
+            }
+        }
         for dir in [
             src.agent_dir.join("prompts"),
             src.cwd.join(".prime").join("agent").join("prompts"),
@@ -146,7 +170,11 @@ pub(crate) fn load(src: &Sources<'_>, warn: &mut dyn FnMut(String)) -> Resources
             )),
         }
     }
-    Resources { skills, templates }
+    Resources {
+        skills,
+        templates,
+        no_skill_commands: false,
+    }
 }
 
 /// `<dir>/*/<name>` files, sorted by directory name.
@@ -365,8 +393,12 @@ impl Resources {
     /// The commands these resources add to `available_commands_update`: `skill:<name>` for
     /// each skill, then each template by name, skipping names the session's own commands use.
     pub(crate) fn commands(&self, taken: &[&str]) -> Vec<(String, String, Option<String>)> {
-        let mut out: Vec<(String, String, Option<String>)> = self
-            .skills
+        let commands = if self.no_skill_commands {
+            &[][..]
+        } else {
+            &self.skills[..]
+        };
+        let mut out: Vec<(String, String, Option<String>)> = commands
             .iter()
             .map(|s| {
                 (
@@ -395,7 +427,10 @@ impl Resources {
             Some((n, a)) => (n, a.trim()),
             None => (rest.trim_end(), ""),
         };
-        if let Some(skill) = name.strip_prefix("skill:") {
+        if let Some(skill) = name
+            .strip_prefix("skill:")
+            .filter(|_| !self.no_skill_commands)
+        {
             let s = self.skills.iter().find(|s| s.name == skill)?;
             return Some(skill_message(s, args));
         }
@@ -583,6 +618,8 @@ mod tests {
                 no_skills: false,
                 templates: &[],
                 no_templates: false,
+                settings_skills: &[],
+                settings_templates: &[],
             },
             &mut |w| warnings.push(w),
         );
@@ -628,11 +665,54 @@ mod tests {
                 no_skills: true,
                 templates: &[base.join("agent/prompts/fix.md")],
                 no_templates: true,
+                settings_skills: &[base.join("more-skills")],
+                settings_templates: &[base.join("more-prompts")],
             },
             &mut |_| {},
         );
         assert_eq!(res.skills.len(), 1);
         assert_eq!(res.templates.len(), 1);
+        // Settings `skills` / `prompts`: a skill dir, a dir of skill dirs, a template dir or
+        // file; off with -ns / -np (above); a missing path is a warning.
+        write(
+            "more-skills/delta/SKILL.md",
+            "---\ndescription: From settings\n---\nDo delta.",
+        );
+        write(
+            "more-prompts/ship.md",
+            "---\ndescription: Ship it\n---\nShip $1.",
+        );
+        write("one.md", "Single file template.");
+        let mut warnings = Vec::new();
+        let mut more = load(
+            &Sources {
+                cwd: &cwd,
+                agent_dir: &base.join("none"),
+                skills: &[],
+                no_skills: false,
+                templates: &[],
+                no_templates: false,
+                settings_skills: &[base.join("more-skills"), base.join("gone")],
+                settings_templates: &[base.join("more-prompts"), base.join("one.md")],
+            },
+            &mut |w| warnings.push(w),
+        );
+        let names: Vec<&str> = more.skills.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["delta", "alpha", "beta"]);
+        let tnames: Vec<&str> = more.templates.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(tnames, ["ship", "one", "plain"]);
+        assert_eq!(
+            warnings,
+            [format!(
+                "Skipping skill {}: no such file",
+                base.join("gone").display()
+            )]
+        );
+        // enableSkillCommands false: no `skill:` commands, `/skill:` is not expanded.
+        more.no_skill_commands = true;
+        let cmds: Vec<String> = more.commands(&[]).into_iter().map(|c| c.0).collect();
+        assert_eq!(cmds, ["ship", "one", "plain"]);
+        assert_eq!(more.expand("/skill:delta go", &[]), None);
         let block = prompt_block(&res.skills);
         assert!(block.contains("<available_skills>\n<skill>\n<name>gamma</name>\n<type>instructions</type>\n<description>Given on the command line</description>\n<location>"));
         let _ = std::fs::remove_dir_all(&base);

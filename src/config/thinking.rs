@@ -17,6 +17,17 @@ pub enum Thinking {
 impl Thinking {
     pub const NAMES: &'static str = "off, minimal, low, medium, high, xhigh, max";
 
+    /// Every level, lowest first.
+    pub const ALL: [Thinking; 7] = [
+        Thinking::Off,
+        Thinking::Minimal,
+        Thinking::Low,
+        Thinking::Medium,
+        Thinking::High,
+        Thinking::XHigh,
+        Thinking::Max,
+    ];
+
     pub fn parse(s: &str) -> Option<Thinking> {
         Some(match s {
             "off" => Thinking::Off,

@@ -466,7 +466,13 @@ def _third_party_reasons():
 
 def _install_user_skills(namespace):
     """Imports the Python packages of the user's skills (`python_import`), given by the host
-    as JSON in PRIME_AGENT_PYTHON_SKILLS; a failed import leaves a stub that says why."""
+    as JSON in PRIME_AGENT_PYTHON_SKILLS; a failed import leaves a stub that says why. Runs
+    once the request's environment is in place (a zygote's fork too), so it also removes the
+    built-in skills when settings `enableBuiltinSkills` is false (PRIME_AGENT_BUILTIN_SKILLS=0)."""
+    if os.environ.pop("PRIME_AGENT_BUILTIN_SKILLS", "1") == "0":
+        for name in ["skill_creator", *_third_party_reasons()]:
+            namespace.pop(name, None)
+        sys.modules.pop("skill_creator", None)
     raw = os.environ.pop("PRIME_AGENT_PYTHON_SKILLS", "")
     try:
         skills = json.loads(raw) if raw else []

@@ -42,6 +42,8 @@ pub(crate) enum EntryKind {
         model_id: String,
     },
     ThinkingLevelChange(String),
+    /// `service_tier_change {serviceTier}`: the OpenAI service tier (`/fast`).
+    ServiceTierChange(String),
     /// `session_info {name}`: the session's title.
     SessionInfo {
         name: String,
@@ -261,6 +263,9 @@ pub(crate) fn entry_line(e: &Entry) -> Value {
         EntryKind::ThinkingLevelChange(level) => {
             json!({ "type": "thinking_level_change", "thinkingLevel": level })
         }
+        EntryKind::ServiceTierChange(tier) => {
+            json!({ "type": "service_tier_change", "serviceTier": tier })
+        }
         EntryKind::SessionInfo { name } => json!({ "type": "session_info", "name": name }),
         EntryKind::Compaction(c) => {
             let mut v = json!({
@@ -306,6 +311,7 @@ pub(crate) fn parse_entry(v: &Value) -> Result<Entry, String> {
             model_id: s("modelId"),
         },
         Some("thinking_level_change") => EntryKind::ThinkingLevelChange(s("thinkingLevel")),
+        Some("service_tier_change") => EntryKind::ServiceTierChange(s("serviceTier")),
         Some("session_info") => EntryKind::SessionInfo { name: s("name") },
         Some("compaction") => EntryKind::Compaction(Compaction {
             summary: s("summary"),
@@ -703,6 +709,7 @@ mod tests {
                 model_id: "gpt-5".into(),
             },
             EntryKind::ThinkingLevelChange("high".into()),
+            EntryKind::ServiceTierChange("priority".into()),
             EntryKind::SessionInfo {
                 name: "Title".into(),
             },

@@ -113,6 +113,15 @@ impl Loaded {
         (model, thinking)
     }
 
+    /// The service tier the session last asked for (`service_tier_change`), newest on the
+    /// branch.
+    pub(crate) fn service_tier(&self) -> Option<String> {
+        self.entries.iter().rev().find_map(|e| match &e.kind {
+            EntryKind::ServiceTierChange(t) if !t.is_empty() => Some(t.clone()),
+            _ => None,
+        })
+    }
+
     /// The goal's state as last written (`custom` `thread_goal_state`), newest on the branch.
     pub(crate) fn goal_state(&self) -> Option<&Value> {
         self.entries.iter().rev().find_map(|e| match &e.kind {

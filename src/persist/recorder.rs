@@ -60,6 +60,8 @@ pub(crate) struct Recorder {
     notes: Notes,
     model: Option<(String, String)>,
     thinking: Option<String>,
+    /// The service tier last written (`service_tier_change`).
+    service_tier: Option<String>,
     titled: bool,
     /// The title the first prompt gives, written after the first answer.
     title: Option<String>,
@@ -130,6 +132,7 @@ impl Recorder {
             notes: Notes::default(),
             model: None,
             thinking: None,
+            service_tier: None,
             titled: false,
             title: None,
             failed: false,
@@ -162,6 +165,7 @@ impl Recorder {
         r.last_id = loaded.entries.last().map(|e| e.id.clone());
         r.titled = loaded.title().is_some();
         (r.model, r.thinking) = loaded.model();
+        r.service_tier = loaded.service_tier();
         let opened = OpenOptions::new()
             .write(true)
             .open(&loaded.path)
@@ -273,6 +277,17 @@ impl Recorder {
             self.pending
                 .push(EntryKind::ThinkingLevelChange(thinking.to_owned()));
             self.thinking = Some(thinking.to_owned());
+        }
+    }
+
+    /// The session's service tier (`/fast`, settings `defaultServiceTier`): a
+    /// `service_tier_change` entry when it differs from the last one written (none: nothing).
+    pub(crate) fn note_service_tier(&mut self, tier: Option<&str>) {
+        let Some(tier) = tier else { return };
+        if self.service_tier.as_deref() != Some(tier) {
+            self.pending
+                .push(EntryKind::ServiceTierChange(tier.to_owned()));
+            self.service_tier = Some(tier.to_owned());
         }
     }
 

@@ -28,8 +28,11 @@ pub(crate) fn headers(key: Option<&str>) -> Vec<(String, String)> {
     h
 }
 
-/// Thinking budget in tokens per level.
-fn budget(t: Thinking) -> Option<u64> {
+/// Thinking budget in tokens per level: settings `thinkingBudgets`, else ours.
+fn budget(t: Thinking, configured: &crate::config::settings::ThinkingBudgets) -> Option<u64> {
+    if let Some(b) = configured.of(t) {
+        return Some(b);
+    }
     match t {
         Thinking::Off => None,
         Thinking::Minimal => Some(1024),
@@ -63,7 +66,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
         body.insert("system".into(), json!(req.system));
     }
     if model.reasoning {
-        if let Some(b) = budget(req.thinking) {
+        if let Some(b) = budget(req.thinking, &super::thinking_budgets()) {
             // The budget must stay below max_tokens, leaving room for the answer.
             let b = b.min(max_tokens.saturating_sub(1024)).max(1024);
             max_tokens = max_tokens.max(b + 1024);
@@ -406,6 +409,27 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_budgets_win_for_their_levels() {
+        let configured = crate::config::settings::ThinkingBudgets {
+            medium: Some(3000),
+            high: Some(50_000),
+            ..Default::default()
+        };
+        // (level, budget with the settings, budget without)
+        let cases = [
+            (Thinking::Off, None, None),
+            (Thinking::Minimal, Some(1024), Some(1024)),
+            (Thinking::Medium, Some(3000), Some(8192)),
+            (Thinking::High, Some(50_000), Some(16_384)),
+            (Thinking::Max, Some(31_000), Some(31_000)),
+        ];
+        for (t, with, without) in cases {
+            assert_eq!(budget(t, &configured), with, "{t:?}");
+            assert_eq!(budget(t, &Default::default()), without, "{t:?}");
+        }
+    }
     use crate::provider::tests_support::{
         model, replay_fixture, request, tool, tool_round_messages, user,
     };

@@ -50,6 +50,10 @@ impl Provider for Failover {
         self.primary.reasoning()
     }
 
+    fn caches_prompts(&self) -> bool {
+        self.primary.caches_prompts()
+    }
+
     fn stream(
         &self,
         request: &ChatRequest<'_>,

@@ -92,7 +92,18 @@ pub(crate) fn thinking_config(model: &ModelDef, thinking: Thinking) -> Option<Va
         // Dynamic: the model decides.
         [-1, -1, -1, -1]
     };
-    Some(json!({"includeThoughts": true, "thinkingBudget": budgets[effort]}))
+    // Settings `thinkingBudgets` win over these (by the level the index stands for).
+    let level = [
+        Thinking::Minimal,
+        Thinking::Low,
+        Thinking::Medium,
+        Thinking::High,
+    ][effort];
+    let budget = match super::thinking_budgets().of(level) {
+        Some(b) => i64::try_from(b).unwrap_or(i64::MAX),
+        None => budgets[effort],
+    };
+    Some(json!({"includeThoughts": true, "thinkingBudget": budget}))
 }
 
 /// Gemini's text and `inlineData` parts.

@@ -47,21 +47,35 @@ impl ModelMenu {
     /// Settings `providerBackupModel` (`provider/id` or a bare id) among the models with
     /// credentials; a reference that names none is a warning and no backup (upstream's rule).
     pub(crate) fn with_backup(mut self, reference: Option<&str>) -> ModelMenu {
-        let Some(reference) = reference else {
-            return self;
-        };
+        self.backup = reference.and_then(|r| self.find_setting("providerBackupModel", r));
+        self
+    }
+
+    /// The model a settings `key` names (`provider/id`, else a bare id) among the models with
+    /// credentials; one that names none is a warning naming the key.
+    fn find_setting(&self, key: &str, reference: &str) -> Option<MenuModel> {
         let models = self.all_models();
         let found = models
             .iter()
             .find(|m| m.value() == reference)
             .or_else(|| models.iter().find(|m| m.id == reference));
-        match found {
-            Some(m) => self.backup = Some(m.clone()),
-            None => log::warn!(
-                "Ignoring settings key providerBackupModel: {reference} is not a model with credentials"
-            ),
+        if found.is_none() {
+            log::warn!("Ignoring settings key {key}: {reference} is not a model with credentials");
         }
-        self
+        found.cloned()
+    }
+
+    /// A provider for the model a settings `key` names (`subagentDefaultModel`,
+    /// `auxiliaryModel`), with the backup model behind it; `None` (warned) when it names none.
+    pub(crate) fn setting_model(
+        &self,
+        key: &str,
+        reference: Option<&str>,
+    ) -> Option<Arc<dyn Provider>> {
+        let model = self.find_setting(key, reference?)?;
+        let provider = self.build_plain(&model)?;
+        log::info!("{key}: {}", model.value());
+        Some(self.with_failover(provider))
     }
 
     /// `provider` with the backup model behind it (none for the backup itself).

@@ -301,6 +301,21 @@ pub(crate) struct Notice {
 /// Defined in the leaf `thinking` (settings read it too); re-exported under its usual path.
 pub(crate) use crate::config::thinking::Thinking;
 
+/// Settings `thinkingBudgets`, set once at start-up (`setup`), read by the APIs that take a
+/// thinking budget in tokens (`anthropic`, `google`).
+static THINKING_BUDGETS: std::sync::OnceLock<crate::config::settings::ThinkingBudgets> =
+    std::sync::OnceLock::new();
+
+/// Records the settings' thinking budgets (the first call wins).
+pub(crate) fn set_thinking_budgets(budgets: crate::config::settings::ThinkingBudgets) {
+    let _ = THINKING_BUDGETS.set(budgets);
+}
+
+/// The settings' thinking budgets (none set: every API's defaults).
+pub(crate) fn thinking_budgets() -> crate::config::settings::ThinkingBudgets {
+    THINKING_BUDGETS.get().copied().unwrap_or_default()
+}
+
 /// The share of a known window an unknown model's reply may take (1/`REPLY_SHARE`); compaction
 /// reserves the same share (`compaction::RESERVE_SHARE`), so a prompt under its threshold plus
 /// one reply fits the window.
@@ -321,6 +336,8 @@ pub(crate) struct ChatRequest<'a> {
     /// This logical call's id: every HTTP attempt of it carries it as `X-ACP-Model-Request-ID`
     /// and `Idempotency-Key` (`semantic::new_request_id`), and semantic edges name it.
     pub request_id: &'a str,
+    /// The OpenAI service tier to ask for (`service_tier`; the Responses API sends it).
+    pub service_tier: Option<&'a str>,
 }
 
 /// Why a model call failed. The `Display` text is what the client sees after
@@ -476,6 +493,12 @@ pub(crate) trait Provider: Send + Sync {
 
     /// Whether the model reasons, so a reasoning level is worth offering (ACP `thought_level`).
     fn reasoning(&self) -> bool {
+        false
+    }
+
+    /// Whether the server keeps a prompt-prefix cache that a request of the same shape
+    /// re-arms (settings `cacheKeepAlive` sends such requests only then).
+    fn caches_prompts(&self) -> bool {
         false
     }
 

@@ -35,6 +35,12 @@ pub(crate) fn effort(t: Thinking) -> Option<&'static str> {
     }
 }
 
+/// The effort value sent for `t`: what models.json `thinkingLevelMap` names for it, else
+/// the API's own (`effort`).
+pub(crate) fn model_effort(model: &ModelDef, t: Thinking) -> Option<&str> {
+    model.mapped_level(t).or_else(|| effort(t))
+}
+
 /// Chat Completions' `text` and `image_url` (a data URI) parts.
 const PARTS: Parts = Parts {
     text: |text| json!({"type": "text", "text": text}),
@@ -76,7 +82,7 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
         body.insert("tools".into(), Value::Array(tools));
     }
     if model.reasoning && model.compat.supports_reasoning_effort {
-        if let Some(e) = effort(req.thinking) {
+        if let Some(e) = model_effort(model, req.thinking) {
             body.insert("reasoning_effort".into(), json!(e));
         }
     }

@@ -244,6 +244,12 @@ impl Provider for RemoteProvider {
         self.selection.model.reasoning
     }
 
+    /// OpenAI's APIs (and the servers that speak them) and Gemini cache prompt prefixes by
+    /// themselves; our Anthropic requests set no `cache_control`, so nothing is cached there.
+    fn caches_prompts(&self) -> bool {
+        !matches!(self.selection.api, Api::AnthropicMessages)
+    }
+
     fn context_window(&self) -> Option<u64> {
         Some(self.selection.model.context_window)
             .filter(|w| *w > 0)
@@ -284,28 +290,8 @@ impl Provider for RemoteProvider {
         }
         // The body is built once the window is known (asked above for an unknown model),
         // since an unknown model's output budget depends on it.
-        let capped;
-        let request = match self.unknown_model_budget() {
-            Some(budget) if request.max_tokens.is_none() => {
-                capped = ChatRequest {
-                    max_tokens: Some(budget),
-                    ..*request
-                };
-                &capped
-            }
-            _ => request,
-        };
-        let body = match (self.selection.api, &azure_env) {
-            (Api::AzureOpenAiResponses, Some(env)) => azure::body(model, request, env),
-            (Api::OpenAiResponses | Api::AzureOpenAiResponses, _) => {
-                responses::body(model, request)
-            }
-            (Api::OpenAiCompletions, _) => openai::body(model, request),
-            (Api::AnthropicMessages, _) => anthropic::body(model, request),
-            (Api::Google, _) => google::body(model, request),
-            (Api::GoogleVertex, _) => vertex::body(model, request),
-            (Api::BedrockConverseStream, _) => bedrock::body(model, request),
-        };
+        let request = &self.fitted(request);
+        let body = self.body(request, azure_env.as_ref());
         // The tree is dropped once encoded: for the whole call only the bytes hold a copy of
         // the conversation (a 200,000-token conversation is ~1 MB of them).
         let body = encode(body)?;
@@ -331,20 +317,7 @@ impl Provider for RemoteProvider {
                 .is_some()
                 .then_some(&sign as &dyn Fn() -> Vec<(String, String)>),
         };
-        let mut decoder = || -> Box<dyn StreamDecoder> {
-            match self.selection.api {
-                Api::OpenAiCompletions => Box::new(openai::Decoder::new()),
-                Api::AnthropicMessages => Box::new(anthropic::Decoder::new()),
-                Api::OpenAiResponses | Api::AzureOpenAiResponses => {
-                    Box::new(responses::Decoder::new(&model.id))
-                }
-                Api::GoogleVertex if vertex::is_claude(&model.id) => {
-                    Box::new(anthropic::Decoder::new())
-                }
-                Api::Google | Api::GoogleVertex => Box::new(google::Decoder::new(&model.id)),
-                Api::BedrockConverseStream => Box::new(bedrock::Decoder::new()),
-            }
-        };
+        let mut decoder = || self.decoder();
         let result = self.http.stream(&post, abort, &mut decoder, on_event);
         if let (Err(ProviderError::Status { status: 401, .. }), Some(token)) = (&result, &bearer) {
             // A token the server refused (revoked, or expired early) is not used again.
@@ -358,6 +331,53 @@ impl Provider for RemoteProvider {
 }
 
 impl RemoteProvider {
+    /// `request` as this model takes it: an unknown model's output budget, and a thinking
+    /// level the model does not take clamped away (models.json `thinkingLevelMap`).
+    fn fitted<'a>(&self, request: &ChatRequest<'a>) -> ChatRequest<'a> {
+        let max_tokens = match self.unknown_model_budget() {
+            Some(budget) if request.max_tokens.is_none() => Some(budget),
+            _ => request.max_tokens,
+        };
+        ChatRequest {
+            max_tokens,
+            thinking: self.selection.model.clamp(request.thinking),
+            ..*request
+        }
+    }
+
+    /// The wire API's request body.
+    fn body(&self, request: &ChatRequest<'_>, azure_env: Option<&azure::AzureEnv>) -> Value {
+        let model = &self.selection.model;
+        match (self.selection.api, azure_env) {
+            (Api::AzureOpenAiResponses, Some(env)) => azure::body(model, request, env),
+            (Api::OpenAiResponses | Api::AzureOpenAiResponses, _) => {
+                responses::body(model, request)
+            }
+            (Api::OpenAiCompletions, _) => openai::body(model, request),
+            (Api::AnthropicMessages, _) => anthropic::body(model, request),
+            (Api::Google, _) => google::body(model, request),
+            (Api::GoogleVertex, _) => vertex::body(model, request),
+            (Api::BedrockConverseStream, _) => bedrock::body(model, request),
+        }
+    }
+
+    /// A fresh stream decoder of the wire API (one per attempt).
+    fn decoder(&self) -> Box<dyn StreamDecoder> {
+        let model = &self.selection.model;
+        match self.selection.api {
+            Api::OpenAiCompletions => Box::new(openai::Decoder::new()),
+            Api::AnthropicMessages => Box::new(anthropic::Decoder::new()),
+            Api::OpenAiResponses | Api::AzureOpenAiResponses => {
+                Box::new(responses::Decoder::new(&model.id))
+            }
+            Api::GoogleVertex if vertex::is_claude(&model.id) => {
+                Box::new(anthropic::Decoder::new())
+            }
+            Api::Google | Api::GoogleVertex => Box::new(google::Decoder::new(&model.id)),
+            Api::BedrockConverseStream => Box::new(bedrock::Decoder::new()),
+        }
+    }
+
     /// The provider's key for this call (`None`: none, where none is needed). Bedrock's is
     /// a bearer token, and without one the call is signed with AWS credentials (`aws`).
     fn key(&self, abort: &AbortFlag) -> Result<Option<String>, ProviderError> {
@@ -428,7 +448,13 @@ impl RemoteProvider {
                 (url, headers)
             }
         };
-        for (name, raw) in &p.headers {
+        // models.json `authHeader`: the key as a bearer token too (the provider's and the
+        // model's own `headers` still win).
+        if let (true, Some(key)) = (p.auth_header, key) {
+            headers.retain(|(n, _)| !n.eq_ignore_ascii_case("authorization"));
+            headers.push(("authorization".to_owned(), format!("Bearer {key}")));
+        }
+        for (name, raw) in p.headers.iter().chain(&self.selection.model.headers) {
             let value = resolve_value(raw, abort).map_err(|e| config_or_aborted(e, abort))?;
             headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
             headers.push((name.clone(), value));

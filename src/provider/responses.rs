@@ -18,7 +18,7 @@ use std::borrow::Cow;
 
 use super::config::ModelDef;
 use super::http::{event_json, message_and_code, Emit, StreamDecoder};
-use super::openai::{borrowed, effort};
+use super::openai::{borrowed, model_effort};
 use super::parts::{result_output, Parts};
 use super::sse::SseEvent;
 use super::{
@@ -115,8 +115,13 @@ pub(crate) fn body(model: &ModelDef, req: &ChatRequest<'_>) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    if let Some(tier) = req.service_tier {
+        body.insert("service_tier".into(), json!(tier));
+    }
     if model.reasoning {
-        if let Some(e) = effort(req.thinking).filter(|_| model.compat.supports_reasoning_effort) {
+        if let Some(e) =
+            model_effort(model, req.thinking).filter(|_| model.compat.supports_reasoning_effort)
+        {
             body.insert("reasoning".into(), json!({"effort": e, "summary": "auto"}));
         }
         // Even with no effort asked for, a reasoning model reasons; without the encrypted

@@ -30,6 +30,7 @@ pub(crate) fn request<'a>(
         agent: "main",
         max_tokens: None,
         request_id: "test-request",
+        service_tier: None,
     }
 }
 

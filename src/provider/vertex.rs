@@ -307,6 +307,7 @@ mod tests {
             agent: "main",
             max_tokens: None,
             request_id: "r",
+            service_tier: None,
         };
         let b = body(&model, &req);
         assert_eq!(b["anthropic_version"], ANTHROPIC_VERSION);

@@ -561,6 +561,9 @@ impl MainLoop {
     fn restore_model(&self, session: &mut Session, loaded: &persist::Loaded) {
         let mut model = session.model().clone();
         let (stored, thinking) = loaded.model();
+        if let Some(tier) = loaded.service_tier() {
+            model.service_tier = Some(tier);
+        }
         model.thinking = config_options::restore_thinking(
             thinking.as_deref(),
             self.agent.thinking_explicit,
@@ -703,12 +706,34 @@ impl MainLoop {
                 )
             }
             Command::RlmMaxDepth(arg) => self.rlm_max_depth(i, arg),
+            Command::Fast(plain) => Local::Reply(self.fast(i, *plain)),
             other => {
                 let state = self.sessions[i].unattended().clone();
                 let text = commands::run_on(other, &mut autonomy::lock(&state), Instant::now());
                 Local::Reply(text)
             }
         }
+    }
+
+    /// `/fast`: the session's service tier between `priority` and `default`, on the models
+    /// upstream offers Fast mode for; from the next model call on, kept with the session
+    /// (`service_tier_change`, written by the next turn).
+    fn fast(&mut self, i: usize, plain: bool) -> String {
+        if !plain {
+            return "Usage: /fast".to_owned();
+        }
+        let mut model = self.sessions[i].model().clone();
+        let fast = model
+            .provider
+            .as_ref()
+            .is_ok_and(|p| commands::supports_fast_mode(&p.label()));
+        if !fast {
+            return commands::FAST_UNAVAILABLE.to_owned();
+        }
+        let on = model.service_tier.as_deref() != Some("priority");
+        model.service_tier = Some(if on { "priority" } else { "default" }.to_owned());
+        self.sessions[i].set_model(model);
+        commands::fast_reply(on)
     }
 
     /// `/rlm-max-depth [n]`: a new depth applies at once (the family's spawn check, kernels

@@ -1020,6 +1020,13 @@ impl Session {
         if inbox_waiting {
             self.start_turn(None, TurnInput::Inbox, out);
         } else if let Some(due) = self.follow_ups.pop_front() {
+            // Settings `followUpMode` `all`: the others due join this turn's first model call.
+            if self.ctx.agent.message_delivery.all_follow_ups {
+                for rest in self.follow_ups.drain(..) {
+                    let custom = Some(rest.custom());
+                    self.ctx.inbox.push_message(rest.prompt, custom);
+                }
+            }
             let prompt = UserPrompt {
                 custom: Some(due.custom()),
                 text: due.prompt,
@@ -1406,7 +1413,11 @@ mod tests {
 
     impl Harness {
         fn new() -> Harness {
-            let ctx = Arc::new(AgentCtx::standalone(Arc::new(Agent::without_model())));
+            Harness::with_agent(Agent::without_model())
+        }
+
+        fn with_agent(agent: Agent) -> Harness {
+            let ctx = Arc::new(AgentCtx::standalone(Arc::new(agent)));
             let workers = Arc::new(FakeWorkers::default());
             let session = Session::new(
                 "sid".to_owned(),
@@ -1712,6 +1723,44 @@ mod tests {
         // sends nothing.
         h.session.set_model(h.session.model().clone());
         assert!(h.take().is_empty());
+    }
+
+    /// Settings `followUpMode`: one-at-a-time runs each due follow-up as its own turn; `all`
+    /// runs the first with the others in its inbox (taken by its first model call).
+    #[test]
+    fn follow_up_mode_decides_how_many_follow_ups_one_turn_takes() {
+        const NOW: u64 = 1_764_583_200_000;
+        for all in [false, true] {
+            let mut agent = Agent::without_model();
+            agent.message_delivery.all_follow_ups = all;
+            let mut h = Harness::with_agent(agent);
+            for prompt in ["first", "second"] {
+                let payload = json!({"instruction": prompt, "interval": "in 1m", "delivery_mode": "follow_up"});
+                h.session
+                    .jobs()
+                    .host_request("rlm_heartbeat.create", &payload, NOW)
+                    .unwrap();
+            }
+            h.prompt(1, "work");
+            h.take();
+            let t = h.running();
+            h.session.on_heartbeat(NOW + 60_000, &mut h.out);
+            h.turn(t, done());
+            let started: Vec<String> = h
+                .take()
+                .into_iter()
+                .filter(|a| a.starts_with("start"))
+                .collect();
+            assert_eq!(started, ["start first"], "all: {all}");
+            let waiting: Vec<String> = h.session.ctx.inbox.drain();
+            if all {
+                assert_eq!(waiting, ["second"]);
+                assert!(h.session.follow_ups.is_empty());
+            } else {
+                assert!(waiting.is_empty());
+                assert_eq!(h.session.follow_ups.len(), 1);
+            }
+        }
     }
 
     #[test]

@@ -233,6 +233,10 @@ impl IpythonTool {
             ],
             sandbox: policy,
         };
+        if env.no_builtin_skills {
+            cfg.env
+                .push(("PRIME_AGENT_BUILTIN_SKILLS".into(), "0".into()));
+        }
         if let Some(shell) = &env.shell_path {
             cfg.env
                 .push(("PRIME_AGENT_SHELL_PATH".into(), shell.clone()));

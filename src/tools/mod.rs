@@ -379,6 +379,9 @@ pub(crate) struct KernelEnv {
     pub python_skills: Vec<PythonSkill>,
     /// Settings `images.*` (the kernel's `attach_image`).
     pub images: crate::config::settings::Images,
+    /// Settings `enableBuiltinSkills: false`: no `skill_creator` and no stubs of upstream's
+    /// service skills in the kernel.
+    pub no_builtin_skills: bool,
     /// `--sandbox*` and settings `sandbox` (a session's `sandbox` option switches the mode).
     pub sandbox: crate::base::sandbox::Sandbox,
 }
@@ -422,6 +425,7 @@ impl Default for KernelEnv {
             shell_command_prefix: None,
             python_skills: Vec::new(),
             images: crate::config::settings::Images::default(),
+            no_builtin_skills: false,
             sandbox: crate::base::sandbox::Sandbox::default(),
         }
     }

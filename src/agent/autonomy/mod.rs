@@ -100,6 +100,14 @@ pub(crate) enum Next {
 /// The default continuation, upstream's words (behaviour spec §5.1, verbatim).
 pub(crate) const DEFAULT_CONTINUATION: &str = "No human input is available in autonomous mode. Continue working until the host evaluator, verifier, or configured autonomous limits stop the run. If you were asking the user a question, make a reasonable assumption and verify it. If you believe you are blocked, prove it with host-observable evidence, preserve that evidence, and keep looking for safe progress while budget remains. Do not end the session yourself; the verifier/evaluator decides completion when configured gates pass.";
 
+/// A limit as `/autonomous status` shows it: settings' `"unlimited"` is `u64::MAX`.
+fn shown(limit: u64) -> String {
+    match limit {
+        u64::MAX => "unlimited".to_owned(),
+        n => n.to_string(),
+    }
+}
+
 /// A session's unattended-run state.
 #[derive(Debug)]
 pub(crate) struct Unattended {
@@ -450,11 +458,11 @@ impl Unattended {
             "Autonomous mode: {}. Continuations: {}/{}. Turns: {}/{}. Tokens: {}/{}.",
             if l.enabled { "on" } else { "off" },
             c.continuations_used,
-            l.max_continuations,
+            shown(l.max_continuations),
             c.turns_used,
-            l.max_turns,
+            shown(l.max_turns),
             c.tokens_used,
-            l.max_tokens
+            shown(l.max_tokens)
         )
     }
 

@@ -700,6 +700,7 @@ fn summarize(
         agent: job.agent,
         max_tokens: Some(max_tokens.max(1)),
         request_id: &request_id,
+        service_tier: None,
     };
     let result = crate::provider::traced_stream(job.provider, &request, job.abort, &mut |_| {});
     if let (Ok(_), Some(trace)) = (&result, job.trace) {

@@ -420,13 +420,13 @@ impl Family {
             .unwrap_or("")
             .to_lowercase();
         let models: Vec<Value> = self
-            .model_label()
+            .child_models()
+            .into_iter()
             .filter(|label| label.to_lowercase().contains(&query))
             .map(|label| {
                 let (provider, id) = label.split_once('/').unwrap_or(("", label.as_str()));
                 json!({"provider": provider, "id": id, "name": id, "selector": label})
             })
-            .into_iter()
             .collect();
         Ok(json!({ "models": models }))
     }

@@ -158,6 +158,9 @@ struct Node {
     ctx: Option<Arc<AgentCtx>>,
     /// `rlm(..., thinking=)`, else the parent's.
     thinking: Thinking,
+    /// Settings `subagentDefaultModel` when its `rlm(...)` named no model; `None`: the
+    /// session's current model.
+    model: Option<Arc<dyn crate::provider::Provider>>,
     /// Its descendants' usage, waiting for its own worker (`turn::attribution`).
     pool: Arc<Pool>,
 }
@@ -565,7 +568,11 @@ impl Family {
             id: node.id.clone(),
             session_name: Some(node.name.clone()),
             status: node.status.as_str().to_owned(),
-            model: self.model_label(),
+            model: node
+                .model
+                .as_ref()
+                .map(|p| p.label())
+                .or_else(|| self.model_label()),
             token_count: (node.token_count > 0).then_some(node.token_count),
             error: node.error.clone(),
         };

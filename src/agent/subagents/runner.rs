@@ -16,22 +16,44 @@ use crate::base::content::UserPrompt;
 use crate::provider::{Message, Thinking};
 
 impl Family {
-    /// `rlm.run`: admits a child and returns its handle at once (never its answer).
-    /// `rlm(..., model=)` may name only the session's model (or none); returns its label.
-    fn check_model(&self, payload: &Value) -> Result<String, String> {
-        let label = self
-            .model_label()
-            .ok_or("no model is configured for subagents")?;
-        match payload
+    /// The model of a new child and its label: `rlm(..., model=)` may name the session's
+    /// model or settings `subagentDefaultModel`; with none, the latter if set (`Some`), else
+    /// the session's (`None`: whatever the session runs when the child starts).
+    fn child_model(
+        &self,
+        payload: &Value,
+    ) -> Result<(Option<Arc<dyn crate::provider::Provider>>, String), String> {
+        let session = self.model_label();
+        let default = self.agent.side_models.subagent.clone();
+        let asked = payload
             .get("model")
             .and_then(Value::as_str)
-            .filter(|m| !m.is_empty())
-        {
-            Some(model) if model != label => Err(format!(
-                "Model \"{model}\" is not available in this session; rlm.find_models() lists what is (\"{label}\")"
+            .filter(|m| !m.is_empty());
+        match (asked, default) {
+            (Some(m), Some(d)) if m == d.label() => Ok((Some(d), m.to_owned())),
+            (Some(m), _) if session.as_deref() == Some(m) => Ok((None, m.to_owned())),
+            (None, Some(d)) => {
+                let label = d.label();
+                Ok((Some(d), label))
+            }
+            (None, None) => Ok((None, session.ok_or("no model is configured for subagents")?)),
+            (Some(m), _) => Err(format!(
+                "Model \"{m}\" is not available in this session; rlm.find_models() lists what is (\"{}\")",
+                self.child_models().join("\", \"")
             )),
-            _ => Ok(label),
         }
+    }
+
+    /// The labels `rlm(..., model=)` accepts: the session's model, then settings
+    /// `subagentDefaultModel`.
+    pub(super) fn child_models(&self) -> Vec<String> {
+        let mut labels: Vec<String> = self.model_label().into_iter().collect();
+        if let Some(d) = &self.agent.side_models.subagent {
+            if !labels.contains(&d.label()) {
+                labels.push(d.label());
+            }
+        }
+        labels
     }
 
     pub(super) fn spawn_child(&self, parent: &str, payload: &Value) -> Result<Value, String> {
@@ -42,7 +64,7 @@ impl Family {
             .get("prompt")
             .and_then(Value::as_str)
             .ok_or("rlm.run prompt must be a string")?;
-        let label = self.check_model(payload)?;
+        let (model, label) = self.child_model(payload)?;
         let mut state = self.lock();
         let depth = self.depth_of(&state, parent);
         if let Some(refusal) = family::depth_refusal(depth, self.max_depth()) {
@@ -106,6 +128,7 @@ impl Family {
                 .and_then(Value::as_str)
                 .and_then(Thinking::parse)
                 .unwrap_or(inherited),
+            model,
             pool: Arc::default(),
         };
         self.notify_child(&node);
@@ -171,8 +194,10 @@ impl Family {
         let conversation = node.conversation.clone();
         // The session's model now (a switch reaches a child from its next run on).
         let model = TurnModel {
-            provider: self.provider(),
+            provider: node.model.clone().map_or_else(|| self.provider(), Ok),
             thinking: node.thinking,
+            // A child asks for settings' tier (`/fast` switches the session's own calls).
+            service_tier: self.agent.service_tier.clone(),
         };
         let family = self.me.clone();
         let child_id = id.to_owned();

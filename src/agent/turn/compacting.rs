@@ -99,7 +99,15 @@ impl Worker<'_> {
             settings.keep_recent_tokens = 0;
         }
         let job = Job {
-            provider,
+            // Settings `auxiliaryModel` writes the summary when set; the window measured
+            // above stays the session model's.
+            provider: self
+                .ctx
+                .agent
+                .side_models
+                .auxiliary
+                .as_deref()
+                .unwrap_or(provider),
             agent: &self.ctx.name,
             thinking: self.model.thinking,
             settings,

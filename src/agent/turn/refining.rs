@@ -92,11 +92,12 @@ impl Worker<'_> {
         self.kernel_json(&refine::apply_code(&plan, global, trigger))
     }
 
-    /// One model call of refine (the planner, the review gate) with the session's model.
+    /// One model call of refine (the planner, the review gate): with settings
+    /// `auxiliaryModel` when set, else the session's model.
     fn ask(&self, system: &str, text: String, who: &str) -> Result<String, Stop> {
-        let provider = match &self.model.provider {
-            Ok(p) => p.clone(),
-            Err(why) => return Err(Stop::Failed(why.clone())),
+        let provider = match (&self.ctx.agent.side_models.auxiliary, &self.model.provider) {
+            (Some(p), _) | (None, Ok(p)) => p.clone(),
+            (None, Err(why)) => return Err(Stop::Failed(why.clone())),
         };
         let messages = [Message::User {
             text,
@@ -111,6 +112,7 @@ impl Worker<'_> {
             agent: &self.ctx.name,
             max_tokens: Some(PLANNER_MAX_TOKENS),
             request_id: &request_id,
+            service_tier: None,
         };
         match crate::provider::traced_stream(&*provider, &request, self.abort, &mut |_| {}) {
             Ok(reply) => Ok(reply.message.text),

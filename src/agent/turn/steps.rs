@@ -289,6 +289,7 @@ impl<'a> Worker<'a> {
             agent: &self.ctx.name,
             max_tokens: None,
             request_id: &request_id,
+            service_tier: self.model.service_tier.as_deref(),
         };
         let emit = self.emit;
         emit(AgentEvent::AssistantMessageStart);
@@ -434,6 +435,45 @@ impl<'a> Worker<'a> {
             self.refuse_call(conv, announcer, call, text);
         }
         TurnOutcome::Completed(StopReason::MaxTokens)
+    }
+
+    /// `run_calls` with the prompt-cache keep-alive running beside it (settings
+    /// `cacheKeepAlive`, for a provider whose server caches prompts). What the keep-alive
+    /// requests used counts into the session's usage and cost like a reply's, not as a model
+    /// call (the autonomous and per-prompt call limits do not see it).
+    pub(super) fn run_calls_kept_alive(
+        &mut self,
+        conv: &mut Conversation,
+        turn: &Turn<'_>,
+        announcer: &mut Announcer,
+        kept: &Kept,
+    ) -> Step<()> {
+        let keep_alive = match self.ctx.agent.cache_keep_alive {
+            Some(interval) if turn.provider.caches_prompts() => {
+                // The last call's request: the history before the reply just kept.
+                let asked = conv.messages.len().saturating_sub(1);
+                let shape = super::keep_alive::Shape {
+                    system: turn.system.to_string(),
+                    messages: conv.messages[..asked].to_vec(),
+                    tools: turn.specs.clone(),
+                    thinking: self.model.thinking,
+                    agent: self.ctx.name.clone(),
+                    service_tier: self.model.service_tier.clone(),
+                };
+                let provider = turn.provider.clone();
+                super::keep_alive::KeepAlive::start(provider, shape, interval, self.abort.clone())
+            }
+            _ => None,
+        };
+        let step = self.run_calls(conv, announcer, kept);
+        if let Some((sent, usage)) = keep_alive.map(|k| k.finish()).filter(|(n, _)| *n > 0) {
+            log::info!("cache keep-alive: {sent} request(s) while tools ran");
+            conv.usage.add(usage);
+            let cost = turn.provider.prices().map_or(0.0, |p| p.cost(&usage));
+            conv.compaction.cost += cost;
+            self.ctx.usage.report(&self.ctx.name, usage, cost);
+        }
+        step
     }
 
     /// The reply's calls, one at a time and in order (`call_plan` decides each), every result

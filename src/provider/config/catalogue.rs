@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::Registry;
+use crate::config::thinking::Thinking;
 
 /// The wire APIs this build speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +104,11 @@ pub(crate) struct ModelDef {
     pub cost: Option<crate::provider::Prices>,
     /// The model's own wire API (models.json model `api`), when it is not its provider's.
     pub api: Option<String>,
+    /// models.json `thinkingLevelMap`: per level, the value sent for it (`Some`) or that the
+    /// model does not take it (`None`, clamped away). Empty: the API's own mapping.
+    pub level_map: Vec<(Thinking, Option<String>)>,
+    /// `modelOverrides.<id>.headers` (config values), over the provider's.
+    pub headers: Vec<(String, String)>,
 }
 
 impl ModelDef {
@@ -130,7 +136,41 @@ impl ModelDef {
             compat,
             cost: None,
             api: None,
+            level_map: Vec::new(),
+            headers: Vec::new(),
         }
+    }
+
+    /// The level a call at `t` runs at: `t` unless `thinkingLevelMap` marks it unsupported,
+    /// then the nearest supported one above it, else below (upstream's clamp: `xhigh` and
+    /// `max` count as supported only when the map names them). No map: `t`.
+    pub(crate) fn clamp(&self, t: Thinking) -> Thinking {
+        if self.level_map.is_empty() || !self.reasoning {
+            return t;
+        }
+        let supported = |l: Thinking| match self.level_map.iter().find(|(k, _)| *k == l) {
+            Some((_, v)) => v.is_some(),
+            None => !matches!(l, Thinking::XHigh | Thinking::Max),
+        };
+        let i = Thinking::ALL.iter().position(|l| *l == t).unwrap_or(0);
+        let above = Thinking::ALL[i..].iter().copied().find(|l| supported(*l));
+        above
+            .or_else(|| {
+                Thinking::ALL[..i]
+                    .iter()
+                    .rev()
+                    .copied()
+                    .find(|l| supported(*l))
+            })
+            .unwrap_or(Thinking::Off)
+    }
+
+    /// The value `thinkingLevelMap` sends for level `t`, if it names one.
+    pub(crate) fn mapped_level(&self, t: Thinking) -> Option<&str> {
+        self.level_map
+            .iter()
+            .find(|(k, _)| *k == t)
+            .and_then(|(_, v)| v.as_deref())
     }
 
     /// The wire API this model is called with: its own, else its provider's.
@@ -181,6 +221,8 @@ pub(crate) struct ProviderDef {
     pub models: Vec<ModelDef>,
     /// Defined in models.json rather than built in.
     pub custom: bool,
+    /// models.json `authHeader`: the key also goes as `Authorization: Bearer <key>`.
+    pub auth_header: bool,
 }
 
 const OPENAI_COMPAT: Compat = Compat {
@@ -352,10 +394,14 @@ impl Registry {
                     default_model: models.first().map(|m| m.id.clone()),
                     models,
                     custom: false,
+                    auth_header: false,
                 }
             })
             .collect();
-        Registry { providers }
+        Registry {
+            providers,
+            warnings: Vec::new(),
+        }
     }
 }
 

@@ -52,6 +52,8 @@ fn model_or_custom(p: &ProviderDef, id: &str) -> ModelDef {
             compat: p.compat,
             cost: None,
             api: None,
+            level_map: Vec::new(),
+            headers: Vec::new(),
         },
     }
 }
