@@ -137,6 +137,9 @@ pub(crate) struct Settings {
     pub session_dir: Option<PathBuf>,
     pub enabled_models: Option<Vec<String>>,
     pub images: Images,
+    /// `kernel.prewarm` (default on): warm the kernel zygote when a session with `ipython` is
+    /// built; off, Python starts at the first cell (`PRIME_AGENT_KERNEL_PREWARM` wins).
+    pub kernel_prewarm: Option<bool>,
     pub auto_refine: AutoRefine,
     /// `sandbox`, from the global file only (a project's file cannot loosen it).
     pub sandbox: SandboxSettings,
@@ -286,6 +289,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     if let Some(b) = flag(v, "images.autoResize", &mut w) {
         s.images.auto_resize = b;
     }
+    s.kernel_prewarm = flag(v, "kernel.prewarm", &mut w);
     s.auto_refine = auto_refine(v, &mut w);
     s.mcp_servers = mcp_servers(v, &|name| std::env::var(name).ok(), &mut w);
     s.backup_model = string(v, "providerBackupModel", &mut w);
@@ -388,6 +392,7 @@ mod tests {
             "sessionDir": "/tmp/s",
             "enabledModels": ["openai/*", " claude* "],
             "images": {"blockImages": true, "autoResize": false},
+            "kernel": {"prewarm": false},
             "somethingElse": {"ignored": true}
         }));
         assert_eq!(s.default_provider.as_deref(), Some("anthropic"));
@@ -416,6 +421,7 @@ mod tests {
                 auto_resize: false
             }
         );
+        assert_eq!(s.kernel_prewarm, Some(false));
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
         assert_eq!(from_value(&json!({})), Settings::default());
     }
@@ -427,13 +433,15 @@ mod tests {
             "defaultThinkingLevel": "huge",
             "retry": {"maxRetries": -1, "enabled": "no"},
             "rlmMaxDepth": "two",
-            "images": {"autoResize": 1}
+            "images": {"autoResize": 1},
+            "kernel": {"prewarm": "no"}
         }));
         assert_eq!(s.default_model, None);
         assert_eq!(s.default_thinking, None);
         assert_eq!(s.retry, Retry::default());
         assert_eq!(s.rlm_max_depth, None);
         assert!(s.images.auto_resize);
+        assert_eq!(s.kernel_prewarm, None);
         assert_eq!(
             s.warnings,
             vec![
@@ -443,6 +451,7 @@ mod tests {
                 "Ignoring settings key retry.enabled: expected true or false".to_owned(),
                 "Ignoring settings key retry.maxRetries: expected a non-negative integer".to_owned(),
                 "Ignoring settings key images.autoResize: expected true or false".to_owned(),
+                "Ignoring settings key kernel.prewarm: expected true or false".to_owned(),
             ]
         );
     }

@@ -381,6 +381,9 @@ pub(crate) struct KernelEnv {
     pub images: crate::config::settings::Images,
     /// `--sandbox*` and settings `sandbox` (a session's `sandbox` option switches the mode).
     pub sandbox: crate::base::sandbox::Sandbox,
+    /// Settings `kernel.prewarm` / `PRIME_AGENT_KERNEL_PREWARM`: warm the kernel zygote when
+    /// a tool set with `ipython` is built (else the first cell starts it).
+    pub prewarm: bool,
 }
 
 /// Where the session's maximum depth comes from (§4.3: `/rlm-max-depth`, then settings
@@ -423,6 +426,7 @@ impl Default for KernelEnv {
             python_skills: Vec::new(),
             images: crate::config::settings::Images::default(),
             sandbox: crate::base::sandbox::Sandbox::default(),
+            prewarm: true,
         }
     }
 }
@@ -452,7 +456,11 @@ impl ToolChoice {
         // An agent with a kernel: warm this process's zygote now, in the background, so the
         // first cell forks a ready kernel instead of starting Python (kernel/zygote.rs).
         // A sandboxed kernel never comes from the zygote (zygote.rs): no warming then.
-        if !env.sandbox.is_on() && tools.iter().any(|t| t.spec().name == ipython::NAME) {
+        // With `kernel.prewarm` off, the first cell starts it (`zygote::for_kernel`).
+        if env.prewarm
+            && !env.sandbox.is_on()
+            && tools.iter().any(|t| t.spec().name == ipython::NAME)
+        {
             if let Some(python) = crate::kernel::find_python() {
                 crate::kernel::zygote::prewarm(&python);
             }
