@@ -37,6 +37,7 @@
 
 pub(crate) mod host;
 pub(crate) mod state;
+pub(crate) mod venv;
 pub(crate) mod wire;
 pub(crate) mod zygote;
 
@@ -94,7 +95,8 @@ const NO_CELL: u64 = u64::MAX;
 const START_UP: u64 = 0;
 
 /// Finds the Python to run: `PRIME_AGENT_KERNEL_PYTHON` (a path, or a name looked up in
-/// `PATH`), else `python3`, else `python` on `PATH`.
+/// `PATH`), else the managed environment's once `prime-agent kernel setup` has made it
+/// (`venv`), else `python3`, else `python` on `PATH`.
 pub fn find_python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PRIME_AGENT_KERNEL_PYTHON").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -104,7 +106,9 @@ pub fn find_python() -> Option<PathBuf> {
             which(&p)
         };
     }
-    which(Path::new("python3")).or_else(|| which(Path::new("python")))
+    venv::python()
+        .or_else(|| which(Path::new("python3")))
+        .or_else(|| which(Path::new("python")))
 }
 
 fn which(name: &Path) -> Option<PathBuf> {
