@@ -401,9 +401,14 @@ def make_ipython_engine(ns_module):
             tokenizer's regular expressions (input transformers) and the display formatters
             (created at the first result). About 15 ms of a fork's first cell otherwise, paid
             again by every kernel; done in the zygote, the pages are shared. Neither touches the
-            user namespace, the history or the execution count."""
+            user namespace, the history or the execution count. IPython 9 also makes its session
+            logger at the first cell and imports `hashlib` there to name the cell's code: about
+            15 ms of every first cell, done here too."""
+            import hashlib  # noqa: F401
+
             shell.transform_cell("import os\nos.getpid()\n")
             shell.display_formatter.format(0)
+            getattr(shell, "logger", None)
 
         def transform(self, code):
             """The cell as plain Python: magics become calls."""
