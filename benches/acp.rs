@@ -14,6 +14,8 @@
 mod loopback;
 #[path = "support/mcp.rs"]
 mod mcp;
+#[path = "support/prewarm.rs"]
+mod prewarm;
 #[path = "support/sandbox.rs"]
 mod sandbox;
 #[path = "support/scale.rs"]
@@ -413,6 +415,9 @@ fn main() {
     }
     if on("scale") {
         b.scale();
+    }
+    if on("prewarm") {
+        b.prewarm();
     }
     if on("sandbox") {
         b.sandbox();

@@ -153,7 +153,7 @@ fn a_stopped_session_gets_its_namespace_back_on_continue() {
     let art = artifacts(&dir, &sid);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&art), 0o700);
-    assert_eq!(mode(&art.join("kernel-state.pkl")), 0o600);
+    assert_eq!(mode(&art.join("kernel-state.dill")), 0o600);
     assert_eq!(mode(&art.join("kernel-state.json")), 0o600);
     let saved: Vec<&str> = manifest["saved"]
         .as_array()
@@ -328,7 +328,7 @@ fn a_corrupt_snapshot_is_a_warning_and_a_fresh_namespace() {
     let (sid, _, a) = define(&dir);
     drop(a);
     std::fs::write(
-        artifacts(&dir, &sid).join("kernel-state.pkl"),
+        artifacts(&dir, &sid).join("kernel-state.dill"),
         b"\x80\x05not a pickle at all",
     )
     .unwrap();
@@ -469,4 +469,24 @@ fn a_cell_just_before_a_session_close_is_saved_by_the_close() {
         .collect();
     assert_eq!(saved, ["closing", "x"], "{manifest}");
     assert!(a.finish().success());
+}
+
+/// Sessions saved before the snapshot took the spec's name (`kernel-state.dill`) have a
+/// `kernel-state.pkl`: it is restored, and the next snapshot, under the new name, replaces it.
+#[test]
+fn a_snapshot_under_the_old_name_is_restored_and_then_replaced() {
+    let dir = TempDir::new("kstate-legacy");
+    let (sid, _, a) = define(&dir);
+    drop(a);
+    let art = artifacts(&dir, &sid);
+    std::fs::rename(art.join("kernel-state.dill"), art.join("kernel-state.pkl")).unwrap();
+    let next = resumed_script(&dir, "resume.jsonl");
+    let mut b = agent(&dir, &next, &["-c"]);
+    assert_eq!(b.handshake(), sid);
+    assert_eq!(b.prompt_stop("what is x + 1?"), "end_turn");
+    assert_restored(&b);
+    // The resumed cell succeeded, so a snapshot follows: the new name, and the old file gone.
+    drop(b);
+    assert!(art.join("kernel-state.dill").is_file());
+    assert!(!art.join("kernel-state.pkl").exists());
 }

@@ -20,6 +20,7 @@ mod harness;
 mod headless;
 mod heartbeats;
 mod kernel;
+mod kernel_setup;
 mod kernel_state;
 mod listing;
 mod loops;

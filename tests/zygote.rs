@@ -305,3 +305,118 @@ fn a_cancel_while_the_zygote_imports_starts_no_kernel() {
         "only the zygote was started: {starts:?}"
     );
 }
+
+/// A "python" that logs each start's arguments to `<dir>/starts.log`, then runs python3.
+fn logging_python(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let log = dir.path().join("starts.log");
+    let python = dir.write(
+        "logging-python",
+        &format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec python3 \"$@\"\n",
+            log.display()
+        ),
+    );
+    let _ = std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&python)
+        .status();
+    (python, log)
+}
+
+/// An agent in `dir` whose Python logs its starts, with `kernel.prewarm` in the project's
+/// settings as given and `env` added; its script answers a text turn, then runs `FACTS`.
+fn prewarm_agent(
+    dir: &TempDir,
+    setting: Option<bool>,
+    env: &[(&str, &str)],
+) -> (Agent, std::path::PathBuf) {
+    if let Some(on) = setting {
+        dir.write(
+            ".prime/agent/settings.json",
+            &json!({"kernel": {"prewarm": on}}).to_string(),
+        );
+    }
+    let (python, log) = logging_python(dir);
+    let cell = json!({"steps": [{"tool_call": {"id": "c0", "name": "ipython", "arguments": {"code": FACTS}}}]});
+    let text = format!(
+        "{}\n{cell}\n{}\n",
+        json!({"text": "hi"}),
+        json!({"text": "ok"})
+    );
+    let s = dir.write("prewarm.jsonl", &text);
+    let mut spawn = Spawn::scripted(&s.display().to_string(), &[]);
+    spawn.cwd = Some(dir.path().to_path_buf());
+    spawn.env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([(
+            "PRIME_AGENT_KERNEL_PYTHON".to_owned(),
+            python.display().to_string(),
+        )])
+        .collect();
+    (Agent::spawn(spawn), log)
+}
+
+/// Python started by the agent so far, as the wrapper logged it.
+fn starts(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// After `session/new` and a whole text turn (and a second more), nothing was started: with
+/// prewarm on, the zygote's start follows `session/new` within milliseconds.
+fn assert_no_python_yet(a: &mut Agent, log: &std::path::Path) {
+    assert_eq!(a.prompt_stop("hello"), "end_turn");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(starts(log).is_empty(), "{:?}", starts(log));
+    let pythons: Vec<i64> = children(i64::from(a.pid()))
+        .into_iter()
+        .filter(|c| cmdline(*c).contains("driver.py"))
+        .collect();
+    assert!(pythons.is_empty(), "no Python process: {pythons:?}");
+}
+
+#[test]
+fn with_prewarm_off_the_first_cell_starts_the_zygote_and_forks_its_kernel() {
+    let dir = TempDir::new("zygote-lazy");
+    let (mut a, log) = prewarm_agent(&dir, Some(false), &[]);
+    a.handshake();
+    assert_no_python_yet(&mut a, &log);
+    assert_eq!(a.prompt_stop("go"), "end_turn");
+    let f = facts(dir.path());
+    let ppid = f["ppid"].as_i64().unwrap();
+    assert_ne!(ppid, i64::from(a.pid()), "forked by a zygote: {f}");
+    assert!(
+        cmdline(ppid).contains("driver.py --zygote"),
+        "{}",
+        cmdline(ppid)
+    );
+    let started = starts(&log);
+    assert!(
+        started.len() == 1 && started[0].contains("--zygote"),
+        "the cell started the zygote, and only it: {started:?}"
+    );
+    assert!(a.finish().success());
+    assert_dies(&f["pid"].to_string());
+    assert_reaped(ppid);
+}
+
+#[test]
+fn prime_agent_kernel_prewarm_wins_over_the_setting() {
+    let dir = TempDir::new("zygote-prewarm-env-off");
+    let (mut a, log) = prewarm_agent(&dir, Some(true), &[("PRIME_AGENT_KERNEL_PREWARM", "0")]);
+    a.handshake();
+    assert_no_python_yet(&mut a, &log);
+    assert!(a.finish().success());
+
+    let dir = TempDir::new("zygote-prewarm-env-on");
+    let (mut a, log) = prewarm_agent(&dir, Some(false), &[("PRIME_AGENT_KERNEL_PREWARM", "1")]);
+    a.handshake();
+    let z = zygote_of(&a);
+    assert!(starts(&log).iter().any(|s| s.contains("--zygote")));
+    assert!(a.finish().success());
+    assert_reaped(z);
+}

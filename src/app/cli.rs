@@ -20,6 +20,7 @@ Usage: prime-agent [--mode acp] [options]
        prime-agent session export <id|path> [out.html] (a stored session as one HTML page)
        prime-agent schedule add|list|remove ...        (scheduled prompts of stored sessions)
        prime-agent sandbox                             (the Landlock ABI the sandbox finds)
+       prime-agent kernel setup [package ...]          (make the kernel's Python environment)
 
 Options:
   --mode <text|json|rpc|acp|daemon>  Front end: acp (default), json or acp-json (one prompt)

@@ -68,6 +68,27 @@ fn kernel_env(agent_dir: PathBuf, settings: &Settings, resources: &Resources) ->
         no_builtin_skills: settings.enable_builtin_skills == Some(false),
         // Set by `build_agent` from the flags and settings (`sandbox_config`).
         sandbox: Sandbox::default(),
+        prewarm: prewarm(
+            std::env::var("PRIME_AGENT_KERNEL_PREWARM").ok().as_deref(),
+            settings.kernel_prewarm,
+        ),
+    }
+}
+
+/// Whether to warm the kernel zygote at session creation: `PRIME_AGENT_KERNEL_PREWARM`
+/// (`0` or `1`; anything else is ignored with a warning), else settings `kernel.prewarm`,
+/// else on.
+fn prewarm(env: Option<&str>, setting: Option<bool>) -> bool {
+    match env.map(str::trim) {
+        Some("0") => false,
+        Some("1") => true,
+        Some(other) => {
+            if !other.is_empty() {
+                log::warn!("Ignoring PRIME_AGENT_KERNEL_PREWARM={other}: expected 0 or 1");
+            }
+            setting.unwrap_or(true)
+        }
+        None => setting.unwrap_or(true),
     }
 }
 
@@ -439,6 +460,21 @@ fn tool_choice(cfg: &Config) -> Result<ToolChoice, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_environment_wins_over_settings_kernel_prewarm() {
+        let cases = [
+            (None, None, true),
+            (None, Some(false), false),
+            (Some("0"), Some(true), false),
+            (Some(" 1 "), Some(false), true),
+            (Some("no"), Some(false), false),
+            (Some(""), None, true),
+        ];
+        for (env, setting, want) in cases {
+            assert_eq!(prewarm(env, setting), want, "{env:?} {setting:?}");
+        }
+    }
 
     #[test]
     fn no_builtin_tools_leaves_only_what_tools_names() {

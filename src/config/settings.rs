@@ -294,6 +294,9 @@ pub(crate) struct Settings {
     pub session_dir: Option<PathBuf>,
     pub enabled_models: Option<Vec<String>>,
     pub images: Images,
+    /// `kernel.prewarm` (default on): warm the kernel zygote when a session with `ipython` is
+    /// built; off, Python starts at the first cell (`PRIME_AGENT_KERNEL_PREWARM` wins).
+    pub kernel_prewarm: Option<bool>,
     pub auto_refine: AutoRefine,
     /// `sandbox`, from the global file only (a project's file cannot loosen it).
     pub sandbox: SandboxSettings,
@@ -526,6 +529,7 @@ pub(crate) fn from_value(v: &Value) -> Settings {
     if let Some(b) = flag(v, "images.autoResize", &mut w) {
         s.images.auto_resize = b;
     }
+    s.kernel_prewarm = flag(v, "kernel.prewarm", &mut w);
     s.auto_refine = auto_refine(v, &mut w);
     s.mcp_servers = mcp_servers(v, &|name| std::env::var(name).ok(), &mut w);
     s.backup_model = string(v, "providerBackupModel", &mut w);
@@ -723,6 +727,7 @@ mod tests {
             "images": {"blockImages": true, "autoResize": false},
             "subagentDefaultModel": "openai/gpt-5-mini",
             "auxiliaryModel": " haiku ",
+            "kernel": {"prewarm": false},
             "somethingElse": {"ignored": true}
         }));
         assert_eq!(s.subagent_model.as_deref(), Some("openai/gpt-5-mini"));
@@ -754,6 +759,7 @@ mod tests {
                 auto_resize: false
             }
         );
+        assert_eq!(s.kernel_prewarm, Some(false));
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
         assert_eq!(from_value(&json!({})), Settings::default());
     }
@@ -767,13 +773,15 @@ mod tests {
             "rlmMaxDepth": "two",
             "images": {"autoResize": 1},
             "subagentDefaultModel": "",
-            "auxiliaryModel": ["x"]
+            "auxiliaryModel": ["x"],
+            "kernel": {"prewarm": "no"}
         }));
         assert_eq!(s.default_model, None);
         assert_eq!(s.default_thinking, None);
         assert_eq!(s.retry, Retry::default());
         assert_eq!(s.rlm_max_depth, None);
         assert!(s.images.auto_resize);
+        assert_eq!(s.kernel_prewarm, None);
         assert_eq!(
             s.warnings,
             vec![
@@ -783,6 +791,7 @@ mod tests {
                 "Ignoring settings key retry.enabled: expected true or false".to_owned(),
                 "Ignoring settings key retry.maxRetries: expected a non-negative integer".to_owned(),
                 "Ignoring settings key images.autoResize: expected true or false".to_owned(),
+                "Ignoring settings key kernel.prewarm: expected true or false".to_owned(),
                 "Ignoring settings key subagentDefaultModel: expected a non-empty string".to_owned(),
                 "Ignoring settings key auxiliaryModel: expected a non-empty string".to_owned(),
             ]

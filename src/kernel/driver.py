@@ -270,8 +270,47 @@ class PlainEngine:
         return "ok"
 
 
+def _import_ipython_core():
+    """Makes `IPython` importable without running its package `__init__`, which imports the
+    terminal front end (prompt_toolkit, the debugger's UI, `embed`) that a kernel never uses:
+    about half of IPython's import time and a third of its memory. The package module gets the
+    one name IPython's own modules import from it (`get_ipython`); any other attribute a cell
+    asks for runs the real `__init__` into the same module object, or imports the submodule of
+    that name (`from IPython import display`). When IPython is missing, or this fails in any
+    way, it leaves nothing behind and the caller's ordinary import decides."""
+    import importlib.util
+
+    if "IPython" in sys.modules:
+        return
+    spec = importlib.util.find_spec("IPython")
+    if spec is None or spec.submodule_search_locations is None:
+        return
+    before = set(sys.modules)
+    package = importlib.util.module_from_spec(spec)
+
+    def __getattr__(name):
+        if importlib.util.find_spec("IPython." + name) is not None:
+            return importlib.import_module("IPython." + name)
+        package.__dict__.pop("__getattr__", None)
+        spec.loader.exec_module(package)
+        return getattr(package, name)
+
+    sys.modules["IPython"] = package
+    try:
+        from IPython.core.getipython import get_ipython
+
+        package.get_ipython = get_ipython
+        from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
+    except Exception:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+        return
+    package.__getattr__ = __getattr__
+
+
 def make_ipython_engine(ns_module):
     """IPython's InteractiveShell with results, displays and tracebacks sent as frames."""
+    _import_ipython_core()
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
@@ -316,6 +355,21 @@ def make_ipython_engine(ns_module):
         def enable_gui(self, gui=None):
             pass
 
+        # Completion (IPython's completer and jedi: a fifth of the shell's start-up) is made
+        # on first use, which a kernel that only runs cells never reaches.
+        def init_completer(self):
+            pass
+
+        @property
+        def Completer(self):
+            if self.__dict__.get("_completer") is None:
+                InteractiveShell.init_completer(self)
+            return self.__dict__["_completer"]
+
+        @Completer.setter
+        def Completer(self, value):
+            self.__dict__["_completer"] = value
+
     cfg = Config()
     cfg.HistoryManager.enabled = False
     cfg.InteractiveShell.colors = "NoColor"
@@ -347,9 +401,14 @@ def make_ipython_engine(ns_module):
             tokenizer's regular expressions (input transformers) and the display formatters
             (created at the first result). About 15 ms of a fork's first cell otherwise, paid
             again by every kernel; done in the zygote, the pages are shared. Neither touches the
-            user namespace, the history or the execution count."""
+            user namespace, the history or the execution count. IPython 9 also makes its session
+            logger at the first cell and imports `hashlib` there to name the cell's code: about
+            15 ms of every first cell, done here too."""
+            import hashlib  # noqa: F401
+
             shell.transform_cell("import os\nos.getpid()\n")
             shell.display_formatter.format(0)
+            getattr(shell, "logger", None)
 
         def transform(self, code):
             """The cell as plain Python: magics become calls."""
@@ -796,8 +855,8 @@ def zygote():
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     # Freeze what start-up allocated: the collector then never touches (and so never copies)
-    # those pages in a forked kernel.
-    gc.collect()
+    # those pages in a forked kernel. No collection first: it found a few dozen objects for
+    # about 10 ms of CPU (IPython 8.12), and what start-up left behind is shared anyway.
     gc.freeze()
 
     def send(frame):

@@ -37,6 +37,7 @@
 
 pub(crate) mod host;
 pub(crate) mod state;
+pub(crate) mod venv;
 pub(crate) mod wire;
 pub(crate) mod zygote;
 
@@ -94,7 +95,8 @@ const NO_CELL: u64 = u64::MAX;
 const START_UP: u64 = 0;
 
 /// Finds the Python to run: `PRIME_AGENT_KERNEL_PYTHON` (a path, or a name looked up in
-/// `PATH`), else `python3`, else `python` on `PATH`.
+/// `PATH`), else the managed environment's once `prime-agent kernel setup` has made it
+/// (`venv`), else `python3`, else `python` on `PATH`.
 pub fn find_python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PRIME_AGENT_KERNEL_PYTHON").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -104,7 +106,9 @@ pub fn find_python() -> Option<PathBuf> {
             which(&p)
         };
     }
-    which(Path::new("python3")).or_else(|| which(Path::new("python")))
+    venv::python()
+        .or_else(|| which(Path::new("python3")))
+        .or_else(|| which(Path::new("python")))
 }
 
 fn which(name: &Path) -> Option<PathBuf> {
@@ -245,16 +249,17 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// Starts the driver and waits for its `ready` frame. `abort` cancels the wait. With this
-    /// process's zygote ready (`zygote::prewarm`), the kernel is forked from it; otherwise (or
-    /// if the fork fails) `python3 driver.py` starts as its own process.
+    /// Starts the driver and waits for its `ready` frame. `abort` cancels the wait. The kernel
+    /// is forked from this process's zygote (`zygote::for_kernel`: warmed by `prewarm`, else
+    /// started now); without one (or if the fork fails) `python3 driver.py` starts as its own
+    /// process.
     pub fn start(
         cfg: &KernelConfig,
         handler: Arc<dyn HostHandler>,
         abort: &AbortFlag,
     ) -> Result<Kernel, String> {
         let zygote = match cfg.sandbox {
-            None => zygote::ready_for(&cfg.python, abort),
+            None => zygote::for_kernel(&cfg.python, abort),
             Some(_) => None,
         };
         if let Some(z) = zygote {
@@ -1143,6 +1148,35 @@ mod tests {
         assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
         assert_eq!(run.displays.len(), 63);
         assert_eq!(run.displays_dropped, 7);
+    }
+
+    /// The kernel imports IPython's core without its package `__init__` (no terminal front
+    /// end) and makes the completer (with IPython 8, jedi) on first use; both still work when
+    /// a cell asks. (Also run with `PRIME_AGENT_KERNEL_PYTHON` at an IPython 9 environment.)
+    #[test]
+    fn ipython_s_front_end_and_completer_load_when_a_cell_asks_for_them() {
+        let mut kernel = python_kernel(Arc::new(DefaultHostHandler::default()));
+        if kernel.engine() != "ipython" {
+            return; // IPython is not installed: the plain engine imports none of it.
+        }
+        let abort = AbortFlag::new();
+        let run = kernel.execute(
+            "import sys\n\
+             before = [m for m in ('prompt_toolkit', 'jedi', 'IPython.terminal') if m in sys.modules]\n\
+             import IPython\n\
+             from IPython import display as d\n\
+             from IPython.display import Image\n\
+             print(before, d.__name__, IPython.__version__ == IPython.core.release.version,\n\
+             \x20     IPython.get_ipython() is get_ipython(), type(get_ipython().Completer).__name__,\n\
+             \x20     callable(get_ipython().Completer.complete), callable(IPython.embed))",
+            &abort,
+            &mut |_, _| {},
+        );
+        assert_eq!(run.end, CellEnd::Done { ok: true }, "{:?}", run.error);
+        assert_eq!(
+            run.stdout.text(),
+            "[] IPython.display True True IPCompleter True True\n"
+        );
     }
 
     /// Panics on `test.panic`, echoes the type of anything else.

@@ -6,7 +6,8 @@ the driver's main thread, so the namespace cannot change under them. `Definition
 cell for the functions and classes it defines.
 
 Files, in the session's artifacts directory (0700, files 0600, each replaced atomically):
-- `kernel-state.pkl`: one pickle of a dict (`FORMAT`): `saved` {name: bytes}, each value's own
+- `kernel-state.dill` (the spec's name; before, `kernel-state.pkl`, still read when there is no
+  `.dill`): one pickle of a dict (`FORMAT`), which `dill` loads too: `saved` {name: bytes}, each value's own
   pickle (std `pickle`, or `dill` for the names listed in `dill`); `modules` {name: module};
   `definitions`, the source of the cells' `def`/`class` statements still bound; `after`, the
   saved names that refer to those definitions; `skipped` {name: reason}. Variables are pickled
@@ -38,7 +39,8 @@ import time
 import types
 
 FORMAT = 2
-PICKLE_NAME = "kernel-state.pkl"
+PICKLE_NAME = "kernel-state.dill"
+LEGACY_PICKLE_NAME = "kernel-state.pkl"
 MANIFEST_NAME = "kernel-state.json"
 MAX_VAR_BYTES = 16 * 1024 * 1024
 MAX_TOTAL_BYTES = 256 * 1024 * 1024
@@ -423,15 +425,24 @@ def snapshot(ns, baseline, directory, preempt, definitions=None):
     payload = snap.payload()
     _replace(os.path.join(directory, PICKLE_NAME), lambda f: pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL))
     _replace(os.path.join(directory, MANIFEST_NAME), lambda f: f.write(json.dumps(info, indent=1).encode()))
+    try:
+        os.unlink(os.path.join(directory, LEGACY_PICKLE_NAME))  # superseded: never read again
+    except OSError:
+        pass
     return info
 
 
 def _read(directory):
-    """The payload on disk: None when there is none; raises when it cannot be read."""
-    path = os.path.join(directory, PICKLE_NAME)
-    try:
-        size = os.path.getsize(path)
-    except OSError:
+    """The payload on disk (`kernel-state.dill`, else an older agent's `kernel-state.pkl`):
+    None when there is none; raises when it cannot be read."""
+    for name in (PICKLE_NAME, LEGACY_PICKLE_NAME):
+        path = os.path.join(directory, name)
+        try:
+            size = os.path.getsize(path)
+            break
+        except OSError:
+            continue
+    else:
         return None
     if size > MAX_TOTAL_BYTES + MAX_VAR_BYTES:
         raise ValueError("%d bytes, more than a snapshot can hold" % size)

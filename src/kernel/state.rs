@@ -9,7 +9,9 @@
 use serde_json::Value;
 
 /// The snapshot and its manifest, in the session's artifacts directory.
-pub(crate) const PICKLE_FILE: &str = "kernel-state.pkl";
+pub(crate) const PICKLE_FILE: &str = "kernel-state.dill";
+/// The snapshot's name before it took the spec's (still restored when there is no `.dill`).
+pub(crate) const LEGACY_PICKLE_FILE: &str = "kernel-state.pkl";
 pub(crate) const MANIFEST_FILE: &str = "kernel-state.json";
 
 /// The directory the driver saves the namespace into (unset: no snapshots).
@@ -289,7 +291,7 @@ back = main2.__dict__
 r = state.restore(back, frozenset(), 'out/artifacts')
 print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(k for k in back if not k.startswith('_')), 'x': back.get('x'),
     'g': back['g'](), 'f': back['f'](), 'c': type(back['c']) is back['C'], 'nested': back['nested']['k'][0] is back['C'],
-    'modes': [oct(os.stat(p).st_mode & 0o777) for p in ('out', 'out/artifacts', 'out/artifacts/kernel-state.pkl', 'out/artifacts/kernel-state.json')],
+    'modes': [oct(os.stat(p).st_mode & 0o777) for p in ('out', 'out/artifacts', 'out/artifacts/kernel-state.dill', 'out/artifacts/kernel-state.json')],
     'on_disk': json.load(open('out/artifacts/kernel-state.json')) == m}}))
 "
         ));
@@ -356,7 +358,7 @@ print(json.dumps({{'manifest': m, 'restore': r, 'back': sorted(k for k in back i
         assert_eq!(m["totalBytes"].as_u64(), Some(bytes));
         assert_eq!(m["format"], 2);
         assert_eq!(m["serializer"], "pickle");
-        assert_eq!(m["file"], "kernel-state.pkl");
+        assert_eq!(m["file"], "kernel-state.dill");
         assert_eq!(m["limits"]["variableBytes"], 16 * 1024 * 1024);
         assert_eq!(m["limits"]["totalBytes"], 256 * 1024 * 1024);
         assert!(m["savedAt"].as_str().unwrap().ends_with('Z'));
@@ -488,8 +490,8 @@ try:
 except state.Preempted:
     preempted = True
 os.makedirs('bad')
-open('bad/kernel-state.pkl', 'wb').write(b'junk')
-print(json.dumps({{'manifest': m, 'preempted': preempted, 'wrote': os.path.exists('other/kernel-state.pkl'),
+open('bad/kernel-state.dill', 'wb').write(b'junk')
+print(json.dumps({{'manifest': m, 'preempted': preempted, 'wrote': os.path.exists('other/kernel-state.dill'),
     'bad': state.restore({{}}, frozenset(), 'bad'), 'none': state.restore({{}}, frozenset(), 'nothing')}}))
 "
         ));

@@ -19,12 +19,15 @@
 //! `forked {pid}`, and a spare the host never heard of is never reported.
 //!
 //! Lifetime: `prewarm` starts it off the critical path (after a session with the `ipython`
-//! tool is built, never before `initialize`). It dies with the agent (its fd 0 and its socket
-//! reach EOF; it also asks for SIGKILL on its parent's death), and every kernel it forked dies
-//! with it (PR_SET_PDEATHSIG), besides each kernel's own EOF on its fd 0; at its own exit it
-//! kills and reaps its spare, which also dies with it (PR_SET_PDEATHSIG). If it fails to start
-//! or dies, kernels start directly as before (`Kernel::start`), and the next `prewarm` starts
-//! a new zygote. `PRIME_AGENT_KERNEL_ZYGOTE=0` turns it off.
+//! tool is built, never before `initialize`). With settings `kernel.prewarm` off
+//! (`PRIME_AGENT_KERNEL_PREWARM=0`) nothing starts until a kernel is wanted: the first one
+//! starts the zygote and waits for it (`for_kernel`), so an agent that never runs a cell never
+//! starts Python. It dies with the agent (its fd 0 and its socket reach EOF; it also asks for
+//! SIGKILL on its parent's death), and every kernel it forked dies with it (PR_SET_PDEATHSIG),
+//! besides each kernel's own EOF on its fd 0; at its own exit it kills and reaps its spare,
+//! which also dies with it (PR_SET_PDEATHSIG). If it fails to start, kernels start directly as
+//! before (`Kernel::start`); one that dies after it was ready is started again by the next
+//! `prewarm` or kernel start. `PRIME_AGENT_KERNEL_ZYGOTE=0` turns it off.
 //!
 //! The sandbox (`base/sandbox.rs`): the zygote runs unsandboxed and forks only unsandboxed
 //! kernels. A fork does not exec, so a kernel forked from it could not enter a sandbox of its
@@ -140,13 +143,28 @@ pub(crate) fn stop(timeout: Duration) {
     z.shut_down();
 }
 
-/// The zygote for `python`, once it is ready (waiting for it while it imports, cut short by
-/// `abort`); `None` when there is none, it failed, or it runs another Python.
-pub(crate) fn ready_for(python: &Path, abort: &AbortFlag) -> Option<Arc<Zygote>> {
+/// The zygote a kernel for `python` forks from, once it is ready (waiting for it while it
+/// imports, cut short by `abort`). When none runs (settings `kernel.prewarm` off, or the last
+/// one died after it was ready), one is started here and waited for: the first cell pays
+/// Python's start-up once, and later kernels fork. `None` when the zygote is off, failed to
+/// start, or runs another Python: the kernel then starts on its own.
+pub(crate) fn for_kernel(python: &Path, abort: &AbortFlag) -> Option<Arc<Zygote>> {
     if !enabled() {
         return None;
     }
-    let z = lock(&CURRENT).clone()?;
+    let z = {
+        let mut current = lock(&CURRENT);
+        match current.as_ref() {
+            Some(z) if !z.died_after_ready() => z.clone(),
+            _ => match Zygote::spawn(python) {
+                Ok(z) => current.insert(z).clone(),
+                Err(e) => {
+                    log::info!("kernel zygote not started ({e}); the kernel starts on its own");
+                    return None;
+                }
+            },
+        }
+    };
     if z.python != python {
         return None;
     }
@@ -209,6 +227,12 @@ impl Zygote {
     fn is_closed(&self) -> bool {
         let s = lock(&self.state);
         s.closed || matches!(s.ready, Some(Err(_)))
+    }
+
+    /// It came up and is gone since: worth starting again (one that never came up is not).
+    fn died_after_ready(&self) -> bool {
+        let s = lock(&self.state);
+        s.closed && matches!(s.ready, Some(Ok(())))
     }
 
     fn wait_ready(self: &Arc<Self>, abort: &AbortFlag) -> bool {

@@ -110,6 +110,7 @@ impl Store {
         };
         for name in [
             crate::kernel::state::PICKLE_FILE,
+            crate::kernel::state::LEGACY_PICKLE_FILE,
             crate::kernel::state::MANIFEST_FILE,
             JOBS_FILE,
         ] {

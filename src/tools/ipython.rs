@@ -134,7 +134,7 @@ impl IpythonTool {
             }
             None => {
                 if !WARNED.swap(true, Ordering::Relaxed) {
-                    log::warn!("No python3 found (PRIME_AGENT_KERNEL_PYTHON, python3, python on PATH): the ipython tool is not offered.");
+                    log::warn!("No python3 found (PRIME_AGENT_KERNEL_PYTHON, the kernel environment of prime-agent kernel setup, python3 or python on PATH): the ipython tool is not offered.");
                 }
                 None
             }

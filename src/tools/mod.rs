@@ -384,6 +384,9 @@ pub(crate) struct KernelEnv {
     pub no_builtin_skills: bool,
     /// `--sandbox*` and settings `sandbox` (a session's `sandbox` option switches the mode).
     pub sandbox: crate::base::sandbox::Sandbox,
+    /// Settings `kernel.prewarm` / `PRIME_AGENT_KERNEL_PREWARM`: warm the kernel zygote when
+    /// a tool set with `ipython` is built (else the first cell starts it).
+    pub prewarm: bool,
 }
 
 /// Where the session's maximum depth comes from (§4.3: `/rlm-max-depth`, then settings
@@ -427,6 +430,7 @@ impl Default for KernelEnv {
             images: crate::config::settings::Images::default(),
             no_builtin_skills: false,
             sandbox: crate::base::sandbox::Sandbox::default(),
+            prewarm: true,
         }
     }
 }
@@ -456,7 +460,11 @@ impl ToolChoice {
         // An agent with a kernel: warm this process's zygote now, in the background, so the
         // first cell forks a ready kernel instead of starting Python (kernel/zygote.rs).
         // A sandboxed kernel never comes from the zygote (zygote.rs): no warming then.
-        if !env.sandbox.is_on() && tools.iter().any(|t| t.spec().name == ipython::NAME) {
+        // With `kernel.prewarm` off, the first cell starts it (`zygote::for_kernel`).
+        if env.prewarm
+            && !env.sandbox.is_on()
+            && tools.iter().any(|t| t.spec().name == ipython::NAME)
+        {
             if let Some(python) = crate::kernel::find_python() {
                 crate::kernel::zygote::prewarm(&python);
             }

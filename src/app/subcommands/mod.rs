@@ -1,5 +1,6 @@
-//! `prime-agent model list`, `session export` and `schedule add|list|remove`: commands that
-//! read the agent directory, print to stdout and exit, without ACP and without reading stdin.
+//! `prime-agent model list`, `session export`, `schedule add|list|remove` and `kernel setup`:
+//! commands that read the agent directory (or, `kernel setup`, make the kernel's environment),
+//! print to stdout and exit, without ACP and without reading stdin.
 //!
 //! `parse` is pure (table-tested below); `run` does the IO through the same code the agent
 //! uses: the provider registry and credentials (`model list`), the session store and loader
@@ -44,6 +45,15 @@ pub enum Subcommand {
     },
     /// `prime-agent sandbox`: the Landlock ABI this kernel offers (exit 1 without one).
     Sandbox,
+    /// `prime-agent kernel setup`: makes the managed kernel environment (`kernel::venv`).
+    KernelSetup {
+        /// `--venv`: else `PRIME_AGENT_KERNEL_VENV`, else the default place.
+        venv: Option<PathBuf>,
+        /// `--python`: the Python that makes it; else `python3` on `PATH`.
+        python: Option<PathBuf>,
+        /// Instead of the default set (pip requirement strings).
+        packages: Vec<String>,
+    },
 }
 
 pub(crate) const MODEL_USAGE: &str = "\
@@ -74,6 +84,19 @@ scheduled-jobs.json. A job fires while its session is open in an agent (resumed 
 10m), or a cron expression (\"0 9 * * 1-5\", \"@daily\").
 ";
 
+pub(crate) const KERNEL_USAGE: &str = "\
+Usage: prime-agent kernel setup [--venv <dir>] [--python <python3>] [<package> ...]
+
+Make the Python environment the ipython tool's kernel runs in: a virtual environment made with
+<python3> -m venv (default: python3 on PATH) at --venv, else PRIME_AGENT_KERNEL_VENV, else
+~/.prime/agent/kernel-venv, with pip installing <package>s (default: ipython dill pillow
+requests httpx pyyaml tomli python-dotenv pandas numpy scipy beautifulsoup4 lxml pydantic
+tyro). pip's own settings decide where packages come from (PIP_INDEX_URL, PIP_FIND_LINKS,
+PIP_NO_INDEX, pip.conf). The environment is built beside its place and moved there only when
+complete; a failure leaves the previous one (or none). Once it exists the kernel uses its
+Python, unless PRIME_AGENT_KERNEL_PYTHON names another. Nothing runs this for you.
+";
+
 /// `Some` when `args` starts with a subcommand word; `Err` is the text after `Error: `.
 pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
     let Some(word) = args.first() else {
@@ -86,6 +109,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<Subcommand>, String> {
         "model" => (MODEL_USAGE, &["list"]),
         "session" => (SESSION_USAGE, &["export"]),
         "schedule" => (SCHEDULE_USAGE, &["add", "list", "remove", "cancel"]),
+        "kernel" => (KERNEL_USAGE, &["setup"]),
         _ => return Ok(None),
     };
     let rest = &args[1..];
@@ -120,6 +144,9 @@ struct Options {
     operands: Vec<String>,
     session_dir: Option<PathBuf>,
     all: bool,
+    /// `kernel setup --venv`, `--python`.
+    venv: Option<PathBuf>,
+    python: Option<PathBuf>,
 }
 
 /// Reads the flags of `word sub` from `args` (the words after `sub`, up to `--`).
@@ -128,6 +155,8 @@ fn options(word: &str, sub: &str, args: &[String]) -> Result<Options, String> {
         operands: Vec::new(),
         session_dir: None,
         all: false,
+        venv: None,
+        python: None,
     };
     let mut i = 1;
     while i < args.len() {
@@ -136,20 +165,24 @@ fn options(word: &str, sub: &str, args: &[String]) -> Result<Options, String> {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
             _ => (a, None),
         };
-        match flag {
-            "--session-dir" if word != "model" => {
-                let v = match inline {
-                    Some(v) => v,
-                    None => {
-                        i += 1;
-                        args.get(i)
-                            .filter(|v| !v.starts_with('-'))
-                            .cloned()
-                            .ok_or("--session-dir requires a value")?
-                    }
-                };
-                opts.session_dir = Some(PathBuf::from(v));
+        let value = |i: &mut usize| -> Result<PathBuf, String> {
+            match inline.clone() {
+                Some(v) => Ok(PathBuf::from(v)),
+                None => {
+                    *i += 1;
+                    args.get(*i)
+                        .filter(|v| !v.starts_with('-'))
+                        .map(PathBuf::from)
+                        .ok_or_else(|| format!("{flag} requires a value"))
+                }
             }
+        };
+        match flag {
+            "--session-dir" if word != "model" && word != "kernel" => {
+                opts.session_dir = Some(value(&mut i)?)
+            }
+            "--venv" if word == "kernel" => opts.venv = Some(value(&mut i)?),
+            "--python" if word == "kernel" => opts.python = Some(value(&mut i)?),
             "-a" | "--all" if word == "schedule" && sub == "list" => opts.all = true,
             _ if a.starts_with('-') && a.len() > 1 => {
                 return Err(format!("Unknown option for {word} {sub}: {a}"));
@@ -174,8 +207,20 @@ fn build(
         mut operands,
         session_dir,
         all,
+        venv,
+        python,
     } = opts;
     let parsed = match (word, sub) {
+        ("kernel", _) => {
+            if dashes {
+                return None;
+            }
+            Subcommand::KernelSetup {
+                venv,
+                python,
+                packages: operands,
+            }
+        }
         ("model", _) => {
             if dashes {
                 return None;
@@ -261,6 +306,16 @@ pub(crate) fn run(sub: &Subcommand, agent_dir: &Path, out: &mut dyn Write) -> Re
             format!("sandbox: {}\n", crate::base::sandbox::abi_report())
         }
         Subcommand::Help(usage) => (*usage).to_owned(),
+        Subcommand::KernelSetup {
+            venv,
+            python,
+            packages,
+        } => crate::kernel::venv::setup(
+            venv.as_deref(),
+            python.as_deref(),
+            packages,
+            &mut std::io::stderr(),
+        )?,
         Subcommand::ModelList { pattern } => models::list(&agent_dir, pattern.as_deref())?,
         Subcommand::SessionExport {
             session,
@@ -384,6 +439,59 @@ mod tests {
         ];
         for (args, want) in cases {
             assert_eq!(p(args), Err((*want).to_owned()), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn kernel_setup_forms() {
+        let setup = |venv: Option<&str>, python: Option<&str>, packages: &[&str]| {
+            Ok(Some(Subcommand::KernelSetup {
+                venv: venv.map(PathBuf::from),
+                python: python.map(PathBuf::from),
+                packages: packages.iter().map(|p| p.to_string()).collect(),
+            }))
+        };
+        assert_eq!(p(&["kernel", "setup"]), setup(None, None, &[]));
+        assert_eq!(
+            p(&[
+                "kernel",
+                "setup",
+                "--venv",
+                "/v",
+                "--python=/usr/bin/python3",
+                "numpy",
+                "ipython>=8"
+            ]),
+            setup(
+                Some("/v"),
+                Some("/usr/bin/python3"),
+                &["numpy", "ipython>=8"]
+            )
+        );
+        assert_eq!(
+            p(&["kernel", "setup", "-h"]),
+            Ok(Some(Subcommand::Help(KERNEL_USAGE)))
+        );
+        let usage =
+            "Usage: prime-agent kernel setup [--venv <dir>] [--python <python3>] [<package> ...]";
+        let errors: &[(&[&str], String)] = &[
+            (&["kernel"], format!("Missing kernel command. {usage}")),
+            (
+                &["kernel", "install"],
+                format!("Unknown kernel command: install. {usage}"),
+            ),
+            (
+                &["kernel", "setup", "--venv"],
+                "--venv requires a value".to_owned(),
+            ),
+            (
+                &["kernel", "setup", "--session-dir", "/s"],
+                "Unknown option for kernel setup: --session-dir".to_owned(),
+            ),
+            (&["kernel", "setup", "--", "x"], usage.to_owned()),
+        ];
+        for (args, want) in errors {
+            assert_eq!(p(args), Err(want.clone()), "{args:?}");
         }
     }
 
