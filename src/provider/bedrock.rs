@@ -193,8 +193,15 @@ fn effort(t: Thinking) -> &'static str {
     }
 }
 
-/// The thinking budget per level of the budget-based Claude models.
-fn budget(t: Thinking) -> Option<u64> {
+/// The thinking budget per level of the budget-based Claude models: settings
+/// `thinkingBudgets`, else upstream's.
+fn budget(t: Thinking, configured: &crate::config::settings::ThinkingBudgets) -> Option<u64> {
+    if t == Thinking::Off {
+        return None;
+    }
+    if let Some(b) = configured.of(t) {
+        return Some(b);
+    }
     match t {
         Thinking::Off => None,
         Thinking::Minimal => Some(1024),
@@ -214,7 +221,7 @@ fn thinking_fields(model: &ModelDef, t: Thinking, max_tokens: u64) -> (Option<Va
                             "output_config": {"effort": effort(t)}});
         return (Some(fields), max_tokens);
     }
-    let Some(b) = budget(t) else {
+    let Some(b) = budget(t, &super::thinking_budgets()) else {
         return (None, max_tokens);
     };
     // The budget stays below maxTokens, leaving room for the answer.

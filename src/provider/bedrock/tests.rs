@@ -436,3 +436,24 @@ fn urls_signatures_and_auth_failures() {
     };
     assert_eq!(auth_failure(throttled.clone(), &sig), throttled);
 }
+
+#[test]
+fn settings_thinking_budgets_win_for_their_levels() {
+    let configured = crate::config::settings::ThinkingBudgets {
+        low: Some(3000),
+        high: Some(50_000),
+        ..Default::default()
+    };
+    // (level, budget with the settings, budget without)
+    let cases = [
+        (Thinking::Off, None, None),
+        (Thinking::Minimal, Some(1024), Some(1024)),
+        (Thinking::Low, Some(3000), Some(2048)),
+        (Thinking::High, Some(50_000), Some(16_384)),
+        (Thinking::Max, Some(16_384), Some(16_384)),
+    ];
+    for (t, with, without) in cases {
+        assert_eq!(super::budget(t, &configured), with, "{t:?}");
+        assert_eq!(super::budget(t, &Default::default()), without, "{t:?}");
+    }
+}
