@@ -20,6 +20,7 @@ NPM_PACKAGES=(
 PIP_PACKAGES=(
   "mcp==2.3.0"
   "pytest==9.2.0"
+  "agent-client-protocol[http]==0.12.1"
 )
 
 status=0
