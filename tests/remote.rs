@@ -205,3 +205,198 @@ fn a_non_loopback_listener_without_a_token_does_not_start() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// The replies of `fixtures/scripts/remote.jsonl` (what `session_across` consumes).
+fn session_lines() -> Vec<Value> {
+    std::fs::read_to_string(fixture("scripts/remote.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("//"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A driver left running in the background until it prints its first line; killed on drop.
+struct Background(std::process::Child);
+
+impl Background {
+    fn start(python: &Path, args: &[&str]) -> (Background, Value) {
+        use std::io::BufRead;
+        let mut child = Command::new(python)
+            .arg(fixture("remote/driver.py"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run the driver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v = serde_json::from_str(&line).unwrap_or_else(|e| panic!("driver said {line:?}: {e}"));
+        (Background(child), v)
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (bounded, generously: no timing is asserted) until the agent's stderr has `what`.
+fn wait_stderr(agent: &Agent, what: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while agent.stderr_text().matches(what).count() < count {
+        assert!(
+            Instant::now() < deadline,
+            "never logged {what:?} {count} times; stderr:\n{}",
+            agent.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Short bounds, so the test waits seconds, not minutes, for the transport to act.
+const SHORT_BOUNDS: &[(&str, &str)] = &[
+    ("RUST_LOG", "info"),
+    ("PRIME_AGENT_REMOTE_STALL_MS", "2000"),
+    ("PRIME_AGENT_REMOTE_CONN_IDLE_MS", "1500"),
+    ("PRIME_AGENT_REMOTE_SESSION_IDLE_MS", "1000"),
+    ("PRIME_AGENT_REMOTE_KEEPALIVE_MS", "500"),
+];
+
+// See: issue 35 ("a client that stops reading its SSE stream").
+#[test]
+fn a_client_that_stops_reading_is_cut_off_and_the_others_are_unaffected() {
+    let test = "remote::a_client_that_stops_reading_is_cut_off_and_the_others_are_unaffected";
+    let Some(python) = sdk_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("remote-stall");
+    let cwd = dir.path().display().to_string();
+    // A session whose turn streams 32 MB to a client that reads none of it, and a whole
+    // session of another client meanwhile.
+    let mut lines = vec![
+        serde_json::json!({"steps": [{"repeat": {"text": "x".repeat(1024), "count": 32 * 1024}}]}),
+    ];
+    lines.extend(session_lines());
+    let script = crate::support::script_file(&dir, &lines);
+    let (mut agent, url) = listening(Path::new(&script), &[], SHORT_BOUNDS);
+    let pid = agent.pid();
+    let server = fixture("mcp/server.py").display().to_string();
+    let (_stalled, got) = Background::start(&python, &["stall", &url, &cwd]);
+    assert!(got["sessionId"].is_string(), "{got}");
+    let healthy = drive(&python, &["session", &url, "http", "ws", &cwd, &server]);
+    assert_eq!(healthy["stop1"], "end_turn", "{healthy}");
+    assert_eq!(healthy["pid2"], healthy["pid1"], "{healthy}");
+    // The stalled connection is cut off for not reading, not for filling its 64 MiB: its
+    // session's turn paused once 4 MiB waited for it (plus what was already on its way: the
+    // turn's queue to the loop, up to 1024 deltas, and the loop's outbox, up to 4 MiB).
+    let marker = "ended: its client stopped reading (";
+    wait_stderr(&agent, marker, 1);
+    let text = agent.stderr_text();
+    let queued: u64 = text
+        .split(marker)
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        queued > 0 && queued <= 12 * 1024 * 1024,
+        "{queued} bytes were queued"
+    );
+    // Its session was left detached, then closed.
+    wait_stderr(&agent, "detached for too long", 1);
+    let _ = writeln_stderr(&format!(
+        "remote stall: {queued} bytes queued when cut off; agent peak RSS {} MiB",
+        crate::support::procs::vm_kib(pid, "VmHWM:") / 1024
+    ));
+    stop(&mut agent);
+    crate::support::reliability_line("remote_client_stops_reading", 1, 2, 8, 0);
+}
+
+// See: issue 35 ("abrupt disconnects mid-turn").
+#[test]
+fn abrupt_disconnects_mid_turn_leak_no_thread_fd_or_child() {
+    let test = "remote::abrupt_disconnects_mid_turn_leak_no_thread_fd_or_child";
+    let Some(python) = sdk_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("remote-abrupt");
+    let cwd = dir.path().display().to_string();
+    let kills = 6;
+    let mut lines = session_lines();
+    for _ in 0..kills {
+        lines.push(serde_json::json!({"steps": [{"stream_until_cancelled": {"text": "tick ", "interval_ms": 5}}]}));
+    }
+    let script = crate::support::script_file(&dir, &lines);
+    let (mut agent, url) = listening(Path::new(&script), &[], SHORT_BOUNDS);
+    let pid = agent.pid();
+    let server = fixture("mcp/server.py").display().to_string();
+    // A whole session first, so what starts once (the kernel zygote, the store thread) is
+    // in the baseline.
+    let warm = drive(&python, &["session", &url, "ws", "http", &cwd, &server]);
+    assert_eq!(warm["stop3"], "end_turn", "{warm}");
+    let base = crate::support::procs::settle_to(pid, &crate::support::procs::snapshot(pid));
+    for i in 0..kills {
+        let kind = if i % 2 == 0 { "http" } else { "ws" };
+        let (mut client, got) = Background::start(&python, &["midturn", &url, kind, &cwd, &server]);
+        assert!(got["sessionId"].is_string(), "{got}");
+        unsafe_kill(client.0.id(), libc::SIGKILL);
+        let _ = client.0.wait();
+    }
+    // Every killed client's session is closed once detached long enough (its turn cancelled,
+    // its MCP server killed).
+    wait_stderr(&agent, "detached for too long", kills);
+    let after = crate::support::procs::settle_to(pid, &base);
+    let leaks = (after.threads > base.threads) as u64
+        + (after.fds > base.fds) as u64
+        + (after.children > base.children) as u64;
+    assert_eq!(leaks, 0, "base {base:?}, after {after:?}");
+    stop(&mut agent);
+    crate::support::reliability_line(
+        "remote_abrupt_disconnect_mid_turn",
+        kills as u64,
+        kills as u64,
+        8,
+        leaks,
+    );
+}
+
+// See: issue 35 ("200 connect/disconnect cycles with no leaked thread, fd or child").
+#[test]
+fn two_hundred_connect_disconnect_cycles_leak_nothing() {
+    let test = "remote::two_hundred_connect_disconnect_cycles_leak_nothing";
+    let Some(python) = sdk_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("remote-churn");
+    let (mut agent, url) = listening(&fixture("scripts/hello.jsonl"), &[], SHORT_BOUNDS);
+    let pid = agent.pid();
+    drive(&python, &["churn", &url, "2"]);
+    let base = crate::support::procs::settle_to(pid, &crate::support::procs::snapshot(pid));
+    let cycles = 200;
+    let got = drive(&python, &["churn", &url, &cycles.to_string()]);
+    assert_eq!(got["cycles"], cycles, "{got}");
+    let after = crate::support::procs::settle_to(pid, &base);
+    let leaks = (after.threads > base.threads) as u64
+        + (after.fds > base.fds) as u64
+        + (after.children > base.children) as u64;
+    assert_eq!(leaks, 0, "base {base:?}, after {after:?}");
+    let _ = writeln_stderr(&format!(
+        "remote churn: {cycles} cycles, threads {}/{}, fds {}/{}, rss KiB {}/{}",
+        base.threads, after.threads, base.fds, after.fds, base.rss_kib, after.rss_kib
+    ));
+    drop(dir);
+    stop(&mut agent);
+    crate::support::reliability_line("remote_connect_disconnect_200", 0, cycles, cycles, leaks);
+}
+
+fn writeln_stderr(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(std::io::stderr(), "{text}")
+}

@@ -73,9 +73,20 @@ struct BacklogInner {
     closed: AtomicBool,
     lock: Mutex<()>,
     drained: Condvar,
+    /// A backlog further down the line that a waiter also waits for (a remote session's own
+    /// queue, then the loop's outbox to the router).
+    parent: Option<Backlog>,
 }
 
 impl Backlog {
+    /// A backlog whose waiters also wait for `parent`.
+    pub(crate) fn chained(parent: Backlog) -> Backlog {
+        Backlog(Arc::new(BacklogInner {
+            parent: Some(parent),
+            ..BacklogInner::default()
+        }))
+    }
+
     /// Counts a frame about to be queued for the writer.
     pub fn add(&self, bytes: usize) {
         self.0.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -118,8 +129,13 @@ impl Backlog {
     /// writer is down to `BACKLOG_LOW`, the writer is gone, or `abort` is set. Returns whether
     /// it waited.
     pub fn wait_until_drained(&self, abort: &AbortFlag) -> bool {
+        let waited = self
+            .0
+            .parent
+            .as_ref()
+            .is_some_and(|p| p.wait_until_drained(abort));
         if self.0.bytes.load(Ordering::Relaxed) <= BACKLOG_HIGH {
-            return false;
+            return waited;
         }
         log::debug!(
             "writer backlog at {} bytes: pausing the turn",

@@ -87,6 +87,8 @@ pub(crate) struct Hub {
     to_loop: Sender<Inbound>,
     pub(crate) bounds: Bounds,
     epoch: Instant,
+    /// The loop's outbox backlog (to the router): every session's backlog is chained to it.
+    outbox: Backlog,
 }
 
 #[derive(Default)]
@@ -303,12 +305,13 @@ impl Frame {
 }
 
 impl Hub {
-    pub(crate) fn new(to_loop: Sender<Inbound>, bounds: Bounds) -> Arc<Hub> {
+    pub(crate) fn new(to_loop: Sender<Inbound>, bounds: Bounds, outbox: Backlog) -> Arc<Hub> {
         Arc::new(Hub {
             state: Mutex::new(State::default()),
             to_loop,
             bounds,
             epoch: Instant::now(),
+            outbox,
         })
     }
 
@@ -388,7 +391,7 @@ impl Hub {
     /// The backlog a session's turns pause on.
     pub(crate) fn turn_backlog(&self, session: &str) -> Backlog {
         let mut st = self.lock();
-        route_of(&mut st, session).backlog.clone()
+        route_of(&mut st, session, &self.outbox).backlog.clone()
     }
 
     /// Hands a client message from `conn` to the loop, its request id made unique; a
@@ -406,7 +409,7 @@ impl Hub {
                     let session = session_of(&params);
                     if method == acp::SESSION_LOAD || method == acp::SESSION_RESUME {
                         if let Some(sid) = &session {
-                            attach(&mut st, sid, conn, self.epoch);
+                            attach(&mut st, sid, conn, self.epoch, &self.outbox);
                         }
                     }
                     let id = tag(&mut st, conn, id.0, &method, session);
@@ -596,7 +599,7 @@ impl Hub {
         let mut scope = None;
         if method == acp::SESSION_NEW || method == acp::SESSION_FORK {
             if let Some(sid) = v["result"]["sessionId"].as_str().map(str::to_owned) {
-                attach(&mut st, &sid, asked.conn, self.epoch);
+                attach(&mut st, &sid, asked.conn, self.epoch, &self.outbox);
             }
         } else if method == acp::SESSION_LOAD || method == acp::SESSION_RESUME {
             if let Some(sid) = &asked.session {
@@ -699,11 +702,14 @@ impl Hub {
                     && !streaming
                     && now.duration_since(c.last_activity) > self.bounds.conn_idle;
                 if stalled {
-                    ended.push((*n, "its client stopped reading"));
+                    ended.push((
+                        *n,
+                        format!("its client stopped reading ({queued} bytes queued)"),
+                    ));
                 } else if c.main.is_closed() {
-                    ended.push((*n, "over its buffer bound"));
+                    ended.push((*n, "over its buffer bound".to_owned()));
                 } else if idle {
-                    ended.push((*n, "idle"));
+                    ended.push((*n, "idle".to_owned()));
                 }
             }
             let idle: Vec<String> = st
@@ -727,7 +733,7 @@ impl Hub {
             }
         }
         for (conn, why) in ended {
-            self.disconnect(conn, why);
+            self.disconnect(conn, &why);
         }
         for (id, sid) in closes {
             log::info!("remote: closing session {sid}, detached for too long");
@@ -809,19 +815,21 @@ fn retag_cancel(st: &State, conn: u64, params: &mut Value) {
     }
 }
 
-fn route_of<'a>(st: &'a mut State, session: &str) -> &'a mut Route {
+/// The route of `session`, made (detached) if it has none; its backlog is chained to the
+/// loop's outbox backlog, so a turn also waits while the router is behind.
+fn route_of<'a>(st: &'a mut State, session: &str, outbox: &Backlog) -> &'a mut Route {
     st.sessions
         .entry(session.to_owned())
         .or_insert_with(|| Route {
             conn: None,
             detached_at: Instant::now(),
-            backlog: Backlog::default(),
+            backlog: Backlog::chained(outbox.clone()),
         })
 }
 
 /// Attaches `session` to `conn` (taking it from any other connection).
-fn attach(st: &mut State, session: &str, conn: u64, epoch: Instant) {
-    route_of(st, session).conn = Some(conn);
+fn attach(st: &mut State, session: &str, conn: u64, epoch: Instant, outbox: &Backlog) {
+    route_of(st, session, outbox).conn = Some(conn);
     let _ = stream_of(st, conn, Some(session), epoch);
 }
 

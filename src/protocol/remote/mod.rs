@@ -72,7 +72,7 @@ pub(crate) fn listen(cfg: ListenConfig) -> io::Result<(Connection, Remote)> {
     let (in_tx, in_rx) = unbounded();
     let (out, drain) = outbox();
     let backlog = Backlog::default();
-    let hub = Hub::new(in_tx, Bounds::from_env());
+    let hub = Hub::new(in_tx, Bounds::from_env(), backlog.clone());
     let router = {
         let (hub, backlog) = (hub.clone(), backlog.clone());
         thread::Builder::new()
