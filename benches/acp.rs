@@ -14,6 +14,8 @@
 mod loopback;
 #[path = "support/mcp.rs"]
 mod mcp;
+#[path = "support/remote.rs"]
+mod remote;
 #[path = "support/sandbox.rs"]
 mod sandbox;
 #[path = "support/scale.rs"]
@@ -410,6 +412,9 @@ fn main() {
     }
     if on("sandbox") {
         b.sandbox();
+    }
+    if on("remote") {
+        b.remote();
     }
 
     for (name, path) in [

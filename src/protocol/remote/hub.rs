@@ -854,3 +854,164 @@ fn stream_of(
         _ => Some(c.main.clone()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::unbounded;
+
+    fn hub() -> (Arc<Hub>, crossbeam_channel::Receiver<Inbound>) {
+        let (tx, rx) = unbounded();
+        (Hub::new(tx, Bounds::from_env(), Backlog::default()), rx)
+    }
+
+    fn request(id: Value, method: &str, params: Value) -> Incoming {
+        Incoming::Request {
+            id: RequestId(id),
+            method: method.to_owned(),
+            params,
+        }
+    }
+
+    /// The loop's side: the next message it got.
+    fn got(rx: &crossbeam_channel::Receiver<Inbound>) -> Incoming {
+        match rx.try_recv() {
+            Ok(Inbound::Message(m)) => m,
+            other => panic!("nothing for the loop: {other:?}"),
+        }
+    }
+
+    fn id_of(m: &Incoming) -> Value {
+        match m {
+            Incoming::Request { id, .. } | Incoming::Response { id, .. } => id.0.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Everything queued on `stream`, as JSON.
+    fn drain(stream: &Stream) -> Vec<Value> {
+        let generation = stream.attach();
+        let mut out = Vec::new();
+        while let Next::Frame(f) = stream.next(generation, Duration::ZERO) {
+            stream.written(&f);
+            out.push(serde_json::from_slice(&f.bytes).unwrap());
+        }
+        stream.detach(generation);
+        out
+    }
+
+    fn answer(id: &Value, result: Value) -> Vec<u8> {
+        json!({"jsonrpc": "2.0", "id": id, "result": result})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn two_clients_ids_are_made_unique_and_each_gets_its_own_back() {
+        let (hub, rx) = hub();
+        let (a, _, a_main) = hub.open(Kind::Ws).unwrap();
+        let (b, _, b_main) = hub.open(Kind::Ws).unwrap();
+        hub.deliver(a, request(json!(1), acp::SESSION_LIST, json!({})));
+        hub.deliver(b, request(json!(1), acp::SESSION_LIST, json!({})));
+        let (ia, ib) = (id_of(&got(&rx)), id_of(&got(&rx)));
+        assert_ne!(ia, ib);
+        hub.route(&answer(&ib, json!({"who": "b"})));
+        hub.route(&answer(&ia, json!({"who": "a"})));
+        let (fa, fb) = (drain(&a_main), drain(&b_main));
+        assert_eq!(
+            fa,
+            vec![json!({"jsonrpc": "2.0", "id": 1, "result": {"who": "a"}})]
+        );
+        assert_eq!(
+            fb,
+            vec![json!({"jsonrpc": "2.0", "id": 1, "result": {"who": "b"}})]
+        );
+        // `$/cancel_request` names the loop's id for the client's.
+        hub.deliver(b, request(json!("x"), acp::SESSION_LIST, json!({})));
+        let loops = id_of(&got(&rx));
+        hub.deliver(
+            b,
+            Incoming::Notification {
+                method: acp::CANCEL_REQUEST.to_owned(),
+                params: json!({"requestId": "x"}),
+            },
+        );
+        match got(&rx) {
+            Incoming::Notification { params, .. } => assert_eq!(params["requestId"], loops),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_goes_where_it_was_made_then_where_it_was_resumed() {
+        let (hub, rx) = hub();
+        let (a, _, a_main) = hub.open(Kind::Http).unwrap();
+        let (b, _, b_main) = hub.open(Kind::Http).unwrap();
+        hub.deliver(a, request(json!(2), acp::SESSION_NEW, json!({"cwd": "/"})));
+        let id = id_of(&got(&rx));
+        hub.route(&answer(&id, json!({"sessionId": "s1"})));
+        assert_eq!(drain(&a_main)[0]["result"]["sessionId"], "s1");
+        assert!(hub.holds(a, "s1") && !hub.holds(b, "s1"));
+        let update = json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {"n": 1}}});
+        hub.route(update.to_string().as_bytes());
+        let a_s1 = hub.stream_for_get(a, Some("s1")).unwrap();
+        assert_eq!(drain(&a_s1), vec![update.clone()]);
+        // A prompt's answer goes on the session's stream, after its updates.
+        hub.deliver(
+            a,
+            request(json!(3), acp::SESSION_PROMPT, json!({"sessionId": "s1"})),
+        );
+        let id = id_of(&got(&rx));
+        hub.route(update.to_string().as_bytes());
+        hub.route(&answer(&id, json!({"stopReason": "end_turn"})));
+        let frames = drain(&a_s1);
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[1]["id"], 3);
+        hub.deliver(
+            b,
+            request(
+                json!(9),
+                acp::SESSION_RESUME,
+                json!({"sessionId": "s1", "cwd": "/"}),
+            ),
+        );
+        let id = id_of(&got(&rx));
+        assert!(hub.holds(b, "s1") && !hub.holds(a, "s1"));
+        hub.route(&answer(&id, json!({"modes": null})));
+        // The resume's answer names the session, so the client opens its stream.
+        assert_eq!(drain(&b_main)[0]["result"]["sessionId"], "s1");
+        hub.route(update.to_string().as_bytes());
+        assert_eq!(
+            drain(&hub.stream_for_get(b, Some("s1")).unwrap()),
+            vec![update]
+        );
+        assert!(drain(&a_s1).is_empty());
+    }
+
+    #[test]
+    fn what_the_agent_asks_a_client_that_is_gone_fails_at_once() {
+        let (hub, rx) = hub();
+        let (a, _, _) = hub.open(Kind::Ws).unwrap();
+        hub.deliver(a, request(json!(1), acp::SESSION_NEW, json!({"cwd": "/"})));
+        let id = id_of(&got(&rx));
+        hub.route(&answer(&id, json!({"sessionId": "s1"})));
+        let ask = json!({"jsonrpc": "2.0", "id": 7, "method": "session/request_permission", "params": {"sessionId": "s1"}});
+        hub.route(ask.to_string().as_bytes());
+        assert!(rx.try_recv().is_err(), "asked, not failed");
+        hub.disconnect(a, "test");
+        match got(&rx) {
+            Incoming::Response { id, result } => {
+                assert_eq!(id.0, json!(7));
+                assert!(result.is_err());
+            }
+            other => panic!("{other:?}"),
+        }
+        // Detached now: the next question fails without waiting.
+        hub.route(ask.to_string().as_bytes());
+        assert!(matches!(
+            got(&rx),
+            Incoming::Response { result: Err(_), .. }
+        ));
+        assert!(!hub.holds(a, "s1"));
+    }
+}
