@@ -641,6 +641,33 @@ mod tests {
     }
 
     #[test]
+    fn listen_addresses_and_their_token() {
+        let cfg = |args: &[&str]| match p(args) {
+            Ok(Command::Run(cfg)) => Ok(cfg),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let c = cfg(&["--listen", "127.0.0.1:8080"]).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:8080".parse().unwrap()));
+        assert!(c.multi_session, "--listen implies --multi-session");
+        let c = cfg(&["--mode", "acp", "--listen=localhost:0"]).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
+        assert!(cfg(&["--listen", "[::1]:9"]).is_ok());
+        let with_token = ["--listen", "0.0.0.0:80", "--listen-token-file", "t"];
+        assert!(cfg(&with_token).unwrap().listen_token_file.is_some());
+        let errors = [
+            (&["--listen", "8080"][..], "Invalid --listen address \"8080\": expected ADDR:PORT, e.g. 127.0.0.1:8080"),
+            (&["--listen", "example.com:80"][..], "Invalid --listen address \"example.com:80\": expected ADDR:PORT, e.g. 127.0.0.1:8080"),
+            (&["--listen", "10.0.0.2:80"][..], "--listen on 10.0.0.2:80, which is not a loopback address, requires --listen-token-file"),
+            (&["--listen-token-file", "t"][..], "--listen-token-file requires --listen"),
+            (&["-p", "--listen", "127.0.0.1:1", "hi"][..], "--listen serves ACP; it cannot be combined with -p or --mode json/acp-json"),
+        ];
+        for (args, want) in errors {
+            assert_eq!(cfg(args).unwrap_err(), want, "{args:?}");
+        }
+    }
+
+    #[test]
     fn parses_the_cold_cli_invocation() {
         let got = p(&[
             "--mode",

@@ -156,6 +156,8 @@ pub(crate) struct Stream {
 struct Queue {
     frames: VecDeque<Frame>,
     closed: bool,
+    /// Ends once what is queued has been written (a closed or taken-over session's stream).
+    finishing: bool,
     /// The generation of the writer attached (0: none); a new GET replaces an old one.
     holder: u64,
     generations: u64,
@@ -245,6 +247,9 @@ impl Stream {
             if let Some(frame) = q.frames.pop_front() {
                 return Next::Frame(frame);
             }
+            if q.finishing {
+                return Next::Done;
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Next::Idle;
@@ -287,6 +292,18 @@ impl Stream {
         for frame in &frames {
             self.release(frame);
         }
+    }
+
+    /// Ends the stream once its writer has written what is queued (a stream nobody attaches
+    /// to any more just goes with its connection).
+    fn finish(&self) {
+        let mut q = self.lock();
+        if q.holder == 0 {
+            drop(q);
+            return self.close();
+        }
+        q.finishing = true;
+        self.ready.notify_all();
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -597,6 +614,7 @@ impl Hub {
         }
         let method = asked.method.as_str();
         let mut scope = None;
+        let mut gone = None;
         if method == acp::SESSION_NEW || method == acp::SESSION_FORK {
             if let Some(sid) = v["result"]["sessionId"].as_str().map(str::to_owned) {
                 attach(&mut st, &sid, asked.conn, self.epoch, &self.outbox);
@@ -620,6 +638,7 @@ impl Hub {
             }
             if ok && (method == acp::SESSION_CLOSE || method == acp::SESSION_DELETE) && held {
                 st.sessions.remove(sid);
+                gone = Some(sid.clone());
             }
         }
         let bytes = serde_json::to_vec(v).unwrap_or_default();
@@ -627,6 +646,16 @@ impl Hub {
         let stream = stream_of(&mut st, conn, scope.as_deref(), self.epoch);
         if let Some(stream) = stream {
             self.push(&mut st, conn, &stream, bytes, None);
+        }
+        // A closed session's stream ends after its last answer: its GET (and thread) go.
+        if let Some(sid) = gone {
+            let ended = st
+                .conns
+                .get_mut(&conn)
+                .and_then(|c| c.sessions.remove(&sid));
+            if let Some(stream) = ended {
+                stream.finish();
+            }
         }
     }
 
@@ -829,7 +858,18 @@ fn route_of<'a>(st: &'a mut State, session: &str, outbox: &Backlog) -> &'a mut R
 
 /// Attaches `session` to `conn` (taking it from any other connection).
 fn attach(st: &mut State, session: &str, conn: u64, epoch: Instant, outbox: &Backlog) {
-    route_of(st, session, outbox).conn = Some(conn);
+    let route = route_of(st, session, outbox);
+    let before = route.conn.replace(conn);
+    if let Some(old) = before.filter(|old| *old != conn) {
+        // The connection it was taken from keeps what is queued for it, then its stream ends.
+        if let Some(stream) = st
+            .conns
+            .get_mut(&old)
+            .and_then(|c| c.sessions.remove(session))
+        {
+            stream.finish();
+        }
+    }
     let _ = stream_of(st, conn, Some(session), epoch);
 }
 
