@@ -125,7 +125,9 @@ impl Bench {
         };
         let sessions = conns * per_conn;
         let ok = json!({"text": "ok"});
-        let mut lines = vec![ok.clone(); sessions * rounds];
+        // A warm-up round (each session's first prompt), the quiet rounds, the stalled
+        // client's prompt, the rounds beside it.
+        let mut lines = vec![ok.clone(); sessions * (1 + rounds)];
         // The stalled client's one prompt: a gigabyte it will never read.
         lines.push(json!({"steps": [{"repeat": {"text": "x".repeat(1024), "count": 1_000_000}}]}));
         lines.extend(std::iter::repeat_n(ok, sessions * rounds));
@@ -190,7 +192,9 @@ impl Bench {
         let after = rss_kib(pid);
         let per_session = (after.saturating_sub(before)) as f64 / sessions as f64;
 
+        let (clients, _) = prompt_rounds(clients, &sids, 1);
         let (clients, quiet) = prompt_rounds(clients, &sids, rounds);
+        let settled = rss_kib(pid);
 
         // A client that stops reading: its session's turn streams into a socket nobody reads.
         let mut stalled = Ws::connect(&addr);
@@ -229,7 +233,12 @@ impl Bench {
             vec![after as f64 / 1024.0],
         );
         r.add(
-            &format!("{tag}: RSS with the stalled client"),
+            &format!("{tag}: RSS after {} prompts each", 1 + rounds),
+            "MiB",
+            vec![settled as f64 / 1024.0],
+        );
+        r.add(
+            &format!("{tag}: RSS after {} more beside the stalled client", rounds),
             "MiB",
             vec![with_stall as f64 / 1024.0],
         );
