@@ -216,24 +216,33 @@ fn session_lines() -> Vec<Value> {
         .collect()
 }
 
-/// A driver left running in the background until it prints its first line; killed on drop.
-struct Background(std::process::Child);
+/// A driver left running in the background; killed on drop.
+struct Background(
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+);
 
 impl Background {
+    /// Starts the driver and waits for its first line.
     fn start(python: &Path, args: &[&str]) -> (Background, Value) {
-        use std::io::BufRead;
         let mut child = Command::new(python)
             .arg(fixture("remote/driver.py"))
             .args(args)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("run the driver");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut bg = Background(child, out);
+        let v = bg.line();
+        (bg, v)
+    }
+
+    /// The driver's next line.
+    fn line(&mut self) -> Value {
+        use std::io::BufRead;
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v = serde_json::from_str(&line).unwrap_or_else(|e| panic!("driver said {line:?}: {e}"));
-        (Background(child), v)
+        self.1.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("driver said {line:?}: {e}"))
     }
 }
 
@@ -399,4 +408,29 @@ fn two_hundred_connect_disconnect_cycles_leak_nothing() {
 fn writeln_stderr(text: &str) -> std::io::Result<()> {
     use std::io::Write;
     writeln!(std::io::stderr(), "{text}")
+}
+
+// See: issue 35 (a connection that lives long: each session's SSE stream and socket go with
+// the session).
+#[test]
+fn one_connection_opening_and_closing_sessions_keeps_no_stream_behind() {
+    let test = "remote::one_connection_opening_and_closing_sessions_keeps_no_stream_behind";
+    let Some(python) = sdk_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("remote-sessions");
+    let cwd = dir.path().display().to_string();
+    let (mut agent, url) = listening(&fixture("scripts/hello.jsonl"), &[], SHORT_BOUNDS);
+    let pid = agent.pid();
+    let (mut client, first) = Background::start(&python, &["sessions", &url, "40", &cwd]);
+    assert_eq!(first["sessions"], 2);
+    let base = crate::support::procs::settle_to(pid, &crate::support::procs::snapshot(pid));
+    assert_eq!(client.line()["sessions"], 40);
+    let after = crate::support::procs::settle_to(pid, &base);
+    assert!(
+        after.threads <= base.threads && after.fds <= base.fds,
+        "base {base:?}, after {after:?}"
+    );
+    drop(client);
+    stop(&mut agent);
 }

@@ -95,6 +95,7 @@ pub(crate) struct Hub {
 struct State {
     next_conn: u64,
     next_request: u64,
+    next_socket: u64,
     conns: HashMap<u64, Conn>,
     /// `Acp-Connection-Id` → connection.
     public: HashMap<String, u64>,
@@ -115,7 +116,7 @@ struct Conn {
     /// Session-scoped SSE streams (HTTP only), created when a session is attached.
     sessions: HashMap<String, Arc<Stream>>,
     /// Sockets to shut when the connection ends (its streams, its WebSocket).
-    sockets: Vec<TcpStream>,
+    sockets: HashMap<u64, TcpStream>,
     last_activity: Instant,
     progress: Arc<Progress>,
 }
@@ -294,16 +295,21 @@ impl Stream {
         }
     }
 
-    /// Ends the stream once its writer has written what is queued (a stream nobody attaches
-    /// to any more just goes with its connection).
-    fn finish(&self) {
+    /// Ends the stream once its writer has written what is queued. Without a writer it ends
+    /// now and hands back what was queued, for the connection's own stream to carry (a GET the
+    /// client has not sent yet must not make it lose an answer).
+    fn finish(&self) -> VecDeque<Frame> {
         let mut q = self.lock();
-        if q.holder == 0 {
-            drop(q);
-            return self.close();
-        }
         q.finishing = true;
         self.ready.notify_all();
+        if q.holder != 0 {
+            return VecDeque::new();
+        }
+        q.closed = true;
+        let frames = std::mem::take(&mut q.frames);
+        let bytes: usize = frames.iter().map(|f| f.bytes.len()).sum();
+        self.progress.queued.fetch_sub(bytes, Ordering::Relaxed);
+        frames
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -357,7 +363,7 @@ impl Hub {
                 kind,
                 main: main.clone(),
                 sessions: HashMap::new(),
-                sockets: Vec::new(),
+                sockets: HashMap::new(),
                 last_activity: Instant::now(),
                 progress,
             },
@@ -393,15 +399,26 @@ impl Hub {
         st.sessions.get(session).and_then(|r| r.conn) == Some(conn)
     }
 
-    /// A socket to shut down when `conn` ends (false: it has already ended).
-    pub(crate) fn add_socket(&self, conn: u64, socket: &TcpStream) -> bool {
+    /// A socket to shut down when `conn` ends; its key for `remove_socket` (`None`: the
+    /// connection has already ended).
+    pub(crate) fn add_socket(&self, conn: u64, socket: &TcpStream) -> Option<u64> {
         let mut st = self.lock();
+        st.next_socket += 1;
+        let key = st.next_socket;
         match (st.conns.get_mut(&conn), socket.try_clone()) {
             (Some(c), Ok(s)) => {
-                c.sockets.push(s);
-                true
+                c.sockets.insert(key, s);
+                Some(key)
             }
-            _ => false,
+            _ => None,
+        }
+    }
+
+    /// A stream's socket is done (its GET ended): its descriptor is not kept.
+    pub(crate) fn remove_socket(&self, conn: u64, key: u64) {
+        let mut st = self.lock();
+        if let Some(c) = st.conns.get_mut(&conn) {
+            c.sockets.remove(&key);
         }
     }
 
@@ -485,7 +502,7 @@ impl Hub {
             for s in c.sessions.values() {
                 s.close();
             }
-            for s in &c.sockets {
+            for s in c.sockets.values() {
                 let _ = s.shutdown(Shutdown::Both);
             }
             let now = Instant::now();
@@ -649,13 +666,7 @@ impl Hub {
         }
         // A closed session's stream ends after its last answer: its GET (and thread) go.
         if let Some(sid) = gone {
-            let ended = st
-                .conns
-                .get_mut(&conn)
-                .and_then(|c| c.sessions.remove(&sid));
-            if let Some(stream) = ended {
-                stream.finish();
-            }
+            end_session_stream(&mut st, conn, &sid);
         }
     }
 
@@ -706,7 +717,7 @@ impl Hub {
             for s in c.sessions.values() {
                 s.close();
             }
-            for s in &c.sockets {
+            for s in c.sockets.values() {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
@@ -862,15 +873,22 @@ fn attach(st: &mut State, session: &str, conn: u64, epoch: Instant, outbox: &Bac
     let before = route.conn.replace(conn);
     if let Some(old) = before.filter(|old| *old != conn) {
         // The connection it was taken from keeps what is queued for it, then its stream ends.
-        if let Some(stream) = st
-            .conns
-            .get_mut(&old)
-            .and_then(|c| c.sessions.remove(session))
-        {
-            stream.finish();
-        }
+        end_session_stream(st, old, session);
     }
     let _ = stream_of(st, conn, Some(session), epoch);
+}
+
+/// Ends `conn`'s stream of `session`: after what is queued on it is written, or, with no GET
+/// attached, at once, what was queued going on the connection's stream instead.
+fn end_session_stream(st: &mut State, conn: u64, session: &str) {
+    let Some(c) = st.conns.get_mut(&conn) else {
+        return;
+    };
+    if let Some(stream) = c.sessions.remove(session) {
+        for frame in stream.finish() {
+            c.main.push(frame);
+        }
+    }
 }
 
 /// The stream a frame of `conn` (of `session`, if any) goes on.
@@ -1007,6 +1025,9 @@ mod tests {
         let frames = drain(&a_s1);
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[1]["id"], 3);
+        // Queued for `a` with no GET open when `b` takes the session: `a` still gets it, on
+        // its connection's stream.
+        hub.route(update.to_string().as_bytes());
         hub.deliver(
             b,
             request(
@@ -1023,9 +1044,11 @@ mod tests {
         hub.route(update.to_string().as_bytes());
         assert_eq!(
             drain(&hub.stream_for_get(b, Some("s1")).unwrap()),
-            vec![update]
+            vec![update.clone()]
         );
         assert!(drain(&a_s1).is_empty());
+        assert_eq!(drain(&a_main), vec![update]);
+        assert!(hub.stream_for_get(a, Some("s1")).is_none());
     }
 
     #[test]

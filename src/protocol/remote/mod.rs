@@ -434,9 +434,12 @@ fn sse(hub: &Hub, head: &Head, mut out: TcpStream) {
         let _ = http::refuse(&mut out, 404, "Unknown session id", false);
         return;
     };
-    if out.write_all(http::SSE_HEAD).is_err() || !hub.add_socket(conn, &out) {
+    if out.write_all(http::SSE_HEAD).is_err() {
         return;
     }
+    let Some(socket) = hub.add_socket(conn, &out) else {
+        return;
+    };
     // A client that stops reading is found out by the write that cannot finish.
     let _ = out.set_write_timeout(Some(hub.bounds.stall));
     let generation = stream.attach();
@@ -450,6 +453,7 @@ fn sse(hub: &Hub, head: &Head, mut out: TcpStream) {
         out.write_all(buf)
     });
     stream.detach(generation);
+    hub.remove_socket(conn, socket);
 }
 
 /// Most bytes a writer sends with one `write`.
@@ -519,7 +523,7 @@ fn websocket(hub: &Hub, head: &Head, mut reader: BufReader<TcpStream>, mut out: 
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\nAcp-Connection-Id: {public}\r\n\r\n",
         ws::accept_key(key)
     );
-    if out.write_all(answer.as_bytes()).is_err() || !hub.add_socket(conn, &out) {
+    if out.write_all(answer.as_bytes()).is_err() || hub.add_socket(conn, &out).is_none() {
         hub.disconnect(conn, "the handshake failed");
         return;
     }
