@@ -237,7 +237,7 @@ fuzz:
 ## Fault injection, leak checks (1000 cycles) and a fuzz campaign, with the 1 GB output run;
 ## prints the report table (scripts/reliability_table.py). Fails if any test fails or leaks.
 RELIABILITY_FUZZ_CASES ?= 20000
-RELIABILITY_TESTS := faults:: secrets:: reliability:: noblock:: construction:: fuzz_front_end \
+RELIABILITY_TESTS := faults:: secrets:: reliability:: noblock:: construction:: remote:: fuzz_front_end \
 	provider::a_500_is_retried_and_the_second_attempt_succeeds \
 	provider::cancel_while_the_server_stalls_answers_cancelled_and_closes_the_socket \
 	tools::timeout_and_orphaned_pipes_kill_the_whole_group \

@@ -16,6 +16,8 @@ mod loopback;
 mod mcp;
 #[path = "support/prewarm.rs"]
 mod prewarm;
+#[path = "support/remote.rs"]
+mod remote;
 #[path = "support/sandbox.rs"]
 mod sandbox;
 #[path = "support/scale.rs"]
@@ -421,6 +423,9 @@ fn main() {
     }
     if on("sandbox") {
         b.sandbox();
+    }
+    if on("remote") {
+        b.remote();
     }
 
     for (name, path) in [

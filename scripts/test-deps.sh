@@ -22,6 +22,7 @@ PIP_PACKAGES=(
   "mcp==2.3.0"
   "opentelemetry-proto==1.45.2"
   "pytest==9.2.0"
+  "agent-client-protocol[http]==0.12.1"
 )
 
 status=0

@@ -66,6 +66,9 @@ pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
     for warning in &cfg.warnings {
         log::warn!("{warning}");
     }
+    if let Some(addr) = cfg.listen {
+        return run_listen(cfg, addr);
+    }
     // Editors and harnesses give a pipe; a terminal means a person is at the keyboard.
     if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         use std::io::Write;
@@ -85,4 +88,39 @@ pub fn run_stdio(cfg: &Config) -> Result<Exit, String> {
     base::telemetry::shutdown();
     base::sandbox::remove_private_tmp();
     Ok(exit)
+}
+
+/// Runs ACP over the remote transport (`--listen`) until a signal arrives.
+fn run_listen(cfg: &Config, addr: std::net::SocketAddr) -> Result<Exit, String> {
+    use std::io::Write;
+    let token = match &cfg.listen_token_file {
+        Some(path) => Some(read_token(path)?),
+        None => None,
+    };
+    let agent = app::setup::build_agent(cfg)?;
+    let signal_rx = crate::base::signals::interrupts()?;
+    let (conn, remote) = protocol::remote::listen(protocol::remote::ListenConfig { addr, token })
+        .map_err(|e| format!("Cannot listen on {addr}: {e}"))?;
+    let bound = remote.local_addr();
+    // The one line a harness reads to find the port (`--listen 127.0.0.1:0` picks one).
+    let _ = writeln!(
+        std::io::stderr(),
+        "prime-agent: serving ACP at http://{bound}{} (Streamable HTTP and WebSocket)",
+        protocol::remote::ENDPOINT
+    );
+    let exit = server::main_loop::run(conn, Arc::new(agent), signal_rx, VERSION);
+    remote.join();
+    base::sandbox::remove_private_tmp();
+    Ok(exit)
+}
+
+/// The bearer token of `--listen-token-file`: the file's text without surrounding whitespace.
+fn read_token(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("Cannot read --listen-token-file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("--listen-token-file {} is empty", path.display()));
+    }
+    Ok(token.as_bytes().to_vec())
 }

@@ -35,6 +35,7 @@ mod protocol;
 mod provider;
 mod refine;
 mod reliability;
+mod remote;
 mod responses;
 mod resume;
 mod sandbox;

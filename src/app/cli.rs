@@ -57,6 +57,12 @@ Options:
   --client-terminal                  Run bash in the client's terminal when it offers one
   --multi-session                    Host several sessions on one connection, each in the cwd
                                      its session/new names (PRIME_AGENT_MULTI_SESSION=1)
+  --listen <addr:port>               Serve ACP over Streamable HTTP and WebSocket at
+                                     http://<addr:port>/acp instead of stdio, many clients and
+                                     sessions in one process (docs/remote.md; implies
+                                     --multi-session; loopback unless a token file is given)
+  --listen-token-file <path>         Bearer token every --listen request must carry (required
+                                     for an address other than loopback)
   --autonomous                       Keep working unattended within one prompt (see README)
   --autonomous-gate <cmd>            Shell command that must pass before the run ends
                                      (repeatable; implies --autonomous)
@@ -160,6 +166,10 @@ pub struct Config {
     pub sandbox_network: Option<bool>,
     /// Non-fatal diagnostics (positional arguments ACP mode ignores) to log at start-up.
     pub warnings: Vec<String>,
+    /// `--listen`: serve ACP remotely on this address instead of stdio.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `--listen-token-file`.
+    pub listen_token_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -411,6 +421,10 @@ fn autonomy_flag(cfg: &mut Config, cursor: &mut Cursor<'_>, flag: &str) -> Resul
 /// The permission and sandbox flags into `cfg`; `false`: `flag` is not one of them.
 fn safety_flag(cfg: &mut Config, cursor: &mut Cursor<'_>, flag: &str) -> Result<bool, String> {
     match flag {
+        "--listen" => cfg.listen = Some(listen_addr(&cursor.value("--listen")?)?),
+        "--listen-token-file" => {
+            cfg.listen_token_file = Some(PathBuf::from(cursor.value("--listen-token-file")?))
+        }
         "--permission-mode" => {
             let mode = cursor.value("--permission-mode")?;
             if crate::agent::permissions::Mode::parse(&mode).is_none() {
@@ -475,6 +489,8 @@ const LONG_FLAGS: &[&str] = &[
     "--goal-token-budget",
     "--script",
     "--multi-session",
+    "--listen",
+    "--listen-token-file",
     "--client-terminal",
     "--permission-mode",
     "--sandbox",
@@ -575,7 +591,42 @@ fn finish(mut cfg: Config) -> Result<Command, String> {
     if cfg.goal_token_budget.is_some() && cfg.goal.is_none() {
         return Err("--goal-token-budget requires --goal".to_owned());
     }
+    check_listen(&mut cfg)?;
     Ok(Command::Run(Box::new(cfg)))
+}
+
+/// `--listen`'s address: `host:port` with an IP (IPv6 in brackets) or `localhost`.
+fn listen_addr(raw: &str) -> Result<std::net::SocketAddr, String> {
+    let bad =
+        || format!("Invalid --listen address \"{raw}\": expected ADDR:PORT, e.g. 127.0.0.1:8080");
+    if let Some(port) = raw.strip_prefix("localhost:") {
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        return Ok((std::net::Ipv4Addr::LOCALHOST, port).into());
+    }
+    raw.parse().map_err(|_| bad())
+}
+
+/// `--listen` serves ACP: not with a one-prompt mode, and off loopback only with a token.
+fn check_listen(cfg: &mut Config) -> Result<(), String> {
+    let Some(addr) = cfg.listen else {
+        if cfg.listen_token_file.is_some() {
+            return Err("--listen-token-file requires --listen".to_owned());
+        }
+        return Ok(());
+    };
+    if cfg.headless() {
+        return Err(
+            "--listen serves ACP; it cannot be combined with -p or --mode json/acp-json".to_owned(),
+        );
+    }
+    if !addr.ip().is_loopback() && cfg.listen_token_file.is_none() {
+        return Err(format!(
+            "--listen on {addr}, which is not a loopback address, requires --listen-token-file"
+        ));
+    }
+    // Every connection brings its own sessions.
+    cfg.multi_session = true;
+    Ok(())
 }
 
 /// A flag's value as a positive integer, or the spec's error.
@@ -592,6 +643,33 @@ mod tests {
 
     fn p(args: &[&str]) -> Result<Command, String> {
         parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn listen_addresses_and_their_token() {
+        let cfg = |args: &[&str]| match p(args) {
+            Ok(Command::Run(cfg)) => Ok(cfg),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let c = cfg(&["--listen", "127.0.0.1:8080"]).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:8080".parse().unwrap()));
+        assert!(c.multi_session, "--listen implies --multi-session");
+        let c = cfg(&["--mode", "acp", "--listen=localhost:0"]).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
+        assert!(cfg(&["--listen", "[::1]:9"]).is_ok());
+        let with_token = ["--listen", "0.0.0.0:80", "--listen-token-file", "t"];
+        assert!(cfg(&with_token).unwrap().listen_token_file.is_some());
+        let errors = [
+            (&["--listen", "8080"][..], "Invalid --listen address \"8080\": expected ADDR:PORT, e.g. 127.0.0.1:8080"),
+            (&["--listen", "example.com:80"][..], "Invalid --listen address \"example.com:80\": expected ADDR:PORT, e.g. 127.0.0.1:8080"),
+            (&["--listen", "10.0.0.2:80"][..], "--listen on 10.0.0.2:80, which is not a loopback address, requires --listen-token-file"),
+            (&["--listen-token-file", "t"][..], "--listen-token-file requires --listen"),
+            (&["-p", "--listen", "127.0.0.1:1", "hi"][..], "--listen serves ACP; it cannot be combined with -p or --mode json/acp-json"),
+        ];
+        for (args, want) in errors {
+            assert_eq!(cfg(args).unwrap_err(), want, "{args:?}");
+        }
     }
 
     #[test]

@@ -39,7 +39,16 @@ pub struct Connection {
     pub receiver: Receiver<Inbound>,
     /// Bytes handed to the writer and not yet written: turn workers pause on it.
     pub backlog: Backlog,
+    /// The backlog a session's turns pause on when each session has its own client (the
+    /// remote transport); `None`: `backlog`.
+    pub(crate) turn_backlogs: Option<TurnBacklogs>,
+    /// Whether `session/resume` of a session open in this process re-attaches it (the remote
+    /// transport, where a new connection takes over a session) instead of refusing.
+    pub(crate) reattach: bool,
 }
+
+/// A session's own backlog, by session id.
+pub(crate) type TurnBacklogs = Arc<dyn Fn(&str) -> Backlog + Send + Sync>;
 
 /// Above this many queued bytes a producer that can wait (a turn worker) pauses.
 pub(crate) const BACKLOG_HIGH: usize = 4 * 1024 * 1024;
@@ -64,9 +73,20 @@ struct BacklogInner {
     closed: AtomicBool,
     lock: Mutex<()>,
     drained: Condvar,
+    /// A backlog further down the line that a waiter also waits for (a remote session's own
+    /// queue, then the loop's outbox to the router).
+    parent: Option<Backlog>,
 }
 
 impl Backlog {
+    /// A backlog whose waiters also wait for `parent`.
+    pub(crate) fn chained(parent: Backlog) -> Backlog {
+        Backlog(Arc::new(BacklogInner {
+            parent: Some(parent),
+            ..BacklogInner::default()
+        }))
+    }
+
     /// Counts a frame about to be queued for the writer.
     pub fn add(&self, bytes: usize) {
         self.0.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -77,7 +97,8 @@ impl Backlog {
         self.0.bytes.load(Ordering::Relaxed)
     }
 
-    fn written(&self, bytes: usize) {
+    /// Counts bytes written (or dropped with their stream).
+    pub(crate) fn written(&self, bytes: usize) {
         let before = self.0.bytes.fetch_sub(bytes, Ordering::Relaxed);
         // A frame must be counted before the writer can take it: a count that wrapped below
         // zero would park turns for good (debug builds, so the tests catch the order).
@@ -108,8 +129,13 @@ impl Backlog {
     /// writer is down to `BACKLOG_LOW`, the writer is gone, or `abort` is set. Returns whether
     /// it waited.
     pub fn wait_until_drained(&self, abort: &AbortFlag) -> bool {
+        let waited = self
+            .0
+            .parent
+            .as_ref()
+            .is_some_and(|p| p.wait_until_drained(abort));
         if self.0.bytes.load(Ordering::Relaxed) <= BACKLOG_HIGH {
-            return false;
+            return waited;
         }
         log::debug!(
             "writer backlog at {} bytes: pausing the turn",
@@ -187,6 +213,8 @@ where
             outbox: out,
             backlog,
             receiver: in_rx,
+            turn_backlogs: None,
+            reattach: false,
         },
         IoThreads { reader, writer },
     )
@@ -208,7 +236,7 @@ pub(crate) fn take_over_stdout() -> io::Result<File> {
 /// What the debug log shows of an incoming line: the line itself, except that credentials a
 /// client hands over for MCP servers (`env` and `headers` values, user info in `url`) are
 /// replaced by `<redacted>`, so `Authorization` headers and tokens never reach the log.
-fn redacted_for_log(line: &[u8]) -> std::borrow::Cow<'_, str> {
+pub(crate) fn redacted_for_log(line: &[u8]) -> std::borrow::Cow<'_, str> {
     let text = String::from_utf8_lossy(line);
     if !text.contains("\"mcpServers\"") {
         return text;

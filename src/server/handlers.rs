@@ -177,6 +177,16 @@ impl MainLoop {
             acp::SESSION_RESUME
         };
         let (session_id, p) = acp::parse_load_session(params, method)?;
+        // A remote client taking over a session open here (its connection went away): the
+        // session stays as it is, MCP servers and kernel included (docs/remote.md).
+        if self.reattach && !replay {
+            if let Some(i) = self.session_index(&session_id) {
+                let s = &self.sessions[i];
+                let answer = json!({ "modes": s.modes(), "configOptions": s.config_options() });
+                self.respond(&request, Ok(answer));
+                return Ok(());
+            }
+        }
         let unknown = || RpcError::invalid_params(format!("Unknown ACP session: {session_id}"));
         let store = self.agent.store.as_ref().ok_or_else(unknown)?;
         store.path_of(&session_id).ok_or_else(unknown)?;

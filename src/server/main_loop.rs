@@ -23,7 +23,7 @@ use crate::protocol::acp;
 use crate::protocol::client_requests::{ClientLink, ClientMsg, Pending};
 use crate::protocol::outbox::Outbox;
 use crate::protocol::rpc::{self, Incoming, RequestId, RpcError};
-use crate::protocol::transport::{Backlog, Connection, Inbound};
+use crate::protocol::transport::{Backlog, Connection, Inbound, TurnBacklogs};
 use crate::server::client_host::ClientCaps;
 use crate::server::events::message_chunk_frame;
 use crate::server::session::{Action, Session, Timing};
@@ -100,6 +100,10 @@ pub(crate) struct MainLoop {
     out: Outbox,
     /// Counts what `out` holds; turn workers pause on it (see `transport::Backlog`).
     backlog: Backlog,
+    /// Each session's own backlog, when each has its own client (the remote transport).
+    turn_backlogs: Option<TurnBacklogs>,
+    /// `session/resume` of an open session re-attaches it (the remote transport).
+    pub(crate) reattach: bool,
     pub(crate) agent: Arc<Agent>,
     /// The open sessions, oldest first (at most one without `--multi-session`). `Reaped`:
     /// a session leaving this list is torn down on the reaper thread, never here.
@@ -188,6 +192,8 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
     let mut ml = MainLoop {
         out: conn.outbox,
         backlog: conn.backlog,
+        turn_backlogs: conn.turn_backlogs,
+        reattach: conn.reattach,
         agent,
         sessions: Vec::new(),
         timing: Timing::from_env(),
@@ -265,9 +271,7 @@ pub fn run(conn: Connection, agent: Arc<Agent>, signals: Receiver<()>, version: 
             }
             Event::Signal => {
                 // The client may still be reading: answer the running prompt first.
-                ml.finish_opens_blocking();
-                ml.cancel_all_sessions();
-                ml.settle_blocking();
+                ml.answer_in_flight();
                 break Exit::Signal;
             }
         }
@@ -426,7 +430,11 @@ impl MainLoop {
                     let session = &mut self.sessions[idx];
                     let turn = start.turn;
                     let previous = session.last_worker.take();
-                    match spawn_turn(start, previous, self.turn_tx.clone(), self.backlog.clone()) {
+                    let backlog = match &self.turn_backlogs {
+                        Some(of) => of(session.id()),
+                        None => self.backlog.clone(),
+                    };
+                    match spawn_turn(start, previous, self.turn_tx.clone(), backlog) {
                         Ok(thread) => session.last_worker = Some(thread),
                         Err(e) => session.spawn_failed(turn, &e.to_string(), actions),
                     }
@@ -525,6 +533,13 @@ impl MainLoop {
             }
             Incoming::Invalid { id, error } => self.respond(&id, Err(error)),
         }
+    }
+
+    /// On the way out: opens finish, turns are cancelled and answered (bounded waits).
+    fn answer_in_flight(&mut self) {
+        self.finish_opens_blocking();
+        self.cancel_all_sessions();
+        self.settle_blocking();
     }
 
     /// Cancels the work of every session (stdin closed, a signal).
