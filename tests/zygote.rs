@@ -416,7 +416,11 @@ fn prime_agent_kernel_prewarm_wins_over_the_setting() {
     let (mut a, log) = prewarm_agent(&dir, Some(false), &[("PRIME_AGENT_KERNEL_PREWARM", "1")]);
     a.handshake();
     let z = zygote_of(&a);
-    assert!(starts(&log).iter().any(|s| s.contains("--zygote")));
+    // The zygote is found by its command line, which the logging shell has before its `echo`
+    // has run: wait for the line too.
+    wait_for("the zygote's start in the log", || {
+        starts(&log).iter().any(|s| s.contains("--zygote")).then_some(())
+    });
     assert!(a.finish().success());
     assert_reaped(z);
 }
