@@ -419,7 +419,10 @@ fn prime_agent_kernel_prewarm_wins_over_the_setting() {
     // The zygote is found by its command line, which the logging shell has before its `echo`
     // has run: wait for the line too.
     wait_for("the zygote's start in the log", || {
-        starts(&log).iter().any(|s| s.contains("--zygote")).then_some(())
+        starts(&log)
+            .iter()
+            .any(|s| s.contains("--zygote"))
+            .then_some(())
     });
     assert!(a.finish().success());
     assert_reaped(z);

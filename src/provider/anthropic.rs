@@ -367,11 +367,7 @@ impl StreamDecoder for Decoder {
         for (_, block) in std::mem::take(&mut self.blocks) {
             match block {
                 Block::ToolUse { id, name, json } => {
-                    let arguments = if json.trim().is_empty() {
-                        json!({})
-                    } else {
-                        serde_json::from_str(&json).unwrap_or(Value::String(json))
-                    };
+                    let arguments = super::arguments::from_stream(json);
                     self.message.tool_calls.push(ToolCall {
                         id,
                         name,

@@ -14,6 +14,16 @@ use super::Message;
 /// How much of the raw text a result quotes.
 const QUOTE_CHARS: usize = 300;
 
+/// A streamed tool call's argument text as the reply keeps it: `{}` for none, the parsed
+/// value, or the raw text as a string when it is not JSON (`invalid` then says why).
+pub(crate) fn from_stream(text: String) -> Value {
+    if text.trim().is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
+}
+
 /// Why a call's arguments cannot be used, when they are not a JSON object (`None`: they are).
 pub(crate) fn invalid(arguments: &Value) -> Option<String> {
     match arguments {

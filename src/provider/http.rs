@@ -516,13 +516,7 @@ impl HttpClient {
             log::debug!("GET {url}: status {}", response.status().as_u16());
             return None;
         }
-        let mut body = Vec::new();
-        response
-            .into_body()
-            .into_reader()
-            .take(MAX_INFO_BODY)
-            .read_to_end(&mut body)
-            .ok()?;
+        let body = read_info_body(response).ok()?;
         serde_json::from_slice(&body).ok()
     }
 
@@ -556,19 +550,13 @@ impl HttpClient {
                 error => error,
             })?;
         let status = response.status().as_u16();
-        let mut body = Vec::new();
-        response
-            .into_body()
-            .into_reader()
-            .take(MAX_INFO_BODY)
-            .read_to_end(&mut body)
-            .map_err(|e| {
-                if abort.is_aborted() {
-                    ProviderError::Aborted
-                } else {
-                    ProviderError::Transport(format!("Reading the answer of {url} failed: {e}"))
-                }
-            })?;
+        let body = read_info_body(response).map_err(|e| {
+            if abort.is_aborted() {
+                ProviderError::Aborted
+            } else {
+                ProviderError::Transport(format!("Reading the answer of {url} failed: {e}"))
+            }
+        })?;
         Ok((status, body))
     }
 
@@ -668,6 +656,17 @@ impl HttpClient {
             }
         }
     }
+}
+
+/// The body of a small answer (a model list, a credential exchange), at most `MAX_INFO_BODY`.
+fn read_info_body(response: ureq::http::Response<ureq::Body>) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    response
+        .into_body()
+        .into_reader()
+        .take(MAX_INFO_BODY)
+        .read_to_end(&mut body)?;
+    Ok(body)
 }
 
 #[cfg(test)]
