@@ -198,106 +198,138 @@ fn chunk_frame(
     message: Option<u64>,
     env: Envelope,
 ) -> std::io::Result<()> {
-    // Few copy calls and no `core::fmt`: the static build runs at opt-level s against musl,
-    // whose `memcpy` pays a `rep movsq` start-up (tens of cycles) on every call however short,
-    // and `write!` or one `extend_from_slice` per piece made a frame some twenty such calls.
-    // The constant text goes in runs as long as the frame allows; short pieces (integers, the
-    // phase, the update's name, a token's text) are pushed byte by byte (`put_bytes`).
-    // Room for the frame around the two strings (about 330 bytes), so it grows at most once.
-    out.reserve(delta.len() + session_id.len() + 512);
-    out.extend_from_slice(
-        b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":",
-    );
-    push_json_str(out, session_id);
-    out.extend_from_slice(UPDATE_META.as_bytes());
-    push_u64(out, env.event_sequence);
+    // Few copy calls, no `core::fmt`, and nothing left to the inliner: the static build runs
+    // against musl, whose `memcpy` pays a `rep movsq` start-up (tens of cycles) on every call
+    // however short, and `write!` or one `extend_from_slice` per piece made a frame some twenty
+    // such calls; pushing byte by byte was as slow once opt-level z stopped inlining
+    // `Vec::push`. So the frame is written through a `Frame` cursor into a tail of `out` sized
+    // once for the worst case (every string byte escaped as `\u00xx`) and cut to length after:
+    // the constant text in runs as long as the frame allows, short pieces byte by byte.
+    let phase = env.phase.as_str();
+    let worst =
+        FRAME_TEXT + 6 * (session_id.len() + delta.len()) + phase.len() + update.len() + 3 * 20;
+    let start = out.len();
+    out.resize(start + worst, 0);
+    let mut f = Frame {
+        buf: &mut out[start..],
+        at: 0,
+    };
+    f.put(b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":");
+    f.json_str(session_id);
+    f.put(UPDATE_META.as_bytes());
+    f.u64(env.event_sequence);
     match env.outcome_ok {
-        Some(true) => put_bytes(out, b",\"outcome\":\"result\",\"phase\":\""),
-        Some(false) => put_bytes(out, b",\"outcome\":\"error\",\"phase\":\""),
-        None => put_bytes(out, b",\"phase\":\""),
+        Some(true) => f.put(b",\"outcome\":\"result\",\"phase\":\""),
+        Some(false) => f.put(b",\"outcome\":\"error\",\"phase\":\""),
+        None => f.put(b",\"phase\":\""),
     }
-    put_bytes(out, env.phase.as_str().as_bytes());
-    put_bytes(out, b"\",\"promptTurnId\":");
-    push_u64(out, env.prompt_turn_id);
-    put_bytes(out, b"}},\"content\":{\"text\":");
-    push_json_str(out, delta);
+    f.put(phase.as_bytes());
+    f.put(b"\",\"promptTurnId\":");
+    f.u64(env.prompt_turn_id);
+    f.put(b"}},\"content\":{\"text\":");
+    f.json_str(delta);
     match message {
         Some(n) => {
-            out.extend_from_slice(b",\"type\":\"text\"},\"messageId\":\"prime-agent-assistant-");
-            push_u64(out, n);
-            put_bytes(out, b"\",\"sessionUpdate\":\"");
+            f.put(b",\"type\":\"text\"},\"messageId\":\"prime-agent-assistant-");
+            f.u64(n);
+            f.put(b"\",\"sessionUpdate\":\"");
         }
-        None => put_bytes(out, b",\"type\":\"text\"},\"sessionUpdate\":\""),
+        None => f.put(b",\"type\":\"text\"},\"sessionUpdate\":\""),
     }
-    put_bytes(out, update.as_bytes());
-    put_bytes(out, b"\"}}}");
+    f.put(update.as_bytes());
+    f.put(b"\"}}}");
+    let end = start + f.at;
+    out.truncate(end);
     Ok(())
 }
+
+/// More than the constant text of a delta frame (about 330 bytes; a unit test holds it).
+const FRAME_TEXT: usize = 400;
 
 /// What follows the session id in a delta frame, up to the event sequence number: the
 /// namespace spelled out, so the run is one copy (a unit test holds it to `NAMESPACE`).
 const UPDATE_META: &str =
     ",\"update\":{\"_meta\":{\"ai.primeintellect.prime-agent\":{\"eventSequence\":";
 
-/// Appends `bytes`: one copy call for a long run, byte by byte for a short one (cheaper than a
-/// `memcpy` call under musl, see `chunk_frame`).
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    if bytes.len() >= 64 {
-        out.extend_from_slice(bytes);
-    } else {
-        for &b in bytes {
-            out.push(b);
-        }
-    }
+/// A write cursor over a tail of the output already sized for what goes in (`chunk_frame`).
+/// Its helpers are forced inline so the frame is written by straight-line code at any
+/// opt-level.
+struct Frame<'a> {
+    buf: &'a mut [u8],
+    at: usize,
 }
 
-/// `s` as a JSON string, escaped exactly as `serde_json` escapes it (a unit test compares the
-/// two over every ASCII byte): `"` and `\\` with a backslash, the control characters with
-/// their short forms or `\u00xx`, everything else as it is.
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
-    out.push(b'"');
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let short = match b {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            0x08 => b'b',
-            0x09 => b't',
-            0x0a => b'n',
-            0x0c => b'f',
-            0x0d => b'r',
-            0x00..=0x1f => b'u',
-            _ => continue,
-        };
-        put_bytes(out, &bytes[start..i]);
-        out.push(b'\\');
-        out.push(short);
-        if short == b'u' {
-            put_bytes(out, b"00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
-        }
-        start = i + 1;
+impl Frame<'_> {
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        self.buf[self.at] = b;
+        self.at += 1;
     }
-    put_bytes(out, &bytes[start..]);
-    out.push(b'"');
-}
 
-/// `n` in decimal, as `Display` writes it, without the formatting machinery.
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+    /// `bytes`: one copy call for a long run, byte by byte for a short one (cheaper than a
+    /// `memcpy` call under musl, see `chunk_frame`).
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        if bytes.len() >= 64 {
+            self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+            self.at += bytes.len();
+        } else {
+            for &b in bytes {
+                self.byte(b);
+            }
         }
     }
-    put_bytes(out, &digits[at..]);
+
+    /// `s` as a JSON string, escaped exactly as `serde_json` escapes it (a unit test compares
+    /// the two over every ASCII byte): `"` and `\\` with a backslash, the control characters
+    /// with their short forms or `\u00xx`, everything else as it is. At most `6 * s.len() + 2`
+    /// bytes.
+    fn json_str(&mut self, s: &str) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let bytes = s.as_bytes();
+        self.byte(b'"');
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            let short = match b {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                0x08 => b'b',
+                0x09 => b't',
+                0x0a => b'n',
+                0x0c => b'f',
+                0x0d => b'r',
+                0x00..=0x1f => b'u',
+                _ => continue,
+            };
+            self.put(&bytes[start..i]);
+            self.byte(b'\\');
+            self.byte(short);
+            if short == b'u' {
+                self.put(b"00");
+                self.byte(HEX[usize::from(b >> 4)]);
+                self.byte(HEX[usize::from(b & 0xf)]);
+            }
+            start = i + 1;
+        }
+        self.put(&bytes[start..]);
+        self.byte(b'"');
+    }
+
+    /// `n` in decimal, as `Display` writes it, without the formatting machinery (at most 20
+    /// bytes).
+    fn u64(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.put(&digits[at..]);
+    }
 }
 
 /// The pure mapping: one event → zero or more `update` objects.
@@ -1007,7 +1039,7 @@ mod tests {
     }
 
     #[test]
-    fn push_json_str_escapes_as_serde_json_does() {
+    fn json_str_escapes_as_serde_json_does() {
         let mut cases: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
         cases.extend(
             [
@@ -1021,10 +1053,56 @@ mod tests {
             .map(str::to_owned),
         );
         for s in cases {
-            let mut out = b"x".to_vec();
-            push_json_str(&mut out, &s);
+            let out = framed(&s, |f| f.json_str(&s));
             let want = format!("x{}", serde_json::to_string(&s).unwrap());
             assert_eq!(String::from_utf8(out).unwrap(), want, "{s:?}");
+        }
+    }
+
+    /// `x` and what `write` puts through a `Frame` sized for a frame around `s`.
+    fn framed(s: &str, write: impl FnOnce(&mut Frame<'_>)) -> Vec<u8> {
+        let mut out = b"x".to_vec();
+        out.resize(1 + 6 * s.len() + 22, 0);
+        let mut f = Frame {
+            buf: &mut out[1..],
+            at: 0,
+        };
+        write(&mut f);
+        let end = 1 + f.at;
+        out.truncate(end);
+        out
+    }
+
+    #[test]
+    fn the_worst_case_frame_fits_its_room() {
+        use crate::protocol::meta::Phase;
+        // Every string byte escaped to six, every number at its longest, the longer update.
+        let worst = "\u{1}".repeat(50);
+        for (phase, outcome_ok) in [
+            (Phase::Event, None),
+            (Phase::ResponseBoundary, Some(true)),
+            (Phase::ResponseBoundary, Some(false)),
+        ] {
+            let env = Envelope {
+                prompt_turn_id: u64::MAX,
+                event_sequence: u64::MAX,
+                phase,
+                outcome_ok,
+            };
+            let mut buf = Vec::new();
+            assert!(message_chunk_frame(
+                &mut buf,
+                &worst,
+                DeltaKind::Thinking,
+                &worst,
+                Some(u64::MAX),
+                env
+            ));
+            let frame: Value = serde_json::from_slice(&buf).unwrap();
+            assert_eq!(frame["params"]["update"]["content"]["text"], worst.as_str());
+            // The constant text alone stays under `FRAME_TEXT`.
+            let escaped = 2 * (6 * worst.len() + 2);
+            assert!(buf.len() - escaped - 3 * 20 < FRAME_TEXT, "{}", buf.len());
         }
     }
 
@@ -1037,10 +1115,9 @@ mod tests {
     }
 
     #[test]
-    fn push_u64_writes_what_display_writes() {
+    fn u64_writes_what_display_writes() {
         for n in [0, 7, 9, 10, 99, 100, 123_456_789_012, u64::MAX] {
-            let mut out = b"x".to_vec();
-            push_u64(&mut out, n);
+            let out = framed("", |f| f.u64(n));
             assert_eq!(out, format!("x{n}").into_bytes());
         }
     }
