@@ -6,7 +6,8 @@ MUSL_TARGET := x86_64-unknown-linux-musl
 ## stream's per-delta path lives in (serde_json, crossbeam-channel) at 3, and a plain static
 ## executable rather than static-pie (the target's RUSTFLAGS: no load-time relocations, 130 KB
 ## smaller). Measured side by side when adopted (docs/performance.md): SSE static/glibc 0.73 -> 0.78.
-## opt-level z would save 320 KB more but cost a third of the static SSE rate (0.61; same doc).
+## opt-level z would save 350 KB more (still over 4 MB) but cost a quarter of the static SSE
+## rate even with the stream's hot functions written not to need the inliner (0.64; same doc).
 ## build.rs links the x86_64 one with Rust's lld and identical code folding (26 KB).
 STATIC_BUILD = CARGO_PROFILE_RELEASE_OPT_LEVEL=s $(CARGO) build --release \
 	--config 'profile.release.package.serde_json.opt-level=3' \
